@@ -1,0 +1,28 @@
+# `make test` on a fresh machine: creates .venv, installs PyTorch (CPU build unless a torch is
+# already importable there), the package with its test extra, and runs the whole test suite.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build keeps the install small where no GPU is wanted. On a machine that cannot find it on
+# its default index, pass e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+
+.PHONY: test test-fast install clean
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not slow"
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(PY) -m pip install -e ".[test]"
+	touch $@
+
+clean:
+	rm -rf $(VENV) build *.egg-info

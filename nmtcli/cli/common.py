@@ -1,0 +1,103 @@
+"""What every command shares: stderr messages, progress bars, and the workspace defaults.
+
+Workspace defaults let the commands chain with no paths: `prepare` writes `data/<name>/`, `train`
+reads the newest prepared data dir and writes `runs/<preset>-<data>/`, `average` reads the newest
+run and writes `models/<run>/`, `translate` and `score` use `$NMT_MODEL` or the newest model.
+Each choice is announced on stderr; when two candidates are equally new, the command stops and
+lists them instead of guessing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from nmtcli.errors import NmtError
+
+console = Console(stderr=True, highlight=False)
+
+DATA_ROOT, RUNS_ROOT, MODELS_ROOT = Path("data"), Path("runs"), Path("models")
+
+
+def say(message: str) -> None:
+    """A status line on stderr (stdout stays for results that pipe into the next command)."""
+    console.print(f"[dim]nmt:[/dim] {message}")
+
+
+def warn(message: str) -> None:
+    console.print(f"[yellow]nmt: warning:[/yellow] {message}", markup=True)
+
+
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Callable[[str, int, int | None], None]]:
+    """Yield progress(task, done, total): one bar per task name, on stderr."""
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    ) as bars:
+        tasks: dict[str, int] = {}
+
+        def update(task: str, done: int, total: int | None) -> None:
+            if task not in tasks:
+                tasks[task] = bars.add_task(task, total=total)
+            bars.update(tasks[task], completed=done, total=total)
+
+        yield update
+
+
+# --- workspace defaults --------------------------------------------------------------------------
+
+
+def _newest(candidates: list[tuple[Path, float]], what: str, hint: str) -> Path:
+    if not candidates:
+        raise NmtError(f"no {what} found under {Path.cwd()}", hint)
+    ranked = sorted(candidates, key=lambda c: c[1], reverse=True)
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        tied = ", ".join(str(p) for p, t in ranked if t == ranked[0][1])
+        raise NmtError(f"several {what}s are equally recent: {tied}", "name one explicitly")
+    chosen = ranked[0][0]
+    others = f" (newest of {len(ranked)}: {', '.join(str(p) for p, _ in ranked[1:4])}{' ...' if len(ranked) > 4 else ''})" if len(ranked) > 1 else ""
+    say(f"using {what} {chosen}{others}")
+    return chosen
+
+
+def _stamped(root: Path, marker: str) -> list[tuple[Path, float]]:
+    if not root.is_dir():
+        return []
+    return [(d, (d / marker).stat().st_mtime) for d in sorted(root.iterdir()) if (d / marker).is_file()]
+
+
+def default_data_dir() -> Path:
+    return _newest(_stamped(DATA_ROOT, "manifest.json"), "data dir", "run `nmt prepare` first, or pass --data DIR")
+
+
+def default_run_dir() -> Path:
+    from nmtcli.training.trainer import checkpoint_dirs
+
+    runs = []
+    for run, _ in _stamped(RUNS_ROOT, "config.json"):
+        checkpoints = checkpoint_dirs(run)
+        if checkpoints:
+            runs.append((run, checkpoints[-1].stat().st_mtime))
+    return _newest(runs, "run dir", "run `nmt train` first, or pass a run dir or checkpoint dirs")
+
+
+def default_model_dir() -> Path:
+    if os.environ.get("NMT_MODEL"):
+        say(f"using model {os.environ['NMT_MODEL']} (from $NMT_MODEL)")
+        return Path(os.environ["NMT_MODEL"])
+    return _newest(_stamped(MODELS_ROOT, "config.json"), "model", "run `nmt average` first, or pass -m MODEL_DIR")
+
+
+def announce(what: str, path: Path) -> None:
+    say(f"writing {what} to {path}")

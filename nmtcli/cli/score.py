@@ -1,0 +1,94 @@
+"""`nmt score`: sacreBLEU scores of a translation, or of the newest model on the prepared test set."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from nmtcli.cli.common import default_model_dir, progress_bar, say
+
+NAME = "score"
+
+
+def command(
+    hypothesis: Annotated[Optional[str], typer.Argument(metavar="[HYP]", help="Translations to score, one per line ('-' for stdin). Omitted: translate the prepared test split with the model and score that.", show_default=False)] = None,
+    ref: Annotated[Optional[Path], typer.Option("--ref", "-r", help="Reference translations, aligned with HYP.")] = None,
+    metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu,chrf",
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text lines.")] = False,
+    width: Annotated[int, typer.Option(help="Decimals shown (sacreBLEU's --width).", min=0, max=10)] = 1,
+    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Model for scoring with no HYP. Default: $NMT_MODEL, else the newest under models/.")] = None,
+    split: Annotated[str, typer.Option(help="Prepared split to translate when HYP is omitted: test or valid.")] = "test",
+    device: Annotated[str, typer.Option(help="Device for translating when HYP is omitted: auto, cpu, cuda.")] = "auto",
+) -> None:
+    """Score translations with sacreBLEU (BLEU, chrF, TER), printed with their signatures.
+
+    With HYP and --ref, the BLEU line is exactly what `sacrebleu REF -i HYP -f text` prints.
+    With no HYP, translates the test split of the model's prepared data dir (beam 4, alpha 0.6) and
+    scores it against the reference; the scores are recorded in the model dir's scores.json.
+    """
+    from nmtcli.data.text import read_lines
+    from nmtcli.errors import NmtError
+    from nmtcli.scoring import score
+
+    names = [m.strip().lower() for m in metrics.split(",") if m.strip()]
+    if hypothesis is None:
+        hyps, refs, model_dir, label = _translate_split(model, split, device)
+    else:
+        if ref is None:
+            raise NmtError("--ref is required when HYP is given", "pass the reference file with --ref", exit_code=2)
+        if hypothesis != "-" and not Path(hypothesis).is_file():
+            raise NmtError(f"{hypothesis} does not exist", "pass a translation file, or '-' for stdin")
+        if not ref.is_file():
+            raise NmtError(f"{ref} does not exist", "check the path given to --ref")
+        hyps = list(read_lines(Path("/dev/stdin") if hypothesis == "-" else Path(hypothesis)))
+        refs = list(read_lines(ref))
+        model_dir, label = None, None
+    results = score(hyps, refs, names, width)
+    if model_dir is not None:
+        _record(model_dir, label, results)
+    if json_output:
+        print(json.dumps({"sentences": len(hyps), "scores": [r.__dict__ for r in results]}, indent=2, ensure_ascii=False))
+    else:
+        for r in results:
+            print(r.formatted)
+    sys.stdout.flush()
+
+
+def _translate_split(model: Path | None, split: str, device: str):
+    from nmtcli.data.prepare import read_manifest, reference_lines
+    from nmtcli.errors import NmtError
+    from nmtcli.inference.translator import Translator
+    from nmtcli.model.checkpoint import read_model_dir_config
+    from nmtcli.training.trainer import resolve_device
+
+    model_dir = model or default_model_dir()
+    values = read_model_dir_config(model_dir)
+    data_dir = Path(values.get("training", {}).get("data_dir", ""))
+    if not (data_dir / "manifest.json").is_file():
+        raise NmtError(f"the data the model was trained on ({data_dir}) is not here", "pass HYP and --ref to score a translation")
+    manifest = read_manifest(data_dir)
+    src, tgt = manifest["source_lang"], manifest["target_lang"]
+    sources = reference_lines(data_dir, split, src)
+    refs = reference_lines(data_dir, split, tgt)
+    say(f"translating {len(sources):,} {split} sentences of {data_dir} with {model_dir}")
+    translator = Translator(model_dir, resolve_device(device))
+    hyps = []
+    with progress_bar() as progress:
+        for line in translator.translate(sources):
+            hyps.append(line)
+            progress("translating", len(hyps), len(sources))
+    return hyps, refs, model_dir, f"{manifest['name']}/{split}"
+
+
+def _record(model_dir: Path, label: str, results) -> None:
+    from nmtcli.model.checkpoint import atomic_write_json
+
+    path = Path(model_dir) / "scores.json"
+    recorded = json.loads(path.read_text()) if path.is_file() else {}
+    recorded[label] = {r.name: {"score": r.score, "signature": r.signature} for r in results}
+    atomic_write_json(path, recorded)
+    say(f"recorded in {path}")

@@ -1,0 +1,87 @@
+"""ModelConfig: every number that fixes the shape of a Transformer, and the paper's presets.
+
+The names are the project's vocabulary (`d_model`, `d_ff`, `heads`, `layers`, `dropout`) and are the
+same in code, `config.json`, CLI flags and docs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Ids of the special tokens. `nmt prepare` trains sentencepiece with exactly these ids, so a model
+# and its vocabulary always agree on them.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape of an encoder-decoder Transformer (paper section 3, Table 3)."""
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    d_ff: int = 2048
+    heads: int = 8
+    layers: int = 6  # N: identical layers in the encoder and in the decoder
+    dropout: float = 0.1  # P_drop: on every sub-layer output and on embeddings + positions (sec. 5.4)
+    attention_dropout: float = 0.0  # on attention weights; 0 in the paper, 0.1 in fairseq's big recipe
+    activation_dropout: float = 0.0  # inside the FFN, after the activation; 0 in the paper
+    activation: str = "relu"  # FFN(x) = max(0, x W1 + b1) W2 + b2 (sec. 3.3)
+    norm: str = "post"  # "post": LayerNorm(x + Dropout(Sublayer(x))), the paper; "pre": pre-norm variant
+    max_positions: int = 1024  # longest sequence (tokens, with EOS) the position table covers
+    pad_id: int = PAD_ID
+    unk_id: int = UNK_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if self.d_model % 2:
+            raise ValueError(f"d_model ({self.d_model}) must be even for sinusoidal positions")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
+        if self.norm not in ("post", "pre"):
+            raise ValueError(f"norm must be 'post' or 'pre', not {self.norm!r}")
+        for name in ("vocab_size", "d_ff", "layers", "max_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+
+    @property
+    def d_k(self) -> int:
+        """d_k = d_v = d_model / h (sec. 3.2.2)."""
+        return self.d_model // self.heads
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
+        return cls(**values)
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> ModelConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+ACTIVATIONS = ("relu", "gelu", "swish")
+
+# Table 3 of the paper. `tiny` is ours: small enough to learn a toy task on a laptop CPU in minutes.
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(d_model=128, d_ff=512, heads=4, layers=2, dropout=0.1),
+    "base": ModelConfig(d_model=512, d_ff=2048, heads=8, layers=6, dropout=0.1),
+    "big": ModelConfig(d_model=1024, d_ff=4096, heads=16, layers=6, dropout=0.3),
+}

@@ -1,0 +1,278 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section 3.
+
+Each class is one box of the paper's Figure 1. Shapes: B batch, S source length, T target length,
+d = d_model, h = heads, d_k = d / h, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmtcli.model.config import ModelConfig
+
+# One decoder layer's incremental-decoding state: {"self": {"k", "v"}, "cross": {"k", "v"}}.
+LayerCache = dict[str, dict[str, Tensor]]
+
+
+def sinusoidal_positions(length: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (sec. 3.5)."""
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = position / torch.pow(10000.0, two_i / d_model)
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.float()
+
+
+def _activation(name: str):
+    return {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}[name]
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (sec. 3.2.2).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (sec. 3.2.1) runs in
+    `scaled_dot_product_attention`, which picks the flash or memory-efficient kernel on a GPU.
+    Self-attention projects Q, K and V with one fused matrix; encoder-decoder attention projects Q from
+    the decoder and K, V (fused) from the encoder output.
+    """
+
+    def __init__(self, config: ModelConfig, self_attention: bool):
+        super().__init__()
+        d = config.d_model
+        self.heads = config.heads
+        self.attention_dropout = config.attention_dropout
+        self.self_attention = self_attention
+        if self_attention:
+            self.qkv_proj = nn.Linear(d, 3 * d)
+        else:
+            self.q_proj = nn.Linear(d, d)
+            self.kv_proj = nn.Linear(d, 2 * d)
+        self.out_proj = nn.Linear(d, d)
+
+    def _split_heads(self, x: Tensor) -> Tensor:  # (B, L, d) -> (B, h, L, d_k)
+        return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """x: (B, T, d) queries. memory: (B, S, d) keys/values for encoder-decoder attention.
+
+        mask: boolean, broadcastable to (B, h, T, S), True where attention is allowed.
+        cache: incremental decoding; self-attention appends this step's keys/values to it,
+        encoder-decoder attention computes the encoder's keys/values once and reuses them.
+        """
+        if self.self_attention:
+            q, k, v = (self._split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
+            if cache is not None:
+                if "k" in cache:
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        else:
+            q = self._split_heads(self.q_proj(x))
+            if cache is not None and "k" in cache:
+                k, v = cache["k"], cache["v"]
+            else:
+                k, v = (self._split_heads(t) for t in self.kv_proj(memory).chunk(2, dim=-1))
+                if cache is not None:
+                    cache["k"], cache["v"] = k, v
+        dropout = self.attention_dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+        return self.out_proj(out.transpose(1, 2).flatten(2))
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (sec. 3.3); the activation is a config switch."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.linear1 = nn.Linear(config.d_model, config.d_ff)
+        self.linear2 = nn.Linear(config.d_ff, config.d_model)
+        self.activation = _activation(config.activation)
+        self.dropout = nn.Dropout(config.activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+class SublayerConnection(nn.Module):
+    """LayerNorm(x + Dropout(Sublayer(x))) (sec. 3.1, 5.4); with norm="pre", x + Dropout(Sublayer(LayerNorm(x)))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.norm == "pre"
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Multi-head self-attention, then a position-wise feed-forward network (sec. 3.1)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, self_attention=True)
+        self.ffn = FeedForward(config)
+        self.sublayer = nn.ModuleList(SublayerConnection(config) for _ in range(2))
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, mask=src_mask))
+        return self.sublayer[1](x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention over the encoder output, feed-forward (sec. 3.1)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, self_attention=True)
+        self.cross_attn = MultiHeadAttention(config, self_attention=False)
+        self.ffn = FeedForward(config)
+        self.sublayer = nn.ModuleList(SublayerConnection(config) for _ in range(3))
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, cache: LayerCache | None = None) -> Tensor:
+        # Training sees the whole target at once and needs the causal mask; incremental decoding feeds
+        # one new position whose keys are all in the past, so no mask is needed.
+        incremental = cache is not None
+        x = self.sublayer[0](
+            x, lambda y: self.self_attn(y, causal=not incremental, cache=cache["self"] if incremental else None)
+        )
+        x = self.sublayer[1](
+            x, lambda y: self.cross_attn(y, memory, mask=src_mask, cache=cache["cross"] if incremental else None)
+        )
+        return self.sublayer[2](x, self.ffn)
+
+
+class Embedding(nn.Module):
+    """Learned embeddings times sqrt(d_model) (sec. 3.4) plus sinusoidal positions (sec. 3.5), then dropout (sec. 5.4).
+
+    One matrix serves the source embedding, the target embedding and the pre-softmax projection
+    (the joint vocabulary of sec. 5.1 makes this possible).
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
+        self.scale = math.sqrt(config.d_model)
+        self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model), persistent=False)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
+        """tokens: (B, L) ids at positions start .. start + L - 1."""
+        length = tokens.size(1)
+        if start + length > self.positions.size(0):
+            raise ValueError(f"sequence of {start + length} positions exceeds max_positions={self.positions.size(0)}")
+        x = self.tokens(tokens) * self.scale + self.positions[start : start + length]
+        return self.dropout(x)
+
+
+class Encoder(nn.Module):
+    """N encoder layers over the embedded source (Figure 1, left)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
+        self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+
+class Decoder(nn.Module):
+    """N decoder layers over the embedded target, attending to the encoder output (Figure 1, right)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
+        self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, cache: list[LayerCache] | None = None) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, src_mask, cache[i] if cache is not None else None)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer (Figure 1). `forward` returns logits (B, T, V) for teacher forcing."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embedding = Embedding(config)  # one matrix for source, target and output (sec. 3.4)
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # Xavier-uniform projections and N(0, d^-1/2) embeddings: with the sqrt(d) scale of sec. 3.4 the
+        # embedded tokens start at unit variance, the same scale as the positional encodings.
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+        nn.init.normal_(self.embedding.tokens.weight, mean=0.0, std=self.config.d_model**-0.5)
+        with torch.no_grad():
+            self.embedding.tokens.weight[self.config.pad_id].zero_()
+
+    def source_mask(self, src: Tensor) -> Tensor:
+        """(B, 1, 1, S), True at real tokens: no query attends to source padding."""
+        return (src != self.config.pad_id)[:, None, None, :]
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        src_mask = self.source_mask(src)
+        return self.encoder(self.embedding(src), src_mask), src_mask
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """The pre-softmax linear transformation, sharing the embedding matrix (sec. 3.4)."""
+        return F.linear(hidden, self.embedding.tokens.weight)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src: (B, S) source ids ending in EOS; tgt_in: (B, T) BOS followed by the target shifted right."""
+        memory, src_mask = self.encode(src)
+        # Target padding sits after the real tokens, so the causal mask alone keeps real positions from
+        # seeing it; what padded positions compute is excluded from the loss.
+        return self.logits(self.decoder(self.embedding(tgt_in), memory, src_mask))
+
+    def new_cache(self) -> list[LayerCache]:
+        return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
+
+    def decode_step(
+        self, tokens: Tensor, step: int, memory: Tensor, src_mask: Tensor, cache: list[LayerCache]
+    ) -> Tensor:
+        """One step of incremental decoding: tokens (N,) at position `step` -> logits (N, V)."""
+        x = self.embedding(tokens[:, None], start=step)
+        return self.logits(self.decoder(x, memory, src_mask, cache))[:, 0]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def count_parameters(config: ModelConfig) -> int:
+    """Parameters of the model `config` describes, counted without allocating them (shared matrix once)."""
+    with torch.device("meta"):
+        return Transformer(config).num_parameters()
+
+
+def reorder_cache(cache: list[LayerCache], index: Tensor) -> list[LayerCache]:
+    """Select rows of every cached key/value (beam reordering, finished sentences leaving the batch)."""
+    return [
+        {part: {name: t.index_select(0, index) for name, t in layer[part].items()} for part in layer}
+        for layer in cache
+    ]

@@ -1,0 +1,92 @@
+"""Checkpoint averaging (sec. 6.1): the paper's final models average the last 5 (base) or 20 (big) checkpoints.
+
+The result is a self-contained model dir: everything `nmt translate` needs and nothing it doesn't.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from nmtcli.data.prepare import versions
+from nmtcli.errors import NmtError
+from nmtcli.model.checkpoint import CONFIG_FILE, SPM_FILE, WEIGHTS_FILE, average_weights, write_model_dir
+from nmtcli.model.config import ModelConfig
+from nmtcli.model.transformer import count_parameters
+from nmtcli.training.trainer import checkpoint_dirs, read_run_config
+
+
+def last_checkpoints(run_dir: Path, last: int) -> list[Path]:
+    found = checkpoint_dirs(run_dir)
+    if not found:
+        raise NmtError(f"{run_dir} has no complete checkpoint", "train longer, or check the path")
+    return found[-last:]
+
+
+def _file_sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any]:
+    """Average `checkpoints` (dirs written by `nmt train`) into the model dir `out_dir`; returns its config."""
+    checkpoints = [Path(c) for c in checkpoints]
+    for c in checkpoints:
+        if not (c / WEIGHTS_FILE).is_file() or not (c / CONFIG_FILE).is_file():
+            raise NmtError(f"{c} is not a checkpoint dir (needs {WEIGHTS_FILE} and {CONFIG_FILE})", "pass dirs under RUN_DIR/checkpoints/")
+    configs = [json.loads((c / CONFIG_FILE).read_text())["model"] for c in checkpoints]
+    if any(cfg != configs[0] for cfg in configs):
+        raise NmtError("the checkpoints have different model configs", "only checkpoints of one architecture can be averaged")
+    # A checkpoint lives in RUN_DIR/checkpoints/STEP: the run dir holds the vocabulary and the recipe.
+    runs = [c.resolve().parent.parent for c in checkpoints]
+    spm_shas = {_file_sha(r / SPM_FILE) for r in runs}
+    if len(spm_shas) > 1:
+        raise NmtError("the checkpoints come from runs with different vocabularies", "average checkpoints of one run")
+    run_config = read_run_config(runs[-1])
+    config = ModelConfig.from_dict(configs[0])
+    state = average_weights([c / WEIGHTS_FILE for c in checkpoints])
+    steps = [int(c.name) for c in checkpoints if c.name.isdigit()]
+    data = run_config["data"]
+    values = {
+        "format": "nmt-model",
+        "format_version": 1,
+        "model": config.to_dict(),
+        "languages": {"source": data["source_lang"], "target": data["target_lang"]},
+        "training": {
+            "run": runs[-1].name,
+            "preset": run_config["training"]["preset"],
+            "steps": max(steps) if steps else None,
+            "averaged_checkpoints": steps,
+            "data": data["name"],
+            "data_dir": data["dir"],
+            "train_pairs": data["train_pairs"],
+            "settings": run_config["training"],
+        },
+        "versions": versions(),
+    }
+    write_model_dir(out_dir, state, values, runs[-1] / SPM_FILE, model_card(values))
+    return values
+
+
+def model_card(values: dict[str, Any]) -> str:
+    m, t, lang = values["model"], values["training"], values["languages"]
+    params = count_parameters(ModelConfig.from_dict(m))
+    steps = ", ".join(str(s) for s in t["averaged_checkpoints"])
+    return f"""# Transformer {lang['source']}-{lang['target']} ({t['preset']})
+
+A Transformer translation model ("Attention Is All You Need", Vaswani et al., 2017) trained with
+[nmt](https://pypi.org/project/nmtcli/).
+
+- Languages: {lang['source']} -> {lang['target']}
+- Architecture: {m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads,
+  {m['norm']}-norm, {m['activation']}, shared {m['vocab_size']:,}-piece sentencepiece BPE vocabulary; {params:,} parameters
+- Training data: {t['data']} ({t['train_pairs']:,} sentence pairs after cleaning)
+- Training: {t['steps']} steps; this model averages the checkpoints of steps {steps}
+
+## Use
+
+```
+cat input.{lang['source']} | nmt translate -m THIS_DIR > output.{lang['target']}
+```
+"""

@@ -1,0 +1,104 @@
+"""The model of sec. 3: sizes of Table 3, the positional encoding formula, masking, config round-trip."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nmtcli.model.config import PRESETS, ModelConfig
+from nmtcli.model.transformer import Transformer, count_parameters, sinusoidal_positions
+
+SMALL = ModelConfig(vocab_size=50, d_model=32, d_ff=64, heads=4, layers=2, dropout=0.0)
+
+
+def test_base_and_big_have_the_papers_parameter_counts():
+    # Table 3: base 65M, big 213M (37k shared vocabulary, sec. 5.1).
+    base = count_parameters(PRESETS["base"].replace(vocab_size=37000))
+    big = count_parameters(PRESETS["big"].replace(vocab_size=37000))
+    assert 63e6 <= base <= 66e6, base
+    assert 210e6 <= big <= 216e6, big
+
+
+def test_parameter_count_matches_the_allocated_model_and_shares_one_embedding():
+    model = Transformer(SMALL)
+    names = [n for n, _ in model.named_parameters()]
+    assert sum(1 for n in names if "tokens.weight" in n) == 1  # source, target and output share one matrix
+    assert count_parameters(SMALL) == sum(p.numel() for p in model.parameters())
+
+
+def test_positional_encoding_equals_the_formula():
+    d = 16
+    table = sinusoidal_positions(60, d)
+    for pos in (0, 1, 7, 59):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = Transformer(SMALL).eval()
+    tokens = torch.tensor([[5, 6, 7]])
+    expected = model.embedding.tokens.weight[tokens] * math.sqrt(32) + sinusoidal_positions(3, 32)
+    assert torch.allclose(model.embedding(tokens), expected, atol=1e-6)
+
+
+def test_decoder_is_causal_changing_a_future_token_changes_no_earlier_output():
+    torch.manual_seed(0)
+    model = Transformer(SMALL).eval()
+    src = torch.tensor([[5, 6, 7, 3]])
+    tgt = torch.tensor([[2, 10, 11, 12, 13, 14]])
+    before = model(src, tgt)
+    for t in range(1, tgt.size(1)):
+        changed = tgt.clone()
+        changed[0, t] = 20
+        after = model(src, changed)
+        assert torch.allclose(before[:, :t], after[:, :t], atol=1e-6), f"position {t} leaked backwards"
+        assert not torch.allclose(before[:, t:], after[:, t:], atol=1e-6)
+
+
+def test_padding_changes_no_output():
+    torch.manual_seed(0)
+    model = Transformer(SMALL).eval()
+    src = torch.tensor([[5, 6, 7, 3]])
+    tgt = torch.tensor([[2, 10, 11]])
+    alone = model(src, tgt)
+    # The same sentence in a batch beside longer ones: padded on both sides.
+    src_batch = torch.tensor([[5, 6, 7, 3, 0, 0], [8, 9, 10, 11, 12, 3]])
+    tgt_batch = torch.tensor([[2, 10, 11, 0, 0], [2, 4, 5, 6, 7]])
+    batched = model(src_batch, tgt_batch)
+    assert torch.allclose(alone[0], batched[0, :3], atol=1e-5)
+
+
+def test_incremental_decoding_equals_full_recomputation():
+    torch.manual_seed(0)
+    model = Transformer(SMALL).eval()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    tgt = torch.tensor([[2, 10, 11, 12], [2, 13, 14, 15]])
+    full = model(src, tgt)
+    memory, mask = model.encode(src)
+    cache = model.new_cache()
+    for t in range(tgt.size(1)):
+        step = model.decode_step(tgt[:, t], t, memory, mask, cache)
+        assert torch.allclose(step, full[:, t], atol=1e-5)
+
+
+def test_pre_norm_variant_is_a_switch_with_a_final_norm():
+    post, pre = Transformer(SMALL), Transformer(SMALL.replace(norm="pre"))
+    assert post.encoder.final_norm is None
+    assert pre.encoder.final_norm is not None
+    assert count_parameters(SMALL.replace(norm="pre")) == count_parameters(SMALL) + 4 * 32
+
+
+def test_config_round_trips_through_json(tmp_path):
+    config = PRESETS["big"].replace(vocab_size=37000, activation="swish")
+    config.save(tmp_path / "config.json")
+    assert ModelConfig.load(tmp_path / "config.json") == config
+
+
+@pytest.mark.parametrize("change", [{"d_model": 30}, {"activation": "tanh"}, {"norm": "sandwich"}, {"layers": 0}])
+def test_invalid_configs_are_refused(change):
+    with pytest.raises(ValueError):
+        SMALL.replace(**change)
