@@ -1,0 +1,117 @@
+"""Beam search (sec. 6.1) against exhaustive search and greedy decoding on small random models."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from nmtcli.inference.beam import beam_search, length_penalty
+from nmtcli.model.config import BOS_ID, EOS_ID, ModelConfig
+from nmtcli.model.transformer import Transformer
+
+# Ids 0-3 are pad/unk/bos/eos; with vocab_size 6 the model can say unk, 4 or 5.
+WORDS = (1, 4, 5)
+
+
+def tiny_model(seed: int, vocab_size: int = 6) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig(vocab_size=vocab_size, d_model=16, d_ff=32, heads=2, layers=2, dropout=0.0)).eval()
+    with torch.no_grad():  # sharpen the distributions so that different choices really differ
+        model.embedding.tokens.weight.mul_(4)
+    return model
+
+
+def sequence_log_prob(model: Transformer, src: torch.Tensor, tokens: tuple[int, ...]) -> float:
+    tgt_in = torch.tensor([[BOS_ID, *tokens]])
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(src, tgt_in)[0].float(), dim=-1)
+    return sum(log_probs[t, y].item() for t, y in enumerate((*tokens, EOS_ID)))
+
+
+def exhaustive_best(model, src, max_len, alpha, penalty):
+    best = None
+    for length in range(max_len + 1):
+        for tokens in itertools.product(WORDS, repeat=length):
+            score = sequence_log_prob(model, src, tokens) / length_penalty(length + 1, alpha, penalty)
+            if best is None or score > best[1]:
+                best = (list(tokens), score)
+    return best
+
+
+@pytest.mark.parametrize("penalty", ["gnmt", "power"])
+def test_wide_beam_finds_the_exhaustive_best_under_each_length_penalty(penalty):
+    src = torch.tensor([[4, 5, 4, EOS_ID]])
+    max_len = 3  # 1 + 3 + 9 + 27 = 40 candidate outputs; a beam of 27 holds every prefix
+    winners_change = False
+    for seed in range(6):
+        model = tiny_model(seed)
+        winners = set()
+        for alpha in (0.0, 0.6, 3.0):
+            tokens, score = exhaustive_best(model, src, max_len, alpha, penalty)
+            hyp = beam_search(model, src, beam=27, alpha=alpha, max_len_a=0.0, max_len_b=max_len, penalty=penalty)[0][0]
+            assert hyp.tokens == tokens, (seed, alpha)
+            assert hyp.score == pytest.approx(score, abs=1e-4)
+            winners.add(tuple(tokens))
+        winners_change |= len(winners) > 1
+    assert winners_change, "no model where the length penalty changes the winner: the test proves nothing"
+
+
+def greedy(model: Transformer, src: torch.Tensor, max_len: int) -> list[int]:
+    tokens: list[int] = []
+    with torch.no_grad():
+        for _ in range(max_len):
+            logits = model(src, torch.tensor([[BOS_ID, *tokens]]))[0, -1]
+            logits[[0, BOS_ID]] = float("-inf")
+            token = int(logits.argmax())
+            if token == EOS_ID:
+                break
+            tokens.append(token)
+    return tokens
+
+
+def test_beam_of_one_is_greedy_search():
+    model = tiny_model(1, vocab_size=30)
+    for src_tokens in ([5, 6, 7], [20, 21, 22, 23, 24, 25], [9]):
+        src = torch.tensor([[*src_tokens, EOS_ID]])
+        hyp = beam_search(model, src, beam=1, alpha=0.0, max_len_a=1.0, max_len_b=5)[0][0]
+        assert hyp.tokens == greedy(model, src, len(src_tokens) + 5)
+
+
+def test_each_sentence_gets_the_same_translation_alone_and_in_a_batch():
+    model = tiny_model(2, vocab_size=30)
+    sentences = [[5, 6, 7], [20, 21, 22, 23, 24, 25, 26], [9], [10, 11, 12, 13]]
+    width = max(len(s) for s in sentences) + 1
+    batch = torch.zeros(len(sentences), width, dtype=torch.long)
+    for i, s in enumerate(sentences):
+        batch[i, : len(s) + 1] = torch.tensor([*s, EOS_ID])
+    together = beam_search(model, batch, beam=4, nbest=2)
+    for i, s in enumerate(sentences):
+        alone = beam_search(model, torch.tensor([[*s, EOS_ID]]), beam=4, nbest=2)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in together[i]], abs=1e-4)
+
+
+def test_output_length_is_bounded_by_a_times_source_plus_b():
+    model = tiny_model(3, vocab_size=30)
+    with torch.no_grad():
+        model.embedding.tokens.weight[EOS_ID].fill_(-5)  # a model that never wants to stop
+    src = torch.tensor([[5, 6, 7, 8, EOS_ID]])
+    for a, b in ((1.0, 2), (0.5, 0), (2.0, 1)):
+        hyps = beam_search(model, src, beam=3, max_len_a=a, max_len_b=b, nbest=3)[0]
+        assert all(len(h.tokens) <= int(a * 4 + b) for h in hyps)
+
+
+def test_nbest_are_distinct_and_sorted_by_score():
+    model = tiny_model(4, vocab_size=30)
+    hyps = beam_search(model, torch.tensor([[5, 6, 7, EOS_ID]]), beam=5, nbest=5)[0]
+    assert len(hyps) == 5
+    assert len({tuple(h.tokens) for h in hyps}) == 5
+    assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+
+
+def test_gnmt_length_penalty_formula():
+    assert length_penalty(10, 0.6) == pytest.approx(((5 + 10) / 6) ** 0.6)
+    assert length_penalty(10, 0.6, "power") == pytest.approx(10**0.6)
+    assert length_penalty(7, 0.0) == 1.0

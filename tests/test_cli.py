@@ -1,0 +1,158 @@
+"""The `nmt` command as a user meets it: help, scores that match sacreBLEU, line-exact translation, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_nmt
+from safetensors.torch import load_file
+
+COMMANDS = {
+    "prepare": ["--train", "--valid", "--test", "--vocab-size", "--source-lang"],
+    "train": ["--preset", "--max-steps", "--max-tokens", "--update-freq", "--save-every", "--keep-last", "--warmup", "--seed", "--device", "--restart"],
+    "average": ["--last", "--output"],
+    "translate": ["--model", "--beam", "--alpha", "--max-len-a", "--max-len-b", "--input", "--output", "--length-penalty"],
+    "score": ["--ref", "--metrics", "--json"],
+    "info": ["--preset", "--vocab-size", "--json"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_explains_its_flags(command):
+    result = run_nmt(command, "--help")
+    for flag in COMMANDS[command]:
+        assert flag in result.stdout, f"{command} --help lacks {flag}"
+
+
+def test_top_level_help_lists_every_command():
+    result = run_nmt("--help")
+    for command in COMMANDS:
+        assert command in result.stdout
+    assert run_nmt("--version").stdout.startswith("nmt ")
+
+
+def test_bleu_equals_sacrebleu_to_the_digit(tmp_path):
+    ref = ["The cat sat on the mat.", "A quick brown fox jumps.", "Hello, world!", "It is raining today in Berlin."]
+    hyp = ["The cat sat on a mat.", "A fast brown fox jumps.", "Hello world!", "It rains today in Berlin."]
+    (tmp_path / "ref.txt").write_text("\n".join(ref) + "\n")
+    (tmp_path / "hyp.txt").write_text("\n".join(hyp) + "\n")
+    sacrebleu = str(Path(sys.executable).with_name("sacrebleu"))
+    for metric in ("bleu", "chrf", "ter"):
+        theirs = subprocess.run([sacrebleu, str(tmp_path / "ref.txt"), "-i", str(tmp_path / "hyp.txt"), "-m", metric, "-f", "text"],
+                                capture_output=True, text=True, check=True).stdout
+        ours = run_nmt("score", str(tmp_path / "hyp.txt"), "--ref", str(tmp_path / "ref.txt"), "--metrics", metric).stdout
+        assert ours == theirs
+    piped = run_nmt("score", "-", "--ref", str(tmp_path / "ref.txt"), "--json", input="\n".join(hyp) + "\n")
+    scores = json.loads(piped.stdout)["scores"]
+    assert [s["name"] for s in scores] == ["BLEU", "chrF2"]
+    assert 0 < scores[0]["score"] < 100
+
+
+def test_translation_keeps_every_line_in_order(trained_model, corpus, tmp_path):
+    lines = (corpus["test"].parent / "test.en").read_text().splitlines()[:20]
+    straight = run_nmt("translate", "-m", str(trained_model), input="\n".join(lines) + "\n").stdout.splitlines()
+    assert len(straight) == 20
+    reordered = run_nmt("translate", "-m", str(trained_model), input="\n".join(reversed(lines)) + "\n").stdout.splitlines()
+    assert list(reversed(reordered)) == straight
+
+
+def test_awkward_input_gives_exactly_one_line_per_line(trained_model, tmp_path):
+    long_line = "the dog sees the cat " * 400  # 2,000 tokens: beyond the model's 1,024 positions
+    raw = b"\xef\xbb\xbfthe dog sees a cat\r\n\n   \nbad \xff byte\n" + long_line.encode() + b"\nlast line without newline"
+    result = run_nmt("translate", "-m", str(trained_model), input=raw)
+    out = result.stdout.decode().split("\n")
+    assert out[-1] == "" and len(out) - 1 == 6
+    assert out[1] == "" and out[2] == ""  # empty and blank lines stay empty
+    assert out[0] and out[3] and out[4] and out[5]
+    stderr = result.stderr.decode()
+    assert "line 4: invalid UTF-8" in stderr and "line 5:" in stderr and "truncated" in stderr
+
+
+def test_translate_writes_an_output_file(trained_model, tmp_path):
+    (tmp_path / "in.txt").write_text("the dog sees a cat\nthe red car visits every house\n")
+    run_nmt("translate", "-m", str(trained_model), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"))
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
+
+
+def test_user_errors_are_one_line_without_traceback(tmp_path):
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    (tmp_path / "b.txt").write_text("one\n")
+    cases = [
+        (["score", str(tmp_path / "a.txt"), "--ref", str(tmp_path / "b.txt")], "has 2 lines but the reference has 1"),
+        (["score", str(tmp_path / "missing.txt"), "--ref", str(tmp_path / "b.txt")], "does not exist"),
+        (["prepare", "--train", str(tmp_path / "nope"), "--valid", str(tmp_path / "nope")], "does not exist"),
+        (["translate", "-m", str(tmp_path)], "has no config.json"),
+        (["info", str(tmp_path)], "has no config.json"),
+        (["average", str(tmp_path)], "not a checkpoint dir"),
+        (["train", "--data", str(tmp_path)], "not a prepared data dir"),
+    ]
+    for args, message in cases:
+        result = run_nmt(*args, cwd=tmp_path, check=False)
+        assert result.returncode == 1, args
+        assert "Traceback" not in result.stderr
+        error_lines = [line for line in result.stderr.splitlines() if line.startswith("nmt: error:")]
+        assert len(error_lines) == 1 and message in error_lines[0], result.stderr
+    debug = run_nmt("--debug", "info", str(tmp_path), check=False)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_no_gpu_is_a_clear_error(trained_model):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = run_nmt("translate", "-m", str(trained_model), "--device", "cuda", input="x\n", check=False)
+    assert result.returncode == 1 and "no CUDA GPU is available" in result.stderr
+
+
+def test_corrupt_weights_are_detected(trained_model, tmp_path):
+    broken = tmp_path / "model"
+    shutil.copytree(trained_model, broken)
+    data = (broken / "model.safetensors").read_bytes()
+    (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
+    result = run_nmt("translate", "-m", str(broken), input="x\n", check=False)
+    assert result.returncode == 1 and "not a readable safetensors file" in result.stderr
+
+
+def test_workspace_defaults_pick_the_newest_and_stop_when_it_is_ambiguous(trained_model, tmp_path):
+    models = tmp_path / "models"
+    for name in ("first", "second"):
+        shutil.copytree(trained_model, models / name)
+    os.utime(models / "first" / "config.json", (1_000_000_000, 1_000_000_000))
+    picked = run_nmt("translate", cwd=tmp_path, input="the dog sees a cat\n")
+    assert "using model models/second (newest of 2: models/first)" in picked.stderr
+    os.utime(models / "second" / "config.json", (1_000_000_000, 1_000_000_000))
+    tied = run_nmt("translate", cwd=tmp_path, input="x\n", check=False)
+    assert tied.returncode == 1 and "equally recent" in tied.stderr and "models/first" in tied.stderr
+    chosen = run_nmt("translate", cwd=tmp_path, input="x\n", env={"NMT_MODEL": str(models / "first")})
+    assert "from $NMT_MODEL" in chosen.stderr
+    empty = run_nmt("translate", cwd=tmp_path / "models", input="x\n", check=False)
+    assert empty.returncode == 1 and "run `nmt average` first" in empty.stderr
+
+
+def test_info_reports_parameters_and_training(trained_model):
+    preset = json.loads(run_nmt("info", "--preset", "base", "--json").stdout)
+    assert 63e6 < preset["parameters"] < 66e6
+    info = json.loads(run_nmt("info", str(trained_model), "--json").stdout)
+    assert info["training"]["steps"] == 200 and info["training"]["averaged_checkpoints"] == [100, 200]
+    assert info["languages"] == {"source": "en", "target": "de"}
+    weights = load_file(str(trained_model / "model.safetensors"))
+    assert info["parameters"] == sum(t.numel() for t in weights.values())
+
+
+def test_averaging_checkpoints_of_different_shapes_is_refused(prepared, tmp_path):
+    from nmtcli.training.trainer import Trainer, train_settings_for
+
+    config, settings = train_settings_for("tiny", max_steps=1, max_tokens=300, device="cpu")
+    Trainer(tmp_path / "a", prepared, config, settings).run()
+    Trainer(tmp_path / "b", prepared, config.replace(d_ff=256), settings).run()
+    result = run_nmt("average", str(tmp_path / "a/checkpoints/1"), str(tmp_path / "b/checkpoints/1"), "-o", str(tmp_path / "m"), check=False)
+    assert result.returncode == 1 and "different model configs" in result.stderr
+    assert not (tmp_path / "m").exists()
