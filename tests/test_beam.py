@@ -115,3 +115,23 @@ def test_gnmt_length_penalty_formula():
     assert length_penalty(10, 0.6) == pytest.approx(((5 + 10) / 6) ** 0.6)
     assert length_penalty(10, 0.6, "power") == pytest.approx(10**0.6)
     assert length_penalty(7, 0.0) == 1.0
+
+
+def test_reported_scores_equal_a_full_recomputation():
+    model = tiny_model(5, vocab_size=30)
+    src = torch.tensor([[5, 6, 7, 8, EOS_ID]])
+    for hyp in beam_search(model, src, beam=4, alpha=0.6, nbest=4)[0]:
+        assert hyp.log_prob == pytest.approx(sequence_log_prob(model, src, tuple(hyp.tokens)), abs=1e-4)
+        assert hyp.score == pytest.approx(hyp.log_prob / length_penalty(len(hyp.tokens) + 1, 0.6), abs=1e-6)
+
+
+def test_packed_cpu_model_translates_exactly_like_the_plain_one():
+    from nmtcli.inference.cpu import pack_for_cpu
+
+    plain = tiny_model(6, vocab_size=300)
+    packed = tiny_model(6, vocab_size=300)
+    assert pack_for_cpu(packed), "oneDNN packing unavailable on this build"
+    src = torch.tensor([[5, 6, 7, 8, 9, EOS_ID], [10, 11, EOS_ID, 0, 0, 0]])
+    for a, b in zip(beam_search(plain, src, beam=4, nbest=3), beam_search(packed, src, beam=4, nbest=3), strict=True):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)

@@ -156,3 +156,60 @@ def test_averaging_checkpoints_of_different_shapes_is_refused(prepared, tmp_path
     result = run_nmt("average", str(tmp_path / "a/checkpoints/1"), str(tmp_path / "b/checkpoints/1"), "-o", str(tmp_path / "m"), check=False)
     assert result.returncode == 1 and "different model configs" in result.stderr
     assert not (tmp_path / "m").exists()
+
+
+def test_json_output_carries_scores_tokens_and_nbest(trained_model):
+    result = run_nmt("translate", "-m", str(trained_model), "--nbest", "3", "--output-format", "json",
+                     input="the dog sees a cat\n\nthe red car visits every house\n")
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(records) == 3
+    assert records[1] == {"translation": "", "score": None, "log_prob": None, "tokens": [], "nbest": []}
+    for record in (records[0], records[2]):
+        assert len(record["nbest"]) == 3
+        assert record["translation"] == record["nbest"][0]["translation"]
+        scores = [n["score"] for n in record["nbest"]]
+        assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
+        assert "".join(record["tokens"]).replace("\u2581", " ").strip() == record["translation"]
+    text = run_nmt("translate", "-m", str(trained_model), input="the dog sees a cat\n").stdout.strip()
+    assert records[0]["translation"] == text
+
+
+def test_search_flags_that_cannot_work_are_refused(trained_model):
+    cases = [
+        (["--nbest", "2"], "--nbest above 1 needs --output-format json"),
+        (["--nbest", "5", "--beam", "4", "--output-format", "json"], "exceeds --beam"),
+        (["--dtype", "bf16", "--device", "cpu"], "needs a GPU"),
+        (["--length-penalty", "linear"], "unknown --length-penalty"),
+    ]
+    for flags, message in cases:
+        result = run_nmt("translate", "-m", str(trained_model), *flags, input="x\n", check=False)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, flags
+
+
+def test_output_starts_before_input_ends(trained_model):
+    from conftest import NMT
+
+    process = subprocess.Popen([NMT, "translate", "-m", str(trained_model), "--window", "2"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        process.stdin.write("the dog sees a cat\nthe red car visits every house\n")
+        process.stdin.flush()
+        first = _read_line_within(process.stdout, seconds=60)
+        assert first and first.endswith("\n"), "no output while stdin was still open"
+        process.stdin.write("a bird hears the king\n")
+        process.stdin.close()
+        rest = process.stdout.read().splitlines()
+        assert len(rest) == 2
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _read_line_within(stream, seconds: float) -> str | None:
+    import threading
+
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    return line[0] if line else None

@@ -79,9 +79,9 @@ def test_incremental_decoding_equals_full_recomputation():
     tgt = torch.tensor([[2, 10, 11, 12], [2, 13, 14, 15]])
     full = model(src, tgt)
     memory, mask = model.encode(src)
-    cache = model.new_cache()
+    state = model.start_decoding(memory, mask, beam=1)
     for t in range(tgt.size(1)):
-        step = model.decode_step(tgt[:, t], t, memory, mask, cache)
+        step = model.decode_step(tgt[:, t], state)
         assert torch.allclose(step, full[:, t], atol=1e-5)
 
 

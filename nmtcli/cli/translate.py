@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,14 +37,21 @@ def command(
     length_penalty: Annotated[str, typer.Option(help="gnmt: ((5+|Y|)/6)^alpha, the paper's; power: |Y|^alpha (fairseq, CTranslate2).")] = "gnmt",
     max_len_a: Annotated[float, typer.Option(help="Output length limit a*|x|+b: the a (sec. 6.1: 1).", min=0.0)] = 1.0,
     max_len_b: Annotated[int, typer.Option(help="Output length limit a*|x|+b: the b (sec. 6.1: 50).", min=0)] = 50,
+    nbest: Annotated[int, typer.Option(help="Translations per line, best first (at most --beam); more than 1 needs --output-format json.", min=1)] = 1,
+    output_format: Annotated[str, typer.Option(help="text: one translation per line; json: one JSON object per line with translation, score, log_prob, tokens and the n-best list.")] = "text",
     batch_tokens: Annotated[int, typer.Option(help="Padded source tokens per batch.", min=1)] = 4096,
+    window: Annotated[int, typer.Option(help="Lines read, sorted by length and translated together; bounds memory on endless input.", min=1)] = 1000,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="fp32, or on a GPU bf16 / fp16.")] = "fp32",
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's choice, usually the physical cores).", min=1)] = None,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
     Reads raw text (stdin by default), writes detokenized translations: exactly one output line per
     input line, in input order. Empty lines stay empty; over-long lines are truncated with a warning.
     """
+    import torch
+
     from nmtcli.errors import NmtError
     from nmtcli.inference.beam import LENGTH_PENALTIES
     from nmtcli.inference.translator import SearchSettings, Translator
@@ -52,26 +60,41 @@ def command(
 
     if length_penalty not in LENGTH_PENALTIES:
         raise NmtError(f"unknown --length-penalty {length_penalty!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)
-    model_dir = model or default_model_dir()
-    settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, length_penalty=length_penalty, batch_tokens=batch_tokens)
-    translator = Translator(model_dir, resolve_device(device), settings, warn=warn)
+    if output_format not in ("text", "json"):
+        raise NmtError(f"unknown --output-format {output_format!r}", "choose text or json", exit_code=2)
+    if nbest > 1 and output_format == "text":
+        raise NmtError("--nbest above 1 needs --output-format json", "text output has exactly one line per input line", exit_code=2)
     if input is not None and not input.is_file():
         raise NmtError(f"{input} does not exist", "check the path given to --input")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    model_dir = model or default_model_dir()
+    settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
+                              length_penalty=length_penalty, batch_tokens=batch_tokens, window=window)
+    translator = Translator(model_dir, resolve_device(device), settings, dtype=dtype, warn=warn)
     source = open(input, "rb") if input is not None else sys.stdin.buffer
-    name = str(input) if input is not None else "stdin"
+    lines = read_text_lines(source, str(input) if input is not None else "stdin")
+    results = translator.translate(lines) if output_format == "text" else map(_json_line, translator.translate_nbest(lines))
     count = 0
     try:
         if output is None:
-            for line in translator.translate(read_text_lines(source, name)):
+            for line in results:
                 sys.stdout.write(line + "\n")
-                sys.stdout.flush()
+                sys.stdout.flush()  # a reader downstream gets each window as soon as it is done
                 count += 1
         else:
             with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
-                for line in translator.translate(read_text_lines(source, name)):
+                for line in results:
                     f.write(line + "\n")
                     count += 1
     finally:
         if input is not None:
             source.close()
     say(f"translated {count:,} line(s)")
+
+
+def _json_line(hyps) -> str:
+    """One JSON object per input line: the best translation's fields plus the n-best list."""
+    entries = [{"translation": h.text, "score": round(h.score, 6), "log_prob": round(h.log_prob, 6), "tokens": h.tokens} for h in hyps]
+    best = entries[0] if entries else {"translation": "", "score": None, "log_prob": None, "tokens": []}
+    return json.dumps({**best, "nbest": entries}, ensure_ascii=False)

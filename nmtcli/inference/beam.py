@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmtcli.model.transformer import Transformer, reorder_cache
+from nmtcli.model.transformer import Transformer
 
 LENGTH_PENALTIES = ("gnmt", "power")
 
@@ -46,6 +46,7 @@ def beam_search(
     max_len_b: int = 50,
     nbest: int = 1,
     penalty: str = "gnmt",
+    min_len: int = 0,
 ) -> list[list[Hypothesis]]:
     """src: (B, S) ids ending in EOS, right-padded. Returns the `nbest` best hypotheses of each sentence.
 
@@ -66,64 +67,58 @@ def beam_search(
     max_penalty = length_penalty(max_len.double() + 1, alpha, penalty)  # per sentence, EOS included
 
     memory, src_mask = model.encode(src)
-    memory = memory.repeat_interleave(K, dim=0)
-    src_mask = src_mask.repeat_interleave(K, dim=0)
-    cache = model.new_cache()
+    state = model.start_decoding(memory, src_mask, K)
     tokens = torch.full((n_sent * K, 1), cfg.bos_id, dtype=torch.long, device=device)
     scores = torch.full((n_sent, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start identical: keep one alive so the first step has no duplicates
     active = torch.arange(n_sent, device=device)  # original sentence index of each live sentence
     finished: list[list[Hypothesis]] = [[] for _ in range(n_sent)]
+    # The nbest-th best finished score of each sentence: a live hypothesis must beat it to matter.
+    kth_finished = torch.full((n_sent,), float("-inf"), device=device)
 
     step = 0
     while active.numel():
         n = active.numel()
-        logits = model.decode_step(tokens[:, -1], step, memory, src_mask, cache)
-        log_probs = torch.log_softmax(logits.float(), dim=-1).view(n, K, V)
-        log_probs[:, :, cfg.pad_id] = float("-inf")
-        log_probs[:, :, cfg.bos_id] = float("-inf")
+        log_probs = torch.log_softmax(model.decode_step(tokens[:, -1], state).float(), dim=-1)  # (n * K, V)
+        log_probs[:, cfg.pad_id] = float("-inf")
+        log_probs[:, cfg.bos_id] = float("-inf")
+        if step < min_len:
+            log_probs[:, cfg.eos_id] = float("-inf")
         at_max = step >= max_len[active]  # these sentences may only end now
         if at_max.any():
-            eos_only = torch.full((V,), float("-inf"), device=device)
-            eos_only[cfg.eos_id] = 0.0
-            log_probs[at_max] = log_probs[at_max] + eos_only
-        candidates = (scores.unsqueeze(-1) + log_probs).view(n, K * V)
+            rows_at_max = at_max.repeat_interleave(K)
+            eos = log_probs[rows_at_max, cfg.eos_id]
+            log_probs[rows_at_max] = float("-inf")
+            log_probs[rows_at_max, cfg.eos_id] = eos
+        candidates = log_probs.view(n, K, V).add_(scores.unsqueeze(-1)).view(n, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # each beam ends at most once: K live remain
         top_beam, top_token = top_index // V, top_index % V
         is_eos = (top_token == cfg.eos_id) & top_scores.isfinite()
 
         # Every ended candidate becomes a finished hypothesis.
-        ended = is_eos.nonzero().tolist()
-        if ended:
-            rows = top_beam[is_eos] + torch.arange(n, device=device).repeat_interleave(is_eos.sum(1)) * K
-            prefixes = tokens[rows, 1:].tolist()
-            ended_scores = top_scores[is_eos].tolist()
-            for (i, _), prefix, log_prob in zip(ended, prefixes, ended_scores):
-                norm = log_prob / length_penalty(step + 1, alpha, penalty)
-                finished[int(active[i])].append(Hypothesis(prefix, norm, log_prob))
+        if is_eos.any():
+            which = is_eos.nonzero()[:, 0]
+            rows = which * K + top_beam[is_eos]
+            penalty_now = length_penalty(step + 1, alpha, penalty)
+            for i, prefix, log_prob in zip(which.tolist(), tokens[rows, 1:].tolist(), top_scores[is_eos].tolist()):
+                sentence = int(active[i])
+                finished[sentence].append(Hypothesis(prefix, log_prob / penalty_now, log_prob))
+                if len(finished[sentence]) >= nbest:
+                    kth = sorted((h.score for h in finished[sentence]), reverse=True)[nbest - 1]
+                    kth_finished[sentence] = kth
 
         # The K best candidates that did not end continue.
-        keep = torch.argsort(is_eos.int(), dim=1, stable=True)[:, :K]
+        keep = torch.argsort(is_eos.to(torch.int8), dim=1, stable=True)[:, :K]
         next_beam = top_beam.gather(1, keep)
         next_token = top_token.gather(1, keep)
         next_scores = top_scores.gather(1, keep)
 
-        best_live = (next_scores.max(1).values / max_penalty[active]).tolist()
-        done = at_max.tolist()
-        for i in range(n):
-            hyps = finished[int(active[i])]
-            if not done[i] and len(hyps) >= nbest:
-                kth = sorted((h.score for h in hyps), reverse=True)[nbest - 1]
-                done[i] = kth >= best_live[i]
-        still = ~torch.tensor(done, device=device)
-
+        best_live = next_scores.max(1).values / max_penalty[active]
+        still = ~(at_max | (kth_finished[active] >= best_live))
         rows = (torch.arange(n, device=device).unsqueeze(1) * K + next_beam)[still].view(-1)
         tokens = torch.cat([tokens[rows], next_token[still].view(-1, 1)], dim=1)
         scores = next_scores[still]
-        cache = reorder_cache(cache, rows)
-        if not still.all():
-            sentence_rows = (torch.arange(n, device=device)[still].unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
-            memory, src_mask = memory[sentence_rows], src_mask[sentence_rows]
+        state.select(rows, None if bool(still.all()) else still.nonzero()[:, 0])
         active = active[still]
         step += 1
 

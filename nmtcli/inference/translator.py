@@ -1,24 +1,32 @@
 """Text in, text out: sentencepiece-encode, batch by length, beam search, decode, restore input order.
 
-One output line for every input line, always: empty or blank lines give empty lines, over-long
-lines are truncated to what the model can read (and reported), never dropped.
+Input is consumed in windows of `window` lines: each window is sorted by length, cut into batches of
+at most `batch_tokens` padded source tokens, translated, and written back in input order before the
+next window is read. Memory stays bounded on any input size and output starts before input ends.
+
+One output for every input line, always: empty or blank lines give empty outputs, over-long lines
+are truncated to what the model can read (and reported), never dropped.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from nmtcli.data.text import load_sentencepiece
+from nmtcli.errors import NmtError
 from nmtcli.inference.beam import Hypothesis, beam_search
+from nmtcli.inference.cpu import pack_for_cpu
 from nmtcli.model.checkpoint import SPM_FILE, load_model
 
 # warn(message): the CLI prints it on stderr; the core only reports.
 Warn = Callable[[str], None]
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -30,44 +38,72 @@ class SearchSettings:
     nbest: int = 1
     length_penalty: str = "gnmt"
     batch_tokens: int = 4096  # padded source tokens per batch
-    chunk_lines: int = 1000  # lines read, translated and written at a time
+    window: int = 1000  # lines read, sorted, translated and written at a time
+
+
+@dataclass
+class Translation:
+    text: str
+    score: float  # log-probability / length penalty: what the search ranks by
+    log_prob: float
+    tokens: list[str] = field(default_factory=list)  # the output's sentencepiece pieces
 
 
 class Translator:
-    def __init__(self, model_dir: Path, device: str | torch.device = "cpu", settings: SearchSettings = SearchSettings(), warn: Warn | None = None):
+    """A model dir loaded once, in inference mode, ready to translate streams of lines."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        device: str | torch.device = "cpu",
+        settings: SearchSettings = SearchSettings(),
+        dtype: str = "fp32",
+        warn: Warn | None = None,
+    ):
+        device = torch.device(device)
+        if dtype not in DTYPES:
+            raise NmtError(f"unknown --dtype {dtype!r}", f"choose one of {', '.join(DTYPES)}", exit_code=2)
+        if dtype != "fp32" and device.type != "cuda":
+            raise NmtError(f"--dtype {dtype} needs a GPU", "use --dtype fp32 on the CPU", exit_code=2)
+        if settings.nbest > settings.beam:
+            raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         self.model, self.config_values = load_model(model_dir, device)
+        self.model.to(DTYPES[dtype])
+        self.packed = pack_for_cpu(self.model) if device.type == "cpu" else False
         self.sp = load_sentencepiece(Path(model_dir) / SPM_FILE)
-        self.device = torch.device(device)
+        self.device = device
         self.settings = settings
         self.warn = warn or (lambda message: None)
         cfg = self.model.config
         if self.sp.get_piece_size() > cfg.vocab_size:
-            raise ValueError(f"sentencepiece model has {self.sp.get_piece_size()} pieces but the model only {cfg.vocab_size}")
+            raise NmtError(
+                f"{model_dir}: the sentencepiece model has {self.sp.get_piece_size()} pieces but the model only {cfg.vocab_size}",
+                "the model dir mixes files of different models",
+            )
         self.max_source_tokens = cfg.max_positions - 1  # one position for EOS
 
     def translate(self, lines: Iterable[str]) -> Iterator[str]:
-        """Translations of `lines`, in order, produced chunk by chunk (output starts before input ends)."""
-        numbered = enumerate(lines, start=1)
-        while chunk := list(itertools.islice(numbered, self.settings.chunk_lines)):
-            for hyps in self._translate_chunk(chunk):
-                yield self.detokenize(hyps[0].tokens) if hyps else ""
+        """The best translation of each line, in order."""
+        for hyps in self.translate_nbest(lines):
+            yield hyps[0].text if hyps else ""
 
-    def translate_nbest(self, lines: Iterable[str]) -> Iterator[list[tuple[str, Hypothesis]]]:
+    def translate_nbest(self, lines: Iterable[str]) -> Iterator[list[Translation]]:
+        """The `nbest` best translations of each line (best first), in order; [] for an empty line."""
         numbered = enumerate(lines, start=1)
-        while chunk := list(itertools.islice(numbered, self.settings.chunk_lines)):
-            for hyps in self._translate_chunk(chunk):
-                yield [(self.detokenize(h.tokens), h) for h in hyps]
+        while window := list(itertools.islice(numbered, self.settings.window)):
+            for hyps in self._translate_window(window):
+                yield [self._detokenize(h) for h in hyps]
 
-    def detokenize(self, tokens: list[int]) -> str:
+    def _detokenize(self, hyp: Hypothesis) -> Translation:
         # Byte-fallback pieces can spell a line break; one output line per input line is the contract.
-        return self.sp.decode(tokens).replace("\r", " ").replace("\n", " ")
+        text = self.sp.decode(hyp.tokens).replace("\r", " ").replace("\n", " ")
+        return Translation(text, hyp.score, hyp.log_prob, [self.sp.id_to_piece(t) for t in hyp.tokens])
 
-    def _translate_chunk(self, chunk: list[tuple[int, str]]) -> list[list[Hypothesis]]:
-        results: list[list[Hypothesis]] = [[] for _ in chunk]
+    def _translate_window(self, window: list[tuple[int, str]]) -> list[list[Hypothesis]]:
+        results: list[list[Hypothesis]] = [[] for _ in window]
         encoded: list[tuple[int, list[int]]] = []
-        texts = [line for _, line in chunk]
-        ids_all = self.sp.encode([t if t.strip() else "" for t in texts])
-        for pos, ((number, _), ids) in enumerate(zip(chunk, ids_all)):
+        ids_all = self.sp.encode([line if line.strip() else "" for _, line in window])
+        for pos, ((number, _), ids) in enumerate(zip(window, ids_all)):
             if not ids:
                 continue  # an empty or blank line translates to an empty line
             if len(ids) > self.max_source_tokens:
@@ -76,9 +112,9 @@ class Translator:
             encoded.append((pos, ids))
         # Sorting by length keeps padding low; results go back to their input positions.
         encoded.sort(key=lambda item: len(item[1]))
+        s = self.settings
         for batch in self._batches(encoded):
             src = self._pad([ids for _, ids in batch])
-            s = self.settings
             hyps = beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty)
             for (pos, _), h in zip(batch, hyps):
                 results[pos] = h

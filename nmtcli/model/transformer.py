@@ -14,10 +14,6 @@ from torch import Tensor, nn
 
 from nmtcli.model.config import ModelConfig
 
-# One decoder layer's incremental-decoding state: {"self": {"k", "v"}, "cross": {"k", "v"}}.
-LayerCache = dict[str, dict[str, Tensor]]
-
-
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (sec. 3.5)."""
     position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
@@ -58,38 +54,75 @@ class MultiHeadAttention(nn.Module):
     def _split_heads(self, x: Tensor) -> Tensor:  # (B, L, d) -> (B, h, L, d_k)
         return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
 
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None = None,
-        mask: Tensor | None = None,
-        causal: bool = False,
-        cache: dict[str, Tensor] | None = None,
-    ) -> Tensor:
-        """x: (B, T, d) queries. memory: (B, S, d) keys/values for encoder-decoder attention.
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        """x: (B, T, d) queries; memory: (B, S, d) keys/values for encoder-decoder attention, else x.
 
         mask: boolean, broadcastable to (B, h, T, S), True where attention is allowed.
-        cache: incremental decoding; self-attention appends this step's keys/values to it,
-        encoder-decoder attention computes the encoder's keys/values once and reuses them.
         """
         if self.self_attention:
             q, k, v = (self._split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
-            if cache is not None:
-                if "k" in cache:
-                    k = torch.cat([cache["k"], k], dim=2)
-                    v = torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
         else:
             q = self._split_heads(self.q_proj(x))
-            if cache is not None and "k" in cache:
-                k, v = cache["k"], cache["v"]
-            else:
-                k, v = (self._split_heads(t) for t in self.kv_proj(memory).chunk(2, dim=-1))
-                if cache is not None:
-                    cache["k"], cache["v"] = k, v
+            k, v = self.memory_keys_values(memory)
+        return self._attend(q, k, v, mask, causal)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         dropout = self.attention_dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
         return self.out_proj(out.transpose(1, 2).flatten(2))
+
+    def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder-decoder attention's keys and values, (B, h, S, d_k) each: computed once per sentence."""
+        return tuple(self._split_heads(t) for t in self.kv_proj(memory).chunk(2, dim=-1))
+
+    def step_self(self, x: Tensor, past: KeyValues) -> Tensor:
+        """Self-attention of one new position (N, 1, d) over all earlier ones, appending to `past`."""
+        q, k, v = (self._split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
+        k, v = past.append(k, v)
+        return self._attend(q, k, v)
+
+    def step_memory(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """Encoder-decoder attention of one new position for rows grouped by sentence.
+
+        x: (n * beam, 1, d), beams of a sentence adjacent; k, v: (n, h, S, d_k); mask (n, 1, 1, S). The beam
+        hypotheses of a sentence are its `beam` queries against one copy of its keys/values, so nothing
+        is repeated per beam and beam reordering never touches them.
+        """
+        rows, n = x.size(0), k.size(0)
+        q = self.q_proj(x).view(n, rows // n, self.heads, -1).transpose(1, 2)  # (n, h, beam, d_k)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out_proj(out.transpose(1, 2).reshape(rows, 1, -1))
+
+
+class KeyValues:
+    """Self-attention keys/values of every decoded position of every row, (N, h, t, d_k) each.
+
+    Beam search reorders rows between steps; `select(rows)` records the reordering and the next
+    `append` applies it while copying the history into the grown tensors: one copy per step.
+    """
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+        self.rows: Tensor | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k, self.v = self._grow(self.k, k), self._grow(self.v, v)
+        self.rows = None
+        return self.k, self.v
+
+    def _grow(self, past: Tensor, new: Tensor) -> Tensor:
+        t = past.size(2)
+        grown = new.new_empty(new.size(0), new.size(1), t + 1, new.size(3))
+        if self.rows is None:
+            grown[:, :, :t] = past
+        else:
+            torch.index_select(past, 0, self.rows, out=grown[:, :, :t])
+        grown[:, :, t:] = new
+        return grown
 
 
 class FeedForward(nn.Module):
@@ -145,16 +178,15 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(config)
         self.sublayer = nn.ModuleList(SublayerConnection(config) for _ in range(3))
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, cache: LayerCache | None = None) -> Tensor:
-        # Training sees the whole target at once and needs the causal mask; incremental decoding feeds
-        # one new position whose keys are all in the past, so no mask is needed.
-        incremental = cache is not None
-        x = self.sublayer[0](
-            x, lambda y: self.self_attn(y, causal=not incremental, cache=cache["self"] if incremental else None)
-        )
-        x = self.sublayer[1](
-            x, lambda y: self.cross_attn(y, memory, mask=src_mask, cache=cache["cross"] if incremental else None)
-        )
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, causal=True))
+        x = self.sublayer[1](x, lambda y: self.cross_attn(y, memory, mask=src_mask))
+        return self.sublayer[2](x, self.ffn)
+
+    def step(self, x: Tensor, past: KeyValues, memory_kv: tuple[Tensor, Tensor], src_mask: Tensor) -> Tensor:
+        """The same layer for one new position per row (incremental decoding)."""
+        x = self.sublayer[0](x, lambda y: self.self_attn.step_self(y, past))
+        x = self.sublayer[1](x, lambda y: self.cross_attn.step_memory(y, *memory_kv, src_mask))
         return self.sublayer[2](x, self.ffn)
 
 
@@ -203,9 +235,14 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, cache: list[LayerCache] | None = None) -> Tensor:
-        for i, layer in enumerate(self.layers):
-            x = layer(x, memory, src_mask, cache[i] if cache is not None else None)
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, memory, src_mask)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+    def step(self, x: Tensor, state: DecoderState) -> Tensor:
+        for layer, past, memory_kv in zip(self.layers, state.past, state.memory_kv):
+            x = layer.step(x, past, memory_kv, state.src_mask)
         return self.final_norm(x) if self.final_norm is not None else x
 
 
@@ -218,6 +255,8 @@ class Transformer(nn.Module):
         self.embedding = Embedding(config)  # one matrix for source, target and output (sec. 3.4)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
+        # Set by inference code that packs the output projection for speed (nmtcli/inference/cpu.py).
+        self.packed_output: nn.Module | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -241,6 +280,8 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear transformation, sharing the embedding matrix (sec. 3.4)."""
+        if self.packed_output is not None:
+            return self.packed_output(hidden)
         return F.linear(hidden, self.embedding.tokens.weight)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
@@ -250,15 +291,16 @@ class Transformer(nn.Module):
         # seeing it; what padded positions compute is excluded from the loss.
         return self.logits(self.decoder(self.embedding(tgt_in), memory, src_mask))
 
-    def new_cache(self) -> list[LayerCache]:
-        return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
+    def start_decoding(self, memory: Tensor, src_mask: Tensor, beam: int = 1) -> DecoderState:
+        """State for decoding `beam` rows per sentence of `memory` (n, S, d), one position at a time."""
+        memory_kv = [layer.cross_attn.memory_keys_values(memory) for layer in self.decoder.layers]
+        return DecoderState(memory_kv, src_mask, beam, [KeyValues() for _ in self.decoder.layers])
 
-    def decode_step(
-        self, tokens: Tensor, step: int, memory: Tensor, src_mask: Tensor, cache: list[LayerCache]
-    ) -> Tensor:
-        """One step of incremental decoding: tokens (N,) at position `step` -> logits (N, V)."""
-        x = self.embedding(tokens[:, None], start=step)
-        return self.logits(self.decoder(x, memory, src_mask, cache))[:, 0]
+    def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
+        """One step of incremental decoding: the newest token of each row (N,) -> next-token logits (N, V)."""
+        x = self.embedding(tokens[:, None], start=state.length)
+        state.length += 1
+        return self.logits(self.decoder.step(x, state))[:, 0]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -270,9 +312,22 @@ def count_parameters(config: ModelConfig) -> int:
         return Transformer(config).num_parameters()
 
 
-def reorder_cache(cache: list[LayerCache], index: Tensor) -> list[LayerCache]:
-    """Select rows of every cached key/value (beam reordering, finished sentences leaving the batch)."""
-    return [
-        {part: {name: t.index_select(0, index) for name, t in layer[part].items()} for part in layer}
-        for layer in cache
-    ]
+class DecoderState:
+    """What incremental decoding keeps between steps: per layer the self-attention history of every
+    row (rows = sentences x beam, beams of a sentence adjacent) and the encoder-decoder keys/values of
+    every sentence, computed once."""
+
+    def __init__(self, memory_kv: list[tuple[Tensor, Tensor]], src_mask: Tensor, beam: int, past: list[KeyValues]):
+        self.memory_kv = memory_kv
+        self.src_mask = src_mask
+        self.beam = beam
+        self.past = past
+        self.length = 0  # positions decoded so far
+
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Continue with `rows` of the current rows (reordered beams); `sentences`: those still decoding."""
+        for past in self.past:
+            past.rows = rows
+        if sentences is not None:
+            self.memory_kv = [(k.index_select(0, sentences), v.index_select(0, sentences)) for k, v in self.memory_kv]
+            self.src_mask = self.src_mask.index_select(0, sentences)
