@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from nmtcli.data.text import load_sentencepiece
 from nmtcli.inference.beam import Hypothesis, beam_search
-from nmtcli.model.checkpoint import SPM_FILE, load_model
+from nmtcli.inference.greedy import greedy_search
+from nmtcli.inference.tokenizer import load_tokenizer
+from nmtcli.model.checkpoint import load_model
 
 # warn(message): the CLI prints it on stderr; the core only reports.
 Warn = Callable[[str], None]
@@ -36,13 +37,13 @@ class SearchSettings:
 class Translator:
     def __init__(self, model_dir: Path, device: str | torch.device = "cpu", settings: SearchSettings = SearchSettings(), warn: Warn | None = None):
         self.model, self.config_values = load_model(model_dir, device)
-        self.sp = load_sentencepiece(Path(model_dir) / SPM_FILE)
+        self.tokenizer = load_tokenizer(Path(model_dir), self.config_values)
         self.device = torch.device(device)
         self.settings = settings
         self.warn = warn or (lambda message: None)
         cfg = self.model.config
-        if self.sp.get_piece_size() > cfg.vocab_size:
-            raise ValueError(f"sentencepiece model has {self.sp.get_piece_size()} pieces but the model only {cfg.vocab_size}")
+        if self.tokenizer.size > cfg.vocab_size:
+            raise ValueError(f"the tokenizer has {self.tokenizer.size} pieces but the model only {cfg.vocab_size}")
         self.max_source_tokens = cfg.max_positions - 1  # one position for EOS
 
     def translate(self, lines: Iterable[str]) -> Iterator[str]:
@@ -60,13 +61,13 @@ class Translator:
 
     def detokenize(self, tokens: list[int]) -> str:
         # Byte-fallback pieces can spell a line break; one output line per input line is the contract.
-        return self.sp.decode(tokens).replace("\r", " ").replace("\n", " ")
+        return self.tokenizer.decode(tokens).replace("\r", " ").replace("\n", " ")
 
     def _translate_chunk(self, chunk: list[tuple[int, str]]) -> list[list[Hypothesis]]:
         results: list[list[Hypothesis]] = [[] for _ in chunk]
         encoded: list[tuple[int, list[int]]] = []
         texts = [line for _, line in chunk]
-        ids_all = self.sp.encode([t if t.strip() else "" for t in texts])
+        ids_all = self.tokenizer.encode([t if t.strip() else "" for t in texts])
         for pos, ((number, _), ids) in enumerate(zip(chunk, ids_all)):
             if not ids:
                 continue  # an empty or blank line translates to an empty line
@@ -79,7 +80,10 @@ class Translator:
         for batch in self._batches(encoded):
             src = self._pad([ids for _, ids in batch])
             s = self.settings
-            hyps = beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty)
+            if s.beam == 1:
+                hyps = greedy_search(self.model, src, s.max_len_a, s.max_len_b)
+            else:
+                hyps = beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty)
             for (pos, _), h in zip(batch, hyps):
                 results[pos] = h
         return results
