@@ -15,7 +15,7 @@ import random
 from corpus import sentence_pair
 
 
-def write_marian_model(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2) -> Path:
+def write_marian_model(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2, train_steps: int = 300) -> Path:
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
@@ -51,10 +51,30 @@ def write_marian_model(out: Path, seed: int = 0, d_model: int = 32, layers: int 
         decoder_start_token_id=pad, forced_eos_token_id=0, scale_embedding=True, share_encoder_decoder_embeddings=True,
     )
     torch.manual_seed(seed)
-    model = MarianMTModel(config).eval()
-    with torch.no_grad():  # a trained model's logits bias is not zero; make the import carry one
-        model.final_logits_bias.normal_(0.0, 0.5)
+    model = MarianMTModel(config)
+    tokenizer = MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"), source_lang="en", target_lang="de")
+    # A fresh random model emits one token over and over whatever the input; a few steps of training
+    # make its outputs depend on the input and end at different lengths, so equal outputs mean something.
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a model this small trains many times faster on one thread than on a busy machine's all
+    try:
+        _train(model, tokenizer, optimizer, pairs, pad, train_steps)
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    with torch.no_grad():  # Marian's logits bias is a buffer, not trained; give it values the import must carry
+        model.final_logits_bias.normal_(0.0, 0.1)
     model.save_pretrained(out)
-    MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
-                    source_lang="en", target_lang="de").save_pretrained(out)
+    tokenizer.save_pretrained(out)
     return out
+
+
+def _train(model, tokenizer, optimizer, pairs, pad: int, steps: int) -> None:
+    for step in range(steps):
+        batch = pairs[(step * 32) % len(pairs):][:32]
+        enc = tokenizer([s for s, _ in batch], text_target=[t for _, t in batch], return_tensors="pt", padding=True)
+        enc["labels"][enc["labels"] == pad] = -100
+        model(**enc).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()

@@ -9,7 +9,7 @@ from typing import Annotated, BinaryIO, Optional
 
 import typer
 
-from nmtcli.cli.common import default_model_dir, say, warn
+from nmtcli.cli.common import resolve_model, say, warn
 
 NAME = "translate"
 
@@ -28,7 +28,8 @@ def read_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
 
 
 def command(
-    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Model dir. Default: $NMT_MODEL, else the newest under models/.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model dir, or a Hub id OWNER/NAME (downloaded once into the Hub cache; HF_HUB_OFFLINE=1 uses the cache only). Default: $NMT_MODEL, else the newest under models/.")] = None,
+    revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit of the Hub model given with -m.")] = None,
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input text, one sentence a line. Default: stdin.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (written atomically). Default: stdout.")] = None,
     beam: Annotated[int, typer.Option(help="Beam size (sec. 6.1: 4); 1 is greedy search.", min=1)] = 4,
@@ -38,6 +39,8 @@ def command(
     max_len_b: Annotated[int, typer.Option(help="Output length limit a*|x|+b: the b (sec. 6.1: 50).", min=0)] = 50,
     batch_tokens: Annotated[int, typer.Option(help="Padded source tokens per batch.", min=1)] = 4096,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; the fastest on CPU).")] = "native",
+    threads: Annotated[int, typer.Option(help="CPU threads for --engine ctranslate2 (0: its default).", min=0)] = 0,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
@@ -52,9 +55,18 @@ def command(
 
     if length_penalty not in LENGTH_PENALTIES:
         raise NmtError(f"unknown --length-penalty {length_penalty!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)
-    model_dir = model or default_model_dir()
+    if engine not in ("native", "ctranslate2"):
+        raise NmtError(f"unknown --engine {engine!r}", "choose native or ctranslate2", exit_code=2)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, length_penalty=length_penalty, batch_tokens=batch_tokens)
-    translator = Translator(model_dir, resolve_device(device), settings, warn=warn)
+    if engine == "ctranslate2":
+        from nmtcli.inference.ct2 import CTranslate2Translator
+
+        # A CTranslate2 dir is what `nmt export ctranslate2` wrote; it is never a default or a Hub id.
+        if model is None:
+            raise NmtError("--engine ctranslate2 needs -m CT2_DIR", "export one with `nmt export ctranslate2 MODEL_DIR CT2_DIR`", exit_code=2)
+        translator = CTranslate2Translator(Path(model), device, settings, threads, warn=warn)
+    else:
+        translator = Translator(resolve_model(model, revision), resolve_device(device), settings, warn=warn)
     if input is not None and not input.is_file():
         raise NmtError(f"{input} does not exist", "check the path given to --input")
     source = open(input, "rb") if input is not None else sys.stdin.buffer
