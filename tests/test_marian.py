@@ -30,13 +30,6 @@ MAX_NEW_TOKENS = 30  # transformers counts EOS among the new tokens; nmt's a*|x|
 
 
 @pytest.fixture(scope="module")
-def marian_dir(tmp_path_factory):
-    from marian_fixture import write_marian_model
-
-    return write_marian_model(tmp_path_factory.mktemp("marian") / "opus-mt-en-de")
-
-
-@pytest.fixture(scope="module")
 def imported(marian_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("imported") / "model"
     run_nmt("import", "marian", str(marian_dir), "-o", str(out))
