@@ -15,7 +15,6 @@ import torch
 from conftest import run_nmt
 
 transformers = pytest.importorskip("transformers")
-pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
 SENTENCES = [
     "the small dog sees a red ball",
