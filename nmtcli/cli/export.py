@@ -14,6 +14,7 @@ NAME = "export"
 app = typer.Typer(
     name=NAME,
     no_args_is_help=True,
+    rich_markup_mode="rich",
     help="Convert an nmt model dir for another inference engine.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -15,6 +15,7 @@ NAME = "import"
 app = typer.Typer(
     name=NAME,
     no_args_is_help=True,
+    rich_markup_mode="rich",
     help="Convert a model trained with another toolkit into an nmt model dir.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -33,8 +34,8 @@ def marian(
     SRC holds config.json, model.safetensors (or pytorch_model.bin, read with weights_only=True),
     source.spm, target.spm and vocab.json. The converted model computes the same logits: swish,
     sines-first positions, the final logits bias and the pad-token decoder start are model config
-    switches. Translate with `nmt translate -m DIR`; Marian's default search is beam 4 to 6 with
-    `--length-penalty power --alpha 1`.
+    switches. Translate with `nmt translate -m DIR`; to search as transformers does with the
+    OPUS-MT settings, pass `--beam 4 --length-penalty power --alpha 1`.
     """
     from nmtcli.interop.marian import import_marian
 

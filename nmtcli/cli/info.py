@@ -70,6 +70,14 @@ def _print_table(report: dict[str, Any], config) -> None:
     table.add_row("architecture", f"{config.layers}+{config.layers} layers, d_model {config.d_model}, d_ff {config.d_ff}, "
                   f"{config.heads} heads, {config.norm}-norm, {config.activation}, dropout {config.dropout}")
     table.add_row("vocabulary", f"{config.vocab_size:,} (shared source/target/output)")
+    origin = report.get("imported_from")
+    if origin:
+        table.add_row("imported from", f"{origin.get('kind')} model {origin.get('source')}" + (f" at {origin['revision']}" if origin.get("revision") else ""))
+    variants = [f"{config.positions} positions"] if config.positions != "interleaved" else []
+    variants += ["final logits bias"] if config.final_logits_bias else []
+    variants += ["unscaled embeddings"] if not config.scale_embedding else []
+    if variants:
+        table.add_row("variants", ", ".join(variants))
     if "languages" in report:
         table.add_row("languages", f"{report['languages']['source']} -> {report['languages']['target']}")
     training = report.get("training")

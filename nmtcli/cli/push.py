@@ -20,9 +20,13 @@ def command(
     message: Annotated[Optional[str], typer.Option("--message", "-M", help="Commit message. Default: 'Upload MODEL_DIR with nmt'.")] = None,
     license: Annotated[Optional[str], typer.Option(help="License in the model card. Default: the one the model dir records, else apache-2.0.")] = None,
 ) -> None:
-    """Upload a model dir to the Hugging Face Hub: config.json, model.safetensors, the sentencepiece model(s), scores.json and a generated README.md model card (languages, license, translation tag, datasets, BLEU with its sacreBLEU signature; architecture, data, recipe, usage).
+    """Upload a model dir to the Hugging Face Hub with a generated model card.
 
-    The token comes from `hf auth login` or $HF_TOKEN; $HF_ENDPOINT selects another Hub.
+    Uploads config.json, model.safetensors, the sentencepiece model(s), scores.json and a README.md
+    whose YAML header carries the languages, license, `translation` tag, datasets and the recorded
+    scores with their sacreBLEU signatures, and whose body describes the architecture, training data,
+    recipe and how to use the model with nmt. The token comes from `hf auth login` or $HF_TOKEN;
+    $HF_ENDPOINT selects another Hub.
     """
     from nmtcli.hub import push
 
