@@ -86,9 +86,16 @@ def resolve_model(spec: str | Path, revision: str | None = None) -> Path:
     if Path(text).is_dir() or not looks_like_repo_id(text):
         return Path(text)
     snapshot = download(text, revision)
+    hint = f"for an OPUS-MT (Marian) model run `nmt import marian {text}` first"
     if not (snapshot / CONFIG_FILE).is_file() or not (snapshot / WEIGHTS_FILE).is_file():
-        raise NmtError(f"{text} is not an nmt model repo (no {CONFIG_FILE} and {WEIGHTS_FILE})", "for an OPUS-MT model run `nmt import marian` first")
-    read_model_dir_config(snapshot)  # a foreign config.json (e.g. a transformers model) stops here
+        raise NmtError(f"{text} is not an nmt model repo (no {CONFIG_FILE} and {WEIGHTS_FILE})", hint)
+    try:
+        foreign = "model" not in json.loads((snapshot / CONFIG_FILE).read_text(encoding="utf-8"))
+    except ValueError:
+        foreign = True
+    if foreign:  # e.g. a transformers config.json, which sits beside model.safetensors too
+        raise NmtError(f"{text} is not an nmt model repo (its {CONFIG_FILE} is not nmt's)", hint)
+    read_model_dir_config(snapshot)
     return snapshot
 
 

@@ -139,8 +139,10 @@ def test_pull_refuses_a_repo_that_is_not_an_nmt_model(hub, env, tmp_path):
     api.create_repo("alice/bert")
     api.upload_file(path_or_fileobj=b'{"model_type": "bert"}', path_in_repo="config.json", repo_id="alice/bert")
     api.upload_file(path_or_fileobj=b"pickle", path_in_repo="pytorch_model.bin", repo_id="alice/bert")
+    api.upload_file(path_or_fileobj=b"not really safetensors", path_in_repo="model.safetensors", repo_id="alice/bert")
     result = run_nmt("pull", "alice/bert", env=env, check=False)
-    assert _error_line(result).startswith("nmt: error: alice/bert is not an nmt model repo")
+    assert _error_line(result) == ("nmt: error: alice/bert is not an nmt model repo (its config.json is not nmt's) "
+                                   "(for an OPUS-MT (Marian) model run `nmt import marian alice/bert` first)")
     # Nothing but the listed model files is ever downloaded: no pickle reaches the cache.
     assert not list((tmp_path / "hf-home").rglob("pytorch_model.bin"))
 

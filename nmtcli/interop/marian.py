@@ -94,7 +94,7 @@ def import_marian(
         "languages": {"source": src, "target": tgt},
         "tokenizer": {"kind": "marian", "source": MARIAN_SOURCE_SPM, "target": MARIAN_TARGET_SPM, "vocab": MARIAN_VOCAB},
         "imported_from": provenance,
-        "license": _card_license(marian_dir / CARD_FILE),
+        "license": _card_license(marian_dir / CARD_FILE) or "unknown",  # never claim a license the source did not state
         "versions": versions(),
     }
     out_dir = Path(out_dir)
