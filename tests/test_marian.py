@@ -55,11 +55,20 @@ def _generate(hf, **kwargs) -> list[list[int]]:
     return result
 
 
-def _nmt_tokens(model_dir, **settings) -> list[list[int]]:
-    from nmtcli.inference.translator import SearchSettings, Translator
+def _nmt_tokens(model_dir, hf, beam: int, **settings) -> list[list[int]]:
+    """nmt's search on the imported model, fed the ids MarianTokenizer makes (tokenization has its own test)."""
+    from nmtcli.inference.beam import beam_search
+    from nmtcli.inference.greedy import greedy_search
+    from nmtcli.model.checkpoint import load_model
 
-    s = SearchSettings(max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1, **settings)
-    return [nbest[0][1].tokens for nbest in Translator(model_dir, "cpu", s).translate_nbest(SENTENCES)]
+    model, _ = load_model(model_dir)
+    _, tokenizer = hf
+    src = tokenizer(SENTENCES, return_tensors="pt", padding=True).input_ids
+    if beam == 1:
+        hyps = greedy_search(model, src, max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1)
+    else:
+        hyps = beam_search(model, src, beam=beam, max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1, **settings)
+    return [h[0].tokens for h in hyps]
 
 
 def test_import_records_marian_switches_and_files(imported, marian_dir):
@@ -117,7 +126,7 @@ def test_logits_match_marian_within_1e_4(imported, hf):
 
 def test_greedy_output_equals_generate_num_beams_1(imported, hf):
     theirs = _generate(hf, num_beams=1)
-    assert _nmt_tokens(imported, beam=1) == theirs
+    assert _nmt_tokens(imported, hf, beam=1) == theirs
     assert len({tuple(t) for t in theirs}) >= 5 and all(0 < len(t) < MAX_NEW_TOKENS for t in theirs[:6])
     # The command line gives the same text, line for line.
     _, tokenizer = hf
@@ -131,7 +140,7 @@ def test_beam_output_equals_generate_num_beams_4_with_power_penalty(imported, hf
     # transformers' default early stopping is a heuristic that can stop before the best hypothesis is
     # found; "never" runs the exact search nmt runs. Its length penalty is |Y|^alpha with EOS counted.
     theirs = _generate(hf, num_beams=4, length_penalty=alpha, early_stopping="never")
-    assert _nmt_tokens(imported, beam=4, alpha=alpha, length_penalty="power") == theirs
+    assert _nmt_tokens(imported, hf, beam=4, alpha=alpha, penalty="power") == theirs
 
 
 def test_import_of_an_incomplete_dir_is_a_one_line_error(marian_dir, tmp_path):
@@ -152,7 +161,7 @@ def test_import_reads_pytorch_model_bin_without_unpickling_code(marian_dir, tmp_
     torch.save(load_file(str(legacy / "model.safetensors")), legacy / "pytorch_model.bin")
     (legacy / "model.safetensors").unlink()
     run_nmt("import", "marian", str(legacy), "-o", str(tmp_path / "out"))
-    assert _nmt_tokens(tmp_path / "out", beam=1) == _generate(hf, num_beams=1)
+    assert _nmt_tokens(tmp_path / "out", hf, beam=1) == _generate(hf, num_beams=1)
 
     class Payload:  # a pickle that would run code when loaded without weights_only
         def __reduce__(self):
