@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -53,3 +54,34 @@ def trained_model(prepared, tmp_path_factory) -> Path:
     Trainer(root / "run", prepared, config, settings).run()
     average_checkpoints(last_checkpoints(root / "run", 2), root / "model")
     return root / "model"
+
+
+@pytest.fixture(scope="session")
+def marian_dir(tmp_path_factory) -> Path:
+    """A small swish MarianMTModel saved by transformers' save_pretrained, like an OPUS-MT repo (needs transformers)."""
+    pytest.importorskip("transformers")
+    from marian_fixture import write_marian_model
+
+    return write_marian_model(tmp_path_factory.mktemp("marian") / "opus-mt-en-de")
+
+
+@pytest.fixture(scope="session")
+def random_model(prepared, tmp_path_factory) -> Path:
+    """An untrained tiny model dir (seeded) with the prepared vocabulary and a scores.json: made in a second."""
+    import torch
+
+    from nmtcli.data.prepare import versions
+    from nmtcli.model.checkpoint import write_model_dir
+    from nmtcli.model.config import PRESETS
+    from nmtcli.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    config = PRESETS["tiny"].replace(vocab_size=1000, d_model=64, d_ff=128, heads=2, max_positions=256)
+    values = {"format": "nmt-model", "format_version": 1, "model": config.to_dict(),
+              "languages": {"source": "en", "target": "de"}, "versions": versions()}
+    out = tmp_path_factory.mktemp("random") / "tiny-en-de"
+    write_model_dir(out, Transformer(config).state_dict(), values, prepared / "sentencepiece.model", "# tiny-en-de\n")
+    scores = {"en-de/test": {"BLEU": {"score": 12.3, "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"},
+                             "chrF2": {"score": 40.1, "signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"}}}
+    (out / "scores.json").write_text(json.dumps(scores))
+    return out

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from nmtcli import __version__
-from nmtcli.cli import average, info, prepare, score, train, translate
+from nmtcli.cli import average, export, import_model, info, prepare, pull, push, score, train, translate
 from nmtcli.errors import NmtError
 
 app = typer.Typer(
@@ -43,13 +43,17 @@ def _root(
 
     The commands chain with no paths: [bold]nmt prepare[/bold] writes data/NAME/, [bold]nmt train[/bold]
     writes runs/PRESET-NAME/, [bold]nmt average[/bold] writes models/RUN/, and [bold]nmt translate[/bold] /
-    [bold]nmt score[/bold] use the newest model (or $NMT_MODEL).
+    [bold]nmt score[/bold] use the newest model (or $NMT_MODEL). [bold]nmt push[/bold] / [bold]nmt pull[/bold] share
+    models on the Hugging Face Hub, [bold]nmt import marian[/bold] converts OPUS-MT models, and
+    [bold]nmt export ctranslate2[/bold] writes a model for the fastest CPU engine.
     """
     _debug["on"] = _debug["on"] or debug
 
 
-for module in (prepare, train, average, translate, score, info):
+for module in (prepare, train, average, translate, score, info, push, pull):
     app.command(module.NAME, help=module.command.__doc__)(module.command)
+for group in (import_model, export):
+    app.add_typer(group.app, name=group.NAME)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -95,8 +95,23 @@ def default_run_dir() -> Path:
 def default_model_dir() -> Path:
     if os.environ.get("NMT_MODEL"):
         say(f"using model {os.environ['NMT_MODEL']} (from $NMT_MODEL)")
-        return Path(os.environ["NMT_MODEL"])
+        return resolve_model(os.environ["NMT_MODEL"])
     return _newest(_stamped(MODELS_ROOT, "config.json"), "model", "run `nmt average` first, or pass -m MODEL_DIR")
+
+
+def resolve_model(spec: str | Path | None, revision: str | None = None) -> Path:
+    """The model dir for `-m`: a local dir, a Hub id (OWNER/NAME, through the Hub cache), or the default."""
+    if spec is None:
+        if revision is not None:
+            raise NmtError("--revision needs -m OWNER/NAME", "name the Hub model whose revision you want")
+        return default_model_dir()
+    from nmtcli import hub
+
+    if hub.looks_like_repo_id(str(spec)):
+        path = hub.resolve_model(str(spec), revision)
+        say(f"using {spec}{'@' + revision if revision else ''} from the Hub cache ({path})")
+        return path
+    return Path(spec)
 
 
 def announce(what: str, path: Path) -> None:

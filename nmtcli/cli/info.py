@@ -12,7 +12,8 @@ NAME = "info"
 
 
 def command(
-    model_dir: Annotated[Optional[Path], typer.Argument(metavar="[MODEL_DIR]", help="Model dir to describe.", show_default=False)] = None,
+    model_dir: Annotated[Optional[str], typer.Argument(metavar="[MODEL_DIR]", help="Model dir to describe, or a Hub id OWNER/NAME.", show_default=False)] = None,
+    revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit when MODEL_DIR is a Hub id.")] = None,
     preset: Annotated[Optional[str], typer.Option(help="Describe a preset instead: tiny, base or big.")] = None,
     vocab_size: Annotated[int, typer.Option(help="Vocabulary size assumed with --preset (sec. 5.1: 37,000).", min=1)] = 37000,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON (key `parameters` holds the count).")] = False,
@@ -32,6 +33,9 @@ def command(
         config = PRESETS[preset].replace(vocab_size=vocab_size)
         report = {"preset": preset, "model": config.to_dict()}
     else:
+        from nmtcli.cli.common import resolve_model
+
+        model_dir = resolve_model(model_dir, revision)
         values = read_model_dir_config(model_dir)
         config = ModelConfig.from_dict(values["model"])
         report = {"model_dir": str(model_dir), **values}
@@ -66,6 +70,14 @@ def _print_table(report: dict[str, Any], config) -> None:
     table.add_row("architecture", f"{config.layers}+{config.layers} layers, d_model {config.d_model}, d_ff {config.d_ff}, "
                   f"{config.heads} heads, {config.norm}-norm, {config.activation}, dropout {config.dropout}")
     table.add_row("vocabulary", f"{config.vocab_size:,} (shared source/target/output)")
+    origin = report.get("imported_from")
+    if origin:
+        table.add_row("imported from", f"{origin.get('kind')} model {origin.get('source')}" + (f" at {origin['revision']}" if origin.get("revision") else ""))
+    variants = [f"{config.positions} positions"] if config.positions != "interleaved" else []
+    variants += ["final logits bias"] if config.final_logits_bias else []
+    variants += ["unscaled embeddings"] if not config.scale_embedding else []
+    if variants:
+        table.add_row("variants", ", ".join(variants))
     if "languages" in report:
         table.add_row("languages", f"{report['languages']['source']} -> {report['languages']['target']}")
     training = report.get("training")

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from nmtcli.cli.common import default_model_dir, progress_bar, say
+from nmtcli.cli.common import progress_bar, resolve_model, say
 
 NAME = "score"
 
@@ -20,7 +20,7 @@ def command(
     metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu,chrf",
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text lines.")] = False,
     width: Annotated[int, typer.Option(help="Decimals shown (sacreBLEU's --width).", min=0, max=10)] = 1,
-    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Model for scoring with no HYP. Default: $NMT_MODEL, else the newest under models/.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model for scoring with no HYP: a model dir or a Hub id OWNER/NAME. Default: $NMT_MODEL, else the newest under models/.")] = None,
     split: Annotated[str, typer.Option(help="Prepared split to translate when HYP is omitted: test or valid.")] = "test",
     device: Annotated[str, typer.Option(help="Device for translating when HYP is omitted: auto, cpu, cuda.")] = "auto",
 ) -> None:
@@ -58,14 +58,14 @@ def command(
     sys.stdout.flush()
 
 
-def _translate_split(model: Path | None, split: str, device: str):
+def _translate_split(model: str | None, split: str, device: str):
     from nmtcli.data.prepare import read_manifest, reference_lines
     from nmtcli.errors import NmtError
     from nmtcli.inference.translator import Translator
     from nmtcli.model.checkpoint import read_model_dir_config
     from nmtcli.training.trainer import resolve_device
 
-    model_dir = model or default_model_dir()
+    model_dir = resolve_model(model)
     values = read_model_dir_config(model_dir)
     data_dir = Path(values.get("training", {}).get("data_dir", ""))
     if not (data_dir / "manifest.json").is_file():
@@ -85,8 +85,13 @@ def _translate_split(model: Path | None, split: str, device: str):
 
 
 def _record(model_dir: Path, label: str, results) -> None:
+    from huggingface_hub import constants
+
     from nmtcli.model.checkpoint import atomic_write_json
 
+    if Path(constants.HF_HUB_CACHE).resolve() in Path(model_dir).resolve().parents:
+        say("not recorded: the model is in the Hub cache (`nmt pull REPO -o DIR` makes a copy that can keep scores)")
+        return
     path = Path(model_dir) / "scores.json"
     recorded = json.loads(path.read_text()) if path.is_file() else {}
     recorded[label] = {r.name: {"score": r.score, "signature": r.signature} for r in results}

@@ -10,7 +10,7 @@ from typing import Annotated, BinaryIO, Optional
 
 import typer
 
-from nmtcli.cli.common import default_model_dir, say, warn
+from nmtcli.cli.common import resolve_model, say, warn
 
 NAME = "translate"
 
@@ -29,7 +29,8 @@ def read_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
 
 
 def command(
-    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Model dir. Default: $NMT_MODEL, else the newest under models/.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model dir, or a Hub id OWNER/NAME (downloaded once into the Hub cache; HF_HUB_OFFLINE=1 uses the cache only). Default: $NMT_MODEL, else the newest under models/.")] = None,
+    revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit of the Hub model given with -m.")] = None,
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input text, one sentence a line. Default: stdin.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (written atomically). Default: stdout.")] = None,
     beam: Annotated[int, typer.Option(help="Beam size (sec. 6.1: 4); 1 is greedy search.", min=1)] = 4,
@@ -43,7 +44,8 @@ def command(
     window: Annotated[int, typer.Option(help="Lines read, sorted by length and translated together; bounds memory on endless input.", min=1)] = 1000,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="fp32, or on a GPU bf16 / fp16.")] = "fp32",
-    threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's choice, usually the physical cores).", min=1)] = None,
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's or CTranslate2's choice, usually the physical cores).", min=1)] = None,
+    engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; the fastest on CPU).")] = "native",
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
@@ -64,14 +66,25 @@ def command(
         raise NmtError(f"unknown --output-format {output_format!r}", "choose text or json", exit_code=2)
     if nbest > 1 and output_format == "text":
         raise NmtError("--nbest above 1 needs --output-format json", "text output has exactly one line per input line", exit_code=2)
+    if engine not in ("native", "ctranslate2"):
+        raise NmtError(f"unknown --engine {engine!r}", "choose native or ctranslate2", exit_code=2)
     if input is not None and not input.is_file():
         raise NmtError(f"{input} does not exist", "check the path given to --input")
-    if threads is not None:
-        torch.set_num_threads(threads)
-    model_dir = model or default_model_dir()
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window)
-    translator = Translator(model_dir, resolve_device(device), settings, dtype=dtype, warn=warn)
+    if engine == "ctranslate2":
+        from nmtcli.inference.ct2 import CTranslate2Translator
+
+        # A CTranslate2 dir is what `nmt export ctranslate2` wrote; it is never a default or a Hub id.
+        if model is None:
+            raise NmtError("--engine ctranslate2 needs -m CT2_DIR", "export one with `nmt export ctranslate2 MODEL_DIR CT2_DIR`", exit_code=2)
+        if output_format != "text":
+            raise NmtError("--engine ctranslate2 writes text only", "use the native engine for --output-format json", exit_code=2)
+        translator = CTranslate2Translator(Path(model), device, settings, threads or 0, warn=warn)
+    else:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        translator = Translator(resolve_model(model, revision), resolve_device(device), settings, dtype=dtype, warn=warn)
     source = open(input, "rb") if input is not None else sys.stdin.buffer
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
     results = translator.translate(lines) if output_format == "text" else map(_json_line, translator.translate_nbest(lines))

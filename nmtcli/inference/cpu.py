@@ -51,8 +51,9 @@ def pack_for_cpu(model: Transformer) -> bool:
         return False
     try:
         with torch.no_grad():
-            output = PackedLinear(weight, None)
-            if not _agrees(output, weight, None):
+            bias = model.final_logits_bias  # None for the paper's model; Marian's learned logits bias
+            output = PackedLinear(weight, bias)
+            if not _agrees(output, weight, bias):
                 return False
             replacements = []
             for parent in model.modules():

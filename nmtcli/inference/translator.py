@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 
-from nmtcli.data.text import load_sentencepiece
 from nmtcli.errors import NmtError
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import pack_for_cpu
-from nmtcli.model.checkpoint import SPM_FILE, load_model
+from nmtcli.inference.greedy import greedy_search
+from nmtcli.inference.tokenizer import load_tokenizer
+from nmtcli.model.checkpoint import load_model
 
 # warn(message): the CLI prints it on stderr; the core only reports.
 Warn = Callable[[str], None]
@@ -70,14 +71,15 @@ class Translator:
         self.model, self.config_values = load_model(model_dir, device)
         self.model.to(DTYPES[dtype])
         self.packed = pack_for_cpu(self.model) if device.type == "cpu" else False
-        self.sp = load_sentencepiece(Path(model_dir) / SPM_FILE)
+        self.tokenizer = load_tokenizer(Path(model_dir), self.config_values)
+        self.pieces = self.tokenizer.pieces()
         self.device = device
         self.settings = settings
         self.warn = warn or (lambda message: None)
         cfg = self.model.config
-        if self.sp.get_piece_size() > cfg.vocab_size:
+        if self.tokenizer.size > cfg.vocab_size:
             raise NmtError(
-                f"{model_dir}: the sentencepiece model has {self.sp.get_piece_size()} pieces but the model only {cfg.vocab_size}",
+                f"{model_dir}: the tokenizer has {self.tokenizer.size} pieces but the model only {cfg.vocab_size}",
                 "the model dir mixes files of different models",
             )
         self.max_source_tokens = cfg.max_positions - 1  # one position for EOS
@@ -96,13 +98,13 @@ class Translator:
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         # Byte-fallback pieces can spell a line break; one output line per input line is the contract.
-        text = self.sp.decode(hyp.tokens).replace("\r", " ").replace("\n", " ")
-        return Translation(text, hyp.score, hyp.log_prob, [self.sp.id_to_piece(t) for t in hyp.tokens])
+        text = self.tokenizer.decode(hyp.tokens).replace("\r", " ").replace("\n", " ")
+        return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens])
 
     def _translate_window(self, window: list[tuple[int, str]]) -> list[list[Hypothesis]]:
         results: list[list[Hypothesis]] = [[] for _ in window]
         encoded: list[tuple[int, list[int]]] = []
-        ids_all = self.sp.encode([line if line.strip() else "" for _, line in window])
+        ids_all = self.tokenizer.encode([line if line.strip() else "" for _, line in window])
         for pos, ((number, _), ids) in enumerate(zip(window, ids_all)):
             if not ids:
                 continue  # an empty or blank line translates to an empty line
@@ -115,7 +117,10 @@ class Translator:
         s = self.settings
         for batch in self._batches(encoded):
             src = self._pad([ids for _, ids in batch])
-            hyps = beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty)
+            if s.beam == 1:
+                hyps = greedy_search(self.model, src, s.max_len_a, s.max_len_b)
+            else:
+                hyps = beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty)
             for (pos, _), h in zip(batch, hyps):
                 results[pos] = h
         return results

@@ -32,10 +32,14 @@ class ModelConfig:
     activation: str = "relu"  # FFN(x) = max(0, x W1 + b1) W2 + b2 (sec. 3.3)
     norm: str = "post"  # "post": LayerNorm(x + Dropout(Sublayer(x))), the paper; "pre": pre-norm variant
     max_positions: int = 1024  # longest sequence (tokens, with EOS) the position table covers
+    # Variants the paper's model does not use, needed to load models trained elsewhere (OPUS-MT/Marian):
+    positions: str = "interleaved"  # sec. 3.5 as written (sin at 2i, cos at 2i+1); "sines_first": all sines, then all cosines
+    scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (sec. 3.4)
+    final_logits_bias: bool = False  # a learned bias added to the output logits (Marian)
     pad_id: int = PAD_ID
     unk_id: int = UNK_ID
     bos_id: int = BOS_ID
-    eos_id: int = EOS_ID
+    eos_id: int = EOS_ID  # the decoder starts from bos_id; Marian models start from their pad token
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:
@@ -44,6 +48,8 @@ class ModelConfig:
             raise ValueError(f"d_model ({self.d_model}) must be even for sinusoidal positions")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
+        if self.positions not in POSITION_LAYOUTS:
+            raise ValueError(f"positions must be one of {list(POSITION_LAYOUTS)}, not {self.positions!r}")
         if self.norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', not {self.norm!r}")
         for name in ("vocab_size", "d_ff", "layers", "max_positions"):
@@ -78,6 +84,7 @@ class ModelConfig:
 
 
 ACTIVATIONS = ("relu", "gelu", "swish")
+POSITION_LAYOUTS = ("interleaved", "sines_first")
 
 # Table 3 of the paper. `tiny` is ours: small enough to learn a toy task on a laptop CPU in minutes.
 PRESETS: dict[str, ModelConfig] = {

@@ -14,14 +14,22 @@ from torch import Tensor, nn
 
 from nmtcli.model.config import ModelConfig
 
-def sinusoidal_positions(length: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (sec. 3.5)."""
+def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (sec. 3.5).
+
+    layout "interleaved" places the features as the formula indexes them; "sines_first" (tensor2tensor,
+    Marian) holds the same d_model/2 sines in the first half and the cosines in the second.
+    """
     position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     angle = position / torch.pow(10000.0, two_i / d_model)
     table = torch.zeros(length, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle)
+    if layout == "sines_first":
+        table[:, : d_model // 2] = torch.sin(angle)
+        table[:, d_model // 2 :] = torch.cos(angle)
+    else:
+        table[:, 0::2] = torch.sin(angle)
+        table[:, 1::2] = torch.cos(angle)
     return table.float()
 
 
@@ -200,8 +208,9 @@ class Embedding(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
-        self.scale = math.sqrt(config.d_model)
-        self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model), persistent=False)
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        table = sinusoidal_positions(config.max_positions, config.d_model, config.positions)
+        self.register_buffer("positions", table, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
@@ -255,6 +264,8 @@ class Transformer(nn.Module):
         self.embedding = Embedding(config)  # one matrix for source, target and output (sec. 3.4)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
+        # Marian learns a bias on the output logits; the paper's model has none (sec. 3.4).
+        self.final_logits_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.final_logits_bias else None
         # Set by inference code that packs the output projection for speed (nmtcli/inference/cpu.py).
         self.packed_output: nn.Module | None = None
         self.reset_parameters()
@@ -282,7 +293,7 @@ class Transformer(nn.Module):
         """The pre-softmax linear transformation, sharing the embedding matrix (sec. 3.4)."""
         if self.packed_output is not None:
             return self.packed_output(hidden)
-        return F.linear(hidden, self.embedding.tokens.weight)
+        return F.linear(hidden, self.embedding.tokens.weight, self.final_logits_bias)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src: (B, S) source ids ending in EOS; tgt_in: (B, T) BOS followed by the target shifted right."""

@@ -1,0 +1,42 @@
+"""`nmt export ctranslate2`: write a model dir as a CTranslate2 model for fast CPU/GPU inference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from nmtcli.cli.common import announce
+
+NAME = "export"
+
+app = typer.Typer(
+    name=NAME,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    help="Convert an nmt model dir for another inference engine.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.command("ctranslate2")
+def ctranslate2(
+    model_dir: Annotated[str, typer.Argument(help="Model dir, or a Hub id OWNER/NAME.", show_default=False)],
+    out_dir: Annotated[Path, typer.Argument(help="Dir to write the CTranslate2 model to (must not exist, or use --force).", show_default=False)],
+    quantization: Annotated[Optional[str], typer.Option(help="Weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16, float32. Default: float32, as trained.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT_DIR if it exists.")] = False,
+    revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit when MODEL_DIR is a Hub id.")] = None,
+) -> None:
+    """Export a model to CTranslate2 (post-norm Transformer spec) for `nmt translate --engine ctranslate2`.
+
+    Needs the ctranslate2 extra (`pip install "nmtcli[ctranslate2]"`). OUT_DIR gets model.bin,
+    the vocabularies, config.json, and nmt.json with the tokenizer files, so it translates raw text.
+    """
+    from nmtcli.cli.common import resolve_model
+    from nmtcli.interop.ctranslate2 import export_ctranslate2
+
+    source = resolve_model(model_dir, revision)
+    announce("the CTranslate2 model", out_dir)
+    export_ctranslate2(source, out_dir, quantization=quantization, force=force)
+    print(out_dir)

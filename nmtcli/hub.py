@@ -1,0 +1,269 @@
+"""The Hugging Face Hub: push a model dir, pull one, and resolve `-m OWNER/NAME` through the Hub cache.
+
+Everything goes through `huggingface_hub` (token from `hf auth login` or $HF_TOKEN, endpoint from
+$HF_ENDPOINT, cache and offline mode from $HF_HOME / $HF_HUB_OFFLINE). Only the files a model dir
+consists of are downloaded, and weights are only ever safetensors: nothing pulled is executed or
+unpickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from nmtcli.errors import NmtError
+from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, atomic_copy, read_model_dir_config
+
+# What a model dir consists of (nmt's own: sentencepiece.model; imported Marian: source/target.spm, vocab.json).
+MODEL_DIR_PATTERNS = [CONFIG_FILE, WEIGHTS_FILE, "*.model", "*.spm", "vocab.json", CARD_FILE, "scores.json"]
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def looks_like_repo_id(spec: str) -> bool:
+    """OWNER/NAME that is not a path on this machine (a local dir always wins)."""
+    return bool(_REPO_ID.match(spec)) and not Path(spec).exists() and ".." not in spec
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    # huggingface_hub's HTTP client changed between releases (requests, httpx, httpx2); catch whichever is here.
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for module, name in (("httpx2", "TransportError"), ("httpx", "TransportError"), ("requests", "ConnectionError")):
+        with contextlib.suppress(ImportError, AttributeError):
+            errors.append(getattr(importlib.import_module(module), name))
+    return tuple(errors)
+
+
+@contextlib.contextmanager
+def hub_errors(repo_id: str, revision: str | None = None) -> Iterator[None]:
+    """Turn the Hub client's exceptions into one-line NmtErrors that say what to do."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{repo_id}@{revision}" if revision else repo_id
+    try:
+        yield
+    except GatedRepoError:
+        raise NmtError(f"{repo_id} is gated", "accept its conditions on the Hub, then log in with `hf auth login`") from None
+    except RepositoryNotFoundError:
+        raise NmtError(f"{repo_id} was not found on {constants.ENDPOINT}", "check the name; a private repo needs `hf auth login` or $HF_TOKEN") from None
+    except RevisionNotFoundError:
+        raise NmtError(f"{repo_id} has no revision {revision!r}", "pass an existing branch, tag or commit to --revision") from None
+    except LocalEntryNotFoundError:
+        if constants.HF_HUB_OFFLINE:
+            raise NmtError(f"{where} is not in the Hub cache and HF_HUB_OFFLINE is set", "unset HF_HUB_OFFLINE, or `nmt pull` it while online") from None
+        raise NmtError(f"cannot reach {constants.ENDPOINT} to get {where}, and it is not in the Hub cache", "check the network connection or $HF_ENDPOINT") from None
+    except HfHubHTTPError as e:
+        status = e.response.status_code if e.response is not None else None
+        if status in (401, 403):
+            raise NmtError(f"the Hub refused the token for {repo_id} (HTTP {status})", "log in with `hf auth login` or set $HF_TOKEN to a token with write access") from None
+        raise NmtError(f"the Hub answered HTTP {status} for {where}: {str(e).splitlines()[0]}", "try again later, or check $HF_ENDPOINT") from None
+    except _network_errors() as e:
+        raise NmtError(f"cannot reach {constants.ENDPOINT}: {e}", "check the network connection or $HF_ENDPOINT") from None
+
+
+def download(repo_id: str, revision: str | None = None, patterns: list[str] | None = None) -> Path:
+    """The files of `repo_id` matching `patterns`, through the Hub cache (offline from it with HF_HUB_OFFLINE=1)."""
+    from huggingface_hub import snapshot_download
+
+    with hub_errors(repo_id, revision):
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns or MODEL_DIR_PATTERNS))
+
+
+def resolve_model(spec: str | Path, revision: str | None = None) -> Path:
+    """A model dir for `-m`: a local dir as is, or a Hub id (OWNER/NAME) downloaded into the Hub cache."""
+    text = str(spec)
+    if Path(text).is_dir() or not looks_like_repo_id(text):
+        return Path(text)
+    snapshot = download(text, revision)
+    hint = f"for an OPUS-MT (Marian) model run `nmt import marian {text}` first"
+    if not (snapshot / CONFIG_FILE).is_file() or not (snapshot / WEIGHTS_FILE).is_file():
+        raise NmtError(f"{text} is not an nmt model repo (no {CONFIG_FILE} and {WEIGHTS_FILE})", hint)
+    try:
+        foreign = "model" not in json.loads((snapshot / CONFIG_FILE).read_text(encoding="utf-8"))
+    except ValueError:
+        foreign = True
+    if foreign:  # e.g. a transformers config.json, which sits beside model.safetensors too
+        raise NmtError(f"{text} is not an nmt model repo (its {CONFIG_FILE} is not nmt's)", hint)
+    read_model_dir_config(snapshot)
+    return snapshot
+
+
+def pull(repo_id: str, revision: str | None = None, out_dir: Path | None = None) -> Path:
+    """Download a model repo; with `out_dir`, copy it there (each file atomically). Returns the model dir."""
+    snapshot = resolve_model(repo_id, revision) if looks_like_repo_id(repo_id) else None
+    if snapshot is None:
+        raise NmtError(f"{repo_id!r} is not a Hub repo id", "pass OWNER/NAME, e.g. Helsinki-NLP/opus-mt-en-de")
+    if out_dir is None:
+        return snapshot
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NmtError(f"{out_dir} exists and is not a directory", "pass another -o")
+    files = sorted(p for p in snapshot.iterdir() if p.is_file() and p.name != CONFIG_FILE)
+    for path in files:
+        atomic_copy(path, out_dir / path.name)  # follows the cache's symlinks: real files in out_dir
+    atomic_copy(snapshot / CONFIG_FILE, out_dir / CONFIG_FILE)  # last: a dir with config.json is complete
+    return out_dir
+
+
+def push(
+    model_dir: Path,
+    repo_id: str,
+    private: bool = False,
+    revision: str | None = None,
+    message: str | None = None,
+    license: str | None = None,
+) -> str:
+    """Create `repo_id` if needed and upload the model dir with a generated model card. Returns the commit URL."""
+    from huggingface_hub import CommitOperationAdd, HfApi, get_token
+
+    model_dir = Path(model_dir)
+    values = read_model_dir_config(model_dir)
+    if not (model_dir / WEIGHTS_FILE).is_file():
+        raise NmtError(f"{model_dir} has no {WEIGHTS_FILE}", "push a model dir written by `nmt average` or `nmt import`")
+    if not _REPO_ID.match(repo_id):
+        raise NmtError(f"{repo_id!r} is not a Hub repo id", "pass OWNER/NAME, e.g. alice/transformer-base-en-de")
+    if get_token() is None:
+        raise NmtError("no Hugging Face token found", "log in with `hf auth login` or set $HF_TOKEN")
+    files = sorted(
+        p for p in model_dir.iterdir()
+        if p.is_file() and p.name != CARD_FILE and any(Path(p.name).match(pattern) for pattern in MODEL_DIR_PATTERNS)
+    )
+    scores = _read_scores(model_dir)
+    card = model_card(values, repo_id, scores, license)
+    operations = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in files]
+    operations.append(CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=card.encode("utf-8")))
+    api = HfApi()
+    with hub_errors(repo_id, revision):
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision and revision != "main":
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        info = api.create_commit(
+            repo_id, operations, commit_message=message or f"Upload {model_dir.name} with nmt", revision=revision
+        )
+    return str(info.commit_url)
+
+
+def _read_scores(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "scores.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise NmtError(f"{path} is not valid JSON: {e}", "re-create it with `nmt score`, or delete it") from None
+
+
+def _yaml_string(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid YAML flow scalar
+
+
+def model_card(values: dict[str, Any], repo_id: str, scores: dict[str, Any], license: str | None = None) -> str:
+    """README.md for the Hub: YAML metadata (languages, license, tags, datasets, BLEU with its signature), then prose."""
+    from nmtcli.model.config import ModelConfig
+    from nmtcli.model.transformer import count_parameters
+
+    m = values["model"]
+    lang = values.get("languages", {})
+    src, tgt = lang.get("source", "?"), lang.get("target", "?")
+    training = values.get("training", {})
+    imported = values.get("imported_from")
+    license = license or values.get("license") or "apache-2.0"
+    datasets = training.get("datasets") or []
+    meta = ["---", "language:"]
+    meta += [f"- {_yaml_string(code)}" for code in dict.fromkeys([src, tgt]) if code != "?"]
+    meta += [f"license: {_yaml_string(license)}", "library_name: nmt", "pipeline_tag: translation", "tags:", "- translation", "- nmt", "- transformer"]
+    if datasets:
+        meta += ["datasets:"] + [f"- {_yaml_string(d)}" for d in datasets]
+    results = []
+    for label, metrics in scores.items():
+        entries = []
+        for name, v in metrics.items():
+            entries += [
+                f"      - type: {_yaml_string(name.lower())}",
+                f"        name: {_yaml_string(name)}",
+                f"        value: {float(v['score'])}",
+                "        verified: false",
+                "        args:",
+                f"          signature: {_yaml_string(v.get('signature', ''))}",
+            ]
+        results += [
+            "  - task:",
+            "      type: translation",
+            f"      name: {_yaml_string(f'Translation {src}-{tgt}')}",
+            "    dataset:",
+            f"      name: {_yaml_string(label)}",
+            f"      type: {_yaml_string(label.split('/')[0])}",
+            "    metrics:",
+            *entries,
+        ]
+    if results:
+        meta += ["model-index:", f"- name: {_yaml_string(repo_id.split('/')[-1])}", "  results:", *results]
+    meta.append("---")
+
+    params = count_parameters(ModelConfig.from_dict(m))
+    variants = []
+    if m.get("positions", "interleaved") != "interleaved":
+        variants.append(f"{m['positions']} positional encodings")
+    if m.get("final_logits_bias"):
+        variants.append("a final logits bias")
+    arch = (
+        f"{m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads, "
+        f"{m['norm']}-norm, {m['activation']}, dropout {m['dropout']}, vocabulary {m['vocab_size']:,} "
+        f"(one matrix for source, target and output); {params:,} parameters"
+        + (f"; {', '.join(variants)}" if variants else "")
+    )
+    lines = [
+        "\n".join(meta),
+        "",
+        f"# {repo_id.split('/')[-1]}",
+        "",
+        f"A Transformer translation model ({src} -> {tgt}) in the format of [nmt](https://pypi.org/project/nmtcli/), "
+        'the toolkit for the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).',
+        "",
+        "## Architecture",
+        "",
+        arch,
+        "",
+    ]
+    if imported:
+        lines += ["## Origin", "", f"Converted with `nmt import {imported.get('kind', '')}` from `{imported.get('source', '')}`"
+                  + (f" (revision {imported['revision']})" if imported.get("revision") else "") + ". Its training data and recipe are those of the original model.", ""]
+    if training:
+        lines += ["## Training data", "", f"{training.get('data', 'unknown')} ({training.get('train_pairs', 0):,} sentence pairs after cleaning)."
+                  + (f" Datasets: {', '.join(datasets)}." if datasets else ""), ""]
+        settings = training.get("settings", {})
+        recipe = [f"preset {training.get('preset')}", f"{training.get('steps')} steps"]
+        recipe += [f"{k} {settings[k]}" for k in ("max_tokens", "update_freq", "warmup", "label_smoothing", "seed") if k in settings]
+        averaged = training.get("averaged_checkpoints") or []
+        lines += ["## Training recipe", "", ", ".join(str(r) for r in recipe) + (f"; the weights average the checkpoints of steps {', '.join(map(str, averaged))}." if averaged else "."), ""]
+    if scores:
+        lines += ["## Evaluation", "", "| test set | metric | score | sacreBLEU signature |", "|---|---|---|---|"]
+        for label, metrics in scores.items():
+            for name, v in metrics.items():
+                lines.append(f"| {label} | {name} | {v['score']:.1f} | `{v.get('signature', '')}` |")
+        lines.append("")
+    lines += [
+        "## Use it with nmt",
+        "",
+        "```",
+        "pip install nmtcli",
+        f"cat input.{src} | nmt translate -m {repo_id} > output.{tgt}",
+        f"nmt pull {repo_id} -o models/{repo_id.split('/')[-1]}    # or keep a local copy",
+        "```",
+        "",
+    ]
+    versions = values.get("versions")
+    if versions:
+        lines += ["Written with " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".", ""]
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""`nmt translate --engine ctranslate2`: the same text-in, text-out contract on a CTranslate2 model.
+
+The model dir is what `nmt export ctranslate2` writes. Tokenization, the EOS on the source, the
+suppressed pad/BOS tokens, the a*|x|+b length limit, one output line per input line in input
+order: all as in the native engine, so greedy output is token for token the same.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from nmtcli.errors import NmtError
+from nmtcli.inference.tokenizer import load_tokenizer
+from nmtcli.inference.translator import SearchSettings, Warn
+
+NMT_FILE = "nmt.json"
+
+
+class CTranslate2Translator:
+    def __init__(self, model_dir: Path, device: str = "auto", settings: SearchSettings = SearchSettings(), threads: int = 0, warn: Warn | None = None):
+        from nmtcli.interop.ctranslate2 import require_ctranslate2
+
+        ctranslate2 = require_ctranslate2()
+        model_dir = Path(model_dir)
+        if not (model_dir / NMT_FILE).is_file():
+            raise NmtError(f"{model_dir} is not a CTranslate2 model written by nmt (no {NMT_FILE})", f"run `nmt export ctranslate2 MODEL_DIR {model_dir}` first")
+        if settings.beam > 1 and settings.alpha > 0 and settings.length_penalty != "power":
+            raise NmtError("CTranslate2 implements the power length penalty |Y|^alpha only", "pass --length-penalty power, or --beam 1")
+        if settings.nbest != 1:
+            raise NmtError("--engine ctranslate2 returns the best translation only", "use the native engine for n-best lists")
+        self.values = json.loads((model_dir / NMT_FILE).read_text(encoding="utf-8"))
+        self.tokenizer = load_tokenizer(model_dir, self.values)
+        m = self.values["model"]
+        self.pad_id, self.bos_id, self.eos_id = m["pad_id"], m["bos_id"], m["eos_id"]
+        self.max_positions = m["max_positions"]
+        self.pieces = self.tokenizer.pieces()
+        self.pieces += [f"<unused{i}>" for i in range(len(self.pieces), m["vocab_size"])]
+        self.piece_id = {p: i for i, p in enumerate(self.pieces)}
+        if device == "auto":
+            device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        device, _, index = device.partition(":")
+        self.translator = ctranslate2.Translator(str(model_dir), device=device, device_index=int(index or 0), intra_threads=threads)
+        self.settings = settings
+        self.warn = warn or (lambda message: None)
+
+    def translate(self, lines: Iterable[str]) -> Iterator[str]:
+        numbered = enumerate(lines, start=1)
+        while chunk := list(itertools.islice(numbered, self.settings.window)):
+            yield from self._translate_chunk(chunk)
+
+    def _translate_chunk(self, chunk: list[tuple[int, str]]) -> list[str]:
+        results = [""] * len(chunk)  # empty or blank lines translate to empty lines
+        limit = self.max_positions - 1
+        encoded = []
+        for pos, ((number, text), ids) in enumerate(zip(chunk, self.tokenizer.encode([t if t.strip() else "" for _, t in chunk]))):
+            if not ids:
+                continue
+            if len(ids) > limit:
+                self.warn(f"line {number}: {len(ids)} tokens, truncated to the model's {limit}")
+                ids = ids[:limit]
+            encoded.append((pos, ids))
+        encoded.sort(key=lambda item: len(item[1]))
+        s = self.settings
+        suppress = [[self.pieces[i]] for i in dict.fromkeys((self.pad_id, self.bos_id))]
+        batch: list[tuple[int, list[int]]] = []
+        for item in encoded + [None]:
+            if item is not None and not (batch and (len(item[1]) + 1) * (len(batch) + 1) > s.batch_tokens):
+                batch.append(item)
+                continue
+            if batch:
+                # Output tokens before EOS are at most a*|x| + b (sec. 6.1), capped by the position table.
+                limits = [min(int(s.max_len_a * len(ids) + s.max_len_b), self.max_positions - 2) for _, ids in batch]
+                out = self.translator.translate_batch(
+                    [[self.pieces[i] for i in ids] + [self.pieces[self.eos_id]] for _, ids in batch],
+                    beam_size=s.beam,
+                    length_penalty=s.alpha if s.beam > 1 else 0.0,
+                    max_decoding_length=max(limits) + 1,
+                    suppress_sequences=suppress,
+                    return_end_token=False,
+                )
+                for (pos, _), result, cap in zip(batch, out, limits):
+                    ids = [self.piece_id[p] for p in result.hypotheses[0]][:cap]
+                    results[pos] = self.tokenizer.decode(ids).replace("\r", " ").replace("\n", " ")
+            batch = [item] if item is not None else []
+        return results

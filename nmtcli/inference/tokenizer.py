@@ -1,0 +1,118 @@
+"""Text <-> token ids for a model dir: what the translator calls before and after the search.
+
+Two layouts exist. nmt's own model dirs hold one joint sentencepiece model whose ids are the model's
+ids (sec. 5.1: a shared source-target vocabulary). Models imported from Marian (OPUS-MT) hold a
+source sentencepiece model, a target sentencepiece model and `vocab.json`, the joint vocabulary
+that maps both sides' pieces to the model's ids; `config.json` says which layout a dir uses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from nmtcli.data.text import load_sentencepiece
+from nmtcli.errors import NmtError
+
+SPM_FILE = "sentencepiece.model"
+MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB = "source.spm", "target.spm", "vocab.json"
+
+# Multilingual OPUS-MT models select the output language with a leading token such as ">>fra<<";
+# it is a vocabulary entry of its own and must not go through sentencepiece.
+_LANGUAGE_CODE = re.compile(r"^\s*(>>[^<>\s]+<<)\s*")
+
+
+class Tokenizer:
+    """encode(texts) -> ids without EOS (the translator appends it); decode(ids) -> one line of text."""
+
+    size: int  # how many ids the tokenizer can produce; must fit the model's vocabulary
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        raise NotImplementedError
+
+    def decode(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
+    def pieces(self) -> list[str]:
+        """The vocabulary as strings, by id (what CTranslate2 stores)."""
+        raise NotImplementedError
+
+
+class JointSentencePiece(Tokenizer):
+    """One sentencepiece model for both languages; its piece ids are the model's ids."""
+
+    def __init__(self, path: Path):
+        self.sp = load_sentencepiece(path)
+        self.size = self.sp.get_piece_size()
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.sp.decode(ids)
+
+    def pieces(self) -> list[str]:
+        return [self.sp.id_to_piece(i) for i in range(self.size)]
+
+
+class MarianVocabulary(Tokenizer):
+    """Marian's layout: source.spm splits the input, target.spm joins the output, vocab.json maps pieces to ids.
+
+    Pieces that vocab.json lacks become the unknown id, as in Marian; special ids (pad, EOS, unknown)
+    are dropped from the output.
+    """
+
+    def __init__(self, source_spm: Path, target_spm: Path, vocab: Path, unk_id: int, special_ids: set[int]):
+        self.source = load_sentencepiece(source_spm)
+        self.target = load_sentencepiece(target_spm)
+        try:
+            mapping = json.loads(Path(vocab).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise NmtError(f"cannot read the vocabulary {vocab}: {e}", "re-import the model with `nmt import marian`") from None
+        if not isinstance(mapping, dict) or not all(isinstance(v, int) for v in mapping.values()):
+            raise NmtError(f"{vocab} is not a piece -> id mapping", "re-import the model with `nmt import marian`")
+        self.piece_to_id: dict[str, int] = mapping
+        self.id_to_piece: dict[int, str] = {i: p for p, i in mapping.items()}
+        self.unk_id = unk_id
+        self.special_ids = special_ids
+        self.size = max(mapping.values()) + 1
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        out = []
+        for text in texts:
+            ids = []
+            code = _LANGUAGE_CODE.match(text)
+            if code:
+                ids.append(self.piece_to_id.get(code.group(1), self.unk_id))
+                text = text[code.end() :]
+            ids.extend(self.piece_to_id.get(p, self.unk_id) for p in self.source.encode(text, out_type=str))
+            out.append(ids)
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        pieces = [self.id_to_piece[i] for i in ids if i not in self.special_ids and i in self.id_to_piece]
+        return self.target.decode_pieces(pieces)
+
+    def pieces(self) -> list[str]:
+        return [self.id_to_piece.get(i, f"<unused{i}>") for i in range(self.size)]
+
+
+def load_tokenizer(model_dir: Path, config_values: dict[str, Any]) -> Tokenizer:
+    """The tokenizer `config.json` names ("tokenizer": {"kind": ...}); nmt's joint sentencepiece by default."""
+    model_dir = Path(model_dir)
+    spec = config_values.get("tokenizer") or {"kind": "sentencepiece"}
+    kind = spec.get("kind")
+    if kind == "sentencepiece":
+        return JointSentencePiece(model_dir / spec.get("model", SPM_FILE))
+    if kind == "marian":
+        m = config_values["model"]
+        return MarianVocabulary(
+            model_dir / spec.get("source", MARIAN_SOURCE_SPM),
+            model_dir / spec.get("target", MARIAN_TARGET_SPM),
+            model_dir / spec.get("vocab", MARIAN_VOCAB),
+            unk_id=m.get("unk_id", 1),
+            special_ids={m.get("pad_id", 0), m.get("eos_id", 3), m.get("bos_id", 2)},
+        )
+    raise NmtError(f"{model_dir}/config.json names an unknown tokenizer {kind!r}", "upgrade nmt, or re-create the model dir")

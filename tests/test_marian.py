@@ -1,0 +1,173 @@
+"""`nmt import marian` against the real thing: transformers' MarianMTModel and MarianTokenizer.
+
+The fixture trains a small swish MarianMTModel for a few hundred steps (so its outputs depend on
+the input and end with EOS), saves it with `save_pretrained` beside real sentencepiece models, and
+every test compares nmt's import of it with transformers on the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import run_nmt
+
+transformers = pytest.importorskip("transformers")
+
+SENTENCES = [
+    "the small dog sees a red ball",
+    "a king helps the old woman",
+    "every young bird knows the letter",
+    "the dog",
+    "a big red car follows the quiet teacher",
+    "the beautiful horse carries a cold apple",
+    "xyz Wörter, die keiner kennt",
+]
+MAX_NEW_TOKENS = 30  # transformers counts EOS among the new tokens; nmt's a*|x|+b limit does not
+
+
+@pytest.fixture(scope="module")
+def imported(marian_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("imported") / "model"
+    run_nmt("import", "marian", str(marian_dir), "-o", str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf(marian_dir):
+    model = transformers.MarianMTModel.from_pretrained(marian_dir).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(marian_dir)
+    return model, tokenizer
+
+
+def _generate(hf, **kwargs) -> list[list[int]]:
+    model, tokenizer = hf
+    enc = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    pad, eos = model.config.pad_token_id, model.config.eos_token_id
+    # OPUS-MT's generation_config.json forbids the pad token (bad_words_ids); nmt never emits it either.
+    out = model.generate(**enc, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, bad_words_ids=[[pad]], **kwargs)
+    result = []
+    for row in out.tolist():
+        tokens = row[1:]  # drop the decoder start token
+        result.append(tokens[: tokens.index(eos)] if eos in tokens else tokens)
+    return result
+
+
+def _nmt_tokens(model_dir, hf, beam: int, **settings) -> list[list[int]]:
+    """nmt's search on the imported model, fed the ids MarianTokenizer makes (tokenization has its own test)."""
+    from nmtcli.inference.beam import beam_search
+    from nmtcli.inference.greedy import greedy_search
+    from nmtcli.model.checkpoint import load_model
+
+    model, _ = load_model(model_dir)
+    _, tokenizer = hf
+    src = tokenizer(SENTENCES, return_tensors="pt", padding=True).input_ids
+    if beam == 1:
+        hyps = greedy_search(model, src, max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1)
+    else:
+        hyps = beam_search(model, src, beam=beam, max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1, **settings)
+    return [h[0].tokens for h in hyps]
+
+
+def test_import_records_marian_switches_and_files(imported, marian_dir):
+    values = json.loads((imported / "config.json").read_text())
+    hf_config = json.loads((marian_dir / "config.json").read_text())
+    m = values["model"]
+    assert (m["activation"], m["positions"], m["final_logits_bias"], m["norm"]) == ("swish", "sines_first", True, "post")
+    assert m["bos_id"] == m["pad_id"] == hf_config["pad_token_id"] and m["eos_id"] == 0
+    assert values["tokenizer"]["kind"] == "marian" and values["languages"] == {"source": "en", "target": "de"}
+    for name in ("source.spm", "target.spm", "vocab.json"):
+        assert (imported / name).read_bytes() == (marian_dir / name).read_bytes()
+    info = json.loads(run_nmt("info", str(imported), "--json").stdout)
+    # transformers stores both sinusoid tables as parameters and the logits bias as a buffer; nmt the reverse.
+    theirs = sum(p.numel() for p in transformers.MarianMTModel.from_pretrained(marian_dir).parameters())
+    assert info["parameters"] == theirs - 2 * hf_config["max_position_embeddings"] * hf_config["d_model"] + hf_config["vocab_size"]
+
+
+def test_tokenizer_matches_marian_tokenizer(imported, hf):
+    from nmtcli.inference.tokenizer import load_tokenizer
+
+    values = json.loads((imported / "config.json").read_text())
+    ours = load_tokenizer(imported, values)
+    _, tokenizer = hf
+    theirs = tokenizer(SENTENCES).input_ids
+    assert [ids + [values["model"]["eos_id"]] for ids in ours.encode(SENTENCES)] == theirs
+    with tokenizer.as_target_tokenizer() if hasattr(tokenizer, "as_target_tokenizer") else _nothing():
+        target_ids = tokenizer(text_target=["der hund klein ein ball rot sieht"]).input_ids[0][:-1]
+    assert ours.decode(target_ids) == tokenizer.decode(target_ids, skip_special_tokens=True) == "der hund klein ein ball rot sieht"
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_logits_match_marian_within_1e_4(imported, hf):
+    from nmtcli.model.checkpoint import load_model
+
+    model, tokenizer = hf
+    ours, _ = load_model(imported)
+    enc = tokenizer(SENTENCES, text_target=[s.replace("the", "der") for s in SENTENCES], return_tensors="pt", padding=True)
+    start = torch.full((len(SENTENCES), 1), model.config.decoder_start_token_id)
+    decoder_in = torch.cat([start, enc["labels"][:, :-1]], dim=1)  # padded rows: pad is also the start token
+    with torch.no_grad():
+        theirs = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, decoder_input_ids=decoder_in).logits
+        mine = ours(enc.input_ids, decoder_in)
+    real = enc["labels"] != model.config.pad_token_id  # positions that predict a real target token
+    assert theirs.shape == mine.shape
+    assert (theirs - mine)[real].abs().max().item() < 1e-4
+    assert theirs[real].abs().max().item() > 1.0  # the comparison is not between two near-zero tensors
+
+
+def test_greedy_output_equals_generate_num_beams_1(imported, hf):
+    theirs = _generate(hf, num_beams=1)
+    assert _nmt_tokens(imported, hf, beam=1) == theirs
+    assert len({tuple(t) for t in theirs}) >= 5 and all(0 < len(t) < MAX_NEW_TOKENS for t in theirs[:6])
+    # The command line gives the same text, line for line.
+    _, tokenizer = hf
+    text = run_nmt("translate", "-m", str(imported), "--beam", "1", "--max-len-a", "0", "--max-len-b", str(MAX_NEW_TOKENS - 1),
+                   input="\n".join(SENTENCES) + "\n").stdout.splitlines()
+    assert text == [tokenizer.decode(t, skip_special_tokens=True) for t in theirs]
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.6])
+def test_beam_output_equals_generate_num_beams_4_with_power_penalty(imported, hf, alpha):
+    # transformers' default early stopping is a heuristic that can stop before the best hypothesis is
+    # found; "never" runs the exact search nmt runs. Its length penalty is |Y|^alpha with EOS counted.
+    theirs = _generate(hf, num_beams=4, length_penalty=alpha, early_stopping="never")
+    assert _nmt_tokens(imported, hf, beam=4, alpha=alpha, penalty="power") == theirs
+
+
+def test_import_of_an_incomplete_dir_is_a_one_line_error(marian_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(marian_dir, broken)
+    (broken / "vocab.json").unlink()
+    result = run_nmt("import", "marian", str(broken), "-o", str(tmp_path / "out"), check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("nmt: error: ") and "vocab.json" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out" / "config.json").exists()
+
+
+def test_import_reads_pytorch_model_bin_without_unpickling_code(marian_dir, tmp_path, hf):
+    from safetensors.torch import load_file
+
+    legacy = tmp_path / "legacy"
+    shutil.copytree(marian_dir, legacy)
+    torch.save(load_file(str(legacy / "model.safetensors")), legacy / "pytorch_model.bin")
+    (legacy / "model.safetensors").unlink()
+    run_nmt("import", "marian", str(legacy), "-o", str(tmp_path / "out"))
+    assert _nmt_tokens(tmp_path / "out", hf, beam=1) == _generate(hf, num_beams=1)
+
+    class Payload:  # a pickle that would run code when loaded without weights_only
+        def __reduce__(self):
+            return (print, ("executed",))
+
+    torch.save({"model.shared.weight": Payload()}, legacy / "pytorch_model.bin")
+    result = run_nmt("import", "marian", str(legacy), "-o", str(tmp_path / "evil"), check=False)
+    assert result.returncode == 1 and "executed" not in result.stdout
+    assert "nmt: error: cannot read" in result.stderr
