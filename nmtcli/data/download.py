@@ -3,8 +3,12 @@
 `huggingface_hub.hf_hub_download` does the transfer, so the standard variables work exactly as
 they do for every Hub library: `HF_ENDPOINT` (another Hub, or a loopback server in the tests),
 `HF_HOME` / `HF_HUB_CACHE` (where the cache lives), `HF_HUB_OFFLINE=1` (use the cache, never the
-network), `HF_TOKEN`. An interrupted transfer leaves `blobs/<etag>.incomplete` in the cache and
-the next call resumes it with an HTTP Range request.
+network), `HF_TOKEN`. Finished files stay in the cache, so an interrupted `prepare` downloads only
+what it had not finished. Within one run, a dropped connection is resumed by huggingface_hub with an
+HTTP Range request; a file whose run was killed starts over, because huggingface_hub (since 2.x)
+writes each transfer to a process-unique `blobs/<etag>.<random>.incomplete` that no later process
+reuses. Such leftovers of killed runs are removed here once they are an hour old (a live transfer
+keeps its file's modification time current).
 
 What the Hub library does not do is check what it got: a truncated or corrupted blob in the cache
 is served as if it were whole. So every file is checked after the call: its size and sha256
@@ -83,14 +87,16 @@ def _progress_class(progress: Progress, task: str) -> type:
     return Bar
 
 
-def _problem(local: Path, expected: HubFile) -> str | None:
+def _problem(local: Path, expected: HubFile, digest: str) -> str | None:
     """What is wrong with a downloaded file, or None. Checks size, sha256, and parquet footer/rows."""
     size = local.stat().st_size
     if expected.size is not None and size != expected.size:
         return f"{size:,} bytes, expected {expected.size:,}"
-    etag = Path(os.path.realpath(local)).name  # the cache names each blob by its ETag
+    # The cache names each blob by its ETag (where the file system has symlinks; otherwise the
+    # snapshot holds the file itself and only the recipe's sha256 can be checked).
+    etag = Path(os.path.realpath(local)).name
     want = expected.sha256 or (etag if _SHA256.match(etag) else None)
-    if want is not None and file_sha256(local) != want:
+    if want is not None and digest != want:
         return f"sha256 differs from {want[:12]}..."
     if local.name.endswith(".parquet"):
         import pyarrow.parquet as pq
@@ -102,6 +108,22 @@ def _problem(local: Path, expected: HubFile) -> str | None:
         if expected.rows is not None and rows != expected.rows:
             return f"{rows:,} rows, expected {expected.rows:,}"
     return None
+
+
+STALE_PARTIAL_SECONDS = 3600
+
+
+def _remove_stale_partials(local: Path) -> None:
+    """Delete `<etag>.*.incomplete` files of this blob left by killed runs (not touched for an hour)."""
+    import time
+
+    blob = Path(os.path.realpath(local))
+    for partial in blob.parent.glob(f"{blob.name}.*.incomplete"):
+        try:
+            if time.time() - partial.stat().st_mtime > STALE_PARTIAL_SECONDS:
+                partial.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def _evict(local: Path) -> None:
@@ -127,7 +149,7 @@ def _hub_error(e: Exception, repo: str, what: str) -> NmtError:
     if isinstance(e, (OfflineModeIsEnabled, LocalEntryNotFoundError)):
         if constants.HF_HUB_OFFLINE:
             return NmtError(f"{repo}: {what} is not in the Hub cache and HF_HUB_OFFLINE is set", "run once without HF_HUB_OFFLINE to download it")
-        return NmtError(f"cannot download {repo}: {what} from {constants.ENDPOINT} ({e.__class__.__name__})", "check the network connection and HF_ENDPOINT, then run again: finished files are kept")
+        return NmtError(f"cannot download {repo}: {what}: {constants.ENDPOINT} cannot be reached and the file is not in the Hub cache", "check the network connection and HF_ENDPOINT, then run again: finished files are kept")
     if isinstance(e, RevisionNotFoundError):
         return NmtError(f"{repo} has no revision {what}", "pass an existing branch, tag or commit with --revision")
     if isinstance(e, RepositoryNotFoundError):
@@ -155,14 +177,15 @@ def resolve_files(repo: str, revision: str, pattern: str) -> list[HubFile]:
     return [HubFile(n) for n in matched]
 
 
-def download(repo: str, files: Sequence[HubFile], revision: str, progress: Progress) -> tuple[list[Path], str]:
-    """Fetch (or find in the cache) each file of a dataset repo; returns local paths and the commit hash.
+def download(repo: str, files: Sequence[HubFile], revision: str, progress: Progress) -> tuple[list[Path], str, list[str]]:
+    """Fetch (or find in the cache) each file of a dataset repo; returns local paths, the commit hash
+    and the files' sha256 digests.
 
     Every file is checked (see the module docstring); a bad one is fetched once more.
     """
     from huggingface_hub import hf_hub_download
 
-    paths, commits = [], set()
+    paths, commits, digests = [], set(), []
     for spec in files:
         task = f"downloading {spec.path}"
         for attempt in (1, 2):
@@ -175,9 +198,8 @@ def download(repo: str, files: Sequence[HubFile], revision: str, progress: Progr
                 )
             except Exception as e:  # noqa: BLE001 - translated into one user-facing line
                 raise _hub_error(e, repo, spec.path if not isinstance(e, _revision_errors()) else revision) from None
-            progress(f"checking {spec.path}", 0, 1)
-            problem = _problem(local, spec)
-            progress(f"checking {spec.path}", 1, 1)
+            digest = file_sha256(local, progress, f"checking {spec.path}")
+            problem = _problem(local, spec, digest)
             if problem is None:
                 break
             _evict(local)
@@ -186,12 +208,14 @@ def download(repo: str, files: Sequence[HubFile], revision: str, progress: Progr
                     f"{repo}: {spec.path} is corrupt even after downloading it again ({problem})",
                     "the server sends a different file than the recipe expects; try later, or pin another --revision",
                 )
+        _remove_stale_partials(local)
         # The cache keeps files under snapshots/<commit>/<path>: the commit is what was downloaded.
         commits.add(local.parents[len(Path(spec.path).parts) - 1].name)
         paths.append(local)
+        digests.append(digest)
     if len(commits) > 1:
         raise NmtError(f"{repo}: files come from different commits {sorted(commits)}", "the dataset changed during the download; run again")
-    return paths, commits.pop()
+    return paths, commits.pop(), digests
 
 
 def _revision_errors() -> tuple[type, ...]:

@@ -220,7 +220,7 @@ def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, c
                     progress("training sentencepiece", position, sample)
         progress("training sentencepiece", position, sample)
 
-    train_sentencepiece(sampled(), out_dir / SPM_FILE, settings.vocab_size, 2 * sample, settings.seed)
+    train_sentencepiece(sampled(), out_dir / SPM_FILE, settings.vocab_size, 2 * sample, settings.seed, settings.workers)
     return {"pairs_sampled": int(sample)}
 
 
@@ -294,7 +294,7 @@ def _encode_split(
 ) -> dict[str, Any]:
     dtype = token_dtype(sp.get_piece_size())
     parts_dir.mkdir(parents=True, exist_ok=True)
-    parts, done, index = [], 0, 0
+    parts, done, index, resumed = [], 0, 0, 0
     while True:
         chunk = list(itertools.islice(pairs, settings.chunk_pairs))
         if not chunk:
@@ -302,7 +302,9 @@ def _encode_split(
         part = parts_dir / f"{split}-{index:06d}.npz"
         # Chunk boundaries depend only on line numbers, so a finished chunk of an interrupted run
         # is exactly the chunk this run would write.
-        if not part.is_file():
+        if part.is_file():
+            resumed += 1
+        else:
             arrays = _encode_chunk(sp, chunk, settings, max_ratio, dtype)
             with atomic_path(part) as tmp:
                 with open(tmp, "wb") as f:
@@ -319,6 +321,7 @@ def _encode_split(
         "dropped": {n: totals[f"drop_{n}"] for n in DROP_NAMES if totals[f"drop_{n}"]},
         "source_tokens": totals["source_tokens"],
         "target_tokens": totals["target_tokens"],
+        "resumed_chunks": resumed,
     }
 
 
@@ -369,6 +372,7 @@ def prepare(
     # An older manifest would describe files about to be replaced: remove it first, write it last.
     (out_dir / MANIFEST).unlink(missing_ok=True)
     stages: dict[str, str] = {}
+    resumed = 0
 
     if (marker := _read_marker(work, "text", text_key)) is None:
         text_counts = _text_stage(out_dir, work, sources, settings, progress)
@@ -394,9 +398,10 @@ def prepare(
                               out_dir, "valid", settings, None, progress)
         if train["pairs"] == 0:
             raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty, and --max-tokens")
+        resumed = train.pop("resumed_chunks") + valid.pop("resumed_chunks")
         encode_counts = {"train": train, "valid": valid}
         _write_marker(work, "encode", encode_key, encode_counts)
-        stages["encode"] = "done"
+        stages["encode"] = "resumed" if resumed else "done"
     else:
         encode_counts, stages["encode"] = marker["counts"], "reused"
 
@@ -414,6 +419,7 @@ def prepare(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 1),
         "stages": stages,
+        "resumed_chunks": resumed if stages["encode"] != "reused" else 0,
         "inputs": {split: source.describe() for split, source in sources.items()},
         "settings": asdict(settings),
         "sentencepiece": spm_counts,
@@ -503,11 +509,11 @@ def prepare_recipe(
             sources[split] = BundledTsv(spec.resource, spec.split, recipe.source_lang, recipe.target_lang)
             continue
         files = list(spec.files) or resolve_files(recipe.repo, revision, spec.pattern)
-        paths, commit = download(recipe.repo, files, revision, progress)
+        paths, commit, digests = download(recipe.repo, files, revision, progress)
         if origin.setdefault("commit", commit) != commit:
             raise NmtError(f"{recipe.repo} changed during the download ({origin['commit'][:12]} -> {commit[:12]})", "run again")
-        # The cache names each blob by its ETag: recorded, it pins exactly which bytes were read.
-        blobs = {f.path: os.path.basename(os.path.realpath(p)) for f, p in zip(files, paths)}
+        # The sha256 of each file pins exactly which bytes were read (and keys the stage fingerprints).
+        blobs = {f.path: digest for f, digest in zip(files, digests)}
         origin["files"].update(blobs)
         sources[split] = ParquetFiles(tuple(paths), recipe.source_lang, recipe.target_lang,
                                       {"repo": recipe.repo, "commit": commit, "files": blobs})

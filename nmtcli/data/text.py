@@ -159,6 +159,7 @@ def train_sentencepiece(
     vocab_size: int,
     max_sentences: int = 2_000_000,
     seed: int = 1,
+    threads: int = 0,
 ) -> None:
     """Train a joint BPE model over both languages (sec. 5.1: shared source-target vocabulary).
 
@@ -180,7 +181,7 @@ def train_sentencepiece(
                 hard_vocab_limit=False,
                 input_sentence_size=max_sentences,
                 shuffle_input_sentence=False,
-                num_threads=os.cpu_count() or 1,
+                num_threads=threads or os.cpu_count() or 1,
                 pad_id=PAD_ID,
                 unk_id=UNK_ID,
                 bos_id=BOS_ID,
@@ -192,7 +193,9 @@ def train_sentencepiece(
         finally:
             if os.path.exists(prefix + ".vocab"):
                 os.unlink(prefix + ".vocab")
-        os.replace(prefix + ".model", tmp)
+        data = Path(prefix + ".model").read_bytes()
+        os.unlink(prefix + ".model")
+        tmp.write_bytes(_reproducible_model(data))
 
 
 def load_sentencepiece(path: Path) -> spm.SentencePieceProcessor:
@@ -213,3 +216,78 @@ def keep_pair(src_len: int, tgt_len: int, max_tokens: int = MAX_TOKENS, max_rati
     if max_ratio is not None and max(src_len, tgt_len) > max_ratio * min(src_len, tgt_len):
         return "ratio"
     return None
+
+
+# --- a model file that depends on the training data and settings only --------------------------------
+# sentencepiece stores its TrainerSpec in the model, including the output path (`model_prefix`,
+# field 2) and the thread count (`num_threads`, field 16), so two identical trainings in different
+# directories or on different machines would write different bytes. Both fields only describe how
+# the training ran; they are rewritten here, in the protobuf wire format, to fixed values.
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if byte < 0x80:
+            return value, i
+        shift += 7
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _fields(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(field number, wire type, raw bytes of the whole field) of one protobuf message."""
+    fields, i = [], 0
+    while i < len(data):
+        start = i
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 2:
+            length, i = _varint(data, i)
+            i += length
+        elif wire == 5:
+            i += 4
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire}")
+        fields.append((number, wire, data[start:i]))
+    return fields
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _payload(raw: bytes) -> bytes:
+    _, i = _varint(raw, 0)
+    length, i = _varint(raw, i)
+    return raw[i : i + length]
+
+
+def _reproducible_model(data: bytes) -> bytes:
+    out = bytearray()
+    for number, wire, raw in _fields(data):
+        if number == 2 and wire == 2:  # ModelProto.trainer_spec
+            spec = bytearray()
+            for n, w, r in _fields(_payload(raw)):
+                if n == 2:  # model_prefix
+                    spec += _length_delimited(2, b"sentencepiece")
+                elif n != 16:  # num_threads: dropped (the default applies when read)
+                    spec += r
+            out += _length_delimited(2, bytes(spec))
+        else:
+            out += raw
+    return bytes(out)
