@@ -119,9 +119,10 @@ def test_a_finished_prepare_reruns_in_seconds_without_downloading(reference, wmt
     assert data_files(work / "data" / "wmt14-en-de") == data_files(reference)
 
 
-def test_the_same_inputs_give_byte_identical_data_whatever_the_chunk_size(reference, wmt_files, tmp_path):
+def test_the_same_inputs_give_byte_identical_data_whatever_the_chunks_and_workers(reference, wmt_files, tmp_path):
+    # The reference encoded 50-pair chunks in-process; this run encodes 7,000-pair chunks in a pool of 2 workers.
     with FakeHub(REPO, wmt_files) as hub:
-        run_nmt("prepare", "wmt14-en-de", "--vocab-size", "600", "--chunk-pairs", "7000", "--workers", "1", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
+        run_nmt("prepare", "wmt14-en-de", "--vocab-size", "600", "--chunk-pairs", "7000", "--workers", "2", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
     assert data_files(tmp_path / "data" / "wmt14-en-de") == data_files(reference)
 
 

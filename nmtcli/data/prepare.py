@@ -42,6 +42,7 @@ import numpy as np
 import sentencepiece as spm
 
 import nmtcli
+from nmtcli.data.encoding import Encoder
 from nmtcli.data.shards import OFFSET_DTYPE, token_dtype
 from nmtcli.data.sources import BundledTsv, ParquetFiles, TextFiles
 from nmtcli.data.text import (
@@ -227,19 +228,10 @@ def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, c
 # --- stage 3: encode ---------------------------------------------------------------------------------
 
 
-def _encode_chunk(
-    sp: spm.SentencePieceProcessor,
-    pairs: list[tuple[str, str]],
-    settings: PrepareSettings,
-    max_ratio: float | None,
-    dtype: np.dtype,
-) -> dict[str, np.ndarray]:
+def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: PrepareSettings, max_ratio: float | None) -> dict[str, np.ndarray]:
     """Encode a chunk on all cores, apply the token filters, return the kept ids and the drop counts."""
-    threads = settings.workers or os.cpu_count() or 1
-    src_ids = sp.encode([s for s, _ in pairs], num_threads=threads)
-    tgt_ids = sp.encode([t for _, t in pairs], num_threads=threads)
-    src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(pairs))
-    tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(pairs))
+    src_tokens, src_len = encoder.encode([s for s, _ in pairs])
+    tgt_tokens, tgt_len = encoder.encode([t for _, t in pairs])
     # The same rules as text.keep_pair, in its order, for a whole chunk at once.
     empty = (src_len == 0) | (tgt_len == 0)
     too_long = ~empty & ((src_len > settings.max_tokens) | (tgt_len > settings.max_tokens))
@@ -247,12 +239,13 @@ def _encode_chunk(
     if max_ratio is not None:
         ratio = ~empty & ~too_long & (np.maximum(src_len, tgt_len) > max_ratio * np.minimum(src_len, tgt_len))
     keep = ~(empty | too_long | ratio)
-    out: dict[str, np.ndarray] = {"dropped": np.array([empty.sum(), too_long.sum(), ratio.sum()], dtype=np.int64)}
-    for side, ids, lengths in (("src", src_ids, src_len), ("tgt", tgt_ids, tgt_len)):
-        kept = list(itertools.compress(ids, keep))
-        out[f"{side}_tokens"] = np.fromiter(itertools.chain.from_iterable(kept), dtype=dtype, count=int(lengths[keep].sum()))
-        out[f"{side}_lengths"] = lengths[keep]
-    return out
+    return {
+        "dropped": np.array([empty.sum(), too_long.sum(), ratio.sum()], dtype=np.int64),
+        "src_tokens": src_tokens[np.repeat(keep, src_len)],
+        "src_lengths": src_len[keep],
+        "tgt_tokens": tgt_tokens[np.repeat(keep, tgt_len)],
+        "tgt_lengths": tgt_len[keep],
+    }
 
 
 DROP_NAMES = ("empty", "too_long", "ratio")
@@ -282,7 +275,7 @@ def _merge(parts: list[Path], out_dir: Path, split: str, settings: PrepareSettin
 
 
 def _encode_split(
-    sp: spm.SentencePieceProcessor,
+    encoder: Encoder,
     pairs: Iterator[tuple[str, str]],
     total: int,
     parts_dir: Path,
@@ -292,7 +285,6 @@ def _encode_split(
     max_ratio: float | None,
     progress: Progress,
 ) -> dict[str, Any]:
-    dtype = token_dtype(sp.get_piece_size())
     parts_dir.mkdir(parents=True, exist_ok=True)
     parts, done, index, resumed = [], 0, 0, 0
     while True:
@@ -305,7 +297,7 @@ def _encode_split(
         if part.is_file():
             resumed += 1
         else:
-            arrays = _encode_chunk(sp, chunk, settings, max_ratio, dtype)
+            arrays = _encode_chunk(encoder, chunk, settings, max_ratio)
             with atomic_path(part) as tmp:
                 with open(tmp, "wb") as f:
                     np.savez(f, **arrays)
@@ -374,12 +366,15 @@ def prepare(
     stages: dict[str, str] = {}
     resumed = 0
 
+    seconds: dict[str, float] = {}
+    clock = time.time()
     if (marker := _read_marker(work, "text", text_key)) is None:
         text_counts = _text_stage(out_dir, work, sources, settings, progress)
         _write_marker(work, "text", text_key, text_counts)
         stages["text"] = "done"
     else:
         text_counts, stages["text"] = marker["counts"], "reused"
+    seconds["text"], clock = round(time.time() - clock, 2), time.time()
 
     if (marker := _read_marker(work, "sentencepiece", spm_key)) is None or not (out_dir / SPM_FILE).is_file():
         spm_counts = _sentencepiece_stage(out_dir, work, settings, text_counts["train"]["clean_pairs"], progress)
@@ -388,14 +383,16 @@ def prepare(
     else:
         spm_counts, stages["sentencepiece"] = marker["counts"], "reused"
     sp = load_sentencepiece(out_dir / SPM_FILE)
+    seconds["sentencepiece"], clock = round(time.time() - clock, 2), time.time()
 
     if (marker := _read_marker(work, "encode", encode_key)) is None:
         parts_dir = work / f"encode-{encode_key[:16]}"
-        train = _encode_split(sp, _read_text_pairs(work, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
-                              out_dir, "train", settings, settings.max_ratio, progress)
-        # Validation keeps its natural length ratios: only empty and over-long pairs are dropped.
-        valid = _encode_split(sp, _read_text_pairs(out_dir, "valid", settings), text_counts["valid"]["lines"], parts_dir,
-                              out_dir, "valid", settings, None, progress)
+        with Encoder(out_dir / SPM_FILE, token_dtype(sp.get_piece_size()), settings.workers) as encoder:
+            train = _encode_split(encoder, _read_text_pairs(work, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
+                                  out_dir, "train", settings, settings.max_ratio, progress)
+            # Validation keeps its natural length ratios: only empty and over-long pairs are dropped.
+            valid = _encode_split(encoder, _read_text_pairs(out_dir, "valid", settings), text_counts["valid"]["lines"], parts_dir,
+                                  out_dir, "valid", settings, None, progress)
         if train["pairs"] == 0:
             raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty, and --max-tokens")
         resumed = train.pop("resumed_chunks") + valid.pop("resumed_chunks")
@@ -404,6 +401,7 @@ def prepare(
         stages["encode"] = "resumed" if resumed else "done"
     else:
         encode_counts, stages["encode"] = marker["counts"], "reused"
+    seconds["encode"] = round(time.time() - clock, 2)
 
     splits = _split_counts(text_counts, encode_counts, settings)
     files = sorted(p.name for p in out_dir.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -419,6 +417,7 @@ def prepare(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 1),
         "stages": stages,
+        "stage_seconds": seconds,
         "resumed_chunks": resumed if stages["encode"] != "reused" else 0,
         "inputs": {split: source.describe() for split, source in sources.items()},
         "settings": asdict(settings),
