@@ -32,7 +32,7 @@ def _list_recipes() -> None:
 
 
 def command(
-    name: Annotated[Optional[str], typer.Argument(help="A named corpus (see --list), e.g. wmt14-en-de or demo. Downloaded, cleaned and binarized into data/NAME/.", show_default=False)] = None,
+    name: Annotated[Optional[str], typer.Argument(help="A named corpus (see --list), e.g. wmt14-en-de or demo. Downloaded, cleaned and binarized into data/NAME/.", metavar="NAME", show_default=False)] = None,
     list_recipes: Annotated[bool, typer.Option("--list", help="List the named corpora with their size, source and license, and exit.")] = False,
     train: Annotated[Optional[Path], typer.Option(help="Training files: PREFIX.SRC and PREFIX.TGT, one sentence a line, aligned.", metavar="PREFIX", rich_help_panel=FILES)] = None,
     valid: Annotated[Optional[Path], typer.Option(help="Validation files PREFIX.SRC / PREFIX.TGT (e.g. newstest2013).", metavar="PREFIX", rich_help_panel=FILES)] = None,
@@ -48,7 +48,7 @@ def command(
     drop_markup: Annotated[bool, typer.Option("--drop-markup", help="Drop training pairs with a side that is mostly tags, entities or URLs.", rich_help_panel=CLEANING)] = False,
     drop_wrong_script: Annotated[bool, typer.Option("--drop-wrong-script", help="Drop training pairs with a side where fewer than half the letters are in its language's script.", rich_help_panel=CLEANING)] = False,
     revision: Annotated[Optional[str], typer.Option(help="Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used. Default: the recipe's.", show_default=False, rich_help_panel=RUN)] = None,
-    workers: Annotated[int, typer.Option(help="Threads for encoding; 0 uses every core. Does not change the output.", min=0, rich_help_panel=RUN)] = 0,
+    workers: Annotated[int, typer.Option(help="Encoding processes and sentencepiece training threads; 0 uses every core. Does not change the output.", min=0, rich_help_panel=RUN)] = 0,
     chunk_pairs: Annotated[int, typer.Option(help="Pairs encoded per chunk, the unit an interrupted run resumes from. Does not change the output.", min=1, rich_help_panel=RUN)] = 100_000,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Data dir to write. Default: data/NAME, or data/SRC-TGT for files.", show_default=False)] = None,
 ) -> None:

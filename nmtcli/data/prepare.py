@@ -81,7 +81,7 @@ class PrepareSettings:
     drop_markup: bool = False
     drop_wrong_script: bool = False
     # How the work is done, not what it produces (left out of the fingerprints):
-    workers: int = 0  # encoding threads; 0: all cores
+    workers: int = 0  # encoding processes and sentencepiece training threads; 0: all cores
     chunk_pairs: int = 100_000  # pairs per encoding chunk: the unit of resume
 
     def fingerprint_fields(self) -> dict[str, Any]:
