@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -84,6 +83,15 @@ import json, resource, sys, time
 from pathlib import Path
 from nmtcli.data.prepare import PrepareSettings, prepare
 from nmtcli.data.sources import ParquetFiles
+
+def cpu(who):
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+marks = {}  # task -> (wall, own CPU, finished children's CPU) at its first report
+def progress(task, done, total):
+    marks.setdefault(task, (time.time(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)))
+
 args = json.loads(sys.argv[1])
 paths = [Path(p) for p in args["paths"]]
 sources = {
@@ -91,11 +99,41 @@ sources = {
     "valid": ParquetFiles((paths[-1],), "en", "de", {"benchmark": "valid"}),
 }
 settings = PrepareSettings("en", "de", args["vocab_size"], spm_sentences=args["spm_sentences"], workers=args["workers"])
-manifest = prepare(Path(args["out"]), sources, settings, "benchmark")
-print(json.dumps({"stage_seconds": manifest["stage_seconds"], "splits": manifest["splits"],
-                  "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                  "worker_peak_rss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+start = (time.time(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN))
+manifest = prepare(Path(args["out"]), sources, settings, "benchmark", progress)
+end = (time.time(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN))
+bounds = {"clean": (start, marks["sampling for sentencepiece"]),
+          "bpe": (marks["sampling for sentencepiece"], marks["encoding train"]),
+          "encode": (marks["encoding train"], end)}
+stages = {k: {"wall": b[0] - a[0], "own_cpu": b[1] - a[1], "worker_cpu": b[2] - a[2]} for k, (a, b) in bounds.items()}
+print(json.dumps({"stages": stages, "splits": manifest["splits"]}))
 """
+
+
+def _tree_rss_kib(root: int) -> tuple[int, int]:
+    """(summed VmRSS of a process and its descendants, the root's own VmHWM), from /proc (Linux)."""
+    def status(pid: int) -> dict[str, int]:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError:
+            return {}
+        return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in lines) if k in ("VmRSS", "VmHWM")}
+
+    def children(pid: int) -> list[int]:
+        found = []
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                found += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        return found
+
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += status(pid).get("VmRSS", 0)
+        stack += children(pid)
+    return total, status(root).get("VmHWM", 0)
 
 
 def main() -> None:
@@ -117,28 +155,41 @@ def main() -> None:
         child_args = {"paths": [str(p) for p in paths], "out": str(root / "prepared"), "vocab_size": args.vocab_size,
                       "spm_sentences": args.spm_sentences, "workers": args.workers}
         started = time.time()
-        result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(child_args)], capture_output=True, text=True)
+        child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(child_args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        peak_tree = peak_own = 0
+        while child.poll() is None:  # sample the memory of the whole process tree (prepare + encoding workers)
+            tree, own = _tree_rss_kib(child.pid)
+            peak_tree, peak_own = max(peak_tree, tree), max(peak_own, own)
+            time.sleep(0.2)
+        stdout, stderr = child.communicate()
         total = time.time() - started
-        if result.returncode:
-            sys.exit(result.stderr)
-        report = json.loads(result.stdout.strip().splitlines()[-1])
+        if child.returncode:
+            sys.exit(stderr)
+        report = json.loads(stdout.strip().splitlines()[-1])
 
-    seconds = report["stage_seconds"]
+    stages = report["stages"]
     n, sampled = args.pairs, min(args.spm_sentences, args.pairs)
-    cores = args.workers or os.cpu_count()
-    print(f"\nnmt prepare on {n:,} synthetic pairs, {cores} threads, {os.cpu_count()} cores visible")
-    print(f"{'stage':<16}{'seconds':>10}{'pairs/s':>12}{'at 4.5M pairs':>16}")
+    threads = args.workers or os.cpu_count()
     scale = WMT14_PAIRS / n
-    rows = [
-        ("clean", seconds["text"], n, seconds["text"] * scale),
-        ("BPE training", seconds["sentencepiece"], sampled, seconds["sentencepiece"] * min(args.spm_sentences, WMT14_PAIRS) / sampled),
-        ("encode", seconds["encode"], n, seconds["encode"] * scale),
-    ]
-    for name, s, pairs, extrapolated in rows:
-        print(f"{name:<16}{s:>10.1f}{pairs / max(s, 1e-9):>12,.0f}{extrapolated:>15.0f}s")
-    print(f"{'total':<16}{total:>10.1f}{'':>12}{sum(r[3] for r in rows):>15.0f}s  (excluding the download)")
-    print(f"peak RSS of the prepare process: {report['peak_rss_kib'] / 1024 / 1024:.2f} GiB; "
-          f"largest encoding worker: {report['worker_peak_rss_kib'] / 1024 / 1024:.2f} GiB (x{cores} workers)")
+    bpe_scale = min(args.spm_sentences, WMT14_PAIRS) / sampled  # BPE cost follows the sample, not the corpus
+    print(f"\nnmt prepare on {n:,} synthetic pairs; {threads} workers; {os.cpu_count()} cores visible; "
+          f"load average before/after: {os.getloadavg()[0]:.1f}")
+    print(f"{'stage':<14}{'wall s':>9}{'pairs/s':>10}{'own CPU s':>11}{'worker CPU s':>14}{'4.5M, 8 idle cores':>21}")
+    estimate_total = 0.0
+    for name, label, pairs, factor in (("clean", "clean", n, scale), ("bpe", "BPE training", sampled, bpe_scale), ("encode", "encode", n, scale)):
+        st = stages[name]
+        # On 8 idle cores: the single-threaded part takes its CPU time, the parallel part (workers,
+        # and sentencepiece's own threads in BPE training, counted in own CPU) at most 1/8 of it.
+        if name == "encode":
+            estimate = (st["own_cpu"] + st["worker_cpu"] / 8) * factor
+        elif name == "bpe":
+            estimate = st["own_cpu"] * factor  # upper bound: sentencepiece training is partly multi-threaded
+        else:
+            estimate = st["own_cpu"] * factor
+        estimate_total += estimate
+        print(f"{label:<14}{st['wall']:>9.1f}{pairs / max(st['wall'], 1e-9):>10,.0f}{st['own_cpu']:>11.1f}{st['worker_cpu']:>14.1f}{estimate:>20.0f}s")
+    print(f"{'total':<14}{total:>9.1f}{'':>10}{'':>11}{'':>14}{estimate_total:>20.0f}s  (plus the download)")
+    print(f"peak RSS: prepare process {peak_own / 1024 / 1024:.2f} GiB; whole process tree (sampled every 0.2 s) {peak_tree / 1024 / 1024:.2f} GiB")
     print(f"train pairs kept: {report['splits']['train']['pairs']:,} of {n:,}; dropped {report['splits']['train']['dropped']}")
 
 

@@ -147,6 +147,7 @@ def _text_stage(out_dir: Path, work: Path, sources: dict[str, PairSource], setti
     text_filter = TextFilter(src, tgt, settings.drop_markup, settings.drop_wrong_script, settings.drop_duplicates)
     total = sources["train"].count()
     seen = 0
+    progress("cleaning train", 0, total)
     with ExitStack() as stack:
         files = [stack.enter_context(open(stack.enter_context(atomic_path(work / f"train.{lang}")), "w", encoding="utf-8", newline="\n")) for lang in (src, tgt)]
         for batch in sources["train"].batches():
@@ -211,6 +212,7 @@ def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, c
     chosen = chosen.tolist()  # Python ints: compared once per line below
 
     def sampled() -> Iterator[str]:
+        progress("sampling for sentencepiece", 0, sample)
         position = 0  # index into `chosen`
         for i, (s, t) in enumerate(_read_text_pairs(work, "train", settings)):
             if position < len(chosen) and chosen[position] == i:
@@ -218,10 +220,12 @@ def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, c
                 yield s
                 yield t
                 if position % CHUNK == 0:
-                    progress("training sentencepiece", position, sample)
-        progress("training sentencepiece", position, sample)
+                    progress("sampling for sentencepiece", position, sample)
+        progress("sampling for sentencepiece", position, sample)
+        progress("training sentencepiece", 0, None)  # sentencepiece reports nothing while it trains
 
     train_sentencepiece(sampled(), out_dir / SPM_FILE, settings.vocab_size, 2 * sample, settings.seed, settings.workers)
+    progress("training sentencepiece", 1, 1)
     return {"pairs_sampled": int(sample)}
 
 
@@ -287,6 +291,7 @@ def _encode_split(
 ) -> dict[str, Any]:
     parts_dir.mkdir(parents=True, exist_ok=True)
     parts, done, index, resumed = [], 0, 0, 0
+    progress(f"encoding {split}", 0, total)
     while True:
         chunk = list(itertools.islice(pairs, settings.chunk_pairs))
         if not chunk:
@@ -305,8 +310,6 @@ def _encode_split(
         done += len(chunk)
         index += 1
         progress(f"encoding {split}", done, total)
-    if not parts:
-        progress(f"encoding {split}", 0, 0)
     totals = _merge(parts, out_dir, split, settings)
     return {
         "pairs": totals["pairs"],
@@ -368,7 +371,8 @@ def prepare(
 
     seconds: dict[str, float] = {}
     clock = time.time()
-    if (marker := _read_marker(work, "text", text_key)) is None:
+    text_outputs = [work / f"train.{lang}" for lang in (src, tgt)]
+    if (marker := _read_marker(work, "text", text_key)) is None or not all(p.is_file() for p in text_outputs):
         text_counts = _text_stage(out_dir, work, sources, settings, progress)
         _write_marker(work, "text", text_key, text_counts)
         stages["text"] = "done"
