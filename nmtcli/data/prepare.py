@@ -389,7 +389,8 @@ def prepare(
     sp = load_sentencepiece(out_dir / SPM_FILE)
     seconds["sentencepiece"], clock = round(time.time() - clock, 2), time.time()
 
-    if (marker := _read_marker(work, "encode", encode_key)) is None:
+    encoded = [out_dir / f"{split}.{lang}.{ext}" for split in ("train", "valid") for lang in (src, tgt) for ext in ("bin", "idx")]
+    if (marker := _read_marker(work, "encode", encode_key)) is None or not all(p.is_file() for p in encoded):
         parts_dir = work / f"encode-{encode_key[:16]}"
         with Encoder(out_dir / SPM_FILE, token_dtype(sp.get_piece_size()), settings.workers) as encoder:
             train = _encode_split(encoder, _read_text_pairs(work, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
