@@ -258,6 +258,9 @@ def test_en_fr_finds_its_files_by_listing_the_repository(tmp_path):
         assert not hub.gets("de-en/test-00000-of-00001.parquet")
     manifest = json.loads((tmp_path / "data" / "wmt14-en-fr" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["input_pairs"] == 800
+    # Offline, the listing comes from the cache.
+    run_nmt("prepare", "wmt14-en-fr", *FAST, "-o", "offline", cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"))
+    assert data_files(tmp_path / "offline") == data_files(tmp_path / "data" / "wmt14-en-fr")
     assert sorted(manifest["source"]["files"]) == sorted(n for n in files if n.startswith("fr-en/"))
     assert manifest["splits"]["test"]["lines"] == 60
 
