@@ -144,3 +144,74 @@ def test_collate_adds_eos_bos_and_padding():
     assert batch.tgt_in.tolist() == [[BOS_ID, 8, PAD_ID, PAD_ID], [BOS_ID, 9, 10, 11]]
     assert batch.tgt_out.tolist() == [[8, EOS_ID, PAD_ID, PAD_ID], [9, 10, 11, EOS_ID]]
     assert batch.target_tokens == 6
+
+
+def test_text_filters_count_what_each_drops_in_order():
+    from nmtcli.data.text import TextFilter
+
+    f = TextFilter("en", "de", markup=True, script=True, duplicates=True)
+    pairs = [
+        ("the dog", "der hund"),
+        ("the dog", "der hund"),  # duplicate
+        ("  ", "der hund"),  # empty
+        ('<a href="https://example.com/x">x</a>', "ein link"),  # mostly markup
+        ("the dog", "собака видит кошку"),  # wrong script for German
+        ("a cat", "eine katze"),
+        ("a cat ", "eine katze"),  # not an exact duplicate
+    ]
+    assert [f.reason(s, t) for s, t in pairs] == [None, "duplicate", "empty", "markup", "script", None, None]
+    assert f.counts() == [
+        {"filter": "empty", "before": 7, "after": 6},
+        {"filter": "markup", "before": 6, "after": 5},
+        {"filter": "script", "before": 5, "after": 4},
+        {"filter": "duplicate", "before": 4, "after": 3},
+    ]
+    assert TextFilter("en", "de").names == ["empty", "duplicate"]
+    with pytest.raises(NmtError, match="does not know which script 'xx'"):
+        TextFilter("en", "xx", script=True)
+
+
+def test_optional_filters_and_their_counts_reach_the_manifest(tmp_path, corpus):
+    src = list(read_lines(corpus["train"].parent / "train.en"))[:300]
+    tgt = list(read_lines(corpus["train"].parent / "train.de"))[:300]
+    src += [src[0], "<div><br/><br/></div>", "the dog"]
+    tgt += [tgt[0], "<p>&nbsp;</p>", "Собака видит кошку"]
+    train = write_pair(tmp_path, "train", src, tgt)
+    valid = write_pair(tmp_path, "valid", src[:5], tgt[:5])
+    settings = PrepareSettings("en", "de", vocab_size=500, drop_markup=True, drop_wrong_script=True)
+    manifest = prepare_files(tmp_path / "out", train, valid, None, settings, "t")
+    train_counts = manifest["splits"]["train"]
+    assert train_counts["dropped"] == {"duplicate": 1, "markup": 1, "script": 1}
+    assert [f["filter"] for f in train_counts["filters"]] == ["empty", "markup", "script", "duplicate", "too_long", "ratio"]
+    assert train_counts["filters"][-1]["after"] == train_counts["pairs"] == 300
+    # Without the optional filters the markup and Cyrillic pairs are kept (the ratio filter may still apply).
+    plain = prepare_files(tmp_path / "plain", train, valid, None, PrepareSettings("en", "de", vocab_size=500), "t")
+    assert "markup" not in plain["splits"]["train"]["dropped"] and "script" not in plain["splits"]["train"]["dropped"]
+
+
+def test_prepare_is_reproducible_byte_for_byte_and_skips_finished_work(tmp_path, corpus):
+    settings = PrepareSettings("en", "de", vocab_size=600)
+    first = prepare_files(tmp_path / "a", corpus["train"], corpus["valid"], corpus["test"], settings, "t")
+    second = prepare_files(tmp_path / "elsewhere" / "b", corpus["train"], corpus["valid"], corpus["test"], settings, "t")
+    assert first["files"] == second["files"]  # the sentencepiece model does not record where it was trained
+    again = prepare_files(tmp_path / "a", corpus["train"], corpus["valid"], corpus["test"], settings, "t")
+    assert again["reused"] and again["created"] == first["created"]
+    (tmp_path / "a" / "valid.de.bin").write_bytes(b"")  # a damaged output is noticed and rebuilt
+    rebuilt = prepare_files(tmp_path / "a", corpus["train"], corpus["valid"], corpus["test"], settings, "t")
+    assert "reused" not in rebuilt and rebuilt["files"] == first["files"]
+    changed = prepare_files(tmp_path / "a", corpus["train"], corpus["valid"], corpus["test"], PrepareSettings("en", "de", vocab_size=600, seed=2, spm_sentences=1000), "t")
+    assert changed["fingerprint"] != first["fingerprint"] and changed["sentencepiece"]["pairs_sampled"] == 1000
+
+
+def test_the_build_script_keeps_clean_pairs_and_drops_placeholders_and_markup():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "scripts" / "build_demo_corpus.py"
+    spec = importlib.util.spec_from_file_location("build_demo_corpus", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.clean("Save  the\npage", "Seite speichern") == ("Save the page", "Seite speichern")
+    for english, german in (("Hello %(name)s", "Hallo %(name)s"), ("{count} items", "{count} Einträge"), ("<b>Bold</b>", "<b>Fett</b>"),
+                            ("Save %s", "%s speichern"), ("OK", "OK"), ("1/2", "1/2")):
+        assert module.clean(english, german) is None

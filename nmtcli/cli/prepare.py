@@ -1,4 +1,4 @@
-"""`nmt prepare`: parallel text files -> a prepared data dir (joint BPE, binarized, manifest)."""
+"""`nmt prepare`: a named corpus or parallel text files -> a prepared data dir (joint BPE, binarized, manifest)."""
 
 from __future__ import annotations
 
@@ -8,38 +8,107 @@ from typing import Annotated, Optional
 import typer
 
 from nmtcli.cli.common import DATA_ROOT, announce, progress_bar, say
+from nmtcli.errors import NmtError
 
 NAME = "prepare"
+FILES = "Your own parallel text (instead of NAME)"
+CLEANING = "Cleaning"
+VOCAB = "Vocabulary"
+RUN = "Download and execution"
+
+
+def _list_recipes() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from nmtcli.data.recipes import RECIPES
+
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for column in ("name", "direction", "train pairs", "vocab", "source", "license"):
+        table.add_column(column, overflow="fold")
+    for r in RECIPES.values():
+        table.add_row(r.name, f"{r.source_lang}->{r.target_lang}", r.pairs, f"{r.vocab_size:,}", r.source, r.license)
+    Console(highlight=False, soft_wrap=False).print(table)
 
 
 def command(
-    train: Annotated[Path, typer.Option(help="Training files: PREFIX.SRC and PREFIX.TGT, one sentence a line, aligned.", metavar="PREFIX")],
-    valid: Annotated[Path, typer.Option(help="Validation files PREFIX.SRC / PREFIX.TGT (e.g. newstest2013).", metavar="PREFIX")],
-    test: Annotated[Optional[Path], typer.Option(help="Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`.", metavar="PREFIX")] = None,
-    source_lang: Annotated[str, typer.Option("--source-lang", "-s", help="Source language code (the file suffix).")] = "en",
-    target_lang: Annotated[str, typer.Option("--target-lang", "-t", help="Target language code (the file suffix).")] = "de",
-    vocab_size: Annotated[int, typer.Option(help="Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14 en-de); smaller corpora get what they support.", min=300)] = 37000,
-    max_tokens: Annotated[int, typer.Option(help="Drop pairs with a side longer than this many subword tokens.", min=1)] = 250,
-    max_ratio: Annotated[float, typer.Option(help="Drop training pairs whose token-length ratio exceeds this.", min=1.0)] = 1.5,
-    seed: Annotated[int, typer.Option(help="Seed for sampling sentencepiece training text.")] = 1,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Data dir to write. Default: data/SRC-TGT.")] = None,
+    name: Annotated[Optional[str], typer.Argument(help="A named corpus (see --list), e.g. wmt14-en-de or demo. Downloaded, cleaned and binarized into data/NAME/.", metavar="NAME", show_default=False)] = None,
+    list_recipes: Annotated[bool, typer.Option("--list", help="List the named corpora with their size, source and license, and exit.")] = False,
+    train: Annotated[Optional[Path], typer.Option(help="Training files: PREFIX.SRC and PREFIX.TGT, one sentence a line, aligned.", metavar="PREFIX", rich_help_panel=FILES)] = None,
+    valid: Annotated[Optional[Path], typer.Option(help="Validation files PREFIX.SRC / PREFIX.TGT (e.g. newstest2013).", metavar="PREFIX", rich_help_panel=FILES)] = None,
+    test: Annotated[Optional[Path], typer.Option(help="Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`.", metavar="PREFIX", rich_help_panel=FILES)] = None,
+    source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="Source language code (the file suffix). Default: en, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
+    target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="Target language code (the file suffix). Default: de, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
+    vocab_size: Annotated[Optional[int], typer.Option(help="Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14 en-de). Default: the recipe's, or 37000; smaller corpora get what they support.", min=300, show_default=False, rich_help_panel=VOCAB)] = None,
+    spm_sentences: Annotated[Optional[int], typer.Option(help="Training pairs sampled (seeded) to train sentencepiece; each gives two lines. Default: the recipe's, or 1,000,000.", min=1, show_default=False, rich_help_panel=VOCAB)] = None,
+    seed: Annotated[int, typer.Option(help="Seed for sampling the sentencepiece training text.", rich_help_panel=VOCAB)] = 1,
+    max_tokens: Annotated[int, typer.Option(help="Drop pairs with a side longer than this many subword tokens.", min=1, rich_help_panel=CLEANING)] = 250,
+    max_ratio: Annotated[float, typer.Option(help="Drop training pairs whose token-length ratio exceeds this.", min=1.0, rich_help_panel=CLEANING)] = 1.5,
+    drop_duplicates: Annotated[bool, typer.Option("--drop-duplicates/--keep-duplicates", help="Drop exact repeats of a training pair (the first is kept).", rich_help_panel=CLEANING)] = True,
+    drop_markup: Annotated[bool, typer.Option("--drop-markup", help="Drop training pairs with a side that is mostly tags, entities or URLs.", rich_help_panel=CLEANING)] = False,
+    drop_wrong_script: Annotated[bool, typer.Option("--drop-wrong-script", help="Drop training pairs with a side where fewer than half the letters are in its language's script.", rich_help_panel=CLEANING)] = False,
+    revision: Annotated[Optional[str], typer.Option(help="Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used. Default: the recipe's.", show_default=False, rich_help_panel=RUN)] = None,
+    workers: Annotated[int, typer.Option(help="Encoding processes and sentencepiece training threads; 0 uses every core. Does not change the output.", min=0, rich_help_panel=RUN)] = 0,
+    chunk_pairs: Annotated[int, typer.Option(help="Pairs encoded per chunk, the unit an interrupted run resumes from. Does not change the output.", min=1, rich_help_panel=RUN)] = 100_000,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Data dir to write. Default: data/NAME, or data/SRC-TGT for files.", show_default=False)] = None,
 ) -> None:
-    """Clean parallel text, train a joint BPE vocabulary and binarize it for training.
+    """Download or read parallel text, clean it, train a joint BPE vocabulary and binarize it for training.
 
-    Drops empty pairs, pairs over --max-tokens subword tokens and (training split only) pairs whose
-    length ratio exceeds --max-ratio. Writes sentencepiece.model, binarized train/valid arrays,
-    plain-text valid/test copies and manifest.json (counts, settings, checksums, versions).
+    [bold]nmt prepare wmt14-en-de[/bold] downloads WMT 2014 from the Hugging Face Hub (cached, resumable;
+    HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE work as for every Hub tool); [bold]nmt prepare demo[/bold]
+    uses the small corpus shipped with nmt, offline. [bold]nmt prepare --train PREFIX --valid PREFIX[/bold]
+    prepares your own files instead.
+
+    Drops empty pairs, exact duplicates, pairs over --max-tokens subword tokens and (training split
+    only) pairs whose length ratio exceeds --max-ratio, and optionally markup and wrong-script pairs.
+    Writes sentencepiece.model, binarized train/valid arrays, plain-text valid/test copies and
+    manifest.json (counts before and after each filter, settings, source revision, checksums,
+    versions). An interrupted run resumes where it stopped; a finished one re-runs in seconds; the
+    same inputs and settings give byte-identical files.
     """
-    from nmtcli.data.prepare import PrepareSettings, prepare_files
+    from nmtcli.data.prepare import PrepareSettings, prepare_files, prepare_recipe
 
-    name = f"{source_lang}-{target_lang}"
-    out = output or DATA_ROOT / name
-    announce("prepared data", out)
-    settings = PrepareSettings(source_lang, target_lang, vocab_size, max_tokens, max_ratio, seed=seed)
-    with progress_bar() as progress:
-        manifest = prepare_files(out, train, valid, test, settings, name, progress)
+    if list_recipes:
+        _list_recipes()
+        return
+    if name is not None and (train or valid or test):
+        raise NmtError(f"both a corpus name ({name}) and --train/--valid/--test given", "use one or the other")
+    if name is None and (train is None or valid is None):
+        raise NmtError("nothing to prepare", "name a corpus (`nmt prepare --list`) or pass --train PREFIX and --valid PREFIX")
+
+    options = dict(max_tokens=max_tokens, max_ratio=max_ratio, seed=seed, drop_duplicates=drop_duplicates, drop_markup=drop_markup,
+                   drop_wrong_script=drop_wrong_script, workers=workers, chunk_pairs=chunk_pairs)
+    if name is not None:
+        from nmtcli.data.recipes import get_recipe
+
+        recipe = get_recipe(name)
+        for flag, given, wanted in (("-s", source_lang, recipe.source_lang), ("-t", target_lang, recipe.target_lang)):
+            if given is not None and given != wanted:
+                raise NmtError(f"{name} translates {recipe.source_lang}->{recipe.target_lang}, not {flag} {given}", f"leave out {flag}, or pick another recipe from `nmt prepare --list`")
+        settings = PrepareSettings(recipe.source_lang, recipe.target_lang, vocab_size or recipe.vocab_size,
+                                   spm_sentences=spm_sentences or recipe.spm_sentences, **options)
+        out = output or DATA_ROOT / name
+        announce("prepared data", out)
+        with progress_bar() as progress:
+            manifest = prepare_recipe(name, out, settings, revision, progress)
+    else:
+        if revision is not None:
+            raise NmtError("--revision applies to named corpora only", "leave it out with --train/--valid")
+        src, tgt = source_lang or "en", target_lang or "de"
+        settings = PrepareSettings(src, tgt, vocab_size or 37000, spm_sentences=spm_sentences or 1_000_000, **options)
+        out = output or DATA_ROOT / f"{src}-{tgt}"
+        announce("prepared data", out)
+        with progress_bar() as progress:
+            manifest = prepare_files(out, train, valid, test, settings, f"{src}-{tgt}", progress)
+
+    if manifest.get("reused"):
+        say(f"{out} is already prepared with these inputs and settings (checksums verified); nothing to do")
+    if manifest.get("source") and manifest["source"].get("commit"):
+        say(f"source: {manifest['source']['repo']} at commit {manifest['source']['commit']}")
     for split, counts in manifest["splits"].items():
         if "pairs" in counts:
-            dropped = ", ".join(f"{k} {v}" for k, v in counts["dropped"].items()) or "none"
+            dropped = ", ".join(f"{k} {v:,}" for k, v in counts["dropped"].items()) or "none"
             say(f"{split}: {counts['pairs']:,} of {counts['input_pairs']:,} pairs kept (dropped: {dropped})")
+        else:
+            say(f"{split}: {counts['lines']:,} lines of plain text for scoring")
     say(f"vocabulary: {manifest['vocab_size']:,} pieces; done in {manifest['seconds']} s")

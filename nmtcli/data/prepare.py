@@ -1,44 +1,64 @@
-"""`nmt prepare` from local files: clean, train the joint BPE, binarize, write `manifest.json`.
+"""`nmt prepare`: clean, train the joint BPE, binarize, write `manifest.json` (sec. 5.1's data, at scale).
 
 A prepared data dir holds:
   sentencepiece.model                 joint BPE over both languages
   train.<src>.bin/.idx, train.<tgt>.bin/.idx, valid.*.bin/.idx   binarized ids (see shards.py)
   valid.<src>, valid.<tgt>, test.<src>, test.<tgt>                 plain text, every line, for scoring
   manifest.json                       written last: what went in, what was dropped, checksums, versions
+
+The work runs in stages, each streaming its input (memory does not grow with the corpus) and each
+finished by an atomic rename plus a marker in `.work/` that records a fingerprint of everything the
+stage's output depends on:
+
+  text            source pairs -> text filters (empty, markup, script, duplicates) -> .work/train.<lang>,
+                  and the plain-text valid/test references
+  sentencepiece   a seeded sample of the cleaned training pairs -> sentencepiece.model
+  encode          cleaned pairs -> token filters (too long, length ratio) -> chunk files in .work/,
+                  merged into the binarized arrays; valid likewise (no ratio filter)
+
+A stage whose marker matches is skipped, and the encode stage keeps every finished chunk, so an
+interrupted `prepare` resumes where it stopped. Nothing depends on timing, thread counts or chunk
+sizes, so the same inputs and settings give byte-identical data files whether or not a run was
+interrupted. Once `manifest.json` is written `.work/` is removed; a later run with the same inputs
+and settings finds the manifest's fingerprint and checksums in order and returns at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
+import os
 import platform
+import shutil
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import sentencepiece as spm
 
 import nmtcli
-from nmtcli.data.shards import ShardWriter
+from nmtcli.data.encoding import Encoder
+from nmtcli.data.shards import OFFSET_DTYPE, token_dtype
+from nmtcli.data.sources import BundledTsv, ParquetFiles, TextFiles
 from nmtcli.data.text import (
     MAX_RATIO,
     MAX_TOKENS,
-    check_parallel,
-    keep_pair,
+    TextFilter,
     load_sentencepiece,
     read_lines,
-    read_pairs,
     train_sentencepiece,
 )
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import SPM_FILE, atomic_copy, atomic_write_json
+from nmtcli.model.checkpoint import SPM_FILE, atomic_copy, atomic_path, atomic_write_json
 
 MANIFEST = "manifest.json"
-CHUNK = 10_000  # sentences encoded per sentencepiece call
+WORK = ".work"
+CHUNK = 10_000  # sentences read or sampled between two progress reports
 
 # progress(task, done, total): the CLI draws it; the core only reports.
 Progress = Callable[[str, int, "int | None"], None]
@@ -55,8 +75,24 @@ class PrepareSettings:
     vocab_size: int = 37000  # sec. 5.1: a shared vocabulary of about 37,000 tokens for WMT14 en-de
     max_tokens: int = MAX_TOKENS
     max_ratio: float = MAX_RATIO
-    spm_sentences: int = 2_000_000  # sentences sampled to train sentencepiece
+    spm_sentences: int = 1_000_000  # training pairs sampled (seeded) to train sentencepiece: 2M lines
     seed: int = 1
+    drop_duplicates: bool = True
+    drop_markup: bool = False
+    drop_wrong_script: bool = False
+    # How the work is done, not what it produces (left out of the fingerprints):
+    workers: int = 0  # encoding processes and sentencepiece training threads; 0: all cores
+    chunk_pairs: int = 100_000  # pairs per encoding chunk: the unit of resume
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k not in ("workers", "chunk_pairs")}
+
+
+class PairSource(Protocol):
+    def count(self) -> int: ...
+    def batches(self) -> Iterator[list[tuple[str, str]]]: ...
+    def identity(self) -> dict[str, Any]: ...
+    def describe(self) -> Any: ...
 
 
 def sha256(path: Path) -> str:
@@ -70,67 +106,364 @@ def sha256(path: Path) -> str:
 def versions() -> dict[str, str]:
     import torch
 
-    return {
+    found = {
         "nmt": nmtcli.__version__,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "sentencepiece": spm.__version__,
         "numpy": np.__version__,
     }
+    for module in ("pyarrow", "huggingface_hub"):
+        try:
+            found[module] = __import__(module).__version__
+        except ImportError:
+            pass
+    return found
 
 
-def _chunks(items: Iterator, size: int) -> Iterator[list]:
-    while chunk := list(itertools.islice(items, size)):
-        yield chunk
+def _fingerprint(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _binarize(
-    sp: spm.SentencePieceProcessor,
+def _read_marker(work: Path, stage: str, key: str) -> dict[str, Any] | None:
+    path = work / f"{stage}.json"
+    try:
+        marker = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if marker.get("key") == key else None
+
+
+def _write_marker(work: Path, stage: str, key: str, counts: dict[str, Any]) -> None:
+    atomic_write_json(work / f"{stage}.json", {"key": key, "counts": counts})
+
+
+# --- stage 1: text ---------------------------------------------------------------------------------
+
+
+def _text_stage(out_dir: Path, work: Path, sources: dict[str, PairSource], settings: PrepareSettings, progress: Progress) -> dict[str, Any]:
+    src, tgt = settings.source_lang, settings.target_lang
+    counts: dict[str, Any] = {}
+    text_filter = TextFilter(src, tgt, settings.drop_markup, settings.drop_wrong_script, settings.drop_duplicates)
+    total = sources["train"].count()
+    seen = 0
+    progress("cleaning train", 0, total)
+    with ExitStack() as stack:
+        files = [stack.enter_context(open(stack.enter_context(atomic_path(work / f"train.{lang}")), "w", encoding="utf-8", newline="\n")) for lang in (src, tgt)]
+        for batch in sources["train"].batches():
+            kept = [(s, t) for s, t in batch if text_filter.reason(s, t) is None]
+            files[0].write("".join(s + "\n" for s, _ in kept))
+            files[1].write("".join(t + "\n" for _, t in kept))
+            seen += len(batch)
+            progress("cleaning train", seen, total)
+        for f in files:
+            f.close()  # flushed before the atomic rename of the ExitStack
+    filters = text_filter.counts()
+    counts["train"] = {
+        "input_pairs": seen,
+        "clean_pairs": filters[-1]["after"] if filters else seen,
+        "filters": filters,
+        "dropped": {k: v for k, v in text_filter.dropped.items() if v},
+    }
+    if counts["train"]["clean_pairs"] == 0:
+        raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty")
+
+    # Plain-text references: every line, uncleaned, in order (what `nmt score` compares against).
+    for split in ("valid", "test"):
+        if split not in sources:
+            continue
+        source = sources[split]
+        if isinstance(source, TextFiles):
+            for lang, path in zip((src, tgt), (source.src, source.tgt)):
+                atomic_copy(path, out_dir / f"{split}.{lang}")
+            lines = source.count()
+        else:
+            lines = 0
+            with ExitStack() as stack:
+                files = [stack.enter_context(open(stack.enter_context(atomic_path(out_dir / f"{split}.{lang}")), "w", encoding="utf-8", newline="\n")) for lang in (src, tgt)]
+                for batch in source.batches():
+                    files[0].write("".join(s + "\n" for s, _ in batch))
+                    files[1].write("".join(t + "\n" for _, t in batch))
+                    lines += len(batch)
+                for f in files:
+                    f.close()
+        counts[split] = {"lines": lines}
+    return counts
+
+
+def _read_text_pairs(work_or_out: Path, split: str, settings: PrepareSettings) -> Iterator[tuple[str, str]]:
+    return zip(
+        read_lines(work_or_out / f"{split}.{settings.source_lang}"),
+        read_lines(work_or_out / f"{split}.{settings.target_lang}"),
+        strict=True,
+    )
+
+
+# --- stage 2: sentencepiece --------------------------------------------------------------------------
+
+
+def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, clean_pairs: int, progress: Progress) -> dict[str, Any]:
+    """Train the joint BPE on a seeded sample of the cleaned training pairs (both sides of each)."""
+    sample = min(settings.spm_sentences, clean_pairs)
+    if sample < clean_pairs:
+        chosen = np.sort(np.random.default_rng(settings.seed).choice(clean_pairs, size=sample, replace=False))
+    else:
+        chosen = np.arange(clean_pairs)
+    chosen = chosen.tolist()  # Python ints: compared once per line below
+
+    def sampled() -> Iterator[str]:
+        progress("sampling for sentencepiece", 0, sample)
+        position = 0  # index into `chosen`
+        for i, (s, t) in enumerate(_read_text_pairs(work, "train", settings)):
+            if position < len(chosen) and chosen[position] == i:
+                position += 1
+                yield s
+                yield t
+                if position % CHUNK == 0:
+                    progress("sampling for sentencepiece", position, sample)
+        progress("sampling for sentencepiece", position, sample)
+        progress("training sentencepiece", 0, None)  # sentencepiece reports nothing while it trains
+
+    train_sentencepiece(sampled(), out_dir / SPM_FILE, settings.vocab_size, 2 * sample, settings.seed, settings.workers)
+    progress("training sentencepiece", 1, 1)
+    return {"pairs_sampled": int(sample)}
+
+
+# --- stage 3: encode ---------------------------------------------------------------------------------
+
+
+def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: PrepareSettings, max_ratio: float | None) -> dict[str, np.ndarray]:
+    """Encode a chunk on all cores, apply the token filters, return the kept ids and the drop counts."""
+    src_tokens, src_len = encoder.encode([s for s, _ in pairs])
+    tgt_tokens, tgt_len = encoder.encode([t for _, t in pairs])
+    # The same rules as text.keep_pair, in its order, for a whole chunk at once.
+    empty = (src_len == 0) | (tgt_len == 0)
+    too_long = ~empty & ((src_len > settings.max_tokens) | (tgt_len > settings.max_tokens))
+    ratio = np.zeros_like(empty)
+    if max_ratio is not None:
+        ratio = ~empty & ~too_long & (np.maximum(src_len, tgt_len) > max_ratio * np.minimum(src_len, tgt_len))
+    keep = ~(empty | too_long | ratio)
+    return {
+        "dropped": np.array([empty.sum(), too_long.sum(), ratio.sum()], dtype=np.int64),
+        "src_tokens": src_tokens[np.repeat(keep, src_len)],
+        "src_lengths": src_len[keep],
+        "tgt_tokens": tgt_tokens[np.repeat(keep, tgt_len)],
+        "tgt_lengths": tgt_len[keep],
+    }
+
+
+DROP_NAMES = ("empty", "too_long", "ratio")
+
+
+def _merge(parts: list[Path], out_dir: Path, split: str, settings: PrepareSettings) -> dict[str, int]:
+    """Concatenate chunk files into `<split>.<lang>.bin/.idx` (atomic; offsets written last)."""
+    totals = {"pairs": 0, "source_tokens": 0, "target_tokens": 0, **{f"drop_{n}": 0 for n in DROP_NAMES}}
+    for side, lang, key in (("src", settings.source_lang, "source_tokens"), ("tgt", settings.target_lang, "target_tokens")):
+        offsets = [np.zeros(1, dtype=OFFSET_DTYPE)]
+        end = 0
+        with atomic_path(out_dir / f"{split}.{lang}.bin") as tmp, open(tmp, "wb") as f:
+            for part in parts:
+                with np.load(part) as chunk:
+                    f.write(chunk[f"{side}_tokens"].tobytes())
+                    lengths = chunk[f"{side}_lengths"]
+                    offsets.append(end + np.cumsum(lengths, dtype=OFFSET_DTYPE))
+                    end += int(lengths.sum())
+                    if side == "src":
+                        totals["pairs"] += len(lengths)
+                        for name, n in zip(DROP_NAMES, chunk["dropped"]):
+                            totals[f"drop_{name}"] += int(n)
+        with atomic_path(out_dir / f"{split}.{lang}.idx") as tmp:
+            np.concatenate(offsets).astype(OFFSET_DTYPE).tofile(tmp)
+        totals[key] = end
+    return totals
+
+
+def _encode_split(
+    encoder: Encoder,
     pairs: Iterator[tuple[str, str]],
+    total: int,
+    parts_dir: Path,
     out_dir: Path,
     split: str,
     settings: PrepareSettings,
     max_ratio: float | None,
-    total: int,
     progress: Progress,
 ) -> dict[str, Any]:
-    """Encode, filter and write one split; returns its counts."""
-    vocab = sp.get_piece_size()
-    writers = [ShardWriter(out_dir / f"{split}.{lang}", vocab) for lang in (settings.source_lang, settings.target_lang)]
-    dropped: Counter[str] = Counter()
-    kept = seen = src_tokens = tgt_tokens = 0
-    try:
-        for chunk in _chunks(pairs, CHUNK):
-            src_ids = sp.encode([s for s, _ in chunk])
-            tgt_ids = sp.encode([t for _, t in chunk])
-            keep_src, keep_tgt = [], []
-            for s, t in zip(src_ids, tgt_ids):
-                reason = keep_pair(len(s), len(t), settings.max_tokens, max_ratio)
-                if reason:
-                    dropped[reason] += 1
-                    continue
-                keep_src.append(s)
-                keep_tgt.append(t)
-                src_tokens += len(s)
-                tgt_tokens += len(t)
-            writers[0].add(keep_src)
-            writers[1].add(keep_tgt)
-            kept += len(keep_src)
-            seen += len(chunk)
-            progress(f"encoding {split}", seen, total)
-    except BaseException:
-        for w in writers:
-            w.abort()
-        raise
-    for w in writers:
-        w.close()
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    parts, done, index, resumed = [], 0, 0, 0
+    progress(f"encoding {split}", 0, total)
+    while True:
+        chunk = list(itertools.islice(pairs, settings.chunk_pairs))
+        if not chunk:
+            break
+        part = parts_dir / f"{split}-{index:06d}.npz"
+        # Chunk boundaries depend only on line numbers, so a finished chunk of an interrupted run
+        # is exactly the chunk this run would write.
+        if part.is_file():
+            resumed += 1
+        else:
+            arrays = _encode_chunk(encoder, chunk, settings, max_ratio)
+            with atomic_path(part) as tmp:
+                with open(tmp, "wb") as f:
+                    np.savez(f, **arrays)
+        parts.append(part)
+        done += len(chunk)
+        index += 1
+        progress(f"encoding {split}", done, total)
+    totals = _merge(parts, out_dir, split, settings)
     return {
-        "input_pairs": seen,
-        "pairs": kept,
-        "dropped": dict(sorted(dropped.items())),
-        "source_tokens": src_tokens,
-        "target_tokens": tgt_tokens,
+        "pairs": totals["pairs"],
+        "dropped": {n: totals[f"drop_{n}"] for n in DROP_NAMES if totals[f"drop_{n}"]},
+        "source_tokens": totals["source_tokens"],
+        "target_tokens": totals["target_tokens"],
+        "resumed_chunks": resumed,
     }
+
+
+# --- the pipeline -----------------------------------------------------------------------------------
+
+
+def _manifest_is_current(out_dir: Path, fingerprint: str) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if manifest.get("fingerprint") != fingerprint:
+        return None
+    for name, digest in manifest.get("files", {}).items():
+        if not (out_dir / name).is_file() or sha256(out_dir / name) != digest:
+            return None
+    return manifest
+
+
+def prepare(
+    out_dir: Path,
+    sources: dict[str, PairSource],
+    settings: PrepareSettings,
+    name: str,
+    progress: Progress = _no_progress,
+    recipe: dict[str, Any] | None = None,
+    origin: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run (or resume, or skip) the three stages over `sources` (train, valid, optional test); returns the manifest.
+
+    The manifest gets `"reused": true` when a finished data dir matched and nothing was done.
+    """
+    src, tgt = settings.source_lang, settings.target_lang
+    if src == tgt:
+        raise NmtError(f"source and target language are both {src!r}", "pass two different codes with -s and -t")
+    out_dir = Path(out_dir)
+    text_key = _fingerprint("text", {k: v.identity() for k, v in sorted(sources.items())}, src, tgt,
+                            settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script)
+    spm_key = _fingerprint("sentencepiece", text_key, settings.vocab_size, settings.spm_sentences, settings.seed)
+    encode_key = _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
+    if (current := _manifest_is_current(out_dir, encode_key)) is not None:
+        return {**current, "reused": True}
+
+    started = time.time()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = out_dir / WORK
+    work.mkdir(exist_ok=True)
+    # An older manifest would describe files about to be replaced: remove it first, write it last.
+    (out_dir / MANIFEST).unlink(missing_ok=True)
+    stages: dict[str, str] = {}
+    resumed = 0
+
+    seconds: dict[str, float] = {}
+    clock = time.time()
+    text_outputs = [work / f"train.{lang}" for lang in (src, tgt)]
+    if (marker := _read_marker(work, "text", text_key)) is None or not all(p.is_file() for p in text_outputs):
+        text_counts = _text_stage(out_dir, work, sources, settings, progress)
+        _write_marker(work, "text", text_key, text_counts)
+        stages["text"] = "done"
+    else:
+        text_counts, stages["text"] = marker["counts"], "reused"
+    seconds["text"], clock = round(time.time() - clock, 2), time.time()
+
+    if (marker := _read_marker(work, "sentencepiece", spm_key)) is None or not (out_dir / SPM_FILE).is_file():
+        spm_counts = _sentencepiece_stage(out_dir, work, settings, text_counts["train"]["clean_pairs"], progress)
+        _write_marker(work, "sentencepiece", spm_key, spm_counts)
+        stages["sentencepiece"] = "done"
+    else:
+        spm_counts, stages["sentencepiece"] = marker["counts"], "reused"
+    sp = load_sentencepiece(out_dir / SPM_FILE)
+    seconds["sentencepiece"], clock = round(time.time() - clock, 2), time.time()
+
+    encoded = [out_dir / f"{split}.{lang}.{ext}" for split in ("train", "valid") for lang in (src, tgt) for ext in ("bin", "idx")]
+    if (marker := _read_marker(work, "encode", encode_key)) is None or not all(p.is_file() for p in encoded):
+        parts_dir = work / f"encode-{encode_key[:16]}"
+        with Encoder(out_dir / SPM_FILE, token_dtype(sp.get_piece_size()), settings.workers) as encoder:
+            train = _encode_split(encoder, _read_text_pairs(work, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
+                                  out_dir, "train", settings, settings.max_ratio, progress)
+            # Validation keeps its natural length ratios: only empty and over-long pairs are dropped.
+            valid = _encode_split(encoder, _read_text_pairs(out_dir, "valid", settings), text_counts["valid"]["lines"], parts_dir,
+                                  out_dir, "valid", settings, None, progress)
+        if train["pairs"] == 0:
+            raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty, and --max-tokens")
+        resumed = train.pop("resumed_chunks") + valid.pop("resumed_chunks")
+        encode_counts = {"train": train, "valid": valid}
+        _write_marker(work, "encode", encode_key, encode_counts)
+        stages["encode"] = "resumed" if resumed else "done"
+    else:
+        encode_counts, stages["encode"] = marker["counts"], "reused"
+    seconds["encode"] = round(time.time() - clock, 2)
+
+    splits = _split_counts(text_counts, encode_counts, settings)
+    files = sorted(p.name for p in out_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+    manifest = {
+        "format": "nmt-data",
+        "format_version": 1,
+        "name": name,
+        "recipe": recipe,
+        "source": origin,
+        "source_lang": src,
+        "target_lang": tgt,
+        "vocab_size": sp.get_piece_size(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(time.time() - started, 1),
+        "stages": stages,
+        "stage_seconds": seconds,
+        "resumed_chunks": resumed if stages["encode"] != "reused" else 0,
+        "inputs": {split: source.describe() for split, source in sources.items()},
+        "settings": asdict(settings),
+        "sentencepiece": spm_counts,
+        "splits": splits,
+        "fingerprint": encode_key,
+        "files": {f: sha256(out_dir / f) for f in files if f != MANIFEST},
+        "versions": versions(),
+    }
+    atomic_write_json(out_dir / MANIFEST, manifest)
+    shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+def _split_counts(text: dict[str, Any], encode: dict[str, Any], settings: PrepareSettings) -> dict[str, Any]:
+    """Per split: pairs in, pairs kept, and every filter in order with the count before and after it."""
+    train_text, train_enc = text["train"], encode["train"]
+    filters = list(train_text["filters"])
+    remaining = train_text["clean_pairs"]
+    dropped = dict(train_text["dropped"])
+    for name in ("empty", "too_long", "ratio"):
+        n = train_enc["dropped"].get(name, 0)
+        if name == "empty" and not n:
+            continue  # a side that is not blank but encodes to nothing: rare, listed only when it happens
+        filters.append({"filter": "empty_tokens" if name == "empty" else name, "before": remaining, "after": remaining - n})
+        remaining -= n
+        if n:
+            dropped[name] = dropped.get(name, 0) + n
+    train = {
+        "input_pairs": train_text["input_pairs"],
+        "pairs": train_enc["pairs"],
+        "dropped": dict(sorted(dropped.items())),
+        "filters": filters,
+        "source_tokens": train_enc["source_tokens"],
+        "target_tokens": train_enc["target_tokens"],
+    }
+    valid = {"input_pairs": text["valid"]["lines"], **encode["valid"], "lines": text["valid"]["lines"]}
+    splits = {"train": train, "valid": valid}
+    if "test" in text:
+        splits["test"] = text["test"]
+    return splits
 
 
 def prepare_files(
@@ -146,71 +479,52 @@ def prepare_files(
     src, tgt = settings.source_lang, settings.target_lang
     if src == tgt:
         raise NmtError(f"source and target language are both {src!r}", "pass two different codes with -s and -t")
-    splits = {"train": train, "valid": valid, **({"test": test} if test is not None else {})}
-    paths = {split: (Path(f"{prefix}.{src}"), Path(f"{prefix}.{tgt}")) for split, prefix in splits.items()}
-    lines = {split: check_parallel(*pair) for split, pair in paths.items()}
+    prefixes = {"train": train, "valid": valid, **({"test": test} if test is not None else {})}
+    sources = {split: TextFiles(Path(f"{p}.{src}"), Path(f"{p}.{tgt}")) for split, p in prefixes.items()}
+    lines = {split: s.count() for split, s in sources.items()}  # existence and alignment, before any work
     if lines["train"] == 0:
-        raise NmtError(f"{paths['train'][0]} is empty", "the training corpus needs at least one sentence pair")
+        raise NmtError(f"{sources['train'].src} is empty", "the training corpus needs at least one sentence pair")
+    return prepare(out_dir, sources, settings, name, progress)
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # An older manifest would describe files about to be replaced: remove it first, write it last.
-    (out_dir / MANIFEST).unlink(missing_ok=True)
-    started = time.time()
 
-    def training_text() -> Iterator[str]:
-        done = 0
-        for s, t in read_pairs(*paths["train"]):
-            done += 1
-            if done % CHUNK == 0:
-                progress("training sentencepiece", done, lines["train"])
-            if s.strip() and t.strip():
-                yield s
-                yield t
-        progress("training sentencepiece", done, lines["train"])
+def prepare_recipe(
+    recipe_name: str,
+    out_dir: Path,
+    settings: PrepareSettings | None = None,
+    revision: str | None = None,
+    progress: Progress = _no_progress,
+) -> dict[str, Any]:
+    """Download (or find in the Hub cache) a named corpus and prepare it; see recipes.py.
 
-    spm_path = out_dir / SPM_FILE
-    train_sentencepiece(training_text(), spm_path, settings.vocab_size, 2 * settings.spm_sentences, settings.seed)
-    sp = load_sentencepiece(spm_path)
+    `settings` overrides the recipe's defaults (its languages always win); `revision` pins the Hub
+    dataset to a branch, tag or commit (default: the recipe's).
+    """
+    from nmtcli.data.download import download, resolve_files
+    from nmtcli.data.recipes import BundledSplit, get_recipe
 
-    counts = {
-        "train": _binarize(sp, read_pairs(*paths["train"]), out_dir, "train", settings, settings.max_ratio, lines["train"], progress),
-        # Validation keeps its natural length ratios: only empty and over-long pairs are dropped.
-        "valid": _binarize(sp, read_pairs(*paths["valid"]), out_dir, "valid", settings, None, lines["valid"], progress),
-    }
-    if counts["train"]["pairs"] == 0:
-        raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty")
-
-    # Plain-text copies of every valid/test line (uncleaned): the references `nmt score` compares against.
-    for split in ("valid", "test"):
-        if split in paths:
-            for lang, path in zip((src, tgt), paths[split]):
-                atomic_copy(path, out_dir / f"{split}.{lang}")
-                counts.setdefault(split, {})["lines"] = lines[split]
-
-    files = sorted(p.name for p in out_dir.iterdir() if p.is_file() and not p.name.startswith("."))
-    manifest = {
-        "format": "nmt-data",
-        "format_version": 1,
-        "name": name,
-        "source_lang": src,
-        "target_lang": tgt,
-        "vocab_size": sp.get_piece_size(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "seconds": round(time.time() - started, 1),
-        "inputs": {split: [str(p.resolve()) for p in pair] for split, pair in paths.items()},
-        "settings": asdict(settings),
-        "splits": counts,
-        "files": {f: sha256(out_dir / f) for f in files if f != MANIFEST},
-        "versions": versions(),
-    }
-    atomic_write_json(out_dir / MANIFEST, manifest)
-    return manifest
+    recipe = get_recipe(recipe_name)
+    base = settings or PrepareSettings(recipe.source_lang, recipe.target_lang, recipe.vocab_size, spm_sentences=recipe.spm_sentences)
+    settings = replace(base, source_lang=recipe.source_lang, target_lang=recipe.target_lang)
+    revision = revision or recipe.revision
+    sources: dict[str, PairSource] = {}
+    origin: dict[str, Any] = {"repo": recipe.repo, "revision": revision, "files": {}} if recipe.repo else {"bundled": True}
+    for split, spec in recipe.splits.items():
+        if isinstance(spec, BundledSplit):
+            sources[split] = BundledTsv(spec.resource, spec.split, recipe.source_lang, recipe.target_lang)
+            continue
+        files = list(spec.files) or resolve_files(recipe.repo, revision, spec.pattern)
+        paths, commit, digests = download(recipe.repo, files, revision, progress)
+        if origin.setdefault("commit", commit) != commit:
+            raise NmtError(f"{recipe.repo} changed during the download ({origin['commit'][:12]} -> {commit[:12]})", "run again")
+        # The sha256 of each file pins exactly which bytes were read (and keys the stage fingerprints).
+        blobs = {f.path: digest for f, digest in zip(files, digests)}
+        origin["files"].update(blobs)
+        sources[split] = ParquetFiles(tuple(paths), recipe.source_lang, recipe.target_lang,
+                                      {"repo": recipe.repo, "commit": commit, "files": blobs})
+    return prepare(out_dir, sources, settings, recipe.name, progress, recipe=recipe.describe(), origin=origin)
 
 
 def read_manifest(data_dir: Path) -> dict[str, Any]:
-    import json
-
     path = Path(data_dir) / MANIFEST
     if not path.is_file():
         raise NmtError(f"{data_dir} is not a prepared data dir (no {MANIFEST})", "run `nmt prepare` first")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -64,17 +66,106 @@ def read_pairs(src: Path, tgt: Path) -> Iterator[tuple[str, str]]:
     yield from zip(read_lines(src), read_lines(tgt), strict=True)
 
 
+def one_line(text: str) -> str:
+    """A sentence as one line: line breaks inside it (which would shift every later line) become spaces."""
+    return _LINE_BREAKS.sub(" ", text) if "\n" in text or "\r" in text else text
+
+
+_LINE_BREAKS = re.compile(r"\r\n|[\r\n]")
+
+# --- text-level cleaning: applied to the training split before the vocabulary is trained ------------
+
+# "Mostly markup": tags, entities and URLs cover more than half of a side's characters.
+_MARKUP = re.compile(r"<[^<>]{1,200}>|&[a-zA-Z]{2,8};|&#\d{1,6};|https?://\S+|www\.\S+")
+MARKUP_SHARE = 0.5
+# "Wrong script": fewer than half of a side's letters are in the script its language is written in.
+SCRIPT_SHARE = 0.5
+_LATIN = r"A-Za-z\u00C0-\u024F\u1E00-\u1EFF"
+SCRIPTS = {
+    "latin": (re.compile(f"[{_LATIN}]"), {"en", "de", "fr", "es", "it", "pt", "nl", "cs", "pl", "ro", "fi", "et", "lv", "lt", "tr", "hu", "sv", "da", "no", "is", "hr", "sl", "sk", "ca"}),
+    "cyrillic": (re.compile(r"[\u0400-\u04FF]"), {"ru", "uk", "bg", "sr", "kk"}),
+    "greek": (re.compile(r"[\u0370-\u03FF]"), {"el"}),
+    "arabic": (re.compile(r"[\u0600-\u06FF]"), {"ar", "fa", "ur"}),
+    "han": (re.compile(r"[\u4E00-\u9FFF]"), {"zh"}),
+    "devanagari": (re.compile(r"[\u0900-\u097F]"), {"hi", "mr", "ne"}),
+}
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def script_of(lang: str) -> re.Pattern[str] | None:
+    """The letters of the script `lang` is written in, or None where this filter does not know it."""
+    for pattern, langs in SCRIPTS.values():
+        if lang in langs:
+            return pattern
+    return None
+
+
+def mostly_markup(text: str) -> bool:
+    if "<" not in text and "&" not in text and "http" not in text and "www." not in text:
+        return False
+    covered = sum(len(m) for m in _MARKUP.findall(text))
+    return covered > MARKUP_SHARE * len(text.strip())
+
+
+def wrong_script(text: str, script: re.Pattern[str]) -> bool:
+    letters = len(_LETTER.findall(text))
+    return letters > 0 and len(script.findall(text)) < SCRIPT_SHARE * letters
+
+
+class TextFilter:
+    """The text-level filters of one split, in order, each counting what it drops.
+
+    `empty` (a side with nothing but white space) always applies; `markup` and `script` are
+    optional; `duplicate` drops exact repeats of a (source, target) pair, remembering an 8-byte
+    BLAKE2 digest per kept pair (about 80 bytes each in a set: ~360 MB for WMT14's 4.5M pairs).
+    """
+
+    def __init__(self, source_lang: str, target_lang: str, markup: bool = False, script: bool = False, duplicates: bool = True):
+        self.names = ["empty", *(["markup"] if markup else []), *(["script"] if script else []), *(["duplicate"] if duplicates else [])]
+        self.scripts = (script_of(source_lang), script_of(target_lang)) if script else (None, None)
+        if script and None in self.scripts:
+            unknown = source_lang if self.scripts[0] is None else target_lang
+            raise NmtError(f"the script filter does not know which script {unknown!r} is written in", "leave out --drop-wrong-script")
+        self.before = dict.fromkeys(self.names, 0)
+        self.dropped = dict.fromkeys(self.names, 0)
+        self._seen: set[bytes] | None = set() if duplicates else None
+
+    def reason(self, src: str, tgt: str) -> str | None:
+        """None to keep the pair, otherwise the name of the first filter that drops it."""
+        for name in self.names:
+            self.before[name] += 1
+            if name == "empty":
+                drop = not src.strip() or not tgt.strip()
+            elif name == "markup":
+                drop = mostly_markup(src) or mostly_markup(tgt)
+            elif name == "script":
+                drop = wrong_script(src, self.scripts[0]) or wrong_script(tgt, self.scripts[1])
+            else:
+                digest = hashlib.blake2b(f"{src}\t{tgt}".encode(), digest_size=8).digest()
+                drop = digest in self._seen
+                self._seen.add(digest)
+            if drop:
+                self.dropped[name] += 1
+                return name
+        return None
+
+    def counts(self) -> list[dict[str, int | str]]:
+        return [{"filter": n, "before": self.before[n], "after": self.before[n] - self.dropped[n]} for n in self.names]
+
+
 def train_sentencepiece(
     sentences: Iterable[str],
     model_path: Path,
     vocab_size: int,
     max_sentences: int = 2_000_000,
     seed: int = 1,
+    threads: int = 0,
 ) -> None:
     """Train a joint BPE model over both languages (sec. 5.1: shared source-target vocabulary).
 
     Byte fallback keeps any character encodable; the special ids are fixed so that every model and
-    vocabulary agree (pad 0, unk 1, bos 2, eos 3).
+    vocabulary agree (pad 0, unk 1, bos 2, eos 3). Every sentence given is used (callers sample
+    beforehand, with their own seed), so the model is a function of the sentences alone.
     """
     spm.set_random_generator_seed(seed)
     with atomic_path(model_path) as tmp:
@@ -89,8 +180,8 @@ def train_sentencepiece(
                 byte_fallback=True,
                 hard_vocab_limit=False,
                 input_sentence_size=max_sentences,
-                shuffle_input_sentence=True,
-                num_threads=os.cpu_count() or 1,
+                shuffle_input_sentence=False,
+                num_threads=threads or os.cpu_count() or 1,
                 pad_id=PAD_ID,
                 unk_id=UNK_ID,
                 bos_id=BOS_ID,
@@ -102,7 +193,9 @@ def train_sentencepiece(
         finally:
             if os.path.exists(prefix + ".vocab"):
                 os.unlink(prefix + ".vocab")
-        os.replace(prefix + ".model", tmp)
+        data = Path(prefix + ".model").read_bytes()
+        os.unlink(prefix + ".model")
+        tmp.write_bytes(_reproducible_model(data))
 
 
 def load_sentencepiece(path: Path) -> spm.SentencePieceProcessor:
@@ -123,3 +216,78 @@ def keep_pair(src_len: int, tgt_len: int, max_tokens: int = MAX_TOKENS, max_rati
     if max_ratio is not None and max(src_len, tgt_len) > max_ratio * min(src_len, tgt_len):
         return "ratio"
     return None
+
+
+# --- a model file that depends on the training data and settings only --------------------------------
+# sentencepiece stores its TrainerSpec in the model, including the output path (`model_prefix`,
+# field 2) and the thread count (`num_threads`, field 16), so two identical trainings in different
+# directories or on different machines would write different bytes. Both fields only describe how
+# the training ran; they are rewritten here, in the protobuf wire format, to fixed values.
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if byte < 0x80:
+            return value, i
+        shift += 7
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _fields(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(field number, wire type, raw bytes of the whole field) of one protobuf message."""
+    fields, i = [], 0
+    while i < len(data):
+        start = i
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 2:
+            length, i = _varint(data, i)
+            i += length
+        elif wire == 5:
+            i += 4
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire}")
+        fields.append((number, wire, data[start:i]))
+    return fields
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _payload(raw: bytes) -> bytes:
+    _, i = _varint(raw, 0)
+    length, i = _varint(raw, i)
+    return raw[i : i + length]
+
+
+def _reproducible_model(data: bytes) -> bytes:
+    out = bytearray()
+    for number, wire, raw in _fields(data):
+        if number == 2 and wire == 2:  # ModelProto.trainer_spec
+            spec = bytearray()
+            for n, w, r in _fields(_payload(raw)):
+                if n == 2:  # model_prefix
+                    spec += _length_delimited(2, b"sentencepiece")
+                elif n != 16:  # num_threads: dropped (the default applies when read)
+                    spec += r
+            out += _length_delimited(2, bytes(spec))
+        else:
+            out += raw
+    return bytes(out)
