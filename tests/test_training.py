@@ -90,7 +90,7 @@ def test_checkpoints_keep_the_last_k_and_no_partial_writes(prepared, tmp_path):
     (tmp_path / "run" / "checkpoints" / ".tmp-99").mkdir(parents=True)  # a write that crashed earlier
     Trainer(tmp_path / "run", prepared, config, settings).run()
     assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["4", "5"]
-    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["4", "5"]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["4", "5", "best"]
 
 
 def test_update_freq_accumulates_batches_into_one_step(prepared, tmp_path):
