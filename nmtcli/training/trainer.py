@@ -580,8 +580,12 @@ def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, Trai
         raise NmtError(f"unknown preset {preset!r}", f"choose one of {', '.join(PRESETS)}")
     known = {f.name for f in fields(TrainSettings)}
     given = {k: v for k, v in overrides.items() if k in known and v is not None}
-    if "update_freq" in given and "tokens_per_step" not in given:
+    if "update_freq" in given and "tokens_per_step" in given:
+        raise NmtError("--update-freq and --tokens-per-step both set the batches per step", "pass one of them", exit_code=2)
+    if "update_freq" in given:
         given["tokens_per_step"] = None  # an explicit --update-freq replaces the preset's token target
+    elif "tokens_per_step" in given:
+        given["update_freq"] = None  # and --tokens-per-step the preset's fixed accumulation
     if "save_every" in given and "save_minutes" not in given:
         given["save_minutes"] = 0.0  # --save-every in steps replaces the preset's 10 minutes
     settings = replace(TRAIN_PRESETS[preset], **given)
