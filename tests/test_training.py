@@ -39,6 +39,25 @@ def test_label_smoothed_loss_matches_pytorch_and_ignores_padding():
     assert nll.item() == pytest.approx(expected_nll.item(), rel=1e-5)
 
 
+def test_label_smoothed_loss_gradient_is_autograds():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 6, 50, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(4, 50, (4, 6))
+    target[1, 2:] = 0
+    loss, _ = label_smoothed_loss(logits, target, 0.1, pad_id=0)
+    (loss * 0.37).backward()
+    leaf = logits.detach().clone().requires_grad_()
+    reference = F.cross_entropy(leaf.view(-1, 50), target.view(-1), ignore_index=0, label_smoothing=0.1, reduction="sum")
+    (reference * 0.37).backward()
+    torch.testing.assert_close(logits.grad, leaf.grad)
+    assert torch.all(logits.grad[1, 2:] == 0)  # padding gets no gradient
+    # bf16 logits (autocast) give a bf16 gradient computed in float32.
+    half = logits.detach().bfloat16().requires_grad_()
+    label_smoothed_loss(half, target, 0.1, pad_id=0)[0].backward()
+    assert half.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(half.grad.double(), leaf.grad / 0.37, rtol=2e-2, atol=2e-3)
+
+
 def test_training_learns(trained_model):
     metrics = [json.loads(line) for line in (trained_model.parent / "run" / "metrics.jsonl").read_text().splitlines()]
     valid = [m["valid_ppl"] for m in metrics if "valid_ppl" in m]
