@@ -110,6 +110,13 @@ def test_checkpoints_keep_the_last_k_and_no_partial_writes(prepared, tmp_path):
     Trainer(tmp_path / "run", prepared, config, settings).run()
     assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["4", "5"]
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["4", "5", "best"]
+    # TensorBoard events beside metrics.jsonl (tensorboard is in the test extra).
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5]
+    assert {"train/ppl", "train/lr", "train/target_tokens_per_s", "valid/valid_ppl"} <= set(events.Tags()["scalars"])
 
 
 def test_update_freq_accumulates_batches_into_one_step(prepared, tmp_path):

@@ -70,7 +70,7 @@ def command(
     preset: Annotated[Optional[str], typer.Option(help="Model and recipe: tiny (CPU demo), base or big (Table 3). Default: base.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run dir. Default: runs/PRESET-DATA.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="JSON or TOML file of settings (flag names as keys; a run dir's config.json works). Flags override it.", rich_help_panel="Run")] = None,
-    gpus: Annotated[Optional[int], typer.Option(help="Start this many ranks on this node through torchrun (one per GPU). For several nodes run torchrun yourself (see README).", rich_help_panel="Run")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="Start this many ranks on this node through torchrun (one per GPU). For several nodes run torchrun yourself (docs/training.md).", rich_help_panel="Run")] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (base 100k, big 300k, tiny 1000).", rich_help_panel="Batches and schedule")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(help="Padded tokens per batch per GPU on the longer side (base/big 25,000, tiny 2,048). Lower it if a GPU runs out of memory.", rich_help_panel="Batches and schedule")] = None,
     tokens_per_step: Annotated[Optional[int], typer.Option(help="Target tokens per optimizer step over all GPUs (base/big 25,000: the paper's batch); gradient accumulation makes up what --max-tokens x GPUs does not.", rich_help_panel="Batches and schedule")] = None,

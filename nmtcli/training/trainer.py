@@ -275,6 +275,8 @@ class Trainer:
 
     def _check_resumable(self, previous: dict[str, Any]) -> None:
         hint = f"train into a new dir with -o, or pass --restart to discard {self.run_dir}"
+        if previous.get("format_version", 1) < 2:
+            raise NmtError(f"{self.run_dir} was written by an older nmt whose checkpoints cannot be resumed", hint)
         if previous.get("model") != self.config.to_dict():
             changed = sorted(k for k, v in self.config.to_dict().items() if previous.get("model", {}).get(k) != v)
             raise NmtError(f"{self.run_dir} was trained with a different model shape ({', '.join(changed)})", hint)
