@@ -39,6 +39,25 @@ def test_label_smoothed_loss_matches_pytorch_and_ignores_padding():
     assert nll.item() == pytest.approx(expected_nll.item(), rel=1e-5)
 
 
+def test_label_smoothed_loss_gradient_is_autograds():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 6, 50, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(4, 50, (4, 6))
+    target[1, 2:] = 0
+    loss, _ = label_smoothed_loss(logits, target, 0.1, pad_id=0)
+    (loss * 0.37).backward()
+    leaf = logits.detach().clone().requires_grad_()
+    reference = F.cross_entropy(leaf.view(-1, 50), target.view(-1), ignore_index=0, label_smoothing=0.1, reduction="sum")
+    (reference * 0.37).backward()
+    torch.testing.assert_close(logits.grad, leaf.grad)
+    assert torch.all(logits.grad[1, 2:] == 0)  # padding gets no gradient
+    # bf16 logits (autocast) give a bf16 gradient computed in float32.
+    half = logits.detach().bfloat16().requires_grad_()
+    label_smoothed_loss(half, target, 0.1, pad_id=0)[0].backward()
+    assert half.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(half.grad.double(), leaf.grad / 0.37, rtol=2e-2, atol=2e-3)
+
+
 def test_training_learns(trained_model):
     metrics = [json.loads(line) for line in (trained_model.parent / "run" / "metrics.jsonl").read_text().splitlines()]
     valid = [m["valid_ppl"] for m in metrics if "valid_ppl" in m]
@@ -90,7 +109,14 @@ def test_checkpoints_keep_the_last_k_and_no_partial_writes(prepared, tmp_path):
     (tmp_path / "run" / "checkpoints" / ".tmp-99").mkdir(parents=True)  # a write that crashed earlier
     Trainer(tmp_path / "run", prepared, config, settings).run()
     assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["4", "5"]
-    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["4", "5"]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["4", "5", "best"]
+    # TensorBoard events beside metrics.jsonl (tensorboard is in the test extra).
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5]
+    assert {"train/ppl", "train/lr", "train/target_tokens_per_s", "valid/valid_ppl"} <= set(events.Tags()["scalars"])
 
 
 def test_update_freq_accumulates_batches_into_one_step(prepared, tmp_path):
@@ -98,4 +124,151 @@ def test_update_freq_accumulates_batches_into_one_step(prepared, tmp_path):
     trainer = Trainer(tmp_path / "run", prepared, config, settings)
     trainer.run()
     assert trainer.step == 2
-    assert trainer.stream.state_dict()["position"] == 6  # 2 steps x 3 batches
+    assert trainer.data_state["position"] == 6  # 2 steps x 3 batches
+
+
+# --- at scale: the effective batch, precision, FLOPs, validation, configuration -----------------
+
+
+def test_tokens_per_step_chooses_the_accumulation_and_normalizes_by_the_true_token_count(prepared, tmp_path):
+    events = []
+    config, settings = small_settings(max_steps=2, tokens_per_step=1200, update_freq=None, save_every=2)
+    trainer = Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda kind, v: events.append((kind, v)))
+    mean = trainer.mean_batch_tokens
+    assert 0 < mean < 300 and trainer.update_freq == round(1200 / mean) > 1
+    trainer.run()
+    start = dict(events)["start"]
+    assert start["update_freq"] == trainer.update_freq and start["expected_step_target_tokens"] > 900
+    assert trainer.data_state["position"] == 2 * trainer.update_freq
+    # The logged loss is the step's summed loss over its true target-token count.
+    from nmtcli.data.batching import BatchStream
+
+    stream = BatchStream(trainer.train_data, 300, 1)
+    first_step = [stream.next_indices() for _ in range(trainer.update_freq)]
+    logged = [v for kind, v in events if kind == "log"]
+    assert logged[0]["target_tokens_per_s"] > 0
+    tokens = sum(stream.target_tokens(i) for i in first_step)
+    assert tokens == sum(trainer.train_data.batch(i).target_tokens for i in first_step)
+
+
+def test_an_explicit_update_freq_replaces_the_token_target():
+    _, settings = train_settings_for("base", update_freq=4)
+    assert settings.update_freq == 4 and settings.tokens_per_step is None
+    _, settings = train_settings_for("base")
+    assert settings.tokens_per_step == 25_000 and settings.update_freq is None and settings.save_minutes == 10.0
+    _, settings = train_settings_for("base", save_every=500)
+    assert settings.save_every == 500 and settings.save_minutes == 0.0
+    with pytest.raises(NmtError, match="precision"):
+        train_settings_for("tiny", precision="fp8")
+
+
+def test_fp16_skips_a_step_whose_gradients_overflow_and_lowers_the_scale(prepared, tmp_path):
+    config, settings = small_settings(max_steps=3, precision="fp16")
+    trainer = Trainer(tmp_path / "run", prepared, config, settings)
+    scaler = trainer.precision.scaler
+    assert scaler.is_enabled() and trainer.precision.dtype == torch.float16
+    from nmtcli.training.loader import StepLoader
+
+    loader = StepLoader(trainer.stream, 1, 0, 1, trainer.device)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    def set_scale(value: float) -> None:
+        scaler.load_state_dict({**scaler.state_dict(), "scale": value, "_growth_tracker": 0})
+
+    set_scale(2.0**100)  # loss x 2^100 overflows fp16 (and fp32) gradients
+    m = trainer.train_step(next(loader))
+    assert m["skipped"] and trainer.step == 0 and m["loss_scale"] == 2.0**99
+    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    assert trainer.data_state["position"] == 1  # the batch is consumed, not retried
+    set_scale(1024.0)
+    m = trainer.train_step(next(loader))
+    assert not m["skipped"] and trainer.step == 1
+    assert any(not torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    loader.close()
+    trainer.save_checkpoint()
+    state = torch.load(tmp_path / "run" / "checkpoints" / "1" / "trainer.pt", weights_only=True)
+    assert state["scaler"]["scale"] == 1024.0  # the loss scale resumes with the run
+
+
+def test_flop_count_matches_pytorchs_flop_counter():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from nmtcli.model.config import PRESETS
+    from nmtcli.model.transformer import Transformer
+    from nmtcli.training.flops import LengthStats, forward_flops, mfu, peak_flops, training_flops
+
+    config = PRESETS["tiny"].replace(vocab_size=1000, dropout=0.0)
+    model = Transformer(config)
+    src_len, tgt_len, n = 9, 7, 3  # lengths with EOS / BOS: no padding, so model FLOPs = executed FLOPs
+    src = torch.randint(4, 1000, (n, src_len))
+    tgt = torch.randint(4, 1000, (n, tgt_len))
+    lengths = LengthStats.of(torch.full((n,), src_len - 1).numpy(), torch.full((n,), tgt_len - 1).numpy())
+    # The math backend runs attention as plain matmuls, which the counter sees (fused kernels it may not).
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(src, tgt).sum().backward()
+    assert forward_flops(config, lengths) * 3 == counter.get_total_flops()
+    assert training_flops(config, lengths) == counter.get_total_flops()
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16") == 989.4e12
+    assert peak_flops("NVIDIA H100 PCIe", "bf16") == 756.0e12
+    assert peak_flops("Some Other GPU", "bf16") is None
+    assert mfu(989.4e12, 2.0, 989.4e12, 1) == 0.5
+
+
+def test_validation_bleu_is_what_nmt_translate_and_nmt_score_give(trained_model, prepared, tmp_path):
+    from conftest import run_nmt
+
+    from nmtcli.data.text import load_sentencepiece
+    from nmtcli.model.checkpoint import load_model
+    from nmtcli.training.distributed import Ranks
+    from nmtcli.training.precision import resolve
+    from nmtcli.training.validation import BleuSettings, valid_bleu
+
+    model, _ = load_model(trained_model)
+    sources = (prepared / "valid.en").read_text().splitlines()
+    references = (prepared / "valid.de").read_text().splitlines()
+    ours = valid_bleu(model, load_sentencepiece(prepared / "sentencepiece.model"), sources, references, BleuSettings(lines=30),
+                      resolve("fp32", torch.device("cpu")).autocast, torch.device("cpu"), Ranks())
+    (tmp_path / "src.txt").write_text("\n".join(sources[:30]) + "\n")
+    (tmp_path / "ref.txt").write_text("\n".join(references[:30]) + "\n")
+    run_nmt("translate", "-m", str(trained_model), "-i", str(tmp_path / "src.txt"), "-o", str(tmp_path / "hyp.txt"))
+    scored = json.loads(run_nmt("score", str(tmp_path / "hyp.txt"), "--ref", str(tmp_path / "ref.txt"), "--json").stdout)
+    assert ours["valid_bleu"] == pytest.approx(scored["scores"][0]["score"], abs=1e-9)
+    assert ours["valid_bleu"] > 20
+
+
+def test_early_stopping_keeps_the_best_checkpoint(prepared, tmp_path):
+    # An untrained model's BLEU stays 0.0: the first validation is the best, the next two are not.
+    config, settings = small_settings(max_steps=50, valid_every=1, valid_bleu=2, patience=2, save_every=100)
+    events = []
+    result = Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda k, v: events.append((k, v))).run()
+    assert result["early_stopped"] and result["step"] == 3
+    assert result["best"] == {"metric": "valid_bleu", "value": 0.0, "step": 1}
+    best = json.loads((tmp_path / "run" / "checkpoints" / "best" / "config.json").read_text())
+    assert best["step"] == 1
+    assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["3"]  # saved where it stopped
+    # Resuming the stopped run keeps its early-stopping state: the next validation stops it again.
+    _, longer = small_settings(max_steps=50, valid_every=1, valid_bleu=2, patience=2, save_every=100)
+    again = Trainer(tmp_path / "run", prepared, config, longer)
+    assert again.best == result["best"] and again.bad_validations == 2
+    assert again.run()["step"] == 4
+
+
+def test_config_file_with_flags_overriding_it(prepared, tmp_path):
+    from conftest import run_nmt
+
+    (tmp_path / "train.json").write_text(json.dumps({
+        "preset": "tiny", "max-steps": 3, "max_tokens": 300, "save_every": "2", "valid_every": 100, "log_every": 1,
+        "device": "cpu", "data": str(prepared), "output": str(tmp_path / "run"),
+    }))
+    run_nmt("train", "--config", str(tmp_path / "train.json"), "--max-steps", "2")
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["training"]
+    assert saved["max_steps"] == 2 and saved["max_tokens"] == 300 and saved["save_every"] == 2
+    # The run's own config.json reruns the same recipe (and so resumes it).
+    again = run_nmt("train", "--config", str(tmp_path / "run" / "config.json"), "--data", str(prepared), "-o", str(tmp_path / "run"),
+                    "--max-steps", "4")
+    assert "resuming from" in again.stderr
+    (tmp_path / "bad.toml").write_text('max_step = 3\n')
+    bad = run_nmt("train", "--config", str(tmp_path / "bad.toml"), check=False)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("nmt: error: --config")
+    assert "max_step" in bad.stderr and "Traceback" not in bad.stderr
+    assert run_nmt("train", "--save-every", "ten", "--data", str(prepared), check=False).returncode == 2

@@ -28,6 +28,11 @@ app = typer.Typer(
 _debug = {"on": bool(os.environ.get("NMT_DEBUG"))}
 
 
+def debug_enabled() -> bool:
+    """Whether --debug (or NMT_DEBUG) asked for tracebacks; `nmt train --gpus` passes it on to its ranks."""
+    return _debug["on"]
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"nmt {__version__}")

@@ -1,73 +1,229 @@
-"""`nmt train`: train a Transformer on a prepared data dir; resumes an existing run dir."""
+"""`nmt train`: train a Transformer on a prepared data dir; resumes an existing run dir; runs under torchrun."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
+import tempfile
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say
+from nmtcli.errors import NmtError
 
 NAME = "train"
+
+# Keys a --config file may set: the flags' names (with - or _), i.e. every training setting plus these.
+RUN_KEYS = ("data", "output", "preset", "restart")
+
+
+def parse_save_every(value: str | int | None) -> tuple[int | None, float | None]:
+    """"1000" -> every 1000 steps; "10m" / "10min" -> every 10 minutes. Returns (steps, minutes)."""
+    if value is None:
+        return None, None
+    text = str(value).strip().lower()
+    if m := re.fullmatch(r"(\d+)\s*(steps?)?", text):
+        return int(m.group(1)), None
+    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*(m|min|minutes?)", text):
+        return None, float(m.group(1))
+    raise NmtError(f"--save-every {value!r} is neither steps nor minutes", "write e.g. 1000 (steps) or 10m (minutes)", exit_code=2)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A JSON or TOML file of flag values. A run dir's config.json works too: its "training" section is used."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise NmtError(f"cannot read --config {path}: {e.strerror}", "pass an existing JSON or TOML file", exit_code=2) from None
+    try:
+        if Path(path).suffix == ".toml":
+            import tomllib
+
+            values = tomllib.loads(text)
+        else:
+            values = json.loads(text)
+    except ValueError as e:
+        raise NmtError(f"--config {path} is not valid {'TOML' if Path(path).suffix == '.toml' else 'JSON'}: {e}", "fix the file") from None
+    if not isinstance(values, dict):
+        raise NmtError(f"--config {path} must hold a table of settings", 'e.g. {"max_steps": 1000}', exit_code=2)
+    if values.get("format") == "nmt-run":  # a run dir's config.json: rerun that recipe
+        values = {**values["training"], "preset": values["training"].get("preset")}
+        for derived in ("resolved_update_freq", "world_size"):
+            values.pop(derived, None)
+    from dataclasses import fields
+
+    from nmtcli.training.trainer import TrainSettings
+
+    known = {f.name for f in fields(TrainSettings)} | set(RUN_KEYS)
+    values = {k.replace("-", "_"): v for k, v in values.items()}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise NmtError(f"--config {path} has unknown settings: {', '.join(unknown)}", "use the names of `nmt train` flags", exit_code=2)
+    return values
 
 
 def command(
     data: Annotated[Optional[Path], typer.Option(help="Prepared data dir. Default: the newest under data/.")] = None,
-    preset: Annotated[str, typer.Option(help="Model and recipe: tiny (CPU demo), base or big (Table 3).")] = "base",
+    preset: Annotated[Optional[str], typer.Option(help="Model and recipe: tiny (CPU demo), base or big (Table 3). Default: base.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run dir. Default: runs/PRESET-DATA.")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (base 100k, big 300k, tiny 1000).")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(help="Padded tokens per batch on the longer side (base/big 25,000, tiny 2,048).")] = None,
-    update_freq: Annotated[Optional[int], typer.Option(help="Batches accumulated into one step (effective batch = this x --max-tokens).")] = None,
-    warmup: Annotated[Optional[int], typer.Option(help="Warmup steps of the learning-rate schedule (4,000; tiny 200).")] = None,
-    lr_scale: Annotated[Optional[float], typer.Option(help="Multiplies the learning-rate schedule (1.0 is the paper's).")] = None,
-    save_every: Annotated[Optional[int], typer.Option(help="Steps between checkpoints.")] = None,
-    keep_last: Annotated[Optional[int], typer.Option(help="Checkpoints kept (base 5, big 20: what averaging uses).")] = None,
-    valid_every: Annotated[Optional[int], typer.Option(help="Steps between validation-perplexity runs.")] = None,
-    log_every: Annotated[Optional[int], typer.Option(help="Steps between log lines.")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed for weights, data order and dropout.")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    restart: Annotated[bool, typer.Option("--restart", help="Delete an existing run dir and start over instead of resuming.")] = False,
+    config: Annotated[Optional[Path], typer.Option("--config", help="JSON or TOML file of settings (flag names as keys; a run dir's config.json works). Flags override it.", rich_help_panel="Run")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="Start this many ranks on this node through torchrun (one per GPU). For several nodes run torchrun yourself (docs/training.md).", rich_help_panel="Run")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (base 100k, big 300k, tiny 1000).", rich_help_panel="Batches and schedule")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Padded tokens per batch per GPU on the longer side (base/big 25,000, tiny 2,048). Lower it if a GPU runs out of memory.", rich_help_panel="Batches and schedule")] = None,
+    tokens_per_step: Annotated[Optional[int], typer.Option(help="Target tokens per optimizer step over all GPUs (base/big 25,000: the paper's batch); gradient accumulation makes up what --max-tokens x GPUs does not.", rich_help_panel="Batches and schedule")] = None,
+    update_freq: Annotated[Optional[int], typer.Option(help="Batches accumulated per GPU per step, set by hand (replaces --tokens-per-step; tiny: 1).", rich_help_panel="Batches and schedule")] = None,
+    warmup: Annotated[Optional[int], typer.Option(help="Warmup steps of the learning-rate schedule (4,000; tiny 200).", rich_help_panel="Batches and schedule")] = None,
+    lr_scale: Annotated[Optional[float], typer.Option(help="Multiplies the learning-rate schedule (1.0 is the paper's).", rich_help_panel="Batches and schedule")] = None,
+    label_smoothing: Annotated[Optional[float], typer.Option(help="Label smoothing epsilon (0.1, sec. 5.4).", rich_help_panel="Batches and schedule")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed for weights, data order and dropout.", rich_help_panel="Batches and schedule")] = None,
+    save_every: Annotated[Optional[str], typer.Option(help="Checkpoint every N steps (e.g. 1000) or minutes (e.g. 10m; base/big: 10m as in the paper, tiny 250 steps).", rich_help_panel="Checkpoints and validation")] = None,
+    keep_last: Annotated[Optional[int], typer.Option(help="Checkpoints kept (base 5, big 20: what averaging uses); the best one is kept apart.", rich_help_panel="Checkpoints and validation")] = None,
+    valid_every: Annotated[Optional[int], typer.Option(help="Steps between validations (perplexity, and BLEU with --valid-bleu).", rich_help_panel="Checkpoints and validation")] = None,
+    valid_bleu: Annotated[Optional[int], typer.Option(help="BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines).", rich_help_panel="Checkpoints and validation")] = None,
+    patience: Annotated[Optional[int], typer.Option(help="Stop after this many validations without a better BLEU (or perplexity) (0: never).", rich_help_panel="Checkpoints and validation")] = None,
+    log_every: Annotated[Optional[int], typer.Option(help="Steps between log lines.", rich_help_panel="Checkpoints and validation")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto (each rank's GPU, else CPU), cpu, cuda or cuda:N.", rich_help_panel="Hardware")] = None,
+    precision: Annotated[Optional[str], typer.Option(help="auto (bf16 on GPUs that have it, else fp32), fp32, bf16, or fp16 (with a dynamic loss scaler).", rich_help_panel="Hardware")] = None,
+    compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model (pays on a GPU over long runs; the first steps are slow).", rich_help_panel="Hardware")] = None,
+    peak_tflops: Annotated[Optional[float], typer.Option(help="The GPU's peak TFLOP/s at this precision, for MFU in the log where nmt does not know the GPU.", rich_help_panel="Hardware")] = None,
+    restart: Annotated[bool, typer.Option("--restart", help="Delete an existing run dir and start over instead of resuming.", rich_help_panel="Run")] = False,
 ) -> None:
     """Train with the paper's recipe: Adam (0.9, 0.98, 1e-9), warmup then 1/sqrt(step), label smoothing 0.1.
 
-    Checkpoints go to RUN_DIR/checkpoints/STEP/ every --save-every steps (the last --keep-last kept).
+    Checkpoints go to RUN_DIR/checkpoints/STEP/ (the last --keep-last kept, the best in checkpoints/best/).
     Running the same command again resumes from the newest checkpoint exactly where it stopped.
+    Runs unchanged under torchrun (`torchrun --nproc-per-node N -m nmtcli train ...`); --gpus N starts it for you.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from nmtcli.training import distributed
 
+    flags = {
+        "data": data, "preset": preset, "output": output, "max_steps": max_steps, "max_tokens": max_tokens,
+        "tokens_per_step": tokens_per_step, "update_freq": update_freq, "warmup": warmup, "lr_scale": lr_scale,
+        "label_smoothing": label_smoothing, "seed": seed, "keep_last": keep_last, "valid_every": valid_every,
+        "valid_bleu": valid_bleu, "patience": patience, "log_every": log_every, "device": device,
+        "precision": precision, "compile": compile, "peak_tflops": peak_tflops,
+    }
+    steps, minutes = parse_save_every(save_every)
+    flags.update(save_every=steps, save_minutes=minutes)
+    values = read_config_file(config) if config else {}
+    if "save_every" in values and "save_minutes" not in values:
+        values["save_every"], values["save_minutes"] = parse_save_every(values["save_every"])
+    values.update({k: v for k, v in flags.items() if v is not None})
+    restart = restart or bool(values.pop("restart", False))
+
+    ranks = distributed.from_environment()
+    if gpus is not None and not ranks.distributed:
+        _launch(gpus, values, restart)
+        return
+    _train(values, restart, ranks)
+
+
+def _launch(gpus: int, values: dict[str, Any], restart: bool) -> None:
+    """--gpus N: hand the resolved settings to N ranks through a config file."""
+    import torch
+
+    from nmtcli.cli import debug_enabled
+    from nmtcli.training import distributed
+
+    if not torch.cuda.is_available() and values.get("device") != "cpu":
+        raise NmtError(f"--gpus {gpus} but no CUDA GPU is available", "pass --device cpu to run the ranks on the CPU", exit_code=2)
+    say(f"starting {gpus} ranks with torchrun")
+    with tempfile.TemporaryDirectory(prefix="nmt-train-") as tmp:
+        path = Path(tmp) / "config.json"
+        resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in values.items()}
+        path.write_text(json.dumps({**resolved, "restart": restart}), encoding="utf-8")
+        distributed.launch(gpus, ["--config", str(path)], debug=debug_enabled())
+
+
+def _train(values: dict[str, Any], restart: bool, ranks) -> None:
     from nmtcli.data.prepare import read_manifest
+    from nmtcli.training import distributed
     from nmtcli.training.trainer import Trainer, train_settings_for
 
-    data_dir = data or default_data_dir()
+    preset = values.pop("preset", None) or "base"
+    data_dir = Path(values.pop("data")) if values.get("data") else default_data_dir()
     manifest = read_manifest(data_dir)
-    run_dir = output or RUNS_ROOT / f"{preset}-{manifest['name']}"
-    model_config, settings = train_settings_for(
-        preset, max_steps=max_steps, max_tokens=max_tokens, update_freq=update_freq, warmup=warmup, lr_scale=lr_scale,
-        save_every=save_every, keep_last=keep_last, valid_every=valid_every, log_every=log_every, seed=seed, device=device,
-    )
-    announce("run", run_dir)
-    columns = (TextColumn("step"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    output = values.pop("output", None)
+    run_dir = Path(output) if output else RUNS_ROOT / f"{preset}-{manifest['name']}"
+    model_config, settings = train_settings_for(preset, **values)
+    main = ranks.is_main
+    if main:
+        announce("run", run_dir)
+    try:
+        with _display(settings.max_steps) if main else contextlib.nullcontext((lambda kind, v: None)) as on_event:
+            trainer = Trainer(run_dir, data_dir, model_config, settings, restart=restart, on_event=on_event, ranks=ranks)
+            trainer.run()
+    except NmtError as e:
+        if ranks.distributed:
+            raise NmtError(f"rank {ranks.rank}: {e.message}", e.hint, e.exit_code) from None
+        raise
+    except Exception as e:
+        if ranks.distributed and distributed.is_peer_failure(e):
+            say(f"rank {ranks.rank} stopped: another rank failed (its message says why)")
+            raise typer.Exit(1) from None
+        raise
+    finally:
+        distributed.shutdown()
+    if main:
+        say(f"done; next: nmt average {run_dir}")
+
+
+@contextlib.contextmanager
+def _display(max_steps: int):
+    """A live line (step, loss, ppl, lr, tokens/s, ETA) and one printed line per log, validation and checkpoint."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn("step"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bars:
-        task = bars.add_task("train", total=settings.max_steps, status="")
+        task = bars.add_task("train", total=max_steps, status="")
+        shown: dict[str, Any] = {}
+
+        def status() -> str:
+            parts = [f"loss {shown['loss']:.3f}" if "loss" in shown else ""]
+            if "ppl" in shown:
+                parts += [f"ppl {shown['ppl']:.2f}", f"lr {shown['lr']:.2e}", f"{shown['target_tokens_per_s']:,.0f} tok/s"]
+            if "mfu" in shown:
+                parts.append(f"MFU {shown['mfu']:.0%}")
+            return "  ".join(p for p in parts if p)
 
         def on_event(kind: str, v: dict) -> None:
             if kind == "start":
                 where = f"resuming from {v['resumed_from']}" if v["resumed_from"] else "starting"
-                say(f"{where}: {v['parameters']:,} parameters, {v['train_pairs']:,} training pairs, device {v['device']}")
+                say(f"{where}: {v['parameters']:,} parameters, {v['train_pairs']:,} training pairs, "
+                    f"device {v['device']}, {v['precision']}{', compiled' if v['compile'] else ''}")
+                batch = f"{v['world_size']} rank{'s' if v['world_size'] > 1 else ''} x {v['update_freq']} batch{'es' if v['update_freq'] > 1 else ''} of <= {v['max_tokens']:,} tokens"
+                if v.get("expected_step_target_tokens"):
+                    say(f"batch: {batch} (~{v['mean_batch_target_tokens']:,} target tokens each) = ~{v['expected_step_target_tokens']:,} "
+                        f"target tokens per step; --tokens-per-step {v['tokens_per_step']:,} chose --update-freq {v['update_freq']}")
+                else:
+                    say(f"batch: {batch} per step")
                 bars.update(task, completed=v["step"])
             elif kind == "step":
-                bars.update(task, completed=v["step"], status=f"loss {v['loss']:.3f}")
+                shown["loss"] = v["loss"]
+                bars.update(task, completed=v["step"], status=status())
+            elif kind == "overflow":
+                console.print(f"[yellow]fp16 gradient overflow: step skipped, loss scale now {v['loss_scale']:g}[/yellow]")
             elif kind == "log":
+                shown.update(v)
+                mfu = f"  MFU {v['mfu']:.1%}" if "mfu" in v else ""
                 console.print(
                     f"step {v['step']:>7}  loss {v['loss']:.3f}  ppl {v['ppl']:8.2f}  lr {v['lr']:.2e}  "
-                    f"{v['target_tokens_per_s']:,.0f} tgt tok/s  epoch {v['epoch']}"
+                    f"{v['target_tokens_per_s']:,.0f} tgt tok/s{mfu}  epoch {v['epoch']}"
                 )
+                bars.update(task, status=status())
             elif kind == "valid" and "valid_ppl" in v:
-                console.print(f"step {v['step']:>7}  valid nll {v['valid_nll']:.3f}  valid ppl {v['valid_ppl']:.2f}")
+                bleu = f"  valid BLEU {v['valid_bleu']:.2f}" if "valid_bleu" in v else ""
+                console.print(f"step {v['step']:>7}  valid nll {v['valid_nll']:.3f}  valid ppl {v['valid_ppl']:.2f}{bleu}"
+                              f"{'  (best)' if v.get('best') else ''}")
             elif kind == "checkpoint":
                 console.print(f"[dim]checkpoint {v['path']}[/dim]")
+            elif kind == "early_stop":
+                console.print(f"early stop at step {v['step']}: no better {v.get('metric', 'validation')} in "
+                              f"{v['patience']} validations (best {v.get('value', float('nan')):.4g} at step {v.get('best_step')})")
 
-        trainer = Trainer(run_dir, data_dir, model_config, settings, restart=restart, on_event=on_event)
-        trainer.run()
-    say(f"done; next: nmt average {run_dir}")
+        yield on_event
+

@@ -108,13 +108,24 @@ class BatchStream:
         return self
 
     def __next__(self) -> Batch:
+        return self.data.batch(self.next_indices())
+
+    # --- per-rank sharding: in data-parallel training every rank walks the same global order and
+    # collates only its own batches, so each rank reads its share and all ranks stay in step.
+
+    def next_indices(self) -> np.ndarray:
+        """Sentence indices of the next batch of the global order, without reading or collating it."""
         batches = self._epoch_batches()
         if self.position >= len(batches):
             self.epoch, self.position, self._batches = self.epoch + 1, 0, None
             batches = self._epoch_batches()
         indices = batches[self.position]
         self.position += 1
-        return self.data.batch(indices)
+        return indices
+
+    def target_tokens(self, indices: np.ndarray) -> int:
+        """Non-pad tokens of `tgt_out` for these sentences (target + EOS), known without collating."""
+        return int(self.data.tgt.lengths[indices].sum()) + len(indices)
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position}

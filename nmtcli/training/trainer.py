@@ -1,31 +1,37 @@
 """The training loop of sec. 5: Adam, warmup schedule, label smoothing, token-budget batches, checkpoints.
 
-A run dir holds:
+It runs as one process or as one rank of a torchrun job (`training/distributed.py`). A run dir holds:
   config.json                the resolved model, training settings and data it was started with
   sentencepiece.model        copied from the data dir, so the run is self-contained
-  checkpoints/<step>/        model.safetensors + config.json + trainer.pt (optimizer, RNG, data position)
+  checkpoints/<step>/        model.safetensors + config.json + trainer.pt (optimizer, scaler, data position, ...)
+  checkpoints/best/          the weights that scored best on the valid split (model.safetensors + config.json)
   metrics.jsonl              one JSON object per logged step and per validation
+  tensorboard/               the same numbers as TensorBoard events, where tensorboard is installed
 Running again on the same dir resumes from the newest complete checkpoint; the order of batches,
-the dropout masks and the optimizer continue exactly where they stopped.
+the dropout masks, the optimizer, the loss scale and early stopping continue exactly where they stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
 import shutil
+import signal
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from nmtcli.data.batching import BatchStream, ParallelData, make_batches
-from nmtcli.data.prepare import read_manifest, versions
+from nmtcli.data.prepare import read_manifest, reference_lines, versions
 from nmtcli.errors import NmtError
 from nmtcli.model.checkpoint import (
     CONFIG_FILE,
@@ -33,20 +39,24 @@ from nmtcli.model.checkpoint import (
     WEIGHTS_FILE,
     atomic_copy,
     atomic_write_json,
-    atomic_write_text,
     load_state,
     load_weights,
     save_weights,
 )
 from nmtcli.model.config import PRESETS, ModelConfig
 from nmtcli.model.transformer import Transformer
+from nmtcli.training import distributed, flops, precision
+from nmtcli.training.loader import StepBatches, StepLoader
 from nmtcli.training.loss import label_smoothed_loss, perplexity
+from nmtcli.training.metrics import MetricsLog
 from nmtcli.training.schedule import inverse_sqrt_lr
+from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
 TRAINER_STATE = "trainer.pt"
-METRICS = "metrics.jsonl"
+BEST = "best"
 
-# Events: on_event(kind, values) with kind in {"start", "step", "log", "valid", "checkpoint", "done"}.
+# Events: on_event(kind, values) with kind in
+# {"start", "step", "overflow", "log", "valid", "best", "checkpoint", "early_stop", "done"}.
 OnEvent = Callable[[str, dict[str, Any]], None]
 
 
@@ -56,20 +66,27 @@ class TrainSettings:
 
     preset: str = "base"
     max_steps: int = 100_000  # sec. 5.2: base 100k steps, big 300k
-    max_tokens: int = 25_000  # padded tokens per batch on the longer side (sec. 5.1: ~25k per step)
-    update_freq: int = 1  # batches accumulated into one optimizer step
+    max_tokens: int = 25_000  # padded tokens per batch (per GPU) on the longer side
+    tokens_per_step: int | None = 25_000  # sec. 5.1: ~25,000 target tokens per step; None: use update_freq
+    update_freq: int | None = None  # batches per rank per step; None: chosen from tokens_per_step
     warmup: int = 4000  # sec. 5.3
     lr_scale: float = 1.0
     label_smoothing: float = 0.1  # sec. 5.4
     adam_beta1: float = 0.9  # sec. 5.3
     adam_beta2: float = 0.98
     adam_eps: float = 1e-9
-    save_every: int = 1000  # steps between checkpoints
+    save_every: int = 1000  # steps between checkpoints (when save_minutes is 0)
+    save_minutes: float = 0.0  # > 0: a checkpoint every this many minutes instead (the paper: 10)
     keep_last: int = 5  # sec. 6.1: base averages the last 5 checkpoints, big the last 20
     valid_every: int = 1000
+    valid_bleu: int = 0  # BLEU on the first N valid lines at each validation (0: off, -1: all)
+    patience: int = 0  # stop after this many validations without improvement (0: never)
     log_every: int = 100
     seed: int = 1
     device: str = "auto"
+    precision: str = "auto"  # auto: bf16 on a GPU that has it, fp32 otherwise; or fp32, bf16, fp16
+    compile: bool = False  # torch.compile the model
+    peak_tflops: float | None = None  # the device's peak, for MFU where nmt does not know it
 
     def for_preset(self, **overrides: Any) -> TrainSettings:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
@@ -77,24 +94,19 @@ class TrainSettings:
 
 TRAIN_PRESETS: dict[str, TrainSettings] = {
     # tiny: a short warmup and a small batch so that ~1000 CPU steps learn a toy task.
-    "tiny": TrainSettings(preset="tiny", max_steps=1000, max_tokens=2048, warmup=200, lr_scale=1.0,
-                          save_every=250, keep_last=5, valid_every=250, log_every=25),
-    "base": TrainSettings(preset="base"),
-    "big": TrainSettings(preset="big", max_steps=300_000, keep_last=20),
+    "tiny": TrainSettings(preset="tiny", max_steps=1000, max_tokens=2048, tokens_per_step=None, update_freq=1,
+                          warmup=200, save_every=250, keep_last=5, valid_every=250, log_every=25),
+    "base": TrainSettings(preset="base", save_minutes=10.0),  # sec. 6.1: "checkpoints written at 10-minute intervals"
+    "big": TrainSettings(preset="big", max_steps=300_000, keep_last=20, save_minutes=10.0),
 }
 
 # Settings that fix what a run is; resuming with a different value would silently train something else.
-FIXED_ON_RESUME = ("preset", "max_tokens", "update_freq", "seed", "label_smoothing", "warmup", "lr_scale")
+FIXED_ON_RESUME = ("preset", "max_tokens", "tokens_per_step", "update_freq", "seed", "label_smoothing", "warmup", "lr_scale")
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise NmtError("--device cuda was asked for but no CUDA GPU is available", "use --device cpu")
-    if name not in ("cpu",) and not name.startswith("cuda"):
-        raise NmtError(f"unknown device {name!r}", "use cpu, cuda or cuda:N")
-    return torch.device(name)
+    """The device of a single-process command (translate, score); training uses distributed.device_for."""
+    return distributed.device_for(name, distributed.Ranks())
 
 
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
@@ -116,6 +128,36 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
         raise NmtError(f"{path} is corrupt: {e}", "start the run again with --restart") from None
 
 
+def choose_update_freq(stream: BatchStream, tokens_per_step: int, world_size: int) -> tuple[int, float]:
+    """Batches per rank per step so that a step holds about `tokens_per_step` target tokens.
+
+    Uses the mean target tokens of a batch in the first epoch's order; returns (update_freq, that mean).
+    """
+    batches = make_batches(stream.data.src.lengths, stream.data.tgt.lengths, stream.max_tokens, stream.seed, 1)
+    mean = sum(stream.target_tokens(b) for b in batches) / max(len(batches), 1)
+    return max(1, round(tokens_per_step / (world_size * max(mean, 1.0)))), mean
+
+
+def parameter_fingerprint(model: torch.nn.Module) -> str:
+    """sha256 of every parameter's bytes: equal on two ranks exactly when their weights are identical."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _test_fault(kind: str) -> int | None:
+    """NMT_TEST_FAULT=kill-in-checkpoint:STEP or fail:RANK:STEP - fault injection for the crash tests only."""
+    spec = os.environ.get("NMT_TEST_FAULT", "")
+    parts = spec.split(":")
+    if parts[0] != kind:
+        return None
+    if kind == "fail" and int(parts[1]) != int(os.environ.get("RANK", "0")):
+        return None
+    return int(parts[-1])
+
+
 class Trainer:
     def __init__(
         self,
@@ -125,18 +167,23 @@ class Trainer:
         settings: TrainSettings,
         restart: bool = False,
         on_event: OnEvent | None = None,
+        ranks: distributed.Ranks | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.data_dir = Path(data_dir)
         self.settings = settings
         self.on_event = on_event or (lambda kind, values: None)
-        self.device = resolve_device(settings.device)
+        self.ranks = ranks or distributed.from_environment()
+        self.is_main = self.ranks.is_main
+        self.device = distributed.device_for(settings.device, self.ranks)
+        distributed.init(self.ranks, self.device)
+        self.precision = precision.resolve(settings.precision, self.device)
         manifest = read_manifest(data_dir)
         self.src_lang, self.tgt_lang = manifest["source_lang"], manifest["target_lang"]
         self.config = model_config.replace(vocab_size=manifest["vocab_size"])
         self.run_config = {
             "format": "nmt-run",
-            "format_version": 1,
+            "format_version": 2,
             "model": self.config.to_dict(),
             "training": asdict(settings),
             "data": {
@@ -149,125 +196,241 @@ class Trainer:
             },
             "versions": versions(),
         }
-        if restart and self.run_dir.exists():
+        if restart and self.is_main and self.run_dir.exists():
             shutil.rmtree(self.run_dir)
-        resume = checkpoint_dirs(self.run_dir)
+        self._barrier()  # no rank looks for checkpoints while rank 0 may still be deleting them
+        resume = self._agreed_resume_point()
         if resume:
             self._check_resumable(read_run_config(self.run_dir))
 
-        torch.manual_seed(settings.seed)  # the same seed gives the same initial weights
+        torch.manual_seed(settings.seed)  # the same seed gives the same initial weights on every rank
         self.model = Transformer(self.config).to(self.device)
+        # Fused Adam: one kernel for all parameters on a GPU (and a vectorized loop on a CPU).
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
             lr=0.0,
             betas=(settings.adam_beta1, settings.adam_beta2),
             eps=settings.adam_eps,
-            fused=self.device.type == "cuda",
+            fused=True,
         )
         self.train_data = ParallelData(data_dir, "train", self.src_lang, self.tgt_lang, self.config.vocab_size)
         self.valid_data = ParallelData(data_dir, "valid", self.src_lang, self.tgt_lang, self.config.vocab_size)
         self.stream = BatchStream(self.train_data, settings.max_tokens, settings.seed)
         self.step = 0
+        self.best: dict[str, Any] | None = None  # {"metric", "value", "step"}
+        self.bad_validations = 0
         self.resumed_from: Path | None = None
+        previous_batches_per_step = None
         if resume:
-            self._load_checkpoint(resume[-1])
-        self.autocast = (
-            torch.autocast("cuda", dtype=torch.bfloat16)
-            if self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-            else contextlib.nullcontext()
-        )
+            previous_batches_per_step = self._load_checkpoint(resume)
+        self.update_freq, self.mean_batch_tokens = self._resolve_update_freq(previous_batches_per_step)
+        self.data_state = self.stream.state_dict()
+
+        self.ddp: torch.nn.parallel.DistributedDataParallel | None = None
+        self.forward_model: torch.nn.Module = self.model
+        if self.ranks.distributed:
+            with warnings.catch_warnings():
+                # Newer PyTorch renames broadcast_buffers; the old name still means what we want here.
+                warnings.simplefilter("ignore", FutureWarning)
+                self.ddp = torch.nn.parallel.DistributedDataParallel(
+                    self.model,
+                    device_ids=[self.device] if self.device.type == "cuda" else None,
+                    broadcast_buffers=False,  # the only buffer is the fixed positional-encoding table
+                    gradient_as_bucket_view=True,
+                )
+            self.forward_model = self.ddp
+        if settings.compile:
+            # dynamic: batches come in many lengths; compiling for each would cost more than it saves.
+            self.forward_model = torch.compile(self.forward_model, dynamic=True)
+        self.peak = flops.device_peak_flops(self.device, self.precision.name, settings.peak_tflops)
+        if settings.valid_bleu:
+            from nmtcli.data.text import load_sentencepiece
+
+            self.sp = load_sentencepiece(self.data_dir / SPM_FILE)
+            self.valid_sources = reference_lines(self.data_dir, "valid", self.src_lang)
+            self.valid_references = reference_lines(self.data_dir, "valid", self.tgt_lang)
+
+    def _barrier(self) -> None:
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()
 
     # --- resume ----------------------------------------------------------------------------------
 
+    def _agreed_resume_point(self) -> Path | None:
+        """The newest checkpoint as rank 0 sees it; every rank must see the same one."""
+        found = checkpoint_dirs(self.run_dir)
+        newest = found[-1].name if found else None
+        if not self.ranks.distributed:
+            return found[-1] if found else None
+        chosen = distributed.all_gather(newest)[0]
+        if chosen is None:
+            return None
+        path = self.run_dir / "checkpoints" / chosen
+        if not (path / TRAINER_STATE).is_file():
+            raise NmtError(
+                f"rank {self.ranks.rank} cannot see {path}, which rank 0 resumes from",
+                "on several nodes the run dir must be on a filesystem that every node shares",
+            )
+        return path
+
     def _check_resumable(self, previous: dict[str, Any]) -> None:
         hint = f"train into a new dir with -o, or pass --restart to discard {self.run_dir}"
+        if previous.get("format_version", 1) < 2:
+            raise NmtError(f"{self.run_dir} was written by an older nmt whose checkpoints cannot be resumed", hint)
         if previous.get("model") != self.config.to_dict():
             changed = sorted(k for k, v in self.config.to_dict().items() if previous.get("model", {}).get(k) != v)
             raise NmtError(f"{self.run_dir} was trained with a different model shape ({', '.join(changed)})", hint)
         if previous["data"]["sentencepiece_sha256"] != self.run_config["data"]["sentencepiece_sha256"]:
             raise NmtError(f"{self.run_dir} was trained on other data ({previous['data']['dir']})", hint)
+        if previous["data"].get("train_pairs") != self.run_config["data"]["train_pairs"]:
+            raise NmtError(f"{self.run_dir} was trained on other data ({previous['data']['dir']})", hint)
         for key in FIXED_ON_RESUME:
-            if previous["training"].get(key) != getattr(self.settings, key):
+            if previous["training"].get(key, getattr(TrainSettings(), key)) != getattr(self.settings, key):
                 raise NmtError(
                     f"{self.run_dir} was trained with {key}={previous['training'].get(key)}, not {getattr(self.settings, key)}",
                     hint,
                 )
 
-    def _load_checkpoint(self, path: Path) -> None:
+    def _load_checkpoint(self, path: Path) -> int | None:
         load_state(self.model, load_weights(path / WEIGHTS_FILE), path / WEIGHTS_FILE)
         # weights_only: a run dir is data, never code; this refuses anything but tensors and primitives.
         state = torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.stream.load_state_dict(state["stream"])
         self.step = int(state["step"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if self.device.type == "cuda" and "cuda" in state["rng"]:
-            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+        if state.get("scaler") and self.precision.scaler.is_enabled():
+            self.precision.scaler.load_state_dict(state["scaler"])
+        self.best = state.get("best")
+        self.bad_validations = int(state.get("bad_validations", 0))
         self.resumed_from = path
-        self._truncate_metrics(self.step)
+        return state.get("batches_per_step")
 
-    def _truncate_metrics(self, step: int) -> None:
-        """Drop metrics logged after the checkpoint we resume from; they will be logged again."""
-        path = self.run_dir / METRICS
-        if path.is_file():
-            kept = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
-            atomic_write_text(path, "".join(line + "\n" for line in kept))
+    def _resolve_update_freq(self, previous_batches_per_step: int | None) -> tuple[int, float | None]:
+        s, world = self.settings, self.ranks.world_size
+        if previous_batches_per_step:
+            # A resumed run keeps its global batch; with an automatic update_freq it may change GPU count.
+            if s.update_freq is None and previous_batches_per_step % world == 0:
+                return previous_batches_per_step // world, None
+            if (s.update_freq or 0) * world != previous_batches_per_step:
+                raise NmtError(
+                    f"{self.run_dir} was trained with {previous_batches_per_step} batches per step, "
+                    f"not {world} ranks x {s.update_freq} batches",
+                    "resume with a number of ranks (and --update-freq) that keeps ranks x update_freq the same",
+                )
+            return s.update_freq, None
+        if s.update_freq:
+            return s.update_freq, None
+        assert s.tokens_per_step is not None
+        return choose_update_freq(self.stream, s.tokens_per_step, world)
 
     # --- one step --------------------------------------------------------------------------------
 
-    def train_step(self) -> dict[str, float]:
-        """One optimizer step over `update_freq` batches; loss normalized by the step's target tokens."""
+    def _dropout_seed(self, batch_index: int) -> int:
+        """Dropout masks are a pure function of (seed, step, batch of the step): resuming needs no RNG
+        state, and N ranks draw exactly the masks one process draws for the same global batch."""
+        return int(np.random.SeedSequence([self.settings.seed, self.step, batch_index]).generate_state(1)[0])
+
+    def train_step(self, step_batches: StepBatches) -> dict[str, Any]:
+        """One optimizer step over this rank's batches; the loss is divided by the whole step's target tokens."""
         self.model.train()
-        batches = [next(self.stream).to(self.device) for _ in range(self.settings.update_freq)]
-        tokens = sum(b.target_tokens for b in batches)
-        lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, self.settings.warmup, self.settings.lr_scale)
+        s = self.settings
+        lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, s.warmup, s.lr_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss = total_nll = 0.0
-        for batch in batches:
-            with self.autocast:
-                logits = self.model(batch.src, batch.tgt_in)
-            loss, nll = label_smoothed_loss(logits, batch.tgt_out, self.settings.label_smoothing, self.config.pad_id)
-            (loss / tokens).backward()
-            total_loss += loss.item()
-            total_nll += nll.item()
-        self.optimizer.step()
-        self.step += 1
-        return {"loss": total_loss / tokens, "nll": total_nll / tokens, "lr": lr, "target_tokens": tokens}
+        scaler = self.precision.scaler
+        # DDP averages gradients over ranks; scaling by world_size makes that a sum over the step.
+        factor = self.ranks.world_size / step_batches.target_tokens
+        loss_sum = torch.zeros((), device=self.device)
+        nll_sum = torch.zeros((), device=self.device)
+        last = len(step_batches.batches) - 1
+        for i, batch in enumerate(step_batches.batches):
+            torch.manual_seed(self._dropout_seed(step_batches.first_index + i))
+            # Gradients are exchanged once per step, after the last batch, not after every batch.
+            sync = self.ddp.no_sync() if self.ddp is not None and i < last else contextlib.nullcontext()
+            with sync:
+                with self.precision.autocast():
+                    logits = self.forward_model(batch.src, batch.tgt_in)
+                loss, nll = label_smoothed_loss(logits, batch.tgt_out, s.label_smoothing, self.config.pad_id)
+                scaler.scale(loss * factor).backward()
+            loss_sum += loss.detach()
+            nll_sum += nll
+        scale_before = scaler.get_scale() if scaler.is_enabled() else None
+        scaler.step(self.optimizer)  # skipped by the fp16 scaler when a gradient is inf/nan
+        scaler.update()
+        skipped = scale_before is not None and scaler.get_scale() < scale_before
+        self.data_state = step_batches.stream_state
+        if not skipped:
+            self.step += 1
+        return {
+            "loss_sum": loss_sum,
+            "nll_sum": nll_sum,
+            "local_tokens": sum(b.target_tokens for b in step_batches.batches),
+            "target_tokens": step_batches.target_tokens,
+            "flops": flops.training_flops(self.config, step_batches.lengths),
+            "lr": lr,
+            "skipped": skipped,
+            "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
+        }
 
-    @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Perplexity of the reference translations of the valid split (label smoothing off)."""
-        if len(self.valid_data) == 0:
-            return {}
-        self.model.eval()
-        total_nll, tokens = 0.0, 0
-        for indices in make_batches(self.valid_data.src.lengths, self.valid_data.tgt.lengths, self.settings.max_tokens, 0, 0):
-            batch = self.valid_data.batch(indices).to(self.device)
-            with self.autocast:
-                logits = self.model(batch.src, batch.tgt_in)
-            _, nll = label_smoothed_loss(logits, batch.tgt_out, 0.0, self.config.pad_id)
-            total_nll += nll.item()
-            tokens += batch.target_tokens
-        nll = total_nll / max(tokens, 1)
-        return {"valid_nll": nll, "valid_ppl": perplexity(nll)}
+        s = self.settings
+        values = valid_loss(self.model, self.valid_data, s.max_tokens, self.precision.autocast, self.device, self.ranks)
+        if s.valid_bleu:
+            bleu = BleuSettings(lines=s.valid_bleu)
+            values.update(valid_bleu(self.model, self.sp, self.valid_sources, self.valid_references, bleu,
+                                     self.precision.autocast, self.device, self.ranks))
+        return values
+
+    def _improved(self, values: dict[str, float]) -> bool:
+        """Track the best validation (BLEU if computed, else perplexity); count validations without progress."""
+        metric = "valid_bleu" if "valid_bleu" in values else "valid_nll"
+        if metric not in values:
+            return False
+        value = values[metric]
+        better = self.best is None or self.best["metric"] != metric or (
+            value > self.best["value"] if metric == "valid_bleu" else value < self.best["value"]
+        )
+        if better:
+            self.best = {"metric": metric, "value": value, "step": self.step}
+            self.bad_validations = 0
+        else:
+            self.bad_validations += 1
+        return better
 
     # --- checkpoints -----------------------------------------------------------------------------
 
-    def save_checkpoint(self) -> Path:
-        """Write checkpoints/<step>/ as a whole: built in a hidden dir, then renamed into place."""
+    def save_checkpoint(self) -> Path | None:
+        """Write checkpoints/<step>/ as a whole: built in a hidden dir, then renamed into place (rank 0).
+
+        Every rank takes part: the ranks' weight fingerprints are compared, and a divergence is an error.
+        """
+        fingerprints = distributed.all_gather(parameter_fingerprint(self.model)) if self.ranks.distributed else None
+        if fingerprints and len(set(fingerprints)) > 1:
+            raise NmtError(f"the ranks' weights diverged at step {self.step}", "this is a bug; please report it with the run's config.json")
+        if not self.is_main:
+            return None
         root = self.run_dir / "checkpoints"
         final = root / str(self.step)
         tmp = root / f".tmp-{self.step}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         save_weights(tmp / WEIGHTS_FILE, self.model.state_dict(), {"step": str(self.step)})
-        atomic_write_json(tmp / CONFIG_FILE, {"model": self.config.to_dict(), "step": self.step})
-        rng = {"torch": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        state = {"step": self.step, "optimizer": self.optimizer.state_dict(), "stream": self.stream.state_dict(), "rng": rng}
+        if _test_fault("kill-in-checkpoint") == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        info = {"model": self.config.to_dict(), "step": self.step, "world_size": self.ranks.world_size}
+        if fingerprints:
+            info["rank_fingerprints"] = fingerprints
+        atomic_write_json(tmp / CONFIG_FILE, info)
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "stream": self.data_state,
+            "scaler": self.precision.scaler.state_dict(),
+            "best": self.best,
+            "bad_validations": self.bad_validations,
+            "batches_per_step": self.ranks.world_size * self.update_freq,
+        }
         torch.save(state, tmp / TRAINER_STATE)
         for name in os.listdir(tmp):
             with open(tmp / name, "rb") as f:
@@ -279,75 +442,168 @@ class Trainer:
             shutil.rmtree(old)
         return final
 
+    def save_best(self) -> Path:
+        """checkpoints/best/: the weights of the best validation so far (each file replaced atomically)."""
+        best = self.run_dir / "checkpoints" / BEST
+        save_weights(best / WEIGHTS_FILE, self.model.state_dict(), {"step": str(self.step)})
+        atomic_write_json(best / CONFIG_FILE, {"model": self.config.to_dict(), "step": self.step, "best": self.best})
+        return best
+
     # --- the loop --------------------------------------------------------------------------------
 
-    def _log(self, values: dict[str, Any]) -> None:
-        with open(self.run_dir / METRICS, "a", encoding="utf-8") as f:
-            f.write(json.dumps(values) + "\n")
+    def _describe_batch(self) -> dict[str, Any]:
+        s = self.settings
+        about = {"update_freq": self.update_freq, "world_size": self.ranks.world_size, "max_tokens": s.max_tokens,
+                 "tokens_per_step": s.tokens_per_step}
+        if self.mean_batch_tokens:
+            about["mean_batch_target_tokens"] = round(self.mean_batch_tokens)
+            about["expected_step_target_tokens"] = round(self.mean_batch_tokens * self.update_freq * self.ranks.world_size)
+        return about
 
     def run(self) -> dict[str, Any]:
         s = self.settings
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.resumed_from is None:
-            atomic_write_json(self.run_dir / CONFIG_FILE, self.run_config)
-            atomic_copy(self.data_dir / SPM_FILE, self.run_dir / SPM_FILE)
-        for stale in (self.run_dir / "checkpoints").glob(".tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)  # left by a write that was interrupted
+        if self.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if self.resumed_from is None:
+                self.run_config["training"]["resolved_update_freq"] = self.update_freq
+                self.run_config["training"]["world_size"] = self.ranks.world_size
+                atomic_write_json(self.run_dir / CONFIG_FILE, self.run_config)
+                atomic_copy(self.data_dir / SPM_FILE, self.run_dir / SPM_FILE)
+            for stale in (self.run_dir / "checkpoints").glob(".tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)  # left by a write that was interrupted
+        metrics = MetricsLog(self.run_dir, self.step, enabled=self.is_main)
+        loader = StepLoader(self.stream, self.update_freq, self.ranks.rank, self.ranks.world_size, self.device)
         self.on_event("start", {
             "step": self.step,
             "max_steps": s.max_steps,
             "parameters": self.model.num_parameters(),
             "device": str(self.device),
+            "precision": self.precision.name,
+            "compile": s.compile,
             "resumed_from": str(self.resumed_from) if self.resumed_from else None,
             "train_pairs": len(self.train_data),
+            **self._describe_batch(),
         })
-        window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "steps": 0}
-        window_start = time.perf_counter()
+        try:
+            return self._loop(loader, metrics)
+        finally:
+            loader.close()
+            metrics.close()
+
+    def _loop(self, loader: StepLoader, metrics: MetricsLog) -> dict[str, Any]:
+        s = self.settings
+        window = {"tokens": 0, "flops": 0.0}
+        window_loss = torch.zeros(2, dtype=torch.float64, device=self.device)
+        window_start = last_save = time.perf_counter()
         last: dict[str, Any] = {}
-        while self.step < s.max_steps:
-            m = self.train_step()
-            window["loss"] += m["loss"] * m["target_tokens"]
-            window["nll"] += m["nll"] * m["target_tokens"]
+        stop = False
+        out_of_memory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+        while self.step < s.max_steps and not stop:
+            if _test_fault("fail") == self.step + 1:
+                raise NmtError(f"injected failure at step {self.step + 1} (NMT_TEST_FAULT)", "unset NMT_TEST_FAULT")
+            try:
+                m = self.train_step(next(loader))
+            except out_of_memory:
+                raise NmtError(
+                    f"out of GPU memory at step {self.step + 1} with batches of up to {s.max_tokens:,} tokens",
+                    "lower --max-tokens; --tokens-per-step keeps the step's size by accumulating more batches",
+                ) from None
+            window_loss += torch.stack([m["loss_sum"], m["nll_sum"]]).double()
             window["tokens"] += m["target_tokens"]
-            window["steps"] += 1
-            self.on_event("step", {"step": self.step, "loss": m["loss"], "lr": m["lr"]})
+            window["flops"] += m["flops"]
+            if m["skipped"]:
+                self.on_event("overflow", {"step": self.step, "loss_scale": m["loss_scale"]})
+                continue
+            local_loss = m["loss_sum"].item() / max(m["local_tokens"], 1)
+            if not math.isfinite(local_loss) and self.precision.name != "fp16":
+                raise NmtError(f"the loss became {local_loss} at step {self.step}",
+                               "lower --lr-scale, or resume from an earlier checkpoint with another --seed")
+            self.on_event("step", {"step": self.step, "loss": local_loss, "lr": m["lr"]})
             if self.step % s.log_every == 0 or self.step == s.max_steps:
                 elapsed = time.perf_counter() - window_start
-                nll = window["nll"] / window["tokens"]
+                loss_total, nll_total = distributed.all_reduce_sum(window_loss.tolist(), self.device)
+                nll = nll_total / window["tokens"]
                 last = {
                     "step": self.step,
-                    "epoch": self.stream.epoch,
-                    "loss": round(window["loss"] / window["tokens"], 4),
+                    "epoch": self.data_state["epoch"],
+                    "loss": round(loss_total / window["tokens"], 4),
                     "nll": round(nll, 4),
                     "ppl": round(perplexity(nll), 3),
                     "lr": m["lr"],
                     "target_tokens_per_s": round(window["tokens"] / elapsed, 1),
                 }
-                self._log(last)
+                if self.peak:
+                    last["mfu"] = round(flops.mfu(window["flops"], elapsed, self.peak, self.ranks.world_size), 4)
+                if m["loss_scale"] is not None:
+                    last["loss_scale"] = m["loss_scale"]
+                metrics.write("train", last)
                 self.on_event("log", last)
-                window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "steps": 0}
+                window = {"tokens": 0, "flops": 0.0}
+                window_loss.zero_()
                 window_start = time.perf_counter()
             if self.step % s.valid_every == 0 or self.step == s.max_steps:
-                valid = {"step": self.step, **{k: round(v, 4) for k, v in self.validate().items()}}
-                self._log(valid)
+                values = self.validate()
+                valid = {"step": self.step, **{k: round(v, 4) for k, v in values.items()}}
+                if self._improved(values):
+                    valid["best"] = True
+                    if self.is_main:
+                        self.on_event("best", {"step": self.step, "path": str(self.save_best()), **self.best})
+                metrics.write("valid", valid)
                 self.on_event("valid", valid)
                 last.update(valid)
-            if self.step % s.save_every == 0 or self.step == s.max_steps:
+                if s.patience and self.bad_validations >= s.patience:
+                    stop = True
+                    best = self.best or {}
+                    self.on_event("early_stop", {"step": self.step, "patience": s.patience, "metric": best.get("metric"),
+                                                 "value": best.get("value"), "best_step": best.get("step")})
+                window_start = time.perf_counter()  # validation time is not training throughput
+            if s.save_minutes:
+                # Rank 0's clock decides; every rank must join the save (it compares weights).
+                mine = 1.0 if self.is_main and time.perf_counter() - last_save >= s.save_minutes * 60 else 0.0
+                due = distributed.all_reduce_sum([mine], self.device)[0] > 0
+            else:
+                due = self.step % s.save_every == 0
+            if due or stop or self.step == s.max_steps:
                 path = self.save_checkpoint()
-                self.on_event("checkpoint", {"step": self.step, "path": str(path)})
-        done = {"step": self.step, "run_dir": str(self.run_dir), **{k: v for k, v in last.items() if k != "step"}}
+                last_save = time.perf_counter()
+                if path is not None:
+                    self.on_event("checkpoint", {"step": self.step, "path": str(path)})
+        done = {"step": self.step, "run_dir": str(self.run_dir), "early_stopped": stop,
+                **{k: v for k, v in last.items() if k not in ("step", "best")}}
+        if self.best:
+            done["best"] = self.best
         self.on_event("done", done)
         return done
 
 
 def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, TrainSettings]:
+    """The preset's model and recipe with `overrides` (None: keep the preset's value) applied and checked."""
     if preset not in PRESETS:
         raise NmtError(f"unknown preset {preset!r}", f"choose one of {', '.join(PRESETS)}")
     known = {f.name for f in fields(TrainSettings)}
-    settings = TRAIN_PRESETS[preset].for_preset(**{k: v for k, v in overrides.items() if k in known})
-    for name in ("max_steps", "max_tokens", "update_freq", "warmup", "save_every", "keep_last", "valid_every", "log_every"):
+    given = {k: v for k, v in overrides.items() if k in known and v is not None}
+    if "update_freq" in given and "tokens_per_step" in given:
+        raise NmtError("--update-freq and --tokens-per-step both set the batches per step", "pass one of them", exit_code=2)
+    if "update_freq" in given:
+        given["tokens_per_step"] = None  # an explicit --update-freq replaces the preset's token target
+    elif "tokens_per_step" in given:
+        given["update_freq"] = None  # and --tokens-per-step the preset's fixed accumulation
+    if "save_every" in given and "save_minutes" not in given:
+        given["save_minutes"] = 0.0  # --save-every in steps replaces the preset's 10 minutes
+    settings = replace(TRAIN_PRESETS[preset], **given)
+    for name in ("max_steps", "max_tokens", "warmup", "save_every", "keep_last", "valid_every", "log_every"):
         if getattr(settings, name) < 1:
             raise NmtError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(settings, name)}", "pass a positive number", exit_code=2)
+    for name in ("update_freq", "tokens_per_step"):
+        if getattr(settings, name) is not None and getattr(settings, name) < 1:
+            raise NmtError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(settings, name)}", "pass a positive number", exit_code=2)
+    if settings.update_freq is None and settings.tokens_per_step is None:
+        raise NmtError("neither --update-freq nor --tokens-per-step is set", "pass one of them", exit_code=2)
+    if settings.patience < 0 or settings.valid_bleu < -1 or settings.save_minutes < 0:
+        raise NmtError("--patience, --valid-bleu and --save-every must not be negative (--valid-bleu -1: all lines)",
+                       "pass 0 to turn them off", exit_code=2)
     if not math.isfinite(settings.lr_scale) or settings.lr_scale <= 0:
         raise NmtError("--lr-scale must be a positive number", "1.0 is the paper's schedule", exit_code=2)
+    if settings.precision not in precision.PRECISIONS:
+        raise NmtError(f"unknown precision {settings.precision!r}", f"choose one of {', '.join(precision.PRECISIONS)}", exit_code=2)
     return PRESETS[preset], settings

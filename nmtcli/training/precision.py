@@ -1,0 +1,48 @@
+"""Numeric precision of training: fp32, bf16 autocast, or fp16 autocast with a dynamic loss scaler.
+
+bf16 has fp32's exponent range, so it needs no loss scaling; it is the default on GPUs that have it
+(Ampere and newer). fp16 (for older GPUs) overflows and underflows easily: the loss is multiplied by
+a scale before backward, steps whose gradients overflow are skipped and the scale halved, and the
+scale grows again after a run of good steps (Micikevicius et al., 2018). Weights, optimizer state
+and the loss itself always stay fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from nmtcli.errors import NmtError
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass
+class Precision:
+    name: str  # fp32, bf16 or fp16: what runs
+    device: torch.device
+    scaler: torch.amp.GradScaler  # enabled only for fp16; a no-op otherwise
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.name]
+
+    def autocast(self):
+        """The context every forward pass runs in."""
+        if self.name == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+
+def resolve(name: str, device: torch.device) -> Precision:
+    """auto: bf16 on a GPU that supports it, fp32 otherwise (fp16 only when asked for)."""
+    if name not in PRECISIONS:
+        raise NmtError(f"unknown precision {name!r}", f"choose one of {', '.join(PRECISIONS)}", exit_code=2)
+    if name == "auto":
+        name = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise NmtError(f"{torch.cuda.get_device_name(device)} does not support bf16", "use --precision fp16 (or fp32)")
+    scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
+    return Precision(name, device, scaler)

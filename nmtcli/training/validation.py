@@ -1,0 +1,92 @@
+"""Validation during training: perplexity of the valid split and, optionally, its BLEU.
+
+BLEU goes through the same path as `nmt translate` + `nmt score`: sentencepiece-encode the plain-text
+valid source, beam search (sec. 6.1: beam 4, alpha 0.6, max length input + 50), decode, and score
+with sacreBLEU against the plain-text reference. Both are split over the ranks and summed (loss) or
+gathered (translations), so every rank ends with the same numbers and takes the same decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from nmtcli.data.batching import ParallelData, make_batches
+from nmtcli.inference.beam import beam_search
+from nmtcli.model.transformer import Transformer
+from nmtcli.scoring import score
+from nmtcli.training import distributed
+from nmtcli.training.loss import label_smoothed_loss, perplexity
+
+
+@torch.no_grad()
+def valid_loss(model: Transformer, data: ParallelData, max_tokens: int, autocast, device: torch.device,
+               ranks: distributed.Ranks) -> dict[str, float]:
+    """Perplexity of the reference translations (label smoothing off), over all ranks' shares."""
+    if len(data) == 0:
+        return {}
+    model.eval()
+    total_nll, tokens = 0.0, 0
+    batches = make_batches(data.src.lengths, data.tgt.lengths, max_tokens, 0, 0)
+    for indices in batches[ranks.rank :: ranks.world_size]:
+        batch = data.batch(indices).to(device)
+        with autocast():
+            logits = model(batch.src, batch.tgt_in)
+        _, nll = label_smoothed_loss(logits, batch.tgt_out, 0.0, model.config.pad_id)
+        total_nll += nll.item()
+        tokens += batch.target_tokens
+    total_nll, tokens = distributed.all_reduce_sum([total_nll, float(tokens)], device)
+    nll = total_nll / max(tokens, 1.0)
+    return {"valid_nll": nll, "valid_ppl": perplexity(nll)}
+
+
+@dataclass(frozen=True)
+class BleuSettings:
+    lines: int  # translate the first `lines` lines of the valid split (-1: all)
+    beam: int = 4  # sec. 6.1
+    alpha: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    batch_tokens: int = 4096  # padded source tokens per beam-search batch
+
+
+@torch.no_grad()
+def valid_bleu(model: Transformer, sp, sources: list[str], references: list[str], settings: BleuSettings, autocast,
+               device: torch.device, ranks: distributed.Ranks) -> dict[str, float]:
+    """sacreBLEU of the model's translations of `sources` (each rank translates every world_size-th line)."""
+    if settings.lines >= 0:
+        sources, references = sources[: settings.lines], references[: settings.lines]
+    if not sources:
+        return {}
+    model.eval()
+    cfg = model.config
+    mine = list(range(ranks.rank, len(sources), ranks.world_size))
+    ids = sp.encode([sources[i] if sources[i].strip() else "" for i in mine])
+    # Too-long lines are cut to the position table, as `nmt translate` does; empty lines stay empty.
+    ids = [x[: cfg.max_positions - 1] for x in ids]
+    order = sorted((k for k in range(len(mine)) if ids[k]), key=lambda k: len(ids[k]))
+    out: dict[int, str] = {i: "" for i in mine}
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (len(ids[order[end]]) + 1) * (end - start + 1) <= settings.batch_tokens:
+            end += 1
+        group = order[start:end]
+        width = max(len(ids[k]) for k in group) + 1
+        src = torch.full((len(group), width), cfg.pad_id, dtype=torch.long)
+        for row, k in enumerate(group):
+            src[row, : len(ids[k])] = torch.tensor(ids[k])
+            src[row, len(ids[k])] = cfg.eos_id
+        with autocast():
+            hyps = beam_search(model, src.to(device), settings.beam, settings.alpha, settings.max_len_a,
+                               settings.max_len_b, 1, "gnmt")
+        for k, h in zip(group, hyps):
+            out[mine[k]] = sp.decode(h[0].tokens).replace("\r", " ").replace("\n", " ") if h else ""
+        start = end
+    translations: dict[int, str] = {}
+    for part in distributed.all_gather(out):
+        translations.update(part)
+    hypotheses = [translations[i] for i in range(len(sources))]
+    bleu = score(hypotheses, references, ["bleu"])[0]
+    return {"valid_bleu": bleu.score}
