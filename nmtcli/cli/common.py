@@ -24,6 +24,14 @@ console = Console(stderr=True, highlight=False)
 DATA_ROOT, RUNS_ROOT, MODELS_ROOT = Path("data"), Path("runs"), Path("models")
 
 
+def command_group(name: str, help: str):
+    """A Typer sub-app for commands with subcommands, with the same conventions as the main app."""
+    import typer
+
+    return typer.Typer(name=name, no_args_is_help=True, rich_markup_mode="rich", help=help,
+                       context_settings={"help_option_names": ["-h", "--help"]})
+
+
 def say(message: str) -> None:
     """A status line on stderr (stdout stays for results that pipe into the next command)."""
     console.print(f"[dim]nmt:[/dim] {message}")

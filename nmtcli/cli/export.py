@@ -7,17 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from nmtcli.cli.common import announce
+from nmtcli.cli.common import command_group, announce
 
 NAME = "export"
 
-app = typer.Typer(
-    name=NAME,
-    no_args_is_help=True,
-    rich_markup_mode="rich",
-    help="Convert an nmt model dir for another inference engine.",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = command_group(NAME, "Convert an nmt model dir for another inference engine.")
 
 
 @app.command("ctranslate2")

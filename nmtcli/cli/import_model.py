@@ -8,17 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from nmtcli.cli.common import MODELS_ROOT, announce, say
+from nmtcli.cli.common import command_group, MODELS_ROOT, announce, say
 
 NAME = "import"
 
-app = typer.Typer(
-    name=NAME,
-    no_args_is_help=True,
-    rich_markup_mode="rich",
-    help="Convert a model trained with another toolkit into an nmt model dir.",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = command_group(NAME, "Convert a model trained with another toolkit into an nmt model dir.")
 
 
 @app.command("marian")

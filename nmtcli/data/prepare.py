@@ -54,7 +54,7 @@ from nmtcli.data.text import (
     train_sentencepiece,
 )
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import SPM_FILE, atomic_copy, atomic_path, atomic_write_json
+from nmtcli.model.checkpoint import SPM_FILE, atomic_copy, atomic_path, atomic_write_json, read_json
 
 MANIFEST = "manifest.json"
 WORK = ".work"
@@ -525,13 +525,8 @@ def prepare_recipe(
 
 
 def read_manifest(data_dir: Path) -> dict[str, Any]:
-    path = Path(data_dir) / MANIFEST
-    if not path.is_file():
-        raise NmtError(f"{data_dir} is not a prepared data dir (no {MANIFEST})", "run `nmt prepare` first")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise NmtError(f"{path} is corrupt: {e}", "run `nmt prepare` again") from None
+    missing = (f"{data_dir} is not a prepared data dir (no {MANIFEST})", "run `nmt prepare` first")
+    return read_json(Path(data_dir) / MANIFEST, missing, "run `nmt prepare` again")
 
 
 def reference_lines(data_dir: Path, split: str, lang: str) -> list[str]:

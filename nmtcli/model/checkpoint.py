@@ -86,16 +86,26 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
 # --- model dirs ----------------------------------------------------------------------------------
 
 
+def read_json(path: Path, missing: tuple[str, str], corrupt_hint: str) -> Any:
+    """A JSON file nmt wrote. `missing` is the (message, hint) of the error when it does not exist."""
+    path = Path(path)
+    if not path.is_file():
+        raise NmtError(*missing)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise NmtError(f"{path} is corrupt: {e}", corrupt_hint) from None
+
+
 def read_model_dir_config(model_dir: Path) -> dict[str, Any]:
     """The parsed `config.json` of a model dir: {"model": {...}, "languages": {...}, "training": {...}, ...}."""
     path = Path(model_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise NmtError(f"{model_dir} has no {CONFIG_FILE}", "pass a model dir written by `nmt average`")
+    hint = "re-create the model dir with `nmt average`"
+    values = read_json(path, (f"{model_dir} has no {CONFIG_FILE}", "pass a model dir written by `nmt average`"), hint)
     try:
-        values = json.loads(path.read_text(encoding="utf-8"))
         ModelConfig.from_dict(values["model"])
     except (ValueError, KeyError, TypeError) as e:
-        raise NmtError(f"{path} is not a valid nmt model config: {e}", "re-create the model dir with `nmt average`") from None
+        raise NmtError(f"{path} is not a valid nmt model config: {e}", hint) from None
     return values
 
 

@@ -41,6 +41,7 @@ from nmtcli.model.checkpoint import (
     atomic_write_json,
     load_state,
     load_weights,
+    read_json,
     save_weights,
 )
 from nmtcli.model.config import PRESETS, ModelConfig
@@ -119,13 +120,8 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise NmtError(f"{run_dir} is not a run dir (no {CONFIG_FILE})", "pass a dir written by `nmt train`")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise NmtError(f"{path} is corrupt: {e}", "start the run again with --restart") from None
+    missing = (f"{run_dir} is not a run dir (no {CONFIG_FILE})", "pass a dir written by `nmt train`")
+    return read_json(Path(run_dir) / CONFIG_FILE, missing, "start the run again with --restart")
 
 
 def choose_update_freq(stream: BatchStream, tokens_per_step: int, world_size: int) -> tuple[int, float]:
