@@ -45,7 +45,7 @@ def command(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="fp32, or on a GPU bf16 / fp16.")] = "fp32",
     threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's or CTranslate2's choice, usually the physical cores).", min=1)] = None,
-    engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; the fastest on CPU).")] = "native",
+    engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU).")] = "native",
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
