@@ -161,35 +161,40 @@ class FakeHub:
                 self._body()
                 self._error(404, None, f"the test Hub does not implement {method} {path}", head=method == "HEAD")
 
-            def _info(self, repo_id: str, revision: str):
-                repo = self._repo(repo_id)
+            def _revision(self, repo_id: str, revision: str, head: bool = False) -> tuple[Repo, str] | None:
+                """The repo and the commit `revision` names, or None after answering 401/404 as the Hub does."""
+                repo = self._repo(repo_id, head)
                 if repo is None:
-                    return
+                    return None
                 sha = hub.resolve(repo, revision)
                 if sha is None:
-                    return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+                    self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+                    return None
+                return repo, sha
+
+            def _info(self, repo_id: str, revision: str):
+                found = self._revision(repo_id, revision)
+                if found is None:
+                    return
+                repo, sha = found
                 files = repo.commits[sha]
                 self._json(200, {"id": repo_id, "modelId": repo_id, "sha": sha, "private": repo.private,
                                  "siblings": [{"rfilename": p} for p in sorted(files)], "tags": []})
 
             def _tree(self, repo_id: str, revision: str, prefix: str):
-                repo = self._repo(repo_id)
-                if repo is None:
+                found = self._revision(repo_id, revision)
+                if found is None:
                     return
-                sha = hub.resolve(repo, revision)
-                if sha is None:
-                    return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+                repo, sha = found
                 entries = [{"type": "file", "path": p, "size": len(c), "oid": git_blob_sha1(c)}
                            for p, c in sorted(repo.commits[sha].items()) if p.startswith(prefix)]
                 self._json(200, entries)
 
             def _resolve(self, repo_id: str, revision: str, file: str, head: bool):
-                repo = self._repo(repo_id, head)
-                if repo is None:
+                found = self._revision(repo_id, revision, head)
+                if found is None:
                     return
-                sha = hub.resolve(repo, revision)
-                if sha is None:
-                    return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+                repo, sha = found
                 content = repo.commits[sha].get(file)
                 if content is None:
                     return self._error(404, "EntryNotFound", f"{file} does not exist", head)

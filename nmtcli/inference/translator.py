@@ -70,7 +70,8 @@ class Translator:
             raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         self.model, self.config_values = load_model(model_dir, device)
         self.model.to(DTYPES[dtype])
-        self.packed = pack_for_cpu(self.model) if device.type == "cpu" else False
+        if device.type == "cpu":
+            pack_for_cpu(self.model)  # oneDNN-packed weights; leaves the model as it is where unsupported
         self.tokenizer = load_tokenizer(Path(model_dir), self.config_values)
         self.pieces = self.tokenizer.pieces()
         self.device = device
