@@ -137,8 +137,9 @@ def test_killed_mid_download_keeps_finished_files_and_gives_identical_output(ref
         process = _start(["prepare", "wmt14-en-de", *FAST], tmp_path, env)
         assert hub.stalled.wait(120), "the download never started"
         deadline = time.time() + 30
-        while not [p for p in (tmp_path / "hf").rglob("*.incomplete") if p.stat().st_size]:  # the first piece on disk
-            assert time.time() < deadline
+        # The first piece reaches the disk in several writes: wait until all of it is there.
+        while not [p for p in (tmp_path / "hf").rglob("*.incomplete") if p.stat().st_size >= HF_PIECE]:
+            assert time.time() < deadline, "the first piece never reached the disk"
             time.sleep(0.05)
         process.kill()
         process.wait()
