@@ -6,7 +6,7 @@
 # The subcommands of a command path ("", "import").
 __nmt_subcommands() {
     case $1 in
-        '') REPLY='prepare train average translate score info push pull import export' ;;
+        '') REPLY='quickstart prepare train average translate score info push pull import export' ;;
         'import') REPLY='marian' ;;
         'export') REPLY='ctranslate2' ;;
         *) REPLY='' ;;
@@ -16,12 +16,13 @@ __nmt_subcommands() {
 # The options of a command path.
 __nmt_options() {
     case $1 in
-        '') REPLY='--debug --version --install-completion --show-completion --help -h' ;;
+        '') REPLY='--debug --version --help -h' ;;
+        'quickstart') REPLY='--minutes --preset --device --examples --dir -C --help -h' ;;
         'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-size --spm-sentences --seed --max-tokens --max-ratio --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
-        'train') REPLY='--data --preset --output -o --config --gpus --max-steps --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
+        'train') REPLY='--data --preset --output -o --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --output -o --help -h' ;;
         'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --engine --help -h' ;;
-        'score') REPLY='--ref -r --metrics --json --width --model -m --split --device --help -h' ;;
+        'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
         'pull') REPLY='--revision --output -o --help -h' ;;
@@ -37,6 +38,11 @@ __nmt_options() {
 # "list A B" (comma-separated); empty for a flag.
 __nmt_option_value() {
     case "$1 $2" in
+        'quickstart --minutes') REPLY='text' ;;
+        'quickstart --preset') REPLY='choices tiny base big' ;;
+        'quickstart --device') REPLY='choices auto cpu cuda' ;;
+        'quickstart --examples') REPLY='text' ;;
+        'quickstart --dir'|'quickstart -C') REPLY='files' ;;
         'prepare --train') REPLY='files' ;;
         'prepare --valid') REPLY='files' ;;
         'prepare --test') REPLY='files' ;;
@@ -57,6 +63,7 @@ __nmt_option_value() {
         'train --config') REPLY='files' ;;
         'train --gpus') REPLY='text' ;;
         'train --max-steps') REPLY='text' ;;
+        'train --max-time') REPLY='text' ;;
         'train --max-tokens') REPLY='text' ;;
         'train --tokens-per-step') REPLY='text' ;;
         'train --update-freq') REPLY='text' ;;
@@ -94,6 +101,8 @@ __nmt_option_value() {
         'translate --engine') REPLY='choices native ctranslate2' ;;
         'score --ref'|'score -r') REPLY='files' ;;
         'score --metrics') REPLY='list bleu chrf ter' ;;
+        'score --compat') REPLY='text' ;;
+        'score --target-lang'|'score -t') REPLY='text' ;;
         'score --width') REPLY='text' ;;
         'score --model'|'score -m') REPLY='files' ;;
         'score --split') REPLY='choices test valid' ;;

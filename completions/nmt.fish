@@ -6,7 +6,7 @@
 function __nmt_subcommands
     switch "$argv"
         case ''
-            printf '%s\n' prepare train average translate score info push pull import export
+            printf '%s\n' quickstart prepare train average translate score info push pull import export
         case 'import'
             printf '%s\n' marian
         case 'export'
@@ -17,16 +17,18 @@ end
 # The options of a command path that take a value, one a line.
 function __nmt_value_options
     switch "$argv"
+        case 'quickstart'
+            printf '%s\n' --minutes --preset --device --examples --dir -C
         case 'prepare'
             printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-size --spm-sentences --seed --max-tokens --max-ratio --revision --workers --chunk-pairs --output -o
         case 'train'
-            printf '%s\n' --data --preset --output -o --config --gpus --max-steps --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
+            printf '%s\n' --data --preset --output -o --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
         case 'average'
             printf '%s\n' --last --output -o
         case 'translate'
             printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --engine
         case 'score'
-            printf '%s\n' --ref -r --metrics --width --model -m --split --device
+            printf '%s\n' --ref -r --metrics --compat --target-lang -t --width --model -m --split --device
         case 'info'
             printf '%s\n' --revision --preset --vocab-size
         case 'push'
@@ -80,16 +82,16 @@ function __nmt_at_argument
     end
 end
 
-function __nmt_values_prepare_NAME
-    printf '%s\t%s\n' wmt14-en-de 'WMT 2014 English->German, the paper\'s first task (sec. 5.1)' wmt14-de-en 'WMT 2014 German->English (the same data, the other direction)' wmt14-en-fr 'WMT 2014 English->French, the paper\'s second task (sec. 5.1: 36M pairs, 32,000 word pieces)' demo 'Small real corpus shipped with nmt: UI strings of open-source web projects (offline, CPU-sized)' demo-de-en 'Small real corpus shipped with nmt: UI strings of open-source web projects (offline, CPU-sized)'
-end
-
 function __nmt_values_preset
     printf '%s\n' tiny base big
 end
 
 function __nmt_values_device
     printf '%s\n' auto cpu cuda
+end
+
+function __nmt_values_prepare_NAME
+    printf '%s\t%s\n' wmt14-en-de 'WMT 2014 English->German, the paper\'s first task (sec. 5.1)' wmt14-de-en 'WMT 2014 German->English (the same data, the other direction)' wmt14-en-fr 'WMT 2014 English->French, the paper\'s second task (sec. 5.1: 36M pairs, 32,000 word pieces)' demo 'Small real corpus shipped with nmt: UI strings of open-source web projects (offline, CPU-sized)' demo-de-en 'Small real corpus shipped with nmt: UI strings of open-source web projects (offline, CPU-sized)'
 end
 
 function __nmt_values_precision
@@ -130,6 +132,7 @@ end
 complete -c nmt -f  # no file names unless an option or argument takes a path
 
 # nmt
+complete -c nmt -n "__nmt_using ''" -a quickstart -d 'Prepare the bundled demo corpus, train, average, translate and score: the whole pipeline in minutes'
 complete -c nmt -n "__nmt_using ''" -a prepare -d 'Download or read parallel text, clean it, train a joint BPE vocabulary and binarize it for training'
 complete -c nmt -n "__nmt_using ''" -a train -d 'Train with the paper\'s recipe: Adam (0.9, 0.98, 1e-9), warmup then 1/sqrt(step), label smoothing 0.1'
 complete -c nmt -n "__nmt_using ''" -a average -d 'Average checkpoints element-wise into a self-contained model dir'
@@ -142,9 +145,15 @@ complete -c nmt -n "__nmt_using ''" -a import -d 'Convert a model trained with a
 complete -c nmt -n "__nmt_using ''" -a export -d 'Convert an nmt model dir for another inference engine'
 complete -c nmt -n "__nmt_using ''" -l debug -d 'Show full tracebacks for errors'
 complete -c nmt -n "__nmt_using ''" -l version -d 'Print the version and exit'
-complete -c nmt -n "__nmt_using ''" -l install-completion -d 'Install completion for the current shell'
-complete -c nmt -n "__nmt_using ''" -l show-completion -d 'Show completion for the current shell, to copy it or customize the installation'
 complete -c nmt -n "__nmt_using ''" -l help -s h -d 'Show this message and exit'
+
+# nmt quickstart
+complete -c nmt -n "__nmt_using 'quickstart'" -l minutes -x -d 'Wall-clock budget for the whole run; training gets what preparing and scoring leave'
+complete -c nmt -n "__nmt_using 'quickstart'" -l preset -x -a '(__nmt_values_preset)' -d 'Model and recipe to train (tiny fits a CPU; base wants a GPU)'
+complete -c nmt -n "__nmt_using 'quickstart'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
+complete -c nmt -n "__nmt_using 'quickstart'" -l examples -x -d 'Held-out sentences shown next to their references'
+complete -c nmt -n "__nmt_using 'quickstart'" -l dir -s C -r -F -d 'Workspace for data/, runs/ and models/ (created if missing)'
+complete -c nmt -n "__nmt_using 'quickstart'" -l help -s h -d 'Show this message and exit'
 
 # nmt prepare
 complete -c nmt -n "__nmt_using 'prepare'" -l list -d 'List the named corpora with their size, source and license, and exit'
@@ -176,6 +185,7 @@ complete -c nmt -n "__nmt_using 'train'" -l output -s o -r -F -d 'Run dir'
 complete -c nmt -n "__nmt_using 'train'" -l config -r -F -d 'JSON or TOML file of settings (flag names as keys; a run dir\'s config.json works)'
 complete -c nmt -n "__nmt_using 'train'" -l gpus -x -d 'Start this many ranks on this node through torchrun (one per GPU)'
 complete -c nmt -n "__nmt_using 'train'" -l max-steps -x -d 'Optimizer steps (base 100k, big 300k, tiny 1000)'
+complete -c nmt -n "__nmt_using 'train'" -l max-time -x -d 'Also stop after this much training time, e.g. 90s, 5m, 2h (validates and saves a checkpoint first)'
 complete -c nmt -n "__nmt_using 'train'" -l max-tokens -x -d 'Padded tokens per batch per GPU on the longer side (base/big 25,000, tiny 2,048)'
 complete -c nmt -n "__nmt_using 'train'" -l tokens-per-step -x -d 'Target tokens per optimizer step over all GPUs (base/big 25,000: the paper\'s batch); gradient accumulation makes up what --max-tokens x GPUs does not'
 complete -c nmt -n "__nmt_using 'train'" -l update-freq -x -d 'Batches accumulated per GPU per step, set by hand (replaces --tokens-per-step; tiny: 1)'
@@ -225,7 +235,9 @@ complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message 
 
 # nmt score
 complete -c nmt -n "__nmt_using 'score'" -l ref -s r -r -F -d 'Reference translations, aligned with HYP'
-complete -c nmt -n "__nmt_using 'score'" -l metrics -x -a '(__nmt_values_metrics)' -d 'Comma-separated: bleu, chrf, ter'
+complete -c nmt -n "__nmt_using 'score'" -l metrics -x -a '(__nmt_values_metrics)' -d 'sacreBLEU metrics, comma-separated: bleu, chrf, ter'
+complete -c nmt -n "__nmt_using 'score'" -l compat -x -d 'BLEU convention(s), comma-separated. sacrebleu: detokenized, the number to report. paper: the paper\'s tokenized BLEU (Moses tokenizer, compounds split at hyphens, multi-bleu.perl), as tensor2tensor\'s get_ende_bleu.sh computed it; reads higher and is not comparable with sacreBLEU'
+complete -c nmt -n "__nmt_using 'score'" -l target-lang -s t -x -d 'Language of the Moses tokenizer for --compat paper'
 complete -c nmt -n "__nmt_using 'score'" -l json -d 'Print one JSON object instead of text lines'
 complete -c nmt -n "__nmt_using 'score'" -l width -x -d 'Decimals shown (sacreBLEU\'s --width)'
 complete -c nmt -n "__nmt_using 'score'" -l model -s m -r -F -d 'Model for scoring with no HYP: a model dir or a Hub id OWNER/NAME'

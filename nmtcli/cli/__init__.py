@@ -21,6 +21,7 @@ app = typer.Typer(
     name="nmt",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    add_completion=False,  # completions/ holds static scripts: the dynamic ones would start Python on every TAB
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
