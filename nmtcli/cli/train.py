@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say
+from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say, warn
 from nmtcli.errors import NmtError
 
 NAME = "train"
@@ -213,6 +213,11 @@ def _display(max_steps: int):
                 if v.get("expected_step_target_tokens"):
                     say(f"batch: {batch} (~{v['mean_batch_target_tokens']:,} target tokens each) = ~{v['expected_step_target_tokens']:,} "
                         f"target tokens per step; --tokens-per-step {v['tokens_per_step']:,} chose --update-freq {v['update_freq']}")
+                    if v["expected_step_target_tokens"] > 1.5 * v["tokens_per_step"]:
+                        # Accumulation can only add batches: one batch per rank is already too much.
+                        fitting = int(v["max_tokens"] * v["tokens_per_step"] / v["expected_step_target_tokens"])
+                        warn(f"a step holds {v['expected_step_target_tokens'] / v['tokens_per_step']:.1f}x --tokens-per-step; "
+                             f"pass --max-tokens {fitting:,} (or lower) to train with the batch you asked for")
                 else:
                     say(f"batch: {batch} per step")
                 bars.update(task, completed=v["step"])
