@@ -21,7 +21,7 @@ PROGRESS_MIN_BYTES = 32 << 20
 
 
 def command(
-    target: Annotated[Optional[str], typer.Argument(metavar="[DIR|OWNER/NAME]", help="A model dir, a run dir, or a Hub id OWNER/NAME. Default: $NMT_MODEL, else the newest model dir under models/ (as for `nmt translate`).", show_default=False)] = None,
+    target: Annotated[Optional[str], typer.Argument(metavar="DIR|OWNER/NAME", help="A model dir, a run dir, or a Hub id OWNER/NAME. Default: $NMT_MODEL, else the newest model dir under models/ (as for `nmt translate`).", show_default=False)] = None,
     revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit when describing a Hub id.")] = None,
     preset: Annotated[Optional[str], typer.Option(help="Describe a preset instead: tiny, base or big.")] = None,
     vocab_size: Annotated[int, typer.Option(help="Vocabulary size assumed with --preset (sec. 5.1: 37,000).", min=1)] = 37000,
