@@ -131,7 +131,7 @@ __nmt_argument_value() {
         'prepare 0') REPLY='choices wmt14-en-de wmt14-de-en wmt14-en-fr demo demo-de-en' ;;  # NAME
         'average '*) REPLY='files' ;;  # PATHS
         'score 0') REPLY='files' ;;  # HYP
-        'info 0') REPLY='files' ;;  # MODEL_DIR
+        'info 0') REPLY='text' ;;  # DIR|OWNER/NAME
         'push 0') REPLY='files' ;;  # MODEL_DIR
         'push 1') REPLY='text' ;;  # REPO_ID
         'pull 0') REPLY='text' ;;  # REPO_ID

@@ -138,7 +138,7 @@ complete -c nmt -n "__nmt_using ''" -a train -d 'Train with the paper\'s recipe:
 complete -c nmt -n "__nmt_using ''" -a average -d 'Average checkpoints element-wise into a self-contained model dir'
 complete -c nmt -n "__nmt_using ''" -a translate -d 'Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens'
 complete -c nmt -n "__nmt_using ''" -a score -d 'Score translations with sacreBLEU (BLEU, chrF, TER), printed with their signatures'
-complete -c nmt -n "__nmt_using ''" -a info -d 'Show a model\'s architecture, parameter count, vocabulary and training metadata'
+complete -c nmt -n "__nmt_using ''" -a info -d 'Show what a model, a training run or a Hub model is: architecture, parameters, vocabulary, data, steps, BLEU, files'
 complete -c nmt -n "__nmt_using ''" -a push -d 'Upload a model dir to the Hugging Face Hub with a generated model card'
 complete -c nmt -n "__nmt_using ''" -a pull -d 'Download an nmt model from the Hugging Face Hub and print the model dir it is in'
 complete -c nmt -n "__nmt_using ''" -a import -d 'Convert a model trained with another toolkit into an nmt model dir'
@@ -247,12 +247,11 @@ complete -c nmt -n "__nmt_using 'score'" -l help -s h -d 'Show this message and 
 complete -c nmt -n "__nmt_at_argument 'score' 0" -F  # HYP
 
 # nmt info
-complete -c nmt -n "__nmt_using 'info'" -l revision -x -d 'Branch, tag or commit when MODEL_DIR is a Hub id'
+complete -c nmt -n "__nmt_using 'info'" -l revision -x -d 'Branch, tag or commit when describing a Hub id'
 complete -c nmt -n "__nmt_using 'info'" -l preset -x -a '(__nmt_values_preset)' -d 'Describe a preset instead: tiny, base or big'
 complete -c nmt -n "__nmt_using 'info'" -l vocab-size -x -d 'Vocabulary size assumed with --preset (sec. 5.1: 37,000)'
-complete -c nmt -n "__nmt_using 'info'" -l json -d 'Print JSON (key `parameters` holds the count)'
+complete -c nmt -n "__nmt_using 'info'" -l json -d 'Print JSON: the dir\'s config.json plus `kind`, `parameters`, `files` (name: bytes), `sha256`, and per kind `scores`, `steps`, `checkpoints`, `validation`, `resume`, `average`, `hub`'
 complete -c nmt -n "__nmt_using 'info'" -l help -s h -d 'Show this message and exit'
-complete -c nmt -n "__nmt_at_argument 'info' 0" -F  # MODEL_DIR
 
 # nmt push
 complete -c nmt -n "__nmt_using 'push'" -l private -d 'Create the repo private (an existing repo keeps its visibility)'
