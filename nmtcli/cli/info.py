@@ -20,7 +20,7 @@ def command(
 ) -> None:
     """Show a model's architecture, parameter count, vocabulary and training metadata."""
     from nmtcli.errors import NmtError
-    from nmtcli.model.checkpoint import SPM_FILE, read_model_dir_config
+    from nmtcli.model.checkpoint import SPM_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
     from nmtcli.model.config import PRESETS, ModelConfig
     from nmtcli.model.transformer import count_parameters
 
@@ -37,6 +37,7 @@ def command(
 
         model_dir = resolve_model(model_dir, revision)
         values = read_model_dir_config(model_dir)
+        check_weights(Path(model_dir) / WEIGHTS_FILE)  # a missing or truncated file is named, not described
         config = ModelConfig.from_dict(values["model"])
         report = {"model_dir": str(model_dir), **values}
         scores = model_dir / "scores.json"

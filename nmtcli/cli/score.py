@@ -31,7 +31,7 @@ def command(
     scores it against the reference; the scores are recorded in the model dir's scores.json.
     """
     from nmtcli.data.text import read_lines
-    from nmtcli.errors import NmtError
+    from nmtcli.errors import NmtError, check_readable
     from nmtcli.scoring import score
 
     names = [m.strip().lower() for m in metrics.split(",") if m.strip()]
@@ -40,10 +40,9 @@ def command(
     else:
         if ref is None:
             raise NmtError("--ref is required when HYP is given", "pass the reference file with --ref", exit_code=2)
-        if hypothesis != "-" and not Path(hypothesis).is_file():
-            raise NmtError(f"{hypothesis} does not exist", "pass a translation file, or '-' for stdin")
-        if not ref.is_file():
-            raise NmtError(f"{ref} does not exist", "check the path given to --ref")
+        if hypothesis != "-":
+            check_readable(hypothesis, "pass a translation file, or '-' for stdin")
+        check_readable(ref, "check the path given to --ref")
         hyps = list(read_lines(Path("/dev/stdin") if hypothesis == "-" else Path(hypothesis)))
         refs = list(read_lines(ref))
         model_dir, label = None, None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from nmtcli.errors import NmtError
+from nmtcli.errors import NmtError, check_readable
 from nmtcli.model.checkpoint import atomic_path
 from nmtcli.model.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -51,8 +51,7 @@ def read_lines(path: Path) -> Iterator[str]:
 def check_parallel(src: Path, tgt: Path) -> int:
     """Both files exist and have the same number of lines; returns that number."""
     for path in (src, tgt):
-        if not Path(path).is_file():
-            raise NmtError(f"{path} does not exist", "check the prefix and the language codes (-s/-t)")
+        check_readable(path, "check the prefix and the language codes (-s/-t)")
     n_src, n_tgt = count_lines(src), count_lines(tgt)
     if n_src != n_tgt:
         raise NmtError(
