@@ -89,7 +89,9 @@ def file_system_error(e: BaseException, path: Path | str | None = None, doing: s
     if code in _REFUSED:
         hint = "write somewhere else, e.g. with -o" if code == errno.EROFS else "check the permissions, or write somewhere else"
         return FileSystemError(f"{_REFUSED[code]}{where}", hint + after, path, code)
-    culprit = getattr(e, "filename", None) or path  # for these, the part of the path that is wrong
+    # For these, name the part of the path that is wrong: a parent dir the OSError names, else the file.
+    named = getattr(e, "filename", None)
+    culprit = named if named is not None and (path is None or Path(str(named)) in (Path(str(path)), *Path(str(path)).parents)) else path
     if code in _PATHS and culprit is not None:
         what, hint = _PATHS[code]
         return FileSystemError(f"{culprit}: {what}", hint + after, path, code)

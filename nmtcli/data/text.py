@@ -187,13 +187,18 @@ def train_sentencepiece(
                 eos_id=EOS_ID,
                 minloglevel=2,
             )
+            data = Path(prefix + ".model").read_bytes()
         except RuntimeError as e:
             raise NmtError(f"sentencepiece training failed: {e}", "check --vocab-size against the corpus size") from None
         finally:
-            if os.path.exists(prefix + ".vocab"):
-                os.unlink(prefix + ".vocab")
-        data = Path(prefix + ".model").read_bytes()
-        os.unlink(prefix + ".model")
+            for written in (prefix + ".vocab", prefix + ".model"):
+                if os.path.exists(written):
+                    os.unlink(written)
+        try:  # sentencepiece does not report a write that failed (a full disk): its model is then cut short
+            spm.SentencePieceProcessor(model_proto=data)
+        except RuntimeError:
+            raise NmtError(f"sentencepiece wrote an incomplete model ({len(data):,} bytes) for {model_path}",
+                           "is the disk full, or a file size limit (`ulimit -f`) reached? free some space and run again") from None
         tmp.write_bytes(_reproducible_model(data))
 
 

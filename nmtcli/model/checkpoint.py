@@ -55,14 +55,14 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def file_system_errors(path: Path, what: str | None = None) -> Iterator[None]:
+def file_system_errors(path: Path) -> Iterator[None]:
     """Turn a full disk, a read-only file system, a permission ... while writing `path` into one NmtError line."""
     try:
         yield
     except NmtError:
         raise
     except Exception as e:
-        intact = f"the previous {what or Path(path).name} is unchanged" if Path(path).exists() else "nothing was written"
+        intact = f"the previous {Path(path).name} is unchanged" if Path(path).exists() else "nothing was written"
         error = file_system_error(e, path, intact=intact)
         if error is None:
             raise
@@ -87,7 +87,7 @@ def staged_dir(out_dir: Path, last: str = CONFIG_FILE) -> Iterator[Path]:
             yield stage
         except FileSystemError as e:  # name the file the user asked for, not the hidden one
             target = out_dir / Path(e.path).name if e.path is not None else out_dir
-            intact = f"{out_dir} is unchanged" if out_dir.is_dir() else "nothing was written"
+            intact = f"{out_dir}/ is unchanged" if out_dir.is_dir() else "nothing was written"
             raise (file_system_error(e.__cause__, target, intact=intact) or e) from e.__cause__
         with file_system_errors(out_dir):
             out_dir.mkdir(exist_ok=True)
