@@ -416,9 +416,9 @@ def _(c: Case):
 def _(c: Case):
     model = str(c.fixture("random_model"))
     c.write("in.txt", "the dog sees a cat\nthe red car\n")
-    c.nmt("translate", "-m", model, "-i", "in.txt", "-o", "out.txt")
+    c.nmt("translate", "-m", model, "-i", "in.txt", "-o", "out.txt", "--beam", "1")
     before = (c.tmp / "out.txt").read_bytes()
-    result = c.nmt("translate", "-m", model, "-i", "in.txt", "-o", "out.txt", file_size=1)
+    result = c.nmt("translate", "-m", model, "-i", "in.txt", "-o", "out.txt", "--beam", "1", file_size=1)
     assert (c.tmp / "out.txt").read_bytes() == before and hidden(c.tmp) == []
     return result
 
@@ -426,7 +426,7 @@ def _(c: Case):
 @row("disk-full-stdout")
 def _(c: Case):
     with open("/dev/full", "w") as full:  # every write: ENOSPC
-        return c.nmt("translate", "-m", str(c.fixture("random_model")), input="the dog sees a cat\n", stdout=full)
+        return c.nmt("translate", "-m", str(c.fixture("random_model")), "--beam", "1", input="the dog sees a cat\n", stdout=full)
 
 
 @row("disk-full-average")
@@ -478,7 +478,7 @@ def test_error_row(row_id, request, tmp_path):
 
 def test_ctrl_c_is_one_line_and_exit_code_130(random_model, tmp_path):
     documented = doc_rows()["interrupted"]
-    process = subprocess.Popen([NMT, "translate", "-m", str(random_model), "--window", "1"], cwd=tmp_path, text=True,
+    process = subprocess.Popen([NMT, "translate", "-m", str(random_model), "--window", "1", "--beam", "1"], cwd=tmp_path, text=True,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     process.stdin.write("the dog sees a cat\n")
     process.stdin.flush()

@@ -6,6 +6,7 @@ Commands parse flags, print, and call one function of the core. Errors a user ca
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:
         from nmtcli.errors import file_system_error
 
-        error = file_system_error(e, doing="writing" if e.errno in _WRITE_ERRNOS else "at")
+        error = file_system_error(e, doing="writing" if e.errno in _WRITE_ERRNOS else "on")
         if error is None:
             raise
         _fail(str(error), error.exit_code)
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-_WRITE_ERRNOS = {28, 27, 122, 30}  # ENOSPC, EFBIG, EDQUOT, EROFS: only ever met while writing
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}  # only ever met while writing
 
 
 def _one_line(text: str) -> str:
