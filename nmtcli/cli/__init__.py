@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     except NmtError as e:
         _fail(str(e), e.exit_code)
     except UsageError as e:
-        if type(e).__name__ == "NoArgsIsHelpError":  # `nmt import` alone: the help is already printed
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `nmt` or `nmt import`: show the help
+            if e.format_message().strip():  # typer's rich help has printed itself; click returns the text
+                print(e.format_message())
             sys.exit(e.exit_code)
         command = e.ctx.command_path if e.ctx is not None else "nmt"
         _fail(f"{_one_line(e.format_message()).rstrip('.')} (see `{command} --help`)", 2)
