@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: test test-fast install clean
+.PHONY: test test-fast install completions clean
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
@@ -23,6 +23,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PY) -m pip install -e ".[test]"
 	touch $@
+
+# The static shell completions in completions/ (bash, zsh, fish), from the CLI's definition: run after
+# adding or changing a command or option (tests/test_completions.py fails until you do).
+completions: $(VENV)/.installed
+	$(PY) scripts/generate_completions.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +106,42 @@ def resolve_model(spec: str | Path, revision: str | None = None) -> Path:
         raise NmtError(f"{text} is not an nmt model repo (its {CONFIG_FILE} is not nmt's)", hint)
     read_model_dir_config(snapshot)
     return snapshot
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file as the Hub lists it: size and git blob id, and for files stored with Git LFS the sha256 of the content."""
+
+    size: int
+    blob_id: str
+    sha256: str | None = None
+
+
+def remote_files(repo_id: str, revision: str) -> dict[str, RemoteFile]:
+    """The Hub's own listing of `repo_id` at `revision` (pass a commit to describe exactly one snapshot)."""
+    from huggingface_hub import HfApi, RepoFile
+
+    with hub_errors(repo_id, revision):
+        entries = list(HfApi().list_repo_tree(repo_id, revision=revision, recursive=True))
+    return {e.path: RemoteFile(e.size, e.blob_id, e.lfs.sha256 if e.lfs else None) for e in entries if isinstance(e, RepoFile)}
+
+
+def cached_etag(path: Path) -> str | None:
+    """The ETag the Hub served for a file of a snapshot in the Hub cache, which names the blob the snapshot links to.
+
+    For an LFS file the ETag is the sha256 of its content, for any other file its git blob id. None where
+    the cache holds plain copies (file systems without symlinks), which carry no ETag.
+    """
+    if not Path(path).is_symlink():
+        return None
+    name = Path(os.path.realpath(path)).name
+    return name if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", name) else None
+
+
+def is_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def pull(repo_id: str, revision: str | None = None, out_dir: Path | None = None) -> Path:

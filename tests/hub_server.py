@@ -2,7 +2,10 @@
 
 Downloads (`snapshot_download`, `hf_hub_download`): repo info by revision, the recursive tree
 listing, and HEAD/GET on `/{repo}/resolve/{revision}/{path}` with the X-Repo-Commit / ETag /
-Content-Length headers the client caches by. Uploads (`create_repo`, `create_branch`,
+Content-Length headers the client caches by. Files the Hub's default .gitattributes puts in Git LFS
+(`LFS_PATTERNS`: the weights, sentencepiece models) are listed as the Hub lists them, with an `lfs`
+entry holding the sha256 of the content and the git blob id of the LFS pointer, and served with that
+sha256 as ETag; every other file has its git blob id as ETag. Uploads (`create_repo`, `create_branch`,
 `create_commit`, `upload_folder`): repo and branch creation, YAML validation, `preupload` (which
 answers "regular" for every file, so the client sends the bytes base64-encoded in the commit and
 never tries LFS or Xet), and the ndjson `commit` endpoint. It never sends Xet headers, so the
@@ -15,6 +18,7 @@ Every request is recorded in `requests` so tests can assert what the client did.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import json
 import re
@@ -31,8 +35,33 @@ class Repo:
     commits: dict[str, dict[str, bytes]] = field(default_factory=dict)  # sha -> {path: content}
 
 
+LFS_PATTERNS = ("*.safetensors", "*.model")
+
+
 def git_blob_sha1(content: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def is_lfs(path: str) -> bool:
+    return any(fnmatch.fnmatch(path.rsplit("/", 1)[-1], pattern) for pattern in LFS_PATTERNS)
+
+
+def lfs_pointer(content: bytes) -> bytes:
+    """What git stores for an LFS file: a pointer naming the content by its sha256."""
+    return b"version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n" % (hashlib.sha256(content).hexdigest().encode(), len(content))
+
+
+def etag(path: str, content: bytes) -> str:
+    """The Hub's ETag: the sha256 of the content for an LFS file, the git blob id for any other."""
+    return hashlib.sha256(content).hexdigest() if is_lfs(path) else git_blob_sha1(content)
+
+
+def tree_entry(path: str, content: bytes) -> dict:
+    if not is_lfs(path):
+        return {"type": "file", "path": path, "size": len(content), "oid": git_blob_sha1(content)}
+    pointer = lfs_pointer(content)
+    return {"type": "file", "path": path, "size": len(content), "oid": git_blob_sha1(pointer),
+            "lfs": {"oid": hashlib.sha256(content).hexdigest(), "size": len(content), "pointerSize": len(pointer)}}
 
 
 class FakeHub:
@@ -186,8 +215,7 @@ class FakeHub:
                 if found is None:
                     return
                 repo, sha = found
-                entries = [{"type": "file", "path": p, "size": len(c), "oid": git_blob_sha1(c)}
-                           for p, c in sorted(repo.commits[sha].items()) if p.startswith(prefix)]
+                entries = [tree_entry(p, c) for p, c in sorted(repo.commits[sha].items()) if p.startswith(prefix)]
                 self._json(200, entries)
 
             def _resolve(self, repo_id: str, revision: str, file: str, head: bool):
@@ -198,7 +226,7 @@ class FakeHub:
                 content = repo.commits[sha].get(file)
                 if content is None:
                     return self._error(404, "EntryNotFound", f"{file} does not exist", head)
-                headers = {"X-Repo-Commit": sha, "ETag": f'"{git_blob_sha1(content)}"', "Content-Type": "application/octet-stream"}
+                headers = {"X-Repo-Commit": sha, "ETag": f'"{etag(file, content)}"', "Content-Type": "application/octet-stream"}
                 self._send(200, content, headers, head)
 
             def _create(self, payload: dict):

@@ -70,9 +70,12 @@ def test_translation_keeps_every_line_in_order(trained_model, corpus, tmp_path):
 def test_awkward_input_gives_exactly_one_line_per_line(trained_model, tmp_path):
     long_line = "the dog sees the cat " * 400  # 2,000 tokens: beyond the model's 1,024 positions
     raw = b"\xef\xbb\xbfthe dog sees a cat\r\n\n   \nbad \xff byte\n" + long_line.encode() + b"\nlast line without newline"
+    # Characters Python's str.splitlines() would split on, NUL, tabs, a lone CR and a second BOM.
+    raw = raw.replace(b"last line", b"a\x00nul\n\t \t\n\r\nthe\xe2\x80\xa8cat\x0bsees\x0c\x1c\x85 a dog\n\xef\xbb\xbfbom\nlast line")
     result = run_nmt("translate", "-m", str(trained_model), input=raw)
     out = result.stdout.decode().split("\n")
-    assert out[-1] == "" and len(out) - 1 == 6
+    assert out[-1] == "" and len(out) - 1 == 11 == raw.count(b"\n") + 1
+    assert out[6] == out[7] == ""  # whitespace-only and lone-CR lines stay empty
     assert out[1] == "" and out[2] == ""  # empty and blank lines stay empty
     # Lines 4 and 6 must get their lines (and line 4 a warning); what a 200-step model of the toy
     # corpus makes of "bad \ufffd byte" or out-of-vocabulary words may legitimately be empty.

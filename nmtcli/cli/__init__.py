@@ -15,13 +15,14 @@ from typing import Annotated
 import typer
 
 from nmtcli import __version__
-from nmtcli.cli import average, export, import_model, info, prepare, pull, push, score, train, translate
+from nmtcli.cli import average, export, import_model, info, prepare, pull, push, quickstart, score, train, translate
 from nmtcli.errors import NmtError
 
 app = typer.Typer(
     name="nmt",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    add_completion=False,  # completions/ holds static scripts: the dynamic ones would start Python on every TAB
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -56,7 +57,7 @@ def _root(
     _debug["on"] = _debug["on"] or debug
 
 
-for module in (prepare, train, average, translate, score, info, push, pull):
+for module in (quickstart, prepare, train, average, translate, score, info, push, pull):
     app.command(module.NAME, help=module.command.__doc__)(module.command)
 for group in (import_model, export):
     app.add_typer(group.app, name=group.NAME)

@@ -10,11 +10,12 @@ import typer
 from nmtcli.cli.common import MODELS_ROOT, announce, default_run_dir, say
 
 NAME = "average"
+DEFAULT_LAST = 5  # sec. 6.1: the base models average the last 5 checkpoints (big: 20)
 
 
 def command(
     paths: Annotated[Optional[list[Path]], typer.Argument(help="A run dir (its last --last checkpoints are averaged) or checkpoint dirs. Default: the newest run under runs/.", show_default=False)] = None,
-    last: Annotated[int, typer.Option(help="How many of the run's newest checkpoints to average (sec. 6.1: 5 for base, 20 for big).", min=1)] = 5,
+    last: Annotated[int, typer.Option(help="How many of the run's newest checkpoints to average (sec. 6.1: 5 for base, 20 for big).", min=1)] = DEFAULT_LAST,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Model dir to write. Default: models/RUN.")] = None,
 ) -> None:
     """Average checkpoints element-wise into a self-contained model dir.

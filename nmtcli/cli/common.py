@@ -100,11 +100,12 @@ def default_run_dir() -> Path:
     return _newest(runs, "run dir", "run `nmt train` first, or pass a run dir or checkpoint dirs")
 
 
-def default_model_dir() -> Path:
+def default_model_dir(hint: str = "run `nmt average` first, or pass -m MODEL_DIR") -> Path:
+    """$NMT_MODEL (a dir or a Hub id), else the newest model dir under models/; `hint` says what to do when there is none."""
     if os.environ.get("NMT_MODEL"):
         say(f"using model {os.environ['NMT_MODEL']} (from $NMT_MODEL)")
         return resolve_model(os.environ["NMT_MODEL"])
-    return _newest(_stamped(MODELS_ROOT, "config.json"), "model", "run `nmt average` first, or pass -m MODEL_DIR")
+    return _newest(_stamped(MODELS_ROOT, "config.json"), "model", hint)
 
 
 def resolve_model(spec: str | Path | None, revision: str | None = None) -> Path:

@@ -1,94 +1,255 @@
-"""`nmt info`: what a model dir (or a preset) is: architecture, parameters, vocabulary, how it was made."""
+"""`nmt info`: what a model dir, a run dir, a Hub model or a preset is, as a table or as JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
+from nmtcli.cli.common import MODELS_ROOT, default_model_dir, progress_bar, say, warn
+from nmtcli.errors import NmtError
+
 NAME = "info"
+# Hashing a file smaller than this takes a blink; larger ones (base and big weights) get a progress bar.
+PROGRESS_MIN_BYTES = 32 << 20
 
 
 def command(
-    model_dir: Annotated[Optional[str], typer.Argument(metavar="[MODEL_DIR]", help="Model dir to describe, or a Hub id OWNER/NAME.", show_default=False)] = None,
-    revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit when MODEL_DIR is a Hub id.")] = None,
+    target: Annotated[Optional[str], typer.Argument(metavar="DIR|OWNER/NAME", help="A model dir, a run dir, or a Hub id OWNER/NAME. Default: $NMT_MODEL, else the newest model dir under models/ (as for `nmt translate`).", show_default=False)] = None,
+    revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit when describing a Hub id.")] = None,
     preset: Annotated[Optional[str], typer.Option(help="Describe a preset instead: tiny, base or big.")] = None,
     vocab_size: Annotated[int, typer.Option(help="Vocabulary size assumed with --preset (sec. 5.1: 37,000).", min=1)] = 37000,
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON (key `parameters` holds the count).")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON: the dir's config.json plus `kind`, `parameters`, `files` (name: bytes), `sha256`, and per kind `scores`, `steps`, `checkpoints`, `validation`, `resume`, `average`, `hub`.")] = False,
 ) -> None:
-    """Show a model's architecture, parameter count, vocabulary and training metadata."""
-    from nmtcli.errors import NmtError
-    from nmtcli.model.checkpoint import SPM_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
-    from nmtcli.model.config import PRESETS, ModelConfig
-    from nmtcli.model.transformer import count_parameters
+    """Show what a model, a training run or a Hub model is: architecture, parameters, vocabulary, data, steps, BLEU, files.
 
-    if (model_dir is None) == (preset is None):
-        raise NmtError("pass either MODEL_DIR or --preset", "e.g. `nmt info models/base` or `nmt info --preset big`", exit_code=2)
-    report: dict[str, Any]
+    A [bold]model dir[/bold] (nmt average, nmt import): architecture, parameters, vocabulary, training data and
+    steps, the scores in scores.json, and each file's size and sha256.
+    A [bold]run dir[/bold] (nmt train): preset and settings, data, steps done of max steps, checkpoints (step, time,
+    size), the latest and best validation, whether and how it resumes, and what `nmt average` would average.
+    A [bold]Hub id[/bold] OWNER/NAME: the model as the Hub cache holds it (downloaded first if needed), each file
+    checked against the Hub's own checksum (sha256 for LFS files such as the weights, the git blob id for
+    the others); offline, against the ETags the cache recorded. A file that does not match makes the
+    command exit with status 1, after the report.
+    """
+    from nmtcli import describe
+
     if preset is not None:
-        if preset not in PRESETS:
-            raise NmtError(f"unknown preset {preset!r}", f"choose one of {', '.join(PRESETS)}", exit_code=2)
-        config = PRESETS[preset].replace(vocab_size=vocab_size)
-        report = {"preset": preset, "model": config.to_dict()}
-    else:
-        from nmtcli.cli.common import resolve_model
+        if target is not None:
+            raise NmtError("pass either a model, run dir or Hub id, or --preset", "e.g. `nmt info models/base` or `nmt info --preset big`", exit_code=2)
+        _show(describe.describe_preset(preset, vocab_size), json_output)
+        return
+    if target is None:
+        if revision is not None:
+            raise NmtError("--revision needs a Hub id OWNER/NAME", "name the Hub model whose revision you want", exit_code=2)
+        if os.environ.get("NMT_MODEL"):
+            target = os.environ["NMT_MODEL"]
+            say(f"using model {target} (from $NMT_MODEL)")
+        else:
+            target = str(default_model_dir("run `nmt average` first, or pass a model dir, a run dir or a Hub id"))
+    with _hash_progress() as progress:
+        report = _describe(target, revision, progress)
+    _show(report, json_output)
+    _check_hub(report)
 
-        model_dir = resolve_model(model_dir, revision)
-        values = read_model_dir_config(model_dir)
-        check_weights(Path(model_dir) / WEIGHTS_FILE)  # a missing or truncated file is named, not described
-        config = ModelConfig.from_dict(values["model"])
-        report = {"model_dir": str(model_dir), **values}
-        scores = model_dir / "scores.json"
-        if scores.is_file():
-            report["scores"] = json.loads(scores.read_text())
-        report["files"] = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir()) if p.is_file()}
-        if (model_dir / SPM_FILE).is_file():
-            report["sentencepiece_pieces"] = _pieces(model_dir / SPM_FILE)
-    report["parameters"] = count_parameters(config)
+
+def _describe(target: str, revision: str | None, progress) -> dict[str, Any]:
+    from nmtcli import describe, hub
+    from nmtcli.cli.average import DEFAULT_LAST
+
+    if hub.looks_like_repo_id(target):
+        say(f"describing {target}{'@' + revision if revision else ''} from the Hub")
+        return describe.describe_hub_model(target, revision, progress)
+    if revision is not None:
+        raise NmtError(f"--revision needs a Hub id OWNER/NAME, and {target} is a path", "drop --revision", exit_code=2)
+    path = Path(target)
+    if describe.kind_of(path) == "model_dir":
+        return describe.describe_model_dir(path, progress)
+    report = describe.describe_run_dir(path, DEFAULT_LAST, progress)
+    if report["average"]["checkpoints"]:
+        report["average"]["output"] = str(MODELS_ROOT / path.resolve().name)
+        report["average"]["command"] = f"nmt average {shlex.quote(target)}"
+    return report
+
+
+@contextlib.contextmanager
+def _hash_progress() -> Iterator:
+    """A progress callback for checksums that opens a bar (on stderr) only once a large file comes."""
+    with contextlib.ExitStack() as stack:
+        bars = []
+
+        def progress(name: str, done: int, total: int) -> None:
+            if total < PROGRESS_MIN_BYTES:
+                return
+            if not bars:
+                bars.append(stack.enter_context(progress_bar()))
+            bars[0](f"sha256 {name} (MiB)", done >> 20, total >> 20)
+
+        yield progress
+
+
+def _check_hub(report: dict[str, Any]) -> None:
+    checked = report.get("hub")
+    if not checked:
+        return
+    if checked["source"] != "hub":
+        warn(f"compared with the ETags the Hub cache recorded at download time, not with the Hub ({checked.get('note')})")
+    bad = {name: r for name, r in checked["files"].items() if r["match"] is False}
+    if bad:
+        where = f"{checked['repo_id']}@{checked['commit'][:12]}"
+        detail = "; ".join(f"{name}: {r.get('problem') or _differs(r)}" for name, r in bad.items())
+        blobs = " ".join(shlex.quote(r["blob"]) for r in bad.values())
+        raise NmtError(f"{len(bad)} file(s) in the Hub cache do not match {where} ({detail})",
+                       f"delete {blobs} and run `nmt pull {checked['repo_id']}` to download them again")
+
+
+def _differs(result: dict[str, Any]) -> str:
+    kind, expected = result["expected"].split(":")
+    return f"{kind} {result['actual'].split(':')[1][:12]}..., the Hub lists {expected[:12]}..."
+
+
+# --- printing ------------------------------------------------------------------------------------
+
+
+def _show(report: dict[str, Any], json_output: bool) -> None:
     if json_output:
         print(json.dumps(report, indent=2, ensure_ascii=False))
         return
-    _print_table(report, config)
-
-
-def _pieces(path: Path) -> int:
-    from nmtcli.data.text import load_sentencepiece
-
-    return load_sentencepiece(path).get_piece_size()
-
-
-def _print_table(report: dict[str, Any], config) -> None:
     from rich.console import Console
+
+    console = Console(highlight=False)
+    title = {"preset": f"preset {report.get('preset')}", "run_dir": f"{report.get('run_dir')} (run dir)",
+             "hub_model": f"{report.get('hub', {}).get('repo_id')} (Hub model, cached in {report.get('model_dir')})"}
+    console.print(f"[bold]{title.get(report['kind'], report.get('model_dir'))}[/bold]")
+    console.print(_overview(report))
+    if report.get("checkpoints"):
+        console.print(_checkpoints(report))
+    if report.get("files"):
+        console.print(_files(report))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def _overview(report: dict[str, Any]):
     from rich.table import Table
 
+    from nmtcli.model.config import ModelConfig
+
+    config = ModelConfig.from_dict(report["model"])
     table = Table(show_header=False, box=None)
-    table.add_column(style="bold")
+    table.add_column(style="bold", no_wrap=True)
     table.add_column()
-    title = report.get("model_dir") or f"preset {report['preset']}"
-    table.add_row("parameters", f"{report['parameters']:,}")
-    table.add_row("architecture", f"{config.layers}+{config.layers} layers, d_model {config.d_model}, d_ff {config.d_ff}, "
-                  f"{config.heads} heads, {config.norm}-norm, {config.activation}, dropout {config.dropout}")
-    table.add_row("vocabulary", f"{config.vocab_size:,} (shared source/target/output)")
-    origin = report.get("imported_from")
-    if origin:
-        table.add_row("imported from", f"{origin.get('kind')} model {origin.get('source')}" + (f" at {origin['revision']}" if origin.get("revision") else ""))
+    row = table.add_row
+    row("parameters", f"{report['parameters']:,}")
+    row("architecture", f"{config.layers}+{config.layers} layers, d_model {config.d_model}, d_ff {config.d_ff}, "
+        f"{config.heads} heads, {config.norm}-norm, {config.activation}, dropout {config.dropout}")
+    pieces = f"; sentencepiece model of {report['sentencepiece_pieces']:,} pieces" if "sentencepiece_pieces" in report else ""
+    row("vocabulary", f"{config.vocab_size:,} (shared source/target/output){pieces}")
     variants = [f"{config.positions} positions"] if config.positions != "interleaved" else []
     variants += ["final logits bias"] if config.final_logits_bias else []
     variants += ["unscaled embeddings"] if not config.scale_embedding else []
     if variants:
-        table.add_row("variants", ", ".join(variants))
+        row("variants", ", ".join(variants))
     if "languages" in report:
-        table.add_row("languages", f"{report['languages']['source']} -> {report['languages']['target']}")
-    training = report.get("training")
-    if training:
-        table.add_row("training", f"{training['preset']} on {training['data']} ({training['train_pairs']:,} pairs), "
-                      f"{training['steps']} steps, averaged {len(training['averaged_checkpoints'])} checkpoint(s)")
-    for label, metrics in report.get("scores", {}).items():
-        table.add_row(f"score {label}", ", ".join(f"{name} {v['score']:.2f}" for name, v in metrics.items()))
-    for name, size in report.get("files", {}).items():
-        table.add_row("file", f"{name} ({size:,} bytes)")
-    console = Console()
-    console.print(f"[bold]{title}[/bold]")
-    console.print(table)
+        row("languages", f"{report['languages']['source']} -> {report['languages']['target']}")
+    origin = report.get("imported_from")
+    if origin:
+        row("imported from", f"{origin.get('kind')} model {origin.get('source')}" + (f" at {origin['revision']}" if origin.get("revision") else ""))
+    if report["kind"] == "run_dir":
+        _run_rows(report, row)
+    else:
+        training = report.get("training")
+        if training:
+            steps = ", ".join(str(s) for s in training.get("averaged_checkpoints") or [])
+            row("training data", f"{training.get('data')} ({training.get('train_pairs', 0):,} pairs) from {training.get('data_dir')}")
+            row("training", f"preset {training.get('preset')}, {training.get('steps')} steps (run {training.get('run')}); "
+                f"averages the checkpoints of steps {steps}")
+        for label, metrics in report.get("scores", {}).items():
+            row(f"score {label}", ", ".join(f"{name} {v['score']:.2f}" for name, v in metrics.items()))
+    checked = report.get("hub")
+    if checked:
+        verdict = {True: "every file matches", False: "[red]MISMATCH[/red]", None: "not every file could be checked"}[checked["match"]]
+        against = "the Hub's listing" if checked["source"] == "hub" else "the ETags in the Hub cache"
+        row("hub", f"{checked['repo_id']} at commit {checked['commit']}" + (f" ({checked['revision']})" if checked["revision"] else ""))
+        row("hub check", f"{verdict} ({against})")
+    return table
+
+
+def _run_rows(report: dict[str, Any], row) -> None:
+    training, data, steps = report.get("training", {}), report.get("data", {}), report["steps"]
+    row("preset", f"{training.get('preset')}; settings in {report['run_dir']}/config.json")
+    row("training data", f"{data.get('name')} ({data.get('train_pairs', 0):,} pairs) from {data.get('dir')}")
+    status = {"finished": "finished", "early_stopped": "stopped early (patience)", "unfinished": "unfinished (interrupted, or still running)",
+              "not_started": "no checkpoint yet"}[report["status"]]
+    logged = f"; the log reaches step {steps['logged']}" if steps["logged"] > steps["done"] else ""
+    if steps["max"] is not None and steps["done"] > steps["max"]:  # config.json keeps the max_steps of the first start
+        row("steps", f"{steps['done']:,} done; started with max_steps {steps['max']:,} and resumed with more{logged}")
+    else:
+        row("steps", f"{steps['done']:,} of {steps['max']:,} done, {status}{logged}")
+    if report["validation"]:
+        row("validation", _validation(report["validation"]))
+    best = report.get("best")
+    if best and "metric" in best:
+        row("best", f"step {best['step']}: {best['metric']} {best['value']:.4g} ({best['path']})")
+    resume = report["resume"]
+    if resume["possible"]:
+        row("resume", f"from step {resume['from_step']:,}: {resume['command']}" + (f" ({resume['note']})" if resume.get("note") else ""))
+    else:
+        row("resume", f"no: {resume['reason']}")
+    average = report["average"]
+    if average["checkpoints"]:
+        row("average", f"{average['command']} averages steps {', '.join(map(str, average['checkpoints']))} "
+            f"(its last {average['last']}) into {average['output']}")
+    else:
+        row("average", "nothing to average yet")
+
+
+def _validation(v: dict[str, Any]) -> str:
+    parts = [f"valid ppl {v['valid_ppl']:.2f}" if "valid_ppl" in v else "", f"valid BLEU {v['valid_bleu']:.2f}" if "valid_bleu" in v else ""]
+    return f"step {v['step']}: " + ", ".join(p for p in parts if p)
+
+
+def _checkpoints(report: dict[str, Any]):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="checkpoints", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("step", "written", "size"):
+        table.add_column(name, justify="right" if name != "written" else "left")
+    for c in report["checkpoints"]:
+        table.add_row(f"{c['step']:,}", c["written"].replace("T", " "), _size(c["size"]))
+    return table
+
+
+def _files(report: dict[str, Any]):
+    from rich import box
+    from rich.table import Table
+
+    checked = (report.get("hub") or {}).get("files", {})
+    table = Table(title="files", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("file", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("sha256", overflow="fold")
+    if checked:
+        table.add_column("Hub", overflow="fold")
+    for name, size in report["files"].items():
+        cells = [name, _size(size), report["sha256"][name]]
+        if checked:
+            r = checked.get(name, {})
+            kind = "LFS sha256" if r.get("lfs") else "git blob id"
+            cells.append({True: f"ok ({kind})", None: r.get("problem", "not checked"),
+                          False: f"[red]DIFFERS[/red] ({r.get('problem') or 'the Hub lists ' + str(r.get('expected'))})"}[r.get("match")])
+        table.add_row(*cells)
+    return table

@@ -1,4 +1,7 @@
-"""`nmt score`: sacreBLEU scores of a translation, or of the newest model on the prepared test set."""
+"""`nmt score`: sacreBLEU scores of a translation, or of the newest model on the prepared test set.
+
+`--compat paper` adds (or gives instead) the paper's tokenized, compound-split BLEU (scoring.py).
+"""
 
 from __future__ import annotations
 
@@ -17,9 +20,11 @@ NAME = "score"
 def command(
     hypothesis: Annotated[Optional[str], typer.Argument(metavar="[HYP]", help="Translations to score, one per line ('-' for stdin). Omitted: translate the prepared test split with the model and score that.", show_default=False)] = None,
     ref: Annotated[Optional[Path], typer.Option("--ref", "-r", help="Reference translations, aligned with HYP.")] = None,
-    metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu,chrf",
+    metrics: Annotated[Optional[str], typer.Option(help="sacreBLEU metrics, comma-separated: bleu, chrf, ter. Default: bleu,chrf.", show_default=False)] = None,
+    compat: Annotated[str, typer.Option(help="BLEU convention(s), comma-separated. sacrebleu: detokenized, the number to report. paper: the paper's tokenized BLEU (Moses tokenizer, compounds split at hyphens, multi-bleu.perl), as tensor2tensor's get_ende_bleu.sh computed it; reads higher and is not comparable with sacreBLEU.")] = "sacrebleu",
+    target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="Language of the Moses tokenizer for --compat paper. Default: the model's target language with no HYP, else the suffix of --ref (test.de: de).", show_default=False)] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text lines.")] = False,
-    width: Annotated[int, typer.Option(help="Decimals shown (sacreBLEU's --width).", min=0, max=10)] = 1,
+    width: Annotated[Optional[int], typer.Option(help="Decimals shown (sacreBLEU's --width). Default: 1; 2 for --compat paper, as multi-bleu.perl prints.", min=0, max=10, show_default=False)] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model for scoring with no HYP: a model dir or a Hub id OWNER/NAME. Default: $NMT_MODEL, else the newest under models/.")] = None,
     split: Annotated[str, typer.Option(help="Prepared split to translate when HYP is omitted: test or valid.")] = "test",
     device: Annotated[str, typer.Option(help="Device for translating when HYP is omitted: auto, cpu, cuda.")] = "auto",
@@ -29,14 +34,25 @@ def command(
     With HYP and --ref, the BLEU line is exactly what `sacrebleu REF -i HYP -f text` prints.
     With no HYP, translates the test split of the model's prepared data dir (beam 4, alpha 0.6) and
     scores it against the reference; the scores are recorded in the model dir's scores.json.
+    --compat paper gives the BLEU of the paper's Table 2 instead (--compat sacrebleu,paper: both).
     """
     from nmtcli.data.text import read_lines
     from nmtcli.errors import NmtError, check_readable
-    from nmtcli.scoring import score
+    from nmtcli.scoring import CONVENTIONS, moses_languages, paper_bleu, score
 
-    names = [m.strip().lower() for m in metrics.split(",") if m.strip()]
+    conventions = [c.strip().lower() for c in compat.split(",") if c.strip()]
+    if not conventions or any(c not in CONVENTIONS for c in conventions):
+        raise NmtError(f"unknown --compat {compat!r}", f"choose from {', '.join(CONVENTIONS)}, or both comma-separated", exit_code=2)
+    if metrics is not None and "sacrebleu" not in conventions:
+        raise NmtError("--metrics chooses sacreBLEU's metrics, and --compat paper scores BLEU only",
+                       "drop --metrics, or score both: --compat sacrebleu,paper", exit_code=2)
+    names = [m.strip().lower() for m in (metrics or "bleu,chrf").split(",") if m.strip()]
+    if target_lang is not None and target_lang not in moses_languages():
+        raise NmtError(f"the Moses tokenizer does not know the language {target_lang!r}",
+                       f"pass --target-lang with one of {', '.join(sorted(moses_languages()))}", exit_code=2)
     if hypothesis is None:
-        hyps, refs, model_dir, label = _translate_split(model, split, device)
+        hyps, refs, model_dir, label, lang = _translate_split(model, split, device)
+        lang_source = "the model's target language"
     else:
         if ref is None:
             raise NmtError("--ref is required when HYP is given", "pass the reference file with --ref", exit_code=2)
@@ -46,7 +62,18 @@ def command(
         hyps = list(read_lines(Path("/dev/stdin") if hypothesis == "-" else Path(hypothesis)))
         refs = list(read_lines(ref))
         model_dir, label = None, None
-    results = score(hyps, refs, names, width)
+        lang, lang_source = ref.suffix.lstrip("."), f"the suffix of {ref.name}"
+    if target_lang is not None:
+        lang, lang_source = target_lang, "--target-lang"
+    if "paper" in conventions and lang not in moses_languages():
+        raise NmtError(f"--compat paper needs the target language for the Moses tokenizer, and {lang_source} ({lang!r}) is not one it knows",
+                       "pass it with --target-lang, e.g. -t de", exit_code=2)
+    results = []
+    if "sacrebleu" in conventions:
+        results += score(hyps, refs, names, 1 if width is None else width)
+    if "paper" in conventions:
+        say(f"paper BLEU: Moses-tokenized as {lang} ({lang_source}), compounds split; not comparable with sacreBLEU")
+        results.append(paper_bleu(hyps, refs, lang, 2 if width is None else width))
     if model_dir is not None:
         _record(model_dir, label, results)
     if json_output:
@@ -80,7 +107,7 @@ def _translate_split(model: str | None, split: str, device: str):
         for line in translator.translate(sources):
             hyps.append(line)
             progress("translating", len(hyps), len(sources))
-    return hyps, refs, model_dir, f"{manifest['name']}/{split}"
+    return hyps, refs, model_dir, f"{manifest['name']}/{split}", tgt
 
 
 def _record(model_dir: Path, label: str, results) -> None:
@@ -93,6 +120,7 @@ def _record(model_dir: Path, label: str, results) -> None:
         return
     path = Path(model_dir) / "scores.json"
     recorded = json.loads(path.read_text()) if path.is_file() else {}
-    recorded[label] = {r.name: {"score": r.score, "signature": r.signature} for r in results}
+    # Merged: a score under one convention keeps those recorded under the other ("BLEU", "BLEU (paper)").
+    recorded.setdefault(label, {}).update({r.name: {"score": r.score, "signature": r.signature} for r in results})
     atomic_write_json(path, recorded)
     say(f"recorded in {path}")

@@ -11,13 +11,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say
+from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say, warn
 from nmtcli.errors import NmtError
 
 NAME = "train"
 
 # Keys a --config file may set: the flags' names (with - or _), i.e. every training setting plus these.
-RUN_KEYS = ("data", "output", "preset", "restart")
+RUN_KEYS = ("data", "output", "preset", "restart", "max_time")
 
 
 def parse_save_every(value: str | int | None) -> tuple[int | None, float | None]:
@@ -30,6 +30,17 @@ def parse_save_every(value: str | int | None) -> tuple[int | None, float | None]
     if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*(m|min|minutes?)", text):
         return None, float(m.group(1))
     raise NmtError(f"--save-every {value!r} is neither steps nor minutes", "write e.g. 1000 (steps) or 10m (minutes)", exit_code=2)
+
+
+def parse_duration(value: str | float | None) -> float | None:
+    """"90s", "5m", "1.5h" or a bare number of minutes -> minutes."""
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    units = {"s": 1 / 60, "sec": 1 / 60, "m": 1.0, "min": 1.0, "h": 60.0}
+    if (m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?", text)) and float(m.group(1)) > 0:
+        return float(m.group(1)) * units[m.group(2) or "m"]
+    raise NmtError(f"--max-time {value!r} is not a duration", "write e.g. 90s, 5m or 2h", exit_code=2)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -72,6 +83,7 @@ def command(
     config: Annotated[Optional[Path], typer.Option("--config", help="JSON or TOML file of settings (flag names as keys; a run dir's config.json works). Flags override it.", rich_help_panel="Run")] = None,
     gpus: Annotated[Optional[int], typer.Option(help="Start this many ranks on this node through torchrun (one per GPU). For several nodes run torchrun yourself (docs/training.md).", rich_help_panel="Run")] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (base 100k, big 300k, tiny 1000).", rich_help_panel="Batches and schedule")] = None,
+    max_time: Annotated[Optional[str], typer.Option(help="Also stop after this much training time, e.g. 90s, 5m, 2h (validates and saves a checkpoint first).", rich_help_panel="Batches and schedule")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(help="Padded tokens per batch per GPU on the longer side (base/big 25,000, tiny 2,048). Lower it if a GPU runs out of memory.", rich_help_panel="Batches and schedule")] = None,
     tokens_per_step: Annotated[Optional[int], typer.Option(help="Target tokens per optimizer step over all GPUs (base/big 25,000: the paper's batch); gradient accumulation makes up what --max-tokens x GPUs does not.", rich_help_panel="Batches and schedule")] = None,
     update_freq: Annotated[Optional[int], typer.Option(help="Batches accumulated per GPU per step, set by hand (replaces --tokens-per-step; tiny: 1).", rich_help_panel="Batches and schedule")] = None,
@@ -107,10 +119,12 @@ def command(
         "precision": precision, "compile": compile, "peak_tflops": peak_tflops,
     }
     steps, minutes = parse_save_every(save_every)
-    flags.update(save_every=steps, save_minutes=minutes)
+    flags.update(save_every=steps, save_minutes=minutes, max_minutes=parse_duration(max_time))
     values = read_config_file(config) if config else {}
     if "save_every" in values and "save_minutes" not in values:
         values["save_every"], values["save_minutes"] = parse_save_every(values["save_every"])
+    if "max_time" in values:
+        values["max_minutes"] = parse_duration(values.pop("max_time"))
     values.update({k: v for k, v in flags.items() if v is not None})
     restart = restart or bool(values.pop("restart", False))
 
@@ -199,6 +213,11 @@ def _display(max_steps: int):
                 if v.get("expected_step_target_tokens"):
                     say(f"batch: {batch} (~{v['mean_batch_target_tokens']:,} target tokens each) = ~{v['expected_step_target_tokens']:,} "
                         f"target tokens per step; --tokens-per-step {v['tokens_per_step']:,} chose --update-freq {v['update_freq']}")
+                    if v["expected_step_target_tokens"] > 1.5 * v["tokens_per_step"]:
+                        # Accumulation can only add batches: one batch per rank is already too much.
+                        fitting = int(v["max_tokens"] * v["tokens_per_step"] / v["expected_step_target_tokens"])
+                        warn(f"a step holds {v['expected_step_target_tokens'] / v['tokens_per_step']:.1f}x --tokens-per-step; "
+                             f"pass --max-tokens {fitting:,} (or lower) to train with the batch you asked for")
                 else:
                     say(f"batch: {batch} per step")
                 bars.update(task, completed=v["step"])
@@ -221,6 +240,8 @@ def _display(max_steps: int):
                               f"{'  (best)' if v.get('best') else ''}")
             elif kind == "checkpoint":
                 console.print(f"[dim]checkpoint {v['path']}[/dim]")
+            elif kind == "time_limit":
+                console.print(f"stopped at step {v['step']}: --max-time of {v['minutes']:g} minutes reached")
             elif kind == "early_stop":
                 console.print(f"early stop at step {v['step']}: no better {v.get('metric', 'validation')} in "
                               f"{v['patience']} validations (best {v.get('value', float('nan')):.4g} at step {v.get('best_step')})")

@@ -32,6 +32,22 @@ def truncate_metrics(run_dir: Path, step: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The entries of `metrics.jsonl` in order (validations are those with "valid_nll"); a line cut short is skipped."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("step"), int):
+            entries.append(entry)
+    return entries
+
+
 class MetricsLog:
     def __init__(self, run_dir: Path, resume_step: int, enabled: bool = True):
         self.path = Path(run_dir) / METRICS

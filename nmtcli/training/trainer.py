@@ -57,7 +57,7 @@ TRAINER_STATE = "trainer.pt"
 BEST = "best"
 
 # Events: on_event(kind, values) with kind in
-# {"start", "step", "overflow", "log", "valid", "best", "checkpoint", "early_stop", "done"}.
+# {"start", "step", "overflow", "log", "valid", "best", "checkpoint", "early_stop", "time_limit", "done"}.
 OnEvent = Callable[[str, dict[str, Any]], None]
 
 
@@ -67,6 +67,7 @@ class TrainSettings:
 
     preset: str = "base"
     max_steps: int = 100_000  # sec. 5.2: base 100k steps, big 300k
+    max_minutes: float = 0.0  # > 0: also stop after this much training time in this invocation
     max_tokens: int = 25_000  # padded tokens per batch (per GPU) on the longer side
     tokens_per_step: int | None = 25_000  # sec. 5.1: ~25,000 target tokens per step; None: use update_freq
     update_freq: int | None = None  # batches per rank per step; None: chosen from tokens_per_step
@@ -517,7 +518,9 @@ class Trainer:
         last: dict[str, Any] = {}
         stop = False
         out_of_memory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-        while self.step < s.max_steps and not stop:
+        started = time.perf_counter()
+        out_of_time = False
+        while self.step < s.max_steps and not stop and not out_of_time:
             if _test_fault("fail") == self.step + 1:
                 raise NmtError(f"injected failure at step {self.step + 1} (NMT_TEST_FAULT)", "unset NMT_TEST_FAULT")
             try:
@@ -538,7 +541,12 @@ class Trainer:
                 raise NmtError(f"the loss became {local_loss} at step {self.step}",
                                "lower --lr-scale, or resume from an earlier checkpoint with another --seed")
             self.on_event("step", {"step": self.step, "loss": local_loss, "lr": m["lr"]})
-            if self.step % s.log_every == 0 or self.step == s.max_steps:
+            if s.max_minutes:
+                # Rank 0's clock decides, so that every rank stops after the same step.
+                mine = 1.0 if self.is_main and time.perf_counter() - started >= s.max_minutes * 60 else 0.0
+                out_of_time = distributed.all_reduce_sum([mine], self.device)[0] > 0
+            last_step = self.step == s.max_steps or out_of_time
+            if self.step % s.log_every == 0 or last_step:
                 elapsed = time.perf_counter() - window_start
                 loss_total, nll_total = distributed.all_reduce_sum(window_loss.tolist(), self.device)
                 nll = nll_total / window["tokens"]
@@ -560,7 +568,7 @@ class Trainer:
                 window = {"tokens": 0, "flops": 0.0}
                 window_loss.zero_()
                 window_start = time.perf_counter()
-            if self.step % s.valid_every == 0 or self.step == s.max_steps:
+            if self.step % s.valid_every == 0 or last_step:
                 values = self.validate()
                 valid = {"step": self.step, **{k: round(v, 4) for k, v in values.items()}}
                 if self._improved(values):
@@ -582,12 +590,14 @@ class Trainer:
                 due = distributed.all_reduce_sum([mine], self.device)[0] > 0
             else:
                 due = self.step % s.save_every == 0
-            if due or stop or self.step == s.max_steps:
+            if due or stop or last_step:
                 path = self.save_checkpoint()
                 last_save = time.perf_counter()
                 if path is not None:
                     self.on_event("checkpoint", {"step": self.step, "path": str(path)})
-        done = {"step": self.step, "run_dir": str(self.run_dir), "early_stopped": stop,
+        if out_of_time:
+            self.on_event("time_limit", {"step": self.step, "minutes": s.max_minutes})
+        done = {"step": self.step, "run_dir": str(self.run_dir), "early_stopped": stop, "time_limit_reached": out_of_time,
                 **{k: v for k, v in last.items() if k not in ("step", "best")}}
         if self.best:
             done["best"] = self.best
@@ -618,7 +628,7 @@ def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, Trai
             raise NmtError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(settings, name)}", "pass a positive number", exit_code=2)
     if settings.update_freq is None and settings.tokens_per_step is None:
         raise NmtError("neither --update-freq nor --tokens-per-step is set", "pass one of them", exit_code=2)
-    if settings.patience < 0 or settings.valid_bleu < -1 or settings.save_minutes < 0:
+    if settings.patience < 0 or settings.valid_bleu < -1 or settings.save_minutes < 0 or settings.max_minutes < 0:
         raise NmtError("--patience, --valid-bleu and --save-every must not be negative (--valid-bleu -1: all lines)",
                        "pass 0 to turn them off", exit_code=2)
     if not math.isfinite(settings.lr_scale) or settings.lr_scale <= 0:
