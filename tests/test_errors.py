@@ -260,7 +260,7 @@ def _(c: Case):
 def _(c: Case):
     model = c.copy(c.fixture("random_model"), "model")
     (model / "config.json").write_bytes((model / "config.json").read_bytes()[:100])  # cut short
-    return c.nmt("info", "model")
+    return c.nmt("translate", "-m", "model", input="the dog\n")
 
 
 @row("model-config-not-nmt")
