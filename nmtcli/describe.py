@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import CONFIG_FILE, SPM_FILE, WEIGHTS_FILE, read_json, read_model_dir_config
+from nmtcli.model.checkpoint import CONFIG_FILE, SPM_FILE, WEIGHTS_FILE, check_weights, read_json, read_model_dir_config
 
 CHUNK = 1 << 20
 # progress(file name, bytes hashed so far, file size)
@@ -123,6 +123,8 @@ def _model_dir(model_dir: Path, progress: Progress | None, git_blob: bool) -> tu
 
 def describe_model_dir(model_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
     """A model dir: its config.json, scores.json, parameter count, sentencepiece size, and every file's size and sha256."""
+    read_model_dir_config(model_dir)
+    check_weights(Path(model_dir) / WEIGHTS_FILE)  # a missing or truncated file is named, not described
     return _model_dir(Path(model_dir), progress, git_blob=False)[0]
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, atomic_copy, read_model_dir_config
+from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, atomic_copy, check_weights, read_model_dir_config, staged_dir
 
 # What a model dir consists of (nmt's own: sentencepiece.model; imported Marian: source/target.spm, vocab.json).
 MODEL_DIR_PATTERNS = [CONFIG_FILE, WEIGHTS_FILE, "*.model", "*.spm", "vocab.json", CARD_FILE, "scores.json"]
@@ -72,6 +72,13 @@ def hub_errors(repo_id: str, revision: str | None = None) -> Iterator[None]:
         raise NmtError(f"the Hub answered HTTP {status} for {where}: {str(e).splitlines()[0]}", "try again later, or check $HF_ENDPOINT") from None
     except _network_errors() as e:
         raise NmtError(f"cannot reach {constants.ENDPOINT}: {e}", "check the network connection or $HF_ENDPOINT") from None
+    except ValueError as e:
+        # huggingface_hub refuses a repo file name that would land outside its folder ("../x", "/x").
+        if "Invalid filename" not in str(e) and "Invalid pointer path" not in str(e):
+            raise
+        name = re.search(r"filename[=\s]*'([^']*)'", str(e))
+        raise NmtError(f"{where} has a file named {name.group(1) if name else '(unknown)'!r}, which points outside the download folder",
+                       "nothing was written outside the Hub cache; do not use this repo, and tell its owner") from None
 
 
 def download(repo_id: str, revision: str | None = None, patterns: list[str] | None = None) -> Path:
@@ -147,10 +154,11 @@ def pull(repo_id: str, revision: str | None = None, out_dir: Path | None = None)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise NmtError(f"{out_dir} exists and is not a directory", "pass another -o")
-    files = sorted(p for p in snapshot.iterdir() if p.is_file() and p.name != CONFIG_FILE)
-    for path in files:
-        atomic_copy(path, out_dir / path.name)  # follows the cache's symlinks: real files in out_dir
-    atomic_copy(snapshot / CONFIG_FILE, out_dir / CONFIG_FILE)  # last: a dir with config.json is complete
+    # Only the snapshot's top-level files, by their own names: nothing lands outside out_dir. All are
+    # copied before out_dir changes, config.json last (see staged_dir): a failed pull leaves it as it was.
+    with staged_dir(out_dir) as stage:
+        for path in sorted(p for p in snapshot.iterdir() if p.is_file()):
+            atomic_copy(path, stage / path.name)  # follows the cache's symlinks: real files in out_dir
     return out_dir
 
 
@@ -167,8 +175,7 @@ def push(
 
     model_dir = Path(model_dir)
     values = read_model_dir_config(model_dir)
-    if not (model_dir / WEIGHTS_FILE).is_file():
-        raise NmtError(f"{model_dir} has no {WEIGHTS_FILE}", "push a model dir written by `nmt average` or `nmt import`")
+    check_weights(model_dir / WEIGHTS_FILE, "re-create the model dir with `nmt average` or `nmt import` before pushing it")
     if not _REPO_ID.match(repo_id):
         raise NmtError(f"{repo_id!r} is not a Hub repo id", "pass OWNER/NAME, e.g. alice/transformer-base-en-de")
     if get_token() is None:

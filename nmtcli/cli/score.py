@@ -37,7 +37,7 @@ def command(
     --compat paper gives the BLEU of the paper's Table 2 instead (--compat sacrebleu,paper: both).
     """
     from nmtcli.data.text import read_lines
-    from nmtcli.errors import NmtError
+    from nmtcli.errors import NmtError, check_readable
     from nmtcli.scoring import CONVENTIONS, moses_languages, paper_bleu, score
 
     conventions = [c.strip().lower() for c in compat.split(",") if c.strip()]
@@ -56,10 +56,9 @@ def command(
     else:
         if ref is None:
             raise NmtError("--ref is required when HYP is given", "pass the reference file with --ref", exit_code=2)
-        if hypothesis != "-" and not Path(hypothesis).is_file():
-            raise NmtError(f"{hypothesis} does not exist", "pass a translation file, or '-' for stdin")
-        if not ref.is_file():
-            raise NmtError(f"{ref} does not exist", "check the path given to --ref")
+        if hypothesis != "-":
+            check_readable(hypothesis, "pass a translation file, or '-' for stdin")
+        check_readable(ref, "check the path given to --ref")
         hyps = list(read_lines(Path("/dev/stdin") if hypothesis == "-" else Path(hypothesis)))
         refs = list(read_lines(ref))
         model_dir, label = None, None

@@ -54,7 +54,7 @@ def command(
     """
     import torch
 
-    from nmtcli.errors import NmtError
+    from nmtcli.errors import NmtError, check_readable, file_system_error
     from nmtcli.inference.beam import LENGTH_PENALTIES
     from nmtcli.inference.translator import SearchSettings, Translator
     from nmtcli.model.checkpoint import atomic_path
@@ -68,8 +68,8 @@ def command(
         raise NmtError("--nbest above 1 needs --output-format json", "text output has exactly one line per input line", exit_code=2)
     if engine not in ("native", "ctranslate2"):
         raise NmtError(f"unknown --engine {engine!r}", "choose native or ctranslate2", exit_code=2)
-    if input is not None and not input.is_file():
-        raise NmtError(f"{input} does not exist", "check the path given to --input")
+    if input is not None:
+        check_readable(input, "check the path given to --input")
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window)
     if engine == "ctranslate2":
@@ -91,10 +91,13 @@ def command(
     count = 0
     try:
         if output is None:
-            for line in results:
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()  # a reader downstream gets each window as soon as it is done
-                count += 1
+            try:
+                for line in results:
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()  # a reader downstream gets each window as soon as it is done
+                    count += 1
+            except OSError as e:  # e.g. stdout redirected to a full disk
+                raise (file_system_error(e, "standard output") or e) from e
         else:
             with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
                 for line in results:

@@ -154,6 +154,9 @@ def _hub_error(e: Exception, repo: str, what: str) -> NmtError:
         return NmtError(f"{repo} has no revision {what}", "pass an existing branch, tag or commit with --revision")
     if isinstance(e, RepositoryNotFoundError):
         return NmtError(f"dataset {repo} not found on {constants.ENDPOINT}", "check HF_ENDPOINT and that you have access (HF_TOKEN)")
+    if isinstance(e, ValueError) and "Invalid filename" in str(e):  # "../x" or "/x": huggingface_hub refuses it
+        return NmtError(f"{repo} has a file whose name points outside the download folder ({what})",
+                        "nothing was written outside the Hub cache; do not use this dataset repo, and tell its owner")
     if isinstance(e, EntryNotFoundError):
         return NmtError(f"{repo} has no file {what}", "the dataset's layout changed; pin the recipe's revision with --revision")
     return NmtError(f"downloading {repo}: {what} failed: {e}", "run again to resume; finished files are kept")

@@ -273,7 +273,7 @@ def _merge(parts: list[Path], out_dir: Path, split: str, settings: PrepareSettin
                         for name, n in zip(DROP_NAMES, chunk["dropped"]):
                             totals[f"drop_{name}"] += int(n)
         with atomic_path(out_dir / f"{split}.{lang}.idx") as tmp:
-            np.concatenate(offsets).astype(OFFSET_DTYPE).tofile(tmp)
+            tmp.write_bytes(np.concatenate(offsets).astype(OFFSET_DTYPE).tobytes())  # a failed write keeps its errno
         totals[key] = end
     return totals
 

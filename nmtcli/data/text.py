@@ -10,7 +10,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from nmtcli.errors import NmtError
+from nmtcli.errors import NmtError, check_readable
 from nmtcli.model.checkpoint import atomic_path
 from nmtcli.model.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -51,8 +51,7 @@ def read_lines(path: Path) -> Iterator[str]:
 def check_parallel(src: Path, tgt: Path) -> int:
     """Both files exist and have the same number of lines; returns that number."""
     for path in (src, tgt):
-        if not Path(path).is_file():
-            raise NmtError(f"{path} does not exist", "check the prefix and the language codes (-s/-t)")
+        check_readable(path, "check the prefix and the language codes (-s/-t)")
     n_src, n_tgt = count_lines(src), count_lines(tgt)
     if n_src != n_tgt:
         raise NmtError(
@@ -188,13 +187,18 @@ def train_sentencepiece(
                 eos_id=EOS_ID,
                 minloglevel=2,
             )
+            data = Path(prefix + ".model").read_bytes()
         except RuntimeError as e:
             raise NmtError(f"sentencepiece training failed: {e}", "check --vocab-size against the corpus size") from None
         finally:
-            if os.path.exists(prefix + ".vocab"):
-                os.unlink(prefix + ".vocab")
-        data = Path(prefix + ".model").read_bytes()
-        os.unlink(prefix + ".model")
+            for written in (prefix + ".vocab", prefix + ".model"):
+                if os.path.exists(written):
+                    os.unlink(written)
+        try:  # sentencepiece does not report a write that failed (a full disk): its model is then cut short
+            spm.SentencePieceProcessor(model_proto=data)
+        except RuntimeError:
+            raise NmtError(f"sentencepiece wrote an incomplete model ({len(data):,} bytes) for {model_path}",
+                           "is the disk full, or a file size limit (`ulimit -f`) reached? free some space and run again") from None
         tmp.write_bytes(_reproducible_model(data))
 
 

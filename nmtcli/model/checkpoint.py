@@ -1,8 +1,8 @@
 """Models on disk: a model dir is `config.json` + `model.safetensors` + `sentencepiece.model` (+ `README.md`).
 
 Weights are only ever read from safetensors, never unpickled. Every write goes to a temporary file
-in the same directory and is renamed into place, so a crash leaves either the old file or the new
-one, never half of one.
+in the same directory and is renamed into place, so a crash or a full disk leaves either the old
+file or the new one, never half of one; a model dir is written whole beside its place, then moved in.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from nmtcli.errors import NmtError
+from nmtcli.errors import FileSystemError, NmtError, file_system_error
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer
 
@@ -40,17 +40,61 @@ os.umask(_UMASK)
 def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it replaces `path` in one rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    with file_system_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
     try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; the final file gets the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
+        with file_system_errors(path):
+            yield Path(tmp)
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; the final file gets the usual permissions
+            os.replace(tmp, path)
+    finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def file_system_errors(path: Path) -> Iterator[None]:
+    """Turn a full disk, a read-only file system, a permission ... while writing `path` into one NmtError line."""
+    try:
+        yield
+    except NmtError:
         raise
+    except Exception as e:
+        intact = f"the previous {Path(path).name} is unchanged" if Path(path).exists() else "nothing was written"
+        error = file_system_error(e, path, intact=intact)
+        if error is None:
+            raise
+        raise error from e
+
+
+@contextlib.contextmanager
+def staged_dir(out_dir: Path, last: str = CONFIG_FILE) -> Iterator[Path]:
+    """Yield an empty hidden dir beside `out_dir`; on success its files replace those in `out_dir`, `last` last.
+
+    Every byte is written before `out_dir` is touched, so a full disk (or a crash) while writing leaves
+    the previous model dir exactly as it was; what follows is a few renames, which need no space.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NmtError(f"{out_dir} exists and is not a directory", "pass another output dir")
+    with file_system_errors(out_dir):
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        try:
+            yield stage
+        except FileSystemError as e:  # name the file the user asked for, not the hidden one
+            target = out_dir / Path(e.path).name if e.path is not None else out_dir
+            intact = f"{out_dir}/ is unchanged" if out_dir.is_dir() else "nothing was written"
+            raise (file_system_error(e.__cause__, target, intact=intact) or e) from e.__cause__
+        with file_system_errors(out_dir):
+            out_dir.mkdir(exist_ok=True)
+            for name in sorted((p.name for p in stage.iterdir()), key=lambda n: n == last):
+                os.replace(stage / name, out_dir / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -73,14 +117,46 @@ def save_weights(path: Path, state: dict[str, torch.Tensor], metadata: dict[str,
         save_file(state, str(tmp), metadata={"format": "pt", **(metadata or {})})
 
 
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
+# Weights in these files are pickles: loading one can run any code its author wrote. nmt never does.
+PICKLED_WEIGHTS = ("pytorch_model.bin", "*.pt", "*.pth", "*.ckpt")
+BROKEN_HINT = "re-create the model dir with `nmt average`, or download it again with `nmt pull`"
+
+
+def load_weights(path: Path, broken_hint: str = BROKEN_HINT) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; `broken_hint` says what to do when it is truncated or corrupt."""
     path = Path(path)
-    if not path.is_file():
-        raise NmtError(f"{path} does not exist", "is this a model dir or checkpoint written by nmt?")
+    check_weights(path, broken_hint)
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
-        raise NmtError(f"{path} is not a readable safetensors file: {e}", "the file is truncated or corrupt; re-create or re-download it") from None
+        raise NmtError(f"{path} is not a readable safetensors file: {e}", f"it is truncated or corrupt; {broken_hint}") from None
+
+
+def check_weights(path: Path, broken_hint: str = BROKEN_HINT) -> None:
+    """Refuse a missing or truncated safetensors file by its header alone (no tensor is read)."""
+    path = Path(path)
+    if not path.is_file():
+        pickles = sorted({p.name for pattern in PICKLED_WEIGHTS for p in path.parent.glob(pattern)}) if path.parent.is_dir() else []
+        if pickles:
+            raise NmtError(
+                f"{path.parent} has no {path.name}, only {', '.join(pickles)}: pickled weights, which nmt never loads (they can run code)",
+                "for a Hugging Face Marian model run `nmt import marian DIR`; otherwise convert the weights to safetensors",
+            )
+        raise NmtError(f"{path} does not exist", f"is this a model dir or checkpoint written by nmt? {broken_hint}")
+    # The format: an 8-byte little-endian header length, a JSON header giving each tensor's byte
+    # range, then the data. A file shorter than the header says is cut short.
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            if size < 8 or length > size - 8:
+                raise ValueError(f"{size:,} bytes, shorter than its header says")
+            header = json.loads(f.read(length))
+        end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise NmtError(f"{path} is not a readable safetensors file: {e}", f"it is truncated or corrupt; {broken_hint}") from None
+    if 8 + length + end > size:
+        raise NmtError(f"{path} is not a readable safetensors file: truncated ({size:,} of {8 + length + end:,} bytes)", broken_hint)
 
 
 # --- model dirs ----------------------------------------------------------------------------------
@@ -100,8 +176,11 @@ def read_json(path: Path, missing: tuple[str, str], corrupt_hint: str) -> Any:
 def read_model_dir_config(model_dir: Path) -> dict[str, Any]:
     """The parsed `config.json` of a model dir: {"model": {...}, "languages": {...}, "training": {...}, ...}."""
     path = Path(model_dir) / CONFIG_FILE
-    hint = "re-create the model dir with `nmt average`"
+    hint = BROKEN_HINT
     values = read_json(path, (f"{model_dir} has no {CONFIG_FILE}", "pass a model dir written by `nmt average`"), hint)
+    if not isinstance(values, dict) or "model" not in values:  # e.g. a Hugging Face transformers config
+        raise NmtError(f"{path} is not an nmt model config (it has no \"model\" section)",
+                       "pass a model dir written by `nmt average`; for a Hugging Face Marian model run `nmt import marian DIR`")
     try:
         ModelConfig.from_dict(values["model"])
     except (ValueError, KeyError, TypeError) as e:
@@ -140,28 +219,27 @@ def write_model_dir(
     spm_model: Path,
     card: str,
 ) -> None:
-    """Write a self-contained model dir. `config.json` is written last: a dir with one is complete."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write a self-contained model dir (see `staged_dir`). `config.json` goes in last: a dir with one is complete."""
     ModelConfig.from_dict(config_values["model"])  # refuse to write a config nothing can read back
     meta = {"nmt_config": json.dumps(config_values["model"], sort_keys=True)}
-    save_weights(out_dir / WEIGHTS_FILE, state, meta)
-    atomic_copy(spm_model, out_dir / SPM_FILE)
-    atomic_write_text(out_dir / CARD_FILE, card)
-    atomic_write_json(out_dir / CONFIG_FILE, config_values)
+    with staged_dir(out_dir) as stage:
+        save_weights(stage / WEIGHTS_FILE, state, meta)
+        atomic_copy(spm_model, stage / SPM_FILE)
+        atomic_write_text(stage / CARD_FILE, card)
+        atomic_write_json(stage / CONFIG_FILE, config_values)
 
 
 # --- averaging (sec. 6.1: the final model averages the last checkpoints) ------------------------
 
 
-def average_weights(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
+def average_weights(paths: Sequence[Path], broken_hint: str = BROKEN_HINT) -> dict[str, torch.Tensor]:
     """Element-wise mean of the parameters stored in `paths`, accumulated in float64."""
     if not paths:
         raise NmtError("no checkpoints to average", "pass checkpoint dirs or a run dir that has some")
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for i, path in enumerate(paths):
-        state = load_weights(path)
+        state = load_weights(path, broken_hint)
         if i == 0:
             total = {k: v.to(torch.float64) for k, v in state.items()}
             dtypes = {k: v.dtype for k, v in state.items()}

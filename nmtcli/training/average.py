@@ -6,13 +6,12 @@ The result is a self-contained model dir: everything `nmt translate` needs and n
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from nmtcli.data.prepare import versions
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import CONFIG_FILE, SPM_FILE, WEIGHTS_FILE, average_weights, write_model_dir
+from nmtcli.model.checkpoint import CONFIG_FILE, SPM_FILE, WEIGHTS_FILE, average_weights, read_json, write_model_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import count_parameters
 from nmtcli.training.trainer import checkpoint_dirs, read_run_config
@@ -25,6 +24,13 @@ def last_checkpoints(run_dir: Path, last: int) -> list[Path]:
     return found[-last:]
 
 
+def _checkpoint_model(checkpoint: Path, broken: str) -> dict[str, Any]:
+    values = read_json(checkpoint / CONFIG_FILE, (f"{checkpoint} has no {CONFIG_FILE}", broken), broken)
+    if not isinstance(values, dict) or not isinstance(values.get("model"), dict):
+        raise NmtError(f"{checkpoint / CONFIG_FILE} is not a checkpoint config (no \"model\" section)", broken)
+    return values["model"]
+
+
 def _file_sha(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -35,17 +41,26 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
     for c in checkpoints:
         if not (c / WEIGHTS_FILE).is_file() or not (c / CONFIG_FILE).is_file():
             raise NmtError(f"{c} is not a checkpoint dir (needs {WEIGHTS_FILE} and {CONFIG_FILE})", "pass dirs under RUN_DIR/checkpoints/")
-    configs = [json.loads((c / CONFIG_FILE).read_text())["model"] for c in checkpoints]
-    if any(cfg != configs[0] for cfg in configs):
-        raise NmtError("the checkpoints have different model configs", "only checkpoints of one architecture can be averaged")
+    broken = "leave that checkpoint out: pass the other checkpoint dirs"
+    configs = [_checkpoint_model(c, broken) for c in checkpoints]
+    for c, cfg in zip(checkpoints, configs):
+        if cfg != configs[0]:
+            changed = ", ".join(f"{k} {configs[0].get(k)} vs {cfg.get(k)}" for k in sorted(set(cfg) | set(configs[0])) if cfg.get(k) != configs[0].get(k))
+            raise NmtError(f"{checkpoints[0]} and {c} have different model configs ({changed})",
+                           "only checkpoints of one architecture can be averaged: pass checkpoints of one run")
     # A checkpoint lives in RUN_DIR/checkpoints/STEP: the run dir holds the vocabulary and the recipe.
     runs = [c.resolve().parent.parent for c in checkpoints]
-    spm_shas = {_file_sha(r / SPM_FILE) for r in runs}
-    if len(spm_shas) > 1:
-        raise NmtError("the checkpoints come from runs with different vocabularies", "average checkpoints of one run")
+    for r in runs:
+        if not (r / SPM_FILE).is_file():
+            raise NmtError(f"{r} has no {SPM_FILE}, so the checkpoints' vocabulary is unknown", "pass checkpoint dirs as `nmt train` wrote them: RUN_DIR/checkpoints/STEP")
+    spm_shas = {r: _file_sha(r / SPM_FILE) for r in runs}
+    if len(set(spm_shas.values())) > 1:
+        other = next(r for r in runs if spm_shas[r] != spm_shas[runs[0]])
+        raise NmtError(f"{runs[0]} and {other} have different vocabularies ({SPM_FILE} differs)",
+                       "their token ids mean different pieces, so their weights cannot be averaged: pass checkpoints of one run")
     run_config = read_run_config(runs[-1])
     config = ModelConfig.from_dict(configs[0])
-    state = average_weights([c / WEIGHTS_FILE for c in checkpoints])
+    state = average_weights([c / WEIGHTS_FILE for c in checkpoints], broken)
     steps = [int(c.name) for c in checkpoints if c.name.isdigit()]
     data = run_config["data"]
     values = {

@@ -74,7 +74,14 @@ def device_for(name: str, ranks: Ranks) -> torch.device:
                     "start at most one process per GPU (--nproc-per-node / --gpus)",
                 )
             return torch.device("cuda", ranks.local_rank)
-        return torch.device(name)
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise NmtError(f"unknown device {name!r}", "use auto, cpu, cuda or cuda:N") from None
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise NmtError(f"--device {name} but this machine has {torch.cuda.device_count()} CUDA GPU(s)",
+                           f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        return device
     if name != "cpu":
         raise NmtError(f"unknown device {name!r}", "use auto, cpu, cuda or cuda:N")
     return torch.device("cpu")

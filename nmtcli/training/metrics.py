@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nmtcli.errors import file_system_error
 from nmtcli.model.checkpoint import atomic_write_text
 
 METRICS = "metrics.jsonl"
@@ -66,8 +67,14 @@ class MetricsLog:
         """kind: "train" or "valid"; values must hold "step"."""
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(values) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(values) + "\n")
+        except OSError as e:  # a line cut short is dropped on resume (truncate_metrics)
+            error = file_system_error(e, self.path, intact="the same command resumes from the last checkpoint")
+            if error is None:
+                raise
+            raise error from e
         if self.tensorboard is not None:
             for key, value in values.items():
                 if key != "step" and isinstance(value, (int, float)):

@@ -32,7 +32,7 @@ import torch
 
 from nmtcli.data.batching import BatchStream, ParallelData, make_batches
 from nmtcli.data.prepare import read_manifest, reference_lines, versions
-from nmtcli.errors import NmtError
+from nmtcli.errors import FileSystemError, NmtError, file_system_error
 from nmtcli.model.checkpoint import (
     CONFIG_FILE,
     SPM_FILE,
@@ -275,8 +275,13 @@ class Trainer:
         if previous.get("format_version", 1) < 2:
             raise NmtError(f"{self.run_dir} was written by an older nmt whose checkpoints cannot be resumed", hint)
         if previous.get("model") != self.config.to_dict():
-            changed = sorted(k for k, v in self.config.to_dict().items() if previous.get("model", {}).get(k) != v)
-            raise NmtError(f"{self.run_dir} was trained with a different model shape ({', '.join(changed)})", hint)
+            before = previous.get("model", {})
+            changed = sorted(k for k, v in self.config.to_dict().items() if before.get(k) != v)
+            there = ", ".join(f"{k} {before.get(k)}" for k in changed)
+            now = ", ".join(f"{k} {getattr(self.config, k)}" for k in changed)
+            preset = previous.get("training", {}).get("preset")
+            raise NmtError(f"{self.run_dir} was trained with a different model shape ({there} there; {now} now)",
+                           (f"resume it with --preset {preset}, " if preset else "") + hint)
         if previous["data"]["sentencepiece_sha256"] != self.run_config["data"]["sentencepiece_sha256"]:
             raise NmtError(f"{self.run_dir} was trained on other data ({previous['data']['dir']})", hint)
         if previous["data"].get("train_pairs") != self.run_config["data"]["train_pairs"]:
@@ -289,9 +294,14 @@ class Trainer:
                 )
 
     def _load_checkpoint(self, path: Path) -> int | None:
-        load_state(self.model, load_weights(path / WEIGHTS_FILE), path / WEIGHTS_FILE)
+        broken = f"delete {path} to resume from the checkpoint before it, or pass --restart to start over"
+        load_state(self.model, load_weights(path / WEIGHTS_FILE, broken), path / WEIGHTS_FILE)
         # weights_only: a run dir is data, never code; this refuses anything but tensors and primitives.
-        state = torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - truncated, corrupt, or a pickle that is more than tensors
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]  # torch's messages run long
+            raise NmtError(f"{path / TRAINER_STATE} cannot be loaded: {first}", broken) from e
         self.optimizer.load_state_dict(state["optimizer"])
         self.stream.load_state_dict(state["stream"])
         self.step = int(state["step"])
@@ -410,6 +420,24 @@ class Trainer:
         root = self.run_dir / "checkpoints"
         final = root / str(self.step)
         tmp = root / f".tmp-{self.step}"
+        try:
+            self._write_checkpoint(tmp, fingerprints)
+        except BaseException as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            previous = [c for c in checkpoint_dirs(self.run_dir) if c != final]
+            resume = f"it resumes from {previous[-1]}, which is intact" if previous else "no checkpoint of this run was written yet"
+            error = file_system_error(e.__cause__ if isinstance(e, FileSystemError) else e, f"checkpoint {final}", intact=resume)
+            if isinstance(e, Exception) and error is not None:
+                raise error from e
+            raise
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        for old in checkpoint_dirs(self.run_dir)[: -self.settings.keep_last]:
+            shutil.rmtree(old)
+        return final
+
+    def _write_checkpoint(self, tmp: Path, fingerprints: list[str] | None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         save_weights(tmp / WEIGHTS_FILE, self.model.state_dict(), {"step": str(self.step)})
@@ -428,16 +456,11 @@ class Trainer:
             "bad_validations": self.bad_validations,
             "batches_per_step": self.ranks.world_size * self.update_freq,
         }
-        torch.save(state, tmp / TRAINER_STATE)
+        with open(tmp / TRAINER_STATE, "wb") as f:  # a Python file: a failed write keeps its OSError (errno)
+            torch.save(state, f)
         for name in os.listdir(tmp):
             with open(tmp / name, "rb") as f:
                 os.fsync(f.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        for old in checkpoint_dirs(self.run_dir)[: -self.settings.keep_last]:
-            shutil.rmtree(old)
-        return final
 
     def save_best(self) -> Path:
         """checkpoints/best/: the weights of the best validation so far (each file replaced atomically)."""
