@@ -19,7 +19,7 @@ __nmt_options() {
         '') REPLY='--debug --version --help -h' ;;
         'quickstart') REPLY='--minutes --preset --device --examples --dir -C --help -h' ;;
         'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-size --spm-sentences --seed --max-tokens --max-ratio --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
-        'train') REPLY='--data --preset --output -o --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
+        'train') REPLY='--data --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --output -o --help -h' ;;
         'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --engine --help -h' ;;
         'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
@@ -60,6 +60,7 @@ __nmt_option_value() {
         'train --data') REPLY='files' ;;
         'train --preset') REPLY='choices tiny base big' ;;
         'train --output'|'train -o') REPLY='files' ;;
+        'train --norm') REPLY='text' ;;
         'train --config') REPLY='files' ;;
         'train --gpus') REPLY='text' ;;
         'train --max-steps') REPLY='text' ;;

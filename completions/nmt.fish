@@ -22,7 +22,7 @@ function __nmt_value_options
         case 'prepare'
             printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-size --spm-sentences --seed --max-tokens --max-ratio --revision --workers --chunk-pairs --output -o
         case 'train'
-            printf '%s\n' --data --preset --output -o --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
+            printf '%s\n' --data --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
         case 'average'
             printf '%s\n' --last --output -o
         case 'translate'
@@ -182,6 +182,7 @@ complete -c nmt -n "__nmt_at_argument 'prepare' 0" -f -a '(__nmt_values_prepare_
 complete -c nmt -n "__nmt_using 'train'" -l data -r -F -d 'Prepared data dir'
 complete -c nmt -n "__nmt_using 'train'" -l preset -x -a '(__nmt_values_preset)' -d 'Model and recipe: tiny (CPU demo), base or big (Table 3)'
 complete -c nmt -n "__nmt_using 'train'" -l output -s o -r -F -d 'Run dir'
+complete -c nmt -n "__nmt_using 'train'" -l norm -x -d 'post: LayerNorm after each residual sum, the paper\'s (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs'
 complete -c nmt -n "__nmt_using 'train'" -l config -r -F -d 'JSON or TOML file of settings (flag names as keys; a run dir\'s config.json works)'
 complete -c nmt -n "__nmt_using 'train'" -l gpus -x -d 'Start this many ranks on this node through torchrun (one per GPU)'
 complete -c nmt -n "__nmt_using 'train'" -l max-steps -x -d 'Optimizer steps (base 100k, big 300k, tiny 1000)'
