@@ -194,7 +194,7 @@ complete -c nmt -n "__nmt_using 'train'" -l warmup -x -d 'Warmup steps of the le
 complete -c nmt -n "__nmt_using 'train'" -l lr-scale -x -d 'Multiplies the learning-rate schedule (1.0 is the paper\'s)'
 complete -c nmt -n "__nmt_using 'train'" -l label-smoothing -x -d 'Label smoothing epsilon (0.1, sec. 5.4)'
 complete -c nmt -n "__nmt_using 'train'" -l seed -x -d 'Seed for weights, data order and dropout'
-complete -c nmt -n "__nmt_using 'train'" -l save-every -x -d 'Checkpoint every N steps (e.g. 1000) or minutes (e.g. 10m; base/big: 10m as in the paper, tiny 250 steps)'
+complete -c nmt -n "__nmt_using 'train'" -l save-every -x -d 'Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper, tiny 250 steps)'
 complete -c nmt -n "__nmt_using 'train'" -l keep-last -x -d 'Checkpoints kept (base 5, big 20: what averaging uses); the best one is kept apart'
 complete -c nmt -n "__nmt_using 'train'" -l valid-every -x -d 'Steps between validations (perplexity, and BLEU with --valid-bleu)'
 complete -c nmt -n "__nmt_using 'train'" -l valid-bleu -x -d 'BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines)'

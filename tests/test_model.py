@@ -102,3 +102,23 @@ def test_config_round_trips_through_json(tmp_path):
 def test_invalid_configs_are_refused(change):
     with pytest.raises(ValueError):
         SMALL.replace(**change)
+
+
+def test_the_same_weights_are_saved_as_the_same_bytes_in_every_process(tmp_path):
+    # safetensors writes metadata in a hash map's order, seeded anew in each process; the files must not differ.
+    import hashlib
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch; from nmtcli.model.checkpoint import save_weights, load_weights; "
+        "save_weights(sys.argv[1], {'b': torch.arange(6.0), 'a': torch.ones(2, 3)}, "
+        "{'nmt_config': '{\"d_model\": 512, \"name\": \"ü\"}', 'step': '100', 'run': 'runs/x'}); "
+        "assert load_weights(sys.argv[1])['b'].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]"
+    )
+    digests = set()
+    for i in range(5):
+        path = tmp_path / f"{i}.safetensors"
+        subprocess.run([sys.executable, "-c", script, str(path)], check=True)
+        digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
+    assert len(digests) == 1

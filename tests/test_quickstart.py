@@ -51,3 +51,4 @@ def test_quickstart_in_one_minute_trains_a_model_that_beats_an_untrained_one(tmp
     trained, untrained = _chrf_and_bleu(workspace, "models/tiny-demo"), _chrf_and_bleu(workspace, "models/untrained")
     assert trained["chrF2"] > untrained["chrF2"] + 10, (trained, untrained)
     assert trained["BLEU"] > untrained["BLEU"] + 2, (trained, untrained)
+    print(f"quickstart --minutes 1: {elapsed:.0f} s; trained {trained}, untrained {untrained}")

@@ -21,7 +21,7 @@ RUN_KEYS = ("data", "output", "preset", "restart", "max_time", "norm")
 
 
 def parse_save_every(value: str | int | None) -> tuple[int | None, float | None]:
-    """"1000" -> every 1000 steps; "10m" / "10min" -> every 10 minutes. Returns (steps, minutes)."""
+    """"1000" -> every 1000 steps; "10m" / "10min" -> every 10 minutes, "30s" every half minute. Returns (steps, minutes)."""
     if value is None:
         return None, None
     text = str(value).strip().lower()
@@ -29,7 +29,9 @@ def parse_save_every(value: str | int | None) -> tuple[int | None, float | None]
         return int(m.group(1)), None
     if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*(m|min|minutes?)", text):
         return None, float(m.group(1))
-    raise NmtError(f"--save-every {value!r} is neither steps nor minutes", "write e.g. 1000 (steps) or 10m (minutes)", exit_code=2)
+    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|sec|seconds?)", text):
+        return None, float(m.group(1)) / 60
+    raise NmtError(f"--save-every {value!r} is neither steps nor minutes", "write e.g. 1000 (steps), 10m (minutes) or 30s (seconds)", exit_code=2)
 
 
 def parse_duration(value: str | float | None) -> float | None:
@@ -95,7 +97,7 @@ def command(
     lr_scale: Annotated[Optional[float], typer.Option(help="Multiplies the learning-rate schedule (1.0 is the paper's).", rich_help_panel="Batches and schedule")] = None,
     label_smoothing: Annotated[Optional[float], typer.Option(help="Label smoothing epsilon (0.1, sec. 5.4).", rich_help_panel="Batches and schedule")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed for weights, data order and dropout.", rich_help_panel="Batches and schedule")] = None,
-    save_every: Annotated[Optional[str], typer.Option(help="Checkpoint every N steps (e.g. 1000) or minutes (e.g. 10m; base/big: 10m as in the paper, tiny 250 steps).", rich_help_panel="Checkpoints and validation")] = None,
+    save_every: Annotated[Optional[str], typer.Option(help="Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper, tiny 250 steps).", rich_help_panel="Checkpoints and validation")] = None,
     keep_last: Annotated[Optional[int], typer.Option(help="Checkpoints kept (base 5, big 20: what averaging uses); the best one is kept apart.", rich_help_panel="Checkpoints and validation")] = None,
     valid_every: Annotated[Optional[int], typer.Option(help="Steps between validations (perplexity, and BLEU with --valid-bleu).", rich_help_panel="Checkpoints and validation")] = None,
     valid_bleu: Annotated[Optional[int], typer.Option(help="BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines).", rich_help_panel="Checkpoints and validation")] = None,
@@ -176,7 +178,8 @@ def _train(values: dict[str, Any], restart: bool, ranks) -> None:
     if main:
         announce("run", run_dir)
     try:
-        with _display(settings.max_steps) if main else contextlib.nullcontext((lambda kind, v: None)) as on_event:
+        # With a time limit, which of the two limits comes first is unknown: the bar shows steps only.
+        with _display(None if settings.max_minutes else settings.max_steps) if main else contextlib.nullcontext((lambda kind, v: None)) as on_event:
             trainer = Trainer(run_dir, data_dir, model_config, settings, restart=restart, on_event=on_event, ranks=ranks)
             trainer.run()
     except NmtError as e:
@@ -195,7 +198,7 @@ def _train(values: dict[str, Any], restart: bool, ranks) -> None:
 
 
 @contextlib.contextmanager
-def _display(max_steps: int):
+def _display(max_steps: int | None):
     """A live line (step, loss, ppl, lr, tokens/s, ETA) and one printed line per log, validation and checkpoint."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 

@@ -115,6 +115,29 @@ def save_weights(path: Path, state: dict[str, torch.Tensor], metadata: dict[str,
     state = {name: t.detach().contiguous().cpu() for name, t in state.items()}
     with atomic_path(path) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt", **(metadata or {})})
+        _sort_metadata(tmp)
+
+
+def _sort_metadata(path: Path) -> None:
+    """Rewrite the header's metadata in key order, so that the same weights give the same bytes.
+
+    safetensors writes the tensors in a fixed order but the metadata in a hash map's order, which
+    changes from process to process. Sorting keeps the header's length, so it is rewritten in place.
+    """
+    with open(path, "r+b") as f:
+        length = int.from_bytes(f.read(8), "little")
+        raw = f.read(length)
+        header = json.loads(raw)
+        if len(header.get("__metadata__") or {}) < 2:
+            return
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        # The same entries reordered: the same length, but for the padding safetensors adds at the end.
+        if len(text) > length:
+            return  # an escaping this JSON writer does differently: keep the file as written
+        text = text.ljust(length)
+        f.seek(8)
+        f.write(text)
 
 
 # Weights in these files are pickles: loading one can run any code its author wrote. nmt never does.
