@@ -48,6 +48,8 @@ def _root(
 ) -> None:
     """Machine translation with the Transformer of 'Attention Is All You Need'.
 
+    New here? [bold]nmt quickstart[/bold] trains and tries a small model on your CPU in five minutes.
+
     The commands chain with no paths: [bold]nmt prepare[/bold] writes data/NAME/, [bold]nmt train[/bold]
     writes runs/PRESET-NAME/, [bold]nmt average[/bold] writes models/RUN/, and [bold]nmt translate[/bold] /
     [bold]nmt score[/bold] use the newest model (or $NMT_MODEL). [bold]nmt push[/bold] / [bold]nmt pull[/bold] share
