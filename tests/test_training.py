@@ -272,3 +272,22 @@ def test_config_file_with_flags_overriding_it(prepared, tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("nmt: error: --config")
     assert "max_step" in bad.stderr and "Traceback" not in bad.stderr
     assert run_nmt("train", "--save-every", "ten", "--data", str(prepared), check=False).returncode == 2
+
+
+def test_max_time_stops_training_validated_and_checkpointed(prepared, tmp_path):
+    import time
+
+    from nmtcli.cli.train import parse_duration
+
+    assert [parse_duration(v) for v in ("90s", "5m", "1.5h", "2")] == [1.5, 5.0, 90.0, 2.0]
+    with pytest.raises(NmtError):
+        parse_duration("0s")
+    config, settings = small_settings(max_steps=1_000_000, max_minutes=1.5 / 60, save_every=1_000_000, valid_every=1_000_000)
+    events = []
+    started = time.perf_counter()
+    done = Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda kind, v: events.append((kind, v))).run()
+    assert time.perf_counter() - started < 30
+    assert done["time_limit_reached"] and 0 < done["step"] < 1_000_000
+    kinds = [kind for kind, _ in events]
+    assert kinds[-3:] == ["checkpoint", "time_limit", "done"] and "valid" in kinds
+    assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == [str(done["step"])]

@@ -253,7 +253,8 @@ def _display(max_steps: int | None):
             elif kind == "checkpoint":
                 console.print(f"[dim]checkpoint {v['path']}[/dim]")
             elif kind == "time_limit":
-                console.print(f"stopped at step {v['step']}: --max-time of {v['minutes']:g} minutes reached")
+                limit = f"{v['minutes']:g} min" if float(v["minutes"]).is_integer() else f"{v['minutes'] * 60:.0f} s"
+                console.print(f"stopped at step {v['step']}: --max-time of {limit} reached")
             elif kind == "early_stop":
                 console.print(f"early stop at step {v['step']}: no better {v.get('metric', 'validation')} in "
                               f"{v['patience']} validations (best {v.get('value', float('nan')):.4g} at step {v.get('best_step')})")
