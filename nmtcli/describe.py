@@ -12,45 +12,17 @@ the content for files stored with Git LFS (the weights), the git blob id for the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from nmtcli.checksums import Progress, file_digests
 from nmtcli.errors import NmtError
 from nmtcli.model.checkpoint import CONFIG_FILE, SPM_FILE, WEIGHTS_FILE, check_weights, read_json, read_model_dir_config
 
-CHUNK = 1 << 20
-# progress(file name, bytes hashed so far, file size)
-Progress = Callable[[str, int, int], None]
 EXPECTED = "pass a model dir, a run dir or a Hub id OWNER/NAME: what `nmt average`, `nmt train` and `nmt push` make"
-
-
-def file_digests(path: Path, progress: Progress | None = None, git_blob: bool = False) -> dict[str, str]:
-    """{"sha256": ...} of a file's bytes, and with `git_blob` its git blob id too ("blob_id"), in one pass.
-
-    The git blob id is sha1(b"blob <size>\\0" + content): what the Hub (as git) lists for a file not in LFS.
-    """
-    path = Path(path)
-    size = path.stat().st_size
-    sha256 = hashlib.sha256()
-    sha1 = hashlib.sha1(b"blob %d\0" % size) if git_blob else None
-    done = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            sha256.update(chunk)
-            if sha1 is not None:
-                sha1.update(chunk)
-            done += len(chunk)
-            if progress:
-                progress(path.name, done, size)
-    digests = {"sha256": sha256.hexdigest()}
-    if sha1 is not None:
-        digests["blob_id"] = sha1.hexdigest()
-    return digests
 
 
 def _files(directory: Path, progress: Progress | None, git_blob: bool = False) -> dict[str, dict[str, Any]]:

@@ -82,7 +82,7 @@ def test_model_dir_shows_parameters_vocabulary_and_recorded_bleu(random_model, m
 
 
 def test_hashing_streams_in_1_mib_pieces_and_matches_git(tmp_path):
-    from nmtcli.describe import file_digests
+    from nmtcli.checksums import file_digests
 
     path = tmp_path / "weights.bin"
     path.write_bytes(os.urandom((5 << 19) + 7))  # 2.5 MiB and a bit

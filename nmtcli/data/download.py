@@ -21,13 +21,13 @@ from the cache and fetched once more; failing twice is an error.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nmtcli.checksums import file_sha256
 from nmtcli.errors import NmtError
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -42,19 +42,6 @@ class HubFile:
     sha256: str | None = None
     size: int | None = None
     rows: int | None = None  # parquet rows
-
-
-def file_sha256(path: Path, progress: Progress | None = None, task: str = "") -> str:
-    digest = hashlib.sha256()
-    size = os.path.getsize(path)
-    done = 0
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-            done += len(chunk)
-            if progress:
-                progress(task, done, size)
-    return digest.hexdigest()
 
 
 def _progress_class(progress: Progress, task: str) -> type:

@@ -42,6 +42,7 @@ import numpy as np
 import sentencepiece as spm
 
 import nmtcli
+from nmtcli.checksums import file_sha256
 from nmtcli.data.encoding import Encoder
 from nmtcli.data.shards import OFFSET_DTYPE, token_dtype
 from nmtcli.data.sources import BundledTsv, ParquetFiles, TextFiles
@@ -93,14 +94,6 @@ class PairSource(Protocol):
     def batches(self) -> Iterator[list[tuple[str, str]]]: ...
     def identity(self) -> dict[str, Any]: ...
     def describe(self) -> Any: ...
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def versions() -> dict[str, str]:
@@ -331,7 +324,7 @@ def _manifest_is_current(out_dir: Path, fingerprint: str) -> dict[str, Any] | No
     if manifest.get("fingerprint") != fingerprint:
         return None
     for name, digest in manifest.get("files", {}).items():
-        if not (out_dir / name).is_file() or sha256(out_dir / name) != digest:
+        if not (out_dir / name).is_file() or file_sha256(out_dir / name) != digest:
             return None
     return manifest
 
@@ -429,7 +422,7 @@ def prepare(
         "sentencepiece": spm_counts,
         "splits": splits,
         "fingerprint": encode_key,
-        "files": {f: sha256(out_dir / f) for f in files if f != MANIFEST},
+        "files": {f: file_sha256(out_dir / f) for f in files if f != MANIFEST},
         "versions": versions(),
     }
     atomic_write_json(out_dir / MANIFEST, manifest)

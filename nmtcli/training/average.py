@@ -5,10 +5,10 @@ The result is a self-contained model dir: everything `nmt translate` needs and n
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
+from nmtcli.checksums import file_sha256
 from nmtcli.data.prepare import versions
 from nmtcli.errors import NmtError
 from nmtcli.model.checkpoint import CONFIG_FILE, SPM_FILE, WEIGHTS_FILE, average_weights, read_json, write_model_dir
@@ -31,10 +31,6 @@ def _checkpoint_model(checkpoint: Path, broken: str) -> dict[str, Any]:
     return values["model"]
 
 
-def _file_sha(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any]:
     """Average `checkpoints` (dirs written by `nmt train`) into the model dir `out_dir`; returns its config."""
     checkpoints = [Path(c) for c in checkpoints]
@@ -53,7 +49,7 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
     for r in runs:
         if not (r / SPM_FILE).is_file():
             raise NmtError(f"{r} has no {SPM_FILE}, so the checkpoints' vocabulary is unknown", "pass checkpoint dirs as `nmt train` wrote them: RUN_DIR/checkpoints/STEP")
-    spm_shas = {r: _file_sha(r / SPM_FILE) for r in runs}
+    spm_shas = {r: file_sha256(r / SPM_FILE) for r in runs}
     if len(set(spm_shas.values())) > 1:
         other = next(r for r in runs if spm_shas[r] != spm_shas[runs[0]])
         raise NmtError(f"{runs[0]} and {other} have different vocabularies ({SPM_FILE} differs)",
