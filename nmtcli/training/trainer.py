@@ -541,10 +541,14 @@ class Trainer:
                 raise NmtError(f"the loss became {local_loss} at step {self.step}",
                                "lower --lr-scale, or resume from an earlier checkpoint with another --seed")
             self.on_event("step", {"step": self.step, "loss": local_loss, "lr": m["lr"]})
-            if s.max_minutes:
-                # Rank 0's clock decides, so that every rank stops after the same step.
-                mine = 1.0 if self.is_main and time.perf_counter() - started >= s.max_minutes * 60 else 0.0
-                out_of_time = distributed.all_reduce_sum([mine], self.device)[0] > 0
+            save_due = False
+            if s.max_minutes or s.save_minutes:
+                # Rank 0's clock decides both time limits, in one all-reduce a step, so that every rank
+                # stops after the same step and joins the same saves (a save compares weights).
+                now = time.perf_counter()
+                mine = [float(self.is_main and s.max_minutes > 0 and now - started >= s.max_minutes * 60),
+                        float(self.is_main and s.save_minutes > 0 and now - last_save >= s.save_minutes * 60)]
+                out_of_time, save_due = (v > 0 for v in distributed.all_reduce_sum(mine, self.device))
             last_step = self.step == s.max_steps or out_of_time
             if self.step % s.log_every == 0 or last_step:
                 elapsed = time.perf_counter() - window_start
@@ -584,12 +588,7 @@ class Trainer:
                     self.on_event("early_stop", {"step": self.step, "patience": s.patience, "metric": best.get("metric"),
                                                  "value": best.get("value"), "best_step": best.get("step")})
                 window_start = time.perf_counter()  # validation time is not training throughput
-            if s.save_minutes:
-                # Rank 0's clock decides; every rank must join the save (it compares weights).
-                mine = 1.0 if self.is_main and time.perf_counter() - last_save >= s.save_minutes * 60 else 0.0
-                due = distributed.all_reduce_sum([mine], self.device)[0] > 0
-            else:
-                due = self.step % s.save_every == 0
+            due = save_due if s.save_minutes else self.step % s.save_every == 0
             if due or stop or last_step:
                 path = self.save_checkpoint()
                 last_save = time.perf_counter()
