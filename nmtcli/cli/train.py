@@ -20,6 +20,17 @@ NAME = "train"
 RUN_KEYS = ("data", "output", "preset", "restart", "max_time", "norm")
 
 
+# A time is a number and a unit: "30s", "10m", "1.5h" (or the words: "10 minutes").
+_TIME = re.compile(r"(\d+(?:\.\d+)?)\s*(s|sec|seconds?|m|min|minutes?|h|hours?)")
+_MINUTES_PER = {"s": 1 / 60, "m": 1.0, "h": 60.0}
+
+
+def _minutes(text: str) -> float | None:
+    """A time with its unit in minutes; None when `text` is not one."""
+    m = _TIME.fullmatch(text)
+    return float(m.group(1)) * _MINUTES_PER[m.group(2)[0]] if m else None
+
+
 def parse_save_every(value: str | int | None) -> tuple[int | None, float | None]:
     """"1000" -> every 1000 steps; "10m" / "10min" -> every 10 minutes, "30s" every half minute. Returns (steps, minutes)."""
     if value is None:
@@ -27,10 +38,8 @@ def parse_save_every(value: str | int | None) -> tuple[int | None, float | None]
     text = str(value).strip().lower()
     if m := re.fullmatch(r"(\d+)\s*(steps?)?", text):
         return int(m.group(1)), None
-    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*(m|min|minutes?)", text):
-        return None, float(m.group(1))
-    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|sec|seconds?)", text):
-        return None, float(m.group(1)) / 60
+    if (minutes := _minutes(text)) is not None:
+        return None, minutes
     raise NmtError(f"--save-every {value!r} is neither steps nor minutes", "write e.g. 1000 (steps), 10m (minutes) or 30s (seconds)", exit_code=2)
 
 
@@ -39,9 +48,9 @@ def parse_duration(value: str | float | None) -> float | None:
     if value is None:
         return None
     text = str(value).strip().lower()
-    units = {"s": 1 / 60, "sec": 1 / 60, "m": 1.0, "min": 1.0, "h": 60.0}
-    if (m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?", text)) and float(m.group(1)) > 0:
-        return float(m.group(1)) * units[m.group(2) or "m"]
+    minutes = float(text) if re.fullmatch(r"\d+(?:\.\d+)?", text) else _minutes(text)
+    if minutes is not None and minutes > 0:
+        return minutes
     raise NmtError(f"--max-time {value!r} is not a duration", "write e.g. 90s, 5m or 2h", exit_code=2)
 
 
