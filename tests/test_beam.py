@@ -135,3 +135,62 @@ def test_packed_cpu_model_translates_exactly_like_the_plain_one():
     for a, b in zip(beam_search(plain, src, beam=4, nbest=3), beam_search(packed, src, beam=4, nbest=3), strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def _batch(sentences: list[list[int]]) -> torch.Tensor:
+    width = max(len(s) for s in sentences) + 1
+    batch = torch.zeros(len(sentences), width, dtype=torch.long)
+    for i, s in enumerate(sentences):
+        batch[i, : len(s) + 1] = torch.tensor([*s, EOS_ID])
+    return batch
+
+
+SENTENCES = [[5, 6, 7], [20, 21, 22, 23, 24, 25, 26], [9], [10, 11, 12, 13], [14, 15]]
+
+
+def _as_lists(hyps):
+    return [[(h.tokens, round(h.score, 4), round(h.log_prob, 4)) for h in sentence] for sentence in hyps]
+
+
+@pytest.mark.parametrize("sync_every", [3, 100])
+def test_looking_at_the_search_only_every_few_steps_changes_nothing(sync_every):
+    # On a GPU the host looks at the search state only every few steps; decided sentences keep
+    # running, masked, until then. Results must equal a look after every step.
+    model = tiny_model(7, vocab_size=30)
+    src = _batch(SENTENCES)
+    for settings in ({"beam": 4, "nbest": 2}, {"beam": 3, "nbest": 3, "min_len": 2, "alpha": 1.5}, {"beam": 5, "max_len_b": 3}):
+        every_step = beam_search(model, src, sync_every=1, **settings)
+        assert _as_lists(beam_search(model, src, sync_every=sync_every, **settings)) == _as_lists(every_step)
+    assert len({len(h[0].tokens) for h in every_step}) > 1, "all sentences end together: the test proves nothing"
+
+
+def test_fixed_span_steps_that_cuda_graphs_replay_equal_the_eager_search():
+    # StepGraphs(capture=False) runs exactly what a captured graph replays (attention over a fixed
+    # span of positions, masked beyond the current one; in-place reordering) without capturing it.
+    from nmtcli.inference.graphs import StepGraphs
+
+    model = tiny_model(8, vocab_size=30)
+    src = _batch(SENTENCES)
+    for sync_every in (1, 4):
+        graphs = StepGraphs(bucket=4, capture=False)
+        fixed = beam_search(model, src, beam=4, nbest=2, sync_every=sync_every, graphs=graphs)
+        assert _as_lists(fixed) == _as_lists(beam_search(model, src, beam=4, nbest=2, sync_every=1))
+
+
+@pytest.mark.slow
+def test_a_search_step_never_reads_a_value_back_to_the_host():
+    # A CUDA graph can only record a step whose every operation stays on the device: no .item(),
+    # .tolist(), nonzero() or Python branch on a tensor's value. TorchDynamo with fullgraph=True
+    # refuses to trace exactly those, so tracing the step proves it on a CPU.
+    from nmtcli.inference.beam import BeamSearch
+
+    model = tiny_model(2, vocab_size=30)
+    with torch.inference_mode():
+        search = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 1.0, 5, 2, "gnmt", 0)
+        expected = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 1.0, 5, 2, "gnmt", 0)
+        for s in (search, expected):
+            s.state.cache.fixed_span = 8
+        torch.compile(search.step, backend="eager", fullgraph=True, dynamic=False)()
+        expected.step()
+    assert torch.equal(search.history, expected.history) and torch.equal(search.last, expected.last)
+    assert torch.allclose(search.scores, expected.scores)

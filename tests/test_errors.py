@@ -405,6 +405,14 @@ def _(c: Case):
     return c.nmt("score", "-m", "model", "--device", "cuda")
 
 
+@row("out-of-memory-one-line")
+def _(c: Case):
+    # A GPU running out of memory cannot be produced on demand: NMT_TEST_FAULT makes every batch of more
+    # than 0 lines raise torch's OutOfMemoryError, as a full GPU would.
+    return c.nmt("translate", "-m", str(c.fixture("random_model")), input="the dog\nthe cat\n",
+                 env={"NMT_TEST_FAULT": "oom-above:0"})
+
+
 @row("score-different-lengths")
 def _(c: Case):
     c.write("hyp.txt", "one\ntwo\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, BinaryIO, Optional
@@ -40,11 +41,12 @@ def command(
     max_len_b: Annotated[int, typer.Option(help="Output length limit a*|x|+b: the b (sec. 6.1: 50).", min=0)] = 50,
     nbest: Annotated[int, typer.Option(help="Translations per line, best first (at most --beam); more than 1 needs --output-format json.", min=1)] = 1,
     output_format: Annotated[str, typer.Option(help="text: one translation per line; json: one JSON object per line with translation, score, log_prob, tokens and the n-best list.")] = "text",
-    batch_tokens: Annotated[int, typer.Option(help="Padded source tokens per batch.", min=1)] = 4096,
-    window: Annotated[int, typer.Option(help="Lines read, sorted by length and translated together; bounds memory on endless input.", min=1)] = 1000,
+    batch_tokens: Annotated[Optional[int], typer.Option(help="Padded source tokens per batch. Default: 4096 on a CPU, 65536 on a GPU (halved automatically if the GPU runs out of memory).", min=1)] = None,
+    window: Annotated[Optional[int], typer.Option(help="Lines read, sorted by length and translated together; bounds memory on endless input. Default: 1000 on a CPU, 10000 on a GPU.", min=1)] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="fp32, or on a GPU bf16 / fp16.")] = "fp32",
     threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's or CTranslate2's choice, usually the physical cores).", min=1)] = None,
+    cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ).")] = True,
     engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU).")] = "native",
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
@@ -52,6 +54,7 @@ def command(
     Reads raw text (stdin by default), writes detokenized translations: exactly one output line per
     input line, in input order. Empty lines stay empty; over-long lines are truncated with a warning.
     """
+    started = time.perf_counter()
     import torch
 
     from nmtcli.errors import NmtError, check_readable, file_system_error
@@ -71,7 +74,7 @@ def command(
     if input is not None:
         check_readable(input, "check the path given to --input")
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
-                              length_penalty=length_penalty, batch_tokens=batch_tokens, window=window)
+                              length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs)
     if engine == "ctranslate2":
         from nmtcli.inference.ct2 import CTranslate2Translator
 
@@ -88,7 +91,7 @@ def command(
     source = open(input, "rb") if input is not None else sys.stdin.buffer
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
     results = translator.translate(lines) if output_format == "text" else map(_json_line, translator.translate_nbest(lines))
-    count = 0
+    count, first = 0, None
     try:
         if output is None:
             try:
@@ -96,6 +99,7 @@ def command(
                     sys.stdout.write(line + "\n")
                     sys.stdout.flush()  # a reader downstream gets each window as soon as it is done
                     count += 1
+                    first = first or time.perf_counter()
             except OSError as e:  # e.g. stdout redirected to a full disk
                 raise (file_system_error(e, "standard output") or e) from e
         else:
@@ -103,10 +107,13 @@ def command(
                 for line in results:
                     f.write(line + "\n")
                     count += 1
+                    first = first or time.perf_counter()
     finally:
         if input is not None:
             source.close()
-    say(f"translated {count:,} line(s)")
+    elapsed = time.perf_counter() - started
+    timing = f" in {elapsed:.1f} s ({count / elapsed:,.1f} lines/s; the first after {first - started:.1f} s)" if first else ""
+    say(f"translated {count:,} line(s){timing}")
 
 
 def _json_line(hyps) -> str:

@@ -2,11 +2,18 @@
 
 The encoder runs once per batch; the decoder runs one position at a time with cached self-attention
 keys/values and encoder-decoder keys/values computed once. Rows are (sentence, beam) pairs
-flattened into one batch dimension; a sentence leaves the batch as soon as it is decided.
+flattened into one batch dimension.
+
+The whole state of the search lives in tensors on the model's device, and a step (`BeamSearch.step`)
+updates it with tensor operations only: it never waits for the device, so a GPU runs ahead of the
+Python that feeds it, and the step can be captured as a CUDA graph (inference/graphs.py). The host
+looks at the state only every `sync_every` steps, to drop the sentences that are decided (on a CPU
+every step: there waiting costs nothing and a smaller batch is faster at once).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +22,7 @@ from torch import Tensor
 from nmtcli.model.transformer import Transformer
 
 LENGTH_PENALTIES = ("gnmt", "power")
+_GENERATIONS = itertools.count()  # tells apart the tensors of every search state of the process
 
 
 @dataclass
@@ -36,6 +44,19 @@ def length_penalty(length: int | Tensor, alpha: float, kind: str = "gnmt"):
     raise ValueError(f"length penalty must be one of {LENGTH_PENALTIES}, not {kind!r}")
 
 
+def max_output_lengths(model: Transformer, src: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
+    """Tokens before EOS each sentence may have: a * |x| + b (|x| without EOS), within the position table."""
+    cfg = model.config
+    src_len = (src != cfg.pad_id).sum(1) - 1
+    return (max_len_a * src_len.double() + max_len_b).floor().long().clamp(min=0, max=cfg.max_positions - 2)
+
+
+def default_sync_every(device: torch.device) -> int:
+    """Steps between looks at the search's state from the host: every step on a CPU, where it costs
+    nothing; on a GPU each look stalls the queue of work, so only every few steps."""
+    return 1 if device.type == "cpu" else 8
+
+
 @torch.inference_mode()
 def beam_search(
     model: Transformer,
@@ -47,79 +68,199 @@ def beam_search(
     nbest: int = 1,
     penalty: str = "gnmt",
     min_len: int = 0,
+    sync_every: int | None = None,
+    graphs=None,
 ) -> list[list[Hypothesis]]:
     """src: (B, S) ids ending in EOS, right-padded. Returns the `nbest` best hypotheses of each sentence.
 
     A sentence is decided when `nbest` hypotheses have ended and no live one can still beat them:
     log-probabilities only fall as a hypothesis grows, so a live hypothesis's best possible final
     score is its current log-probability divided by the largest penalty it could reach.
+    `graphs`: a `StepGraphs` (inference/graphs.py) that replays captured steps on a GPU.
     """
     if beam < 1 or nbest < 1 or nbest > beam:
         raise ValueError(f"need 1 <= nbest ({nbest}) <= beam ({beam})")
     if alpha < 0:
         raise ValueError(f"alpha must be >= 0, not {alpha}")
-    cfg = model.config
-    device = src.device
-    n_sent, K, V = src.size(0), beam, cfg.vocab_size
-    src_len = (src != cfg.pad_id).sum(1) - 1  # without EOS
-    # Output tokens before EOS are at most a*|x| + b, and must fit the position table.
-    max_len = (max_len_a * src_len.double() + max_len_b).floor().long().clamp(min=0, max=cfg.max_positions - 2)
-    max_penalty = length_penalty(max_len.double() + 1, alpha, penalty)  # per sentence, EOS included
+    length_penalty(1, alpha, penalty)  # an unknown kind fails here, before any work
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len)
+    return search.run(sync_every or default_sync_every(src.device), graphs)
 
-    memory, src_mask = model.encode(src)
-    state = model.start_decoding(memory, src_mask, K)
-    tokens = torch.full((n_sent * K, 1), cfg.bos_id, dtype=torch.long, device=device)
-    scores = torch.full((n_sent, K), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # all beams start identical: keep one alive so the first step has no duplicates
-    active = torch.arange(n_sent, device=device)  # original sentence index of each live sentence
-    finished: list[list[Hypothesis]] = [[] for _ in range(n_sent)]
-    # The nbest-th best finished score of each sentence: a live hypothesis must beat it to matter.
-    kth_finished = torch.full((n_sent,), float("-inf"), device=device)
 
-    step = 0
-    while active.numel():
-        n = active.numel()
-        log_probs = torch.log_softmax(model.decode_step(tokens[:, -1], state).float(), dim=-1)  # (n * K, V)
-        log_probs[:, cfg.pad_id] = float("-inf")
-        log_probs[:, cfg.bos_id] = float("-inf")
-        if step < min_len:
-            log_probs[:, cfg.eos_id] = float("-inf")
-        at_max = step >= max_len[active]  # these sentences may only end now
-        if at_max.any():
-            rows_at_max = at_max.repeat_interleave(K)
-            eos = log_probs[rows_at_max, cfg.eos_id]
-            log_probs[rows_at_max] = float("-inf")
-            log_probs[rows_at_max, cfg.eos_id] = eos
-        candidates = log_probs.view(n, K, V).add_(scores.unsqueeze(-1)).view(n, K * V)
-        top_scores, top_index = candidates.topk(2 * K, dim=1)  # each beam ends at most once: K live remain
-        top_beam, top_token = top_index // V, top_index % V
-        is_eos = (top_token == cfg.eos_id) & top_scores.isfinite()
+class BeamSearch:
+    """The state of a batched beam search, all of it on the model's device (n sentences, K beams, C positions).
 
-        # Every ended candidate becomes a finished hypothesis.
-        if is_eos.any():
-            which = is_eos.nonzero()[:, 0]
-            rows = which * K + top_beam[is_eos]
-            penalty_now = length_penalty(step + 1, alpha, penalty)
-            for i, prefix, log_prob in zip(which.tolist(), tokens[rows, 1:].tolist(), top_scores[is_eos].tolist()):
-                sentence = int(active[i])
-                finished[sentence].append(Hypothesis(prefix, log_prob / penalty_now, log_prob))
-                if len(finished[sentence]) >= nbest:
-                    kth = sorted((h.score for h in finished[sentence]), reverse=True)[nbest - 1]
-                    kth_finished[sentence] = kth
+    history (n, K, C)      the tokens of each live hypothesis
+    scores (n, K)          their log-probabilities (-inf: no hypothesis)
+    finished_* (n, nbest)  the best ended hypotheses so far, best first: score, log-prob, tokens, length
+    done (n,)              decided: nothing can beat the finished ones any more
+    """
+
+    def __init__(self, model: Transformer, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
+                 nbest: int, penalty: str, min_len: int):
+        cfg = model.config
+        self.model, self.beam, self.nbest, self.alpha, self.penalty = model, beam, nbest, alpha, penalty
+        device = src.device
+        n, K = src.size(0), beam
+        self.n_sentences = n
+        self.max_len = max_output_lengths(model, src, max_len_a, max_len_b)  # (n,)
+        self.steps = int(self.max_len.max()) + 1 if n else 0  # every sentence is decided by then (EOS included)
+        self.max_penalty = length_penalty(self.max_len.double() + 1, alpha, penalty).float()  # EOS included
+        self.min_len = torch.tensor(min_len, device=device)
+        memory, src_mask = model.encode(src)
+        self.state = model.start_decoding(memory, src_mask, K, capacity=self.steps)
+        C = self.state.cache.capacity
+        self.sentence = torch.arange(n, device=device)  # original index of each sentence still in the batch
+        self.last = torch.full((n * K,), cfg.bos_id, dtype=torch.long, device=device)
+        self.history = torch.zeros((n, K, C), dtype=torch.long, device=device)
+        self.scores = torch.full((n, K), float("-inf"), device=device)
+        self.scores[:, 0] = 0.0  # all beams start identical: keep one alive so the first step has no duplicates
+        self.finished_score = torch.full((n, nbest), float("-inf"), device=device)
+        self.finished_log_prob = torch.full((n, nbest), float("-inf"), device=device)
+        self.finished_tokens = torch.zeros((n, nbest, C), dtype=torch.long, device=device)
+        self.finished_length = torch.zeros((n, nbest), dtype=torch.long, device=device)
+        self.done = torch.zeros(n, dtype=torch.bool, device=device)
+        # Vocabulary ids the search never produces.
+        self.banned = torch.tensor([cfg.pad_id, cfg.bos_id], device=device)
+        self.results: list[list[Hypothesis]] = [[] for _ in range(n)]
+        self.generation = next(_GENERATIONS)  # new whenever the state gets new tensors (decided sentences leave)
+
+    # --- one step, on the device ------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Extend every live hypothesis by one token and keep the K best; record those that end.
+
+        Tensor operations only, every result written into the state's own tensors: no value comes
+        back to the host, so the step can be captured and replayed as a CUDA graph.
+        """
+        cfg = self.model.config
+        n, K = self.scores.shape
+        cache = self.state.cache
+        logits = self.model.decode_step(self.last, self.state).float()  # (n * K, V)
+        generated = cache.position  # tokens generated, EOS included, once this step's token is chosen
+        # Within a row every candidate shares the row's score and normalizer, so the 2K best
+        # candidates of a sentence are among the 2K best tokens of its rows: the log-softmax and the
+        # ranking need only those (and one pass over the vocabulary for the normalizer).
+        norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # over the whole vocabulary, banned ids too
+        logits.index_fill_(1, self.banned, float("-inf"))
+        logits[:, cfg.eos_id].masked_fill_(generated <= self.min_len, float("-inf"))
+        per_row = min(2 * K, logits.size(1))
+        top_logits, top_tokens = logits.topk(per_row, dim=-1)
+        log_probs = top_logits - norm
+        # At its length limit a sentence may only end: its rows offer EOS alone.
+        at_max = generated > self.max_len  # (n,)
+        rows_at_max = at_max.repeat_interleave(K)[:, None]
+        only_eos = torch.full_like(log_probs, float("-inf"))
+        only_eos[:, 0] = logits[:, cfg.eos_id] - norm[:, 0]
+        log_probs = torch.where(rows_at_max, only_eos, log_probs)
+        top_tokens = torch.where(rows_at_max, torch.full_like(top_tokens, cfg.eos_id), top_tokens)
+
+        candidates = (self.scores.unsqueeze(-1) + log_probs.view(n, K, per_row)).view(n, K * per_row)
+        cand_scores, cand_index = candidates.topk(2 * K, dim=1)  # each beam ends at most once: K live remain
+        cand_beam = cand_index // per_row
+        cand_token = top_tokens.view(n, K * per_row).gather(1, cand_index)
+        ends = (cand_token == cfg.eos_id) & cand_scores.isfinite() & ~self.done.unsqueeze(1)
+        self._record_finished(ends, cand_beam, cand_scores, generated)
 
         # The K best candidates that did not end continue.
-        keep = torch.argsort(is_eos.to(torch.int8), dim=1, stable=True)[:, :K]
-        next_beam = top_beam.gather(1, keep)
-        next_token = top_token.gather(1, keep)
-        next_scores = top_scores.gather(1, keep)
+        keep = torch.argsort(ends.to(torch.int8), dim=1, stable=True)[:, :K]
+        next_beam = cand_beam.gather(1, keep)
+        next_token = cand_token.gather(1, keep)
+        next_scores = cand_scores.gather(1, keep)
+        best_live = next_scores.max(1).values / self.max_penalty
+        self.done |= at_max | (self.finished_score[:, -1] >= best_live)
 
-        best_live = next_scores.max(1).values / max_penalty[active]
-        still = ~(at_max | (kth_finished[active] >= best_live))
-        rows = (torch.arange(n, device=device).unsqueeze(1) * K + next_beam)[still].view(-1)
-        tokens = torch.cat([tokens[rows], next_token[still].view(-1, 1)], dim=1)
-        scores = next_scores[still]
-        state.select(rows, None if bool(still.all()) else still.nonzero()[:, 0])
-        active = active[still]
-        step += 1
+        self.history.copy_(self.history.gather(1, next_beam.unsqueeze(-1).expand_as(self.history)))
+        self.history.index_copy_(2, generated - 1, next_token.unsqueeze(-1))
+        self.scores.copy_(next_scores)
+        self.last.copy_(next_token.view(-1))
+        self.state.reorder((torch.arange(n, device=next_beam.device).unsqueeze(1) * K + next_beam).view(-1))
 
-    return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]
+    def _record_finished(self, ends: Tensor, beam: Tensor, scores: Tensor, generated: Tensor) -> None:
+        """Merge this step's ended candidates into the nbest finished hypotheses of each sentence.
+
+        A stable sort keeps earlier hypotheses first among equal scores, so ties go the same way
+        whatever the batch.
+        """
+        penalty = length_penalty(generated.to(torch.float64), self.alpha, self.penalty).float()
+        new_score = torch.where(ends, scores / penalty, float("-inf"))
+        new_log_prob = torch.where(ends, scores, float("-inf"))
+        all_score = torch.cat([self.finished_score, new_score], dim=1)
+        order = torch.sort(all_score, dim=1, descending=True, stable=True).indices[:, : self.nbest]
+        C = self.history.size(2)
+        new_tokens = self.history.gather(1, beam.unsqueeze(-1).expand(-1, -1, C))
+        all_tokens = torch.cat([self.finished_tokens, new_tokens], dim=1)
+        all_length = torch.cat([self.finished_length, (generated - 1).expand_as(beam)], dim=1)
+        self.finished_score.copy_(all_score.gather(1, order))
+        self.finished_log_prob.copy_(torch.cat([self.finished_log_prob, new_log_prob], dim=1).gather(1, order))
+        self.finished_tokens.copy_(all_tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, C)))
+        self.finished_length.copy_(all_length.gather(1, order))
+
+    # --- the host's part ------------------------------------------------------------------------
+
+    def run(self, sync_every: int = 1, graphs=None) -> list[list[Hypothesis]]:
+        step = 0
+        while self.sentence.numel():
+            if step == self.steps:
+                raise AssertionError("beam search ran past every sentence's length limit")  # a bug, not bad input
+            if graphs is not None:
+                graphs.step(self)
+            else:
+                self.step()
+            step += 1
+            if step % sync_every == 0 or step == self.steps:
+                self._drop_decided()
+        return self.results
+
+    def _drop_decided(self) -> None:
+        """Collect the decided sentences' results and continue with the others only (one sync)."""
+        done = self.done.tolist()
+        if not any(done):
+            return
+        finished = [i for i, d in enumerate(done) if d]
+        self._collect(finished)
+        if len(finished) == len(done):
+            self.sentence = self.sentence[:0]
+            return
+        live = torch.tensor([i for i, d in enumerate(done) if not d], device=self.done.device)
+        self.state.keep(live)
+        for name in ("sentence", "max_len", "max_penalty", "history", "scores", "finished_score",
+                     "finished_log_prob", "finished_tokens", "finished_length", "done"):
+            setattr(self, name, getattr(self, name).index_select(0, live))
+        K = self.beam
+        self.last = self.last.view(-1, K).index_select(0, live).view(-1)
+        self.generation = next(_GENERATIONS)
+
+    # What a step changes: checked and restored by inference/graphs.py.
+    _STEP_STATE = ("last", "history", "scores", "finished_score", "finished_log_prob", "finished_tokens",
+                   "finished_length", "done")
+
+    def _step_tensors(self) -> dict[str, Tensor]:
+        cache = self.state.cache
+        tensors = {name: getattr(self, name) for name in self._STEP_STATE}
+        tensors["position"] = cache.position
+        for i, (k, v) in enumerate(zip(cache.keys, cache.values)):
+            tensors[f"keys.{i}"], tensors[f"values.{i}"] = k, v
+        return tensors
+
+    def snapshot(self) -> dict[str, Tensor]:
+        """Copies of everything a step changes."""
+        return {name: t.clone() for name, t in self._step_tensors().items()}
+
+    def restore(self, snapshot: dict[str, Tensor]) -> None:
+        """Back to a snapshot, in place: the tensors keep their addresses."""
+        for name, t in self._step_tensors().items():
+            t.copy_(snapshot[name])
+
+    def _collect(self, which: list[int]) -> None:
+        index = torch.tensor(which, device=self.done.device)
+        sentence = self.sentence.index_select(0, index).tolist()
+        score = self.finished_score.index_select(0, index).tolist()
+        log_prob = self.finished_log_prob.index_select(0, index).tolist()
+        length = self.finished_length.index_select(0, index).tolist()
+        tokens = self.finished_tokens.index_select(0, index)[:, :, : max(max(l) for l in length) if length else 0].tolist()
+        for i, s in enumerate(sentence):
+            self.results[s] = [
+                Hypothesis(tokens[i][j][: length[i][j]], score[i][j], log_prob[i][j])
+                for j in range(self.nbest) if score[i][j] != float("-inf")
+            ]

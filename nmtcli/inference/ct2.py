@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import load_tokenizer
-from nmtcli.inference.translator import SearchSettings, Warn
+from nmtcli.inference.translator import SearchSettings, Warn, batching_for
 
 NMT_FILE = "nmt.json"
 
@@ -44,11 +44,12 @@ class CTranslate2Translator:
         device, _, index = device.partition(":")
         self.translator = ctranslate2.Translator(str(model_dir), device=device, device_index=int(index or 0), intra_threads=threads)
         self.settings = settings
+        self.batch_tokens, self.window = batching_for(settings, device)
         self.warn = warn or (lambda message: None)
 
     def translate(self, lines: Iterable[str]) -> Iterator[str]:
         numbered = enumerate(lines, start=1)
-        while chunk := list(itertools.islice(numbered, self.settings.window)):
+        while chunk := list(itertools.islice(numbered, self.window)):
             yield from self._translate_chunk(chunk)
 
     def _translate_chunk(self, chunk: list[tuple[int, str]]) -> list[str]:
@@ -67,7 +68,7 @@ class CTranslate2Translator:
         suppress = [[self.pieces[i]] for i in dict.fromkeys((self.pad_id, self.bos_id))]
         batch: list[tuple[int, list[int]]] = []
         for item in encoded + [None]:
-            if item is not None and not (batch and (len(item[1]) + 1) * (len(batch) + 1) > s.batch_tokens):
+            if item is not None and not (batch and (len(item[1]) + 1) * (len(batch) + 1) > self.batch_tokens):
                 batch.append(item)
                 continue
             if batch:

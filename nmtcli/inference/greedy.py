@@ -3,7 +3,8 @@
 Beam search with a beam of 1 is not quite this: it also keeps a hypothesis that ends when EOS is
 only the second-best token, and may prefer it. `nmt translate --beam 1` means greedy, token for
 token what other toolkits' greedy decoders (Hugging Face `generate(num_beams=1)`, CTranslate2
-`beam_size=1`) produce, so it has its own loop.
+`beam_size=1`) produce, so it has its own loop. Like beam search it keeps its state on the device and
+looks at it from the host only every `sync_every` steps.
 """
 
 from __future__ import annotations
@@ -11,42 +12,55 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nmtcli.inference.beam import Hypothesis
+from nmtcli.inference.beam import Hypothesis, default_sync_every, max_output_lengths
 from nmtcli.model.transformer import Transformer
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50) -> list[list[Hypothesis]]:
+def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50,
+                  sync_every: int | None = None) -> list[list[Hypothesis]]:
     """src: (B, S) ids ending in EOS, right-padded. Output tokens before EOS are at most a*|x| + b (sec. 6.1)."""
     cfg = model.config
     device = src.device
-    n_sent = src.size(0)
-    src_len = (src != cfg.pad_id).sum(1) - 1
-    max_len = (max_len_a * src_len.double() + max_len_b).floor().long().clamp(min=0, max=cfg.max_positions - 2)
+    n = src.size(0)
+    sync_every = sync_every or default_sync_every(device)
+    max_len = max_output_lengths(model, src, max_len_a, max_len_b)
+    steps = int(max_len.max()) + 1 if n else 0
     memory, src_mask = model.encode(src)
-    state = model.start_decoding(memory, src_mask, 1)
-    last = torch.full((n_sent,), cfg.bos_id, dtype=torch.long, device=device)
-    active = torch.arange(n_sent, device=device)
-    tokens: list[list[int]] = [[] for _ in range(n_sent)]
-    log_probs = [0.0] * n_sent
-    step = 0
-    while active.numel():
-        logits = model.decode_step(last, state)
-        lp = torch.log_softmax(logits.float(), dim=-1)
-        lp[:, cfg.pad_id] = float("-inf")  # never generated, as in beam search
-        lp[:, cfg.bos_id] = float("-inf")
-        at_max = step >= max_len[active]
-        best = lp.argmax(-1)
-        best = torch.where(at_max, torch.full_like(best, cfg.eos_id), best)  # the limit forces EOS
-        best_lp = lp.gather(1, best[:, None])[:, 0]
-        ended = best == cfg.eos_id
-        for i, (sent, token, value, end) in enumerate(zip(active.tolist(), best.tolist(), best_lp.tolist(), ended.tolist())):
-            log_probs[sent] += value
-            if not end:
-                tokens[sent].append(token)
-        keep = (~ended).nonzero()[:, 0]
-        if keep.numel() < active.numel():
-            state.select(keep, keep)  # one row per sentence: finished sentences leave both
-        active, last = active[keep], best[keep]
-        step += 1
-    return [[Hypothesis(t, lp, lp)] for t, lp in zip(tokens, log_probs)]
+    state = model.start_decoding(memory, src_mask, 1, capacity=steps)
+    banned = torch.tensor([cfg.pad_id, cfg.bos_id], device=device)
+    sentence = torch.arange(n, device=device)
+    last = torch.full((n,), cfg.bos_id, dtype=torch.long, device=device)
+    tokens = torch.zeros((n, max(steps, 1)), dtype=torch.long, device=device)
+    length = torch.zeros(n, dtype=torch.long, device=device)
+    log_prob = torch.zeros(n, device=device)
+    done = torch.zeros(n, dtype=torch.bool, device=device)
+    results: list[list[Hypothesis]] = [[] for _ in range(n)]
+    for step in range(steps):
+        logits = model.decode_step(last, state).float()
+        norm = torch.logsumexp(logits, dim=-1)  # over the whole vocabulary, as in beam search
+        logits.index_fill_(1, banned, float("-inf"))  # never generated
+        best = logits.argmax(-1)
+        best = torch.where(step >= max_len, cfg.eos_id, best)  # the limit forces EOS
+        best_lp = logits.gather(1, best[:, None])[:, 0] - norm
+        log_prob += torch.where(done, 0.0, best_lp)
+        tokens[:, step] = best
+        ended = (best == cfg.eos_id) & ~done
+        length = torch.where(ended, step, length)
+        done |= ended
+        last = best
+        if (step + 1) % sync_every and step + 1 < steps:
+            continue
+        finished = done.tolist()
+        if not any(finished):
+            continue
+        which = [i for i, d in enumerate(finished) if d]
+        for s, row, count, lp in zip(sentence[which].tolist(), tokens[which].tolist(), length[which].tolist(), log_prob[which].tolist()):
+            results[s] = [Hypothesis(row[:count], lp, lp)]
+        if len(which) == len(finished):
+            break
+        live = torch.tensor([i for i, d in enumerate(finished) if not d], device=device)
+        state.keep(live)  # one row per sentence: finished sentences leave
+        sentence, last, tokens, length, log_prob, done = (t.index_select(0, live) for t in (sentence, last, tokens, length, log_prob, done))
+        max_len = max_len.index_select(0, live)
+    return results

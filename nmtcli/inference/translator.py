@@ -3,6 +3,9 @@
 Input is consumed in windows of `window` lines: each window is sorted by length, cut into batches of
 at most `batch_tokens` padded source tokens, translated, and written back in input order before the
 next window is read. Memory stays bounded on any input size and output starts before input ends.
+The defaults depend on the device: a CPU is fastest with batches of a few thousand tokens, a GPU
+needs thousands of sentences at once to be busy. A GPU that runs out of memory halves the batch
+(with a warning) and goes on.
 
 One output for every input line, always: empty or blank lines give empty outputs, over-long lines
 are truncated to what the model can read (and reported), never dropped.
@@ -18,8 +21,10 @@ from pathlib import Path
 import torch
 
 from nmtcli.errors import NmtError
+from nmtcli.faults import injected
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import pack_for_cpu
+from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.model.checkpoint import load_model
@@ -38,8 +43,28 @@ class SearchSettings:
     max_len_b: int = 50
     nbest: int = 1
     length_penalty: str = "gnmt"
-    batch_tokens: int = 4096  # padded source tokens per batch
-    window: int = 1000  # lines read, sorted, translated and written at a time
+    batch_tokens: int | None = None  # padded source tokens per batch; None: the device's default
+    window: int | None = None  # lines read, sorted, translated and written at a time; None: the device's default
+    cuda_graphs: bool = True  # replay beam search steps as CUDA graphs on a GPU (inference/graphs.py)
+
+
+# (batch_tokens, window) by device type. On a 2-core CPU batches beyond ~4k tokens gain nothing; a
+# GPU decoding step costs about the same for 100 sentences as for 2,000, so it takes them all.
+DEVICE_DEFAULTS = {"cpu": (4096, 1000), "cuda": (65536, 10000)}
+
+
+def batching_for(settings: SearchSettings, device_type: str) -> tuple[int, int]:
+    """(batch_tokens, window): the settings' own, else the device's defaults."""
+    batch_tokens, window = DEVICE_DEFAULTS["cpu" if device_type == "cpu" else "cuda"]
+    return settings.batch_tokens or batch_tokens, settings.window or window
+
+
+OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)  # torch.OutOfMemoryError since 2.5
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """A GPU's out-of-memory error, or the CPU allocator's."""
+    return isinstance(error, (OUT_OF_MEMORY, MemoryError)) or (isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
 
 
 @dataclass
@@ -75,8 +100,10 @@ class Translator:
         self.tokenizer = load_tokenizer(Path(model_dir), self.config_values)
         self.pieces = self.tokenizer.pieces()
         self.device = device
+        self.batch_tokens, self.window = batching_for(settings, device.type)
         self.settings = settings
         self.warn = warn or (lambda message: None)
+        self.graphs = StepGraphs(warn=self.warn) if device.type == "cuda" and settings.cuda_graphs else None
         cfg = self.model.config
         if self.tokenizer.size > cfg.vocab_size:
             raise NmtError(
@@ -93,7 +120,7 @@ class Translator:
     def translate_nbest(self, lines: Iterable[str]) -> Iterator[list[Translation]]:
         """The `nbest` best translations of each line (best first), in order; [] for an empty line."""
         numbered = enumerate(lines, start=1)
-        while window := list(itertools.islice(numbered, self.settings.window)):
+        while window := list(itertools.islice(numbered, self.window)):
             for hyps in self._translate_window(window):
                 yield [self._detokenize(h) for h in hyps]
 
@@ -115,22 +142,42 @@ class Translator:
             encoded.append((pos, ids))
         # Sorting by length keeps padding low; results go back to their input positions.
         encoded.sort(key=lambda item: len(item[1]))
-        s = self.settings
         for batch in self._batches(encoded):
-            src = self._pad([ids for _, ids in batch])
-            if s.beam == 1:
-                hyps = greedy_search(self.model, src, s.max_len_a, s.max_len_b)
-            else:
-                hyps = beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty)
-            for (pos, _), h in zip(batch, hyps):
+            for (pos, _), h in zip(batch, self._search(batch)):
                 results[pos] = h
         return results
+
+    def _search(self, batch: list[tuple[int, list[int]]]) -> list[list[Hypothesis]]:
+        """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
+        s = self.settings
+        try:
+            fault = injected("oom-above")  # the tests' stand-in for a GPU that runs out of memory
+            if fault and len(batch) > int(fault[0]):
+                raise OUT_OF_MEMORY(f"NMT_TEST_FAULT: {len(batch)} lines")
+            src = self._pad([ids for _, ids in batch])
+            if s.beam == 1:
+                return greedy_search(self.model, src, s.max_len_a, s.max_len_b)
+            return beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty,
+                               graphs=self.graphs)
+        except (RuntimeError, MemoryError) as e:
+            if not is_out_of_memory(e):
+                raise
+            if len(batch) == 1:
+                raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {self.device}",
+                               "use a smaller --beam, or a device with more memory") from None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        longest = len(batch[-1][1]) + 1
+        self.batch_tokens = max(longest, min(self.batch_tokens, longest * len(batch)) // 2)
+        self.warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {self.batch_tokens:,}")
+        half = len(batch) // 2
+        return self._search(batch[:half]) + self._search(batch[half:])
 
     def _batches(self, encoded: list[tuple[int, list[int]]]) -> Iterator[list[tuple[int, list[int]]]]:
         batch: list[tuple[int, list[int]]] = []
         for item in encoded:
             longest = len(item[1]) + 1  # sorted ascending: the newest item is the longest
-            if batch and longest * (len(batch) + 1) > self.settings.batch_tokens:
+            if batch and longest * (len(batch) + 1) > self.batch_tokens:
                 yield batch
                 batch = []
             batch.append(item)

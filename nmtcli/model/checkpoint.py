@@ -215,12 +215,16 @@ def load_model(model_dir: Path, device: str | torch.device = "cpu") -> tuple[Tra
     """Build the Transformer of a model dir and load its weights; returns (model in eval mode, config.json)."""
     values = read_model_dir_config(model_dir)
     config = ModelConfig.from_dict(values["model"])
-    model = Transformer(config)
-    load_state(model, load_weights(Path(model_dir) / WEIGHTS_FILE), Path(model_dir) / WEIGHTS_FILE)
+    # Built without memory or initialization (which alone costs a base model half a second of
+    # start-up), then given the loaded tensors themselves.
+    with torch.device("meta"):
+        model = Transformer(config)
+    load_state(model, load_weights(Path(model_dir) / WEIGHTS_FILE), Path(model_dir) / WEIGHTS_FILE, assign=True)
+    model.embedding.reset_positions()
     return model.to(device).eval(), values
 
 
-def load_state(model: Transformer, state: dict[str, torch.Tensor], source: Path) -> None:
+def load_state(model: Transformer, state: dict[str, torch.Tensor], source: Path, assign: bool = False) -> None:
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -232,7 +236,7 @@ def load_state(model: Transformer, state: dict[str, torch.Tensor], source: Path)
             if names
         )
         raise NmtError(f"{source} does not match its config.json ({detail})", "the model dir is inconsistent; re-create it")
-    model.load_state_dict(state)
+    model.load_state_dict(state, assign=assign)
 
 
 def write_model_dir(
