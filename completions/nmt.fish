@@ -231,6 +231,8 @@ complete -c nmt -n "__nmt_using 'translate'" -l window -x -d 'Lines read, sorted
 complete -c nmt -n "__nmt_using 'translate'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'translate'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32, or on a GPU bf16 / fp16'
 complete -c nmt -n "__nmt_using 'translate'" -l threads -x -d 'CPU threads (default: PyTorch\'s or CTranslate2\'s choice, usually the physical cores)'
+complete -c nmt -n "__nmt_using 'translate'" -l cuda-graphs -d 'On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ)'
+complete -c nmt -n "__nmt_using 'translate'" -l no-cuda-graphs -d 'The opposite of --cuda-graphs'
 complete -c nmt -n "__nmt_using 'translate'" -l engine -x -a '(__nmt_values_engine)' -d 'native: nmt\'s PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU)'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 

@@ -37,12 +37,11 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
     done = torch.zeros(n, dtype=torch.bool, device=device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
     for step in range(steps):
-        logits = model.decode_step(last, state).float()
-        norm = torch.logsumexp(logits, dim=-1)  # over the whole vocabulary, as in beam search
-        logits.index_fill_(1, banned, float("-inf"))  # never generated
-        best = logits.argmax(-1)
+        log_probs = torch.log_softmax(model.decode_step(last, state).float(), dim=-1)
+        log_probs.index_fill_(1, banned, float("-inf"))  # never generated, as in beam search
+        best = log_probs.argmax(-1)
         best = torch.where(step >= max_len, cfg.eos_id, best)  # the limit forces EOS
-        best_lp = logits.gather(1, best[:, None])[:, 0] - norm
+        best_lp = log_probs.gather(1, best[:, None])[:, 0]
         log_prob += torch.where(done, 0.0, best_lp)
         tokens[:, step] = best
         ended = (best == cfg.eos_id) & ~done

@@ -26,6 +26,7 @@ from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import pack_for_cpu
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
+from nmtcli.inference.precision import autocast, to_half
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.model.checkpoint import load_model
 
@@ -94,7 +95,9 @@ class Translator:
         if settings.nbest > settings.beam:
             raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         self.model, self.config_values = load_model(model_dir, device)
-        self.model.to(DTYPES[dtype])
+        self.dtype = dtype
+        if dtype != "fp32":
+            to_half(self.model, dtype)  # half-precision products, fp32 residuals and norms (inference/precision.py)
         if device.type == "cpu":
             pack_for_cpu(self.model)  # oneDNN-packed weights; leaves the model as it is where unsupported
         self.tokenizer = load_tokenizer(Path(model_dir), self.config_values)
@@ -155,10 +158,11 @@ class Translator:
             if fault and len(batch) > int(fault[0]):
                 raise OUT_OF_MEMORY(f"NMT_TEST_FAULT: {len(batch)} lines")
             src = self._pad([ids for _, ids in batch])
-            if s.beam == 1:
-                return greedy_search(self.model, src, s.max_len_a, s.max_len_b)
-            return beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty,
-                               graphs=self.graphs)
+            with autocast(self.device, self.dtype):
+                if s.beam == 1:
+                    return greedy_search(self.model, src, s.max_len_a, s.max_len_b)
+                return beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty,
+                                   graphs=self.graphs)
         except (RuntimeError, MemoryError) as e:
             if not is_out_of_memory(e):
                 raise

@@ -342,7 +342,8 @@ class Transformer(nn.Module):
         self.decoder = Decoder(config)
         # Marian learns a bias on the output logits; the paper's model has none (sec. 3.4).
         self.final_logits_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.final_logits_bias else None
-        # Set by inference code that packs the output projection for speed (nmtcli/inference/cpu.py).
+        # Set by inference code that keeps the output projection in another form: packed for a CPU
+        # (inference/cpu.py) or a half-precision copy (inference/precision.py).
         self.packed_output: nn.Module | None = None
         self.reset_parameters()
 
@@ -383,10 +384,12 @@ class Transformer(nn.Module):
         for at most `capacity` positions (default: as many as the position table holds)."""
         cfg = self.config
         capacity = min(capacity or cfg.max_positions, cfg.max_positions)
-        memory_kv = [layer.cross_attn.memory_keys_values(memory) for layer in self.decoder.layers]
+        # Contiguous once, not copied by every step's matrix product.
+        memory_kv = [tuple(t.contiguous() for t in layer.cross_attn.memory_keys_values(memory)) for layer in self.decoder.layers]
+        dtype = memory_kv[0][0].dtype  # what the projections compute in (bf16 under autocast)
         # An additive mask, made once: -inf at source padding.
-        memory_mask = torch.zeros(src_mask.shape, dtype=memory.dtype, device=memory.device).masked_fill_(~src_mask, float("-inf"))
-        cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, memory.dtype, memory.device)
+        memory_mask = torch.zeros(src_mask.shape, dtype=dtype, device=memory.device).masked_fill_(~src_mask, float("-inf"))
+        cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device)
         return DecoderState(memory_kv, memory_mask, beam, cache)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
