@@ -40,6 +40,7 @@ class StepGraphs:
         self.warmed_up = 0
         self.captured = 0  # graphs recorded so far (for the log and the tests)
         self._owner: int | None = None  # the generation of search state tensors the graphs belong to
+        self._cleared: int | None = None  # the generation whose cache had its unwritten positions zeroed
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._pool = None
 
@@ -48,6 +49,9 @@ class StepGraphs:
             search.step()
             return
         cache = search.state.cache
+        if search.generation != self._cleared:  # buffers new to fixed spans
+            cache.clear_unwritten()
+            self._cleared = search.generation
         span = min(-(-(cache.length + 1) // self.bucket) * self.bucket, cache.capacity)
         cache.fixed_span = span
         try:

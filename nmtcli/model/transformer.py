@@ -125,15 +125,15 @@ class DecoderCache:
     device tensor, so that a captured step (CUDA graphs) can be replayed at every position.
 
     Attention reads the first `span` positions. Eager decoding reads exactly the positions written so
-    far and needs no mask. A captured step has one span for a range of positions (`fix_span`) and
+    far and needs no mask. A captured step has one span for a range of positions (`fixed_span`) and
     masks the positions beyond the current one.
     """
 
     def __init__(self, layers: int, rows: int, heads: int, capacity: int, d_k: int, dtype: torch.dtype, device: torch.device):
-        # Zeros, not empty memory: a fixed span reads positions not written yet (masked, but NaN * 0 is NaN).
+        # Empty memory: eager steps read only what was written (fixed spans: see clear_unwritten).
         shape = (rows, heads, capacity, d_k)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.capacity = capacity
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # the position the next step writes
         self.length = 0  # positions written, as the host knows it
@@ -147,6 +147,12 @@ class DecoderCache:
 
     def span(self) -> int:
         return self.fixed_span if self.fixed_span is not None else self.length + 1
+
+    def clear_unwritten(self) -> None:
+        """Zero the positions not written yet. A fixed span reads them (masked; but empty memory can hold
+        NaN, and NaN * 0 is NaN): call before fixed-span steps on buffers that are new to them."""
+        for buffer in (*self.keys, *self.values):
+            buffer[:, :, self.length:].zero_()
 
     def begin_step(self) -> None:
         if self.fixed_span is not None:
@@ -170,31 +176,30 @@ class DecoderCache:
     def reorder(self, rows: Tensor) -> None:
         """Continue with `rows` of the current rows (beam search: each survivor's parent), same row count.
 
-        Eager: copied into a second set of buffers, which are then swapped in; a captured step copies
-        back in place, since its buffers must keep their addresses.
+        Eager: copied into the spare buffers, which are then swapped in; a captured step copies back in
+        place, since its buffers must keep their addresses.
         """
-        span = self.fixed_span or self.length
         if self.fixed_span is not None:
             for buffer in (*self.keys, *self.values):
-                buffer[:, :, :span] = buffer[:, :, :span].index_select(0, rows)
+                buffer[:, :, :self.fixed_span] = buffer[:, :, :self.fixed_span].index_select(0, rows)
             return
-        if self._spare is None:
-            self._spare = ([torch.zeros_like(k) for k in self.keys], [torch.zeros_like(v) for v in self.values])
-        spare_keys, spare_values = self._spare
+        self._swap(rows)
+
+    def keep(self, rows: Tensor) -> None:
+        """Only `rows` go on (sentences that are finished leave): compacted into the front of the spare
+        buffers, which are swapped in; nothing is allocated."""
+        self._swap(rows)
+
+    def _swap(self, rows: Tensor) -> None:
+        if self._spare is None:  # the second set of buffers, made at the first reorder
+            self._spare = ([torch.empty_like(k) for k in self.keys], [torch.empty_like(v) for v in self.values])
+        span, count = self.length, rows.numel()
+        # The first `count` rows of a buffer are a contiguous view of it.
+        spare_keys, spare_values = ([b[:count] for b in buffers] for buffers in self._spare)
         for old, new in zip((*self.keys, *self.values), (*spare_keys, *spare_values)):
             torch.index_select(old[:, :, :span], 0, rows, out=new[:, :, :span])
         self._spare = (self.keys, self.values)
         self.keys, self.values = spare_keys, spare_values
-
-    def keep(self, rows: Tensor) -> None:
-        """Only `rows` go on (sentences that are finished leave): new, smaller buffers."""
-        span = self.length
-        for buffers in (self.keys, self.values):
-            for i, old in enumerate(buffers):
-                new = old.new_zeros((rows.numel(), *old.shape[1:]))
-                torch.index_select(old[:, :, :span], 0, rows, out=new[:, :, :span])
-                buffers[i] = new
-        self._spare = None
 
 
 class FeedForward(nn.Module):
