@@ -152,15 +152,21 @@ def _as_lists(hyps):
     return [[(h.tokens, round(h.score, 4), round(h.log_prob, 4)) for h in sentence] for sentence in hyps]
 
 
-@pytest.mark.parametrize("sync_every", [3, 100])
-def test_looking_at_the_search_only_every_few_steps_changes_nothing(sync_every):
-    # On a GPU the host looks at the search state only every few steps; decided sentences keep
-    # running, masked, until then. Results must equal a look after every step.
+@pytest.mark.parametrize("sync_every, leave_fraction", [(3, 0.0), (100, 0.0), (1, 0.5), (8, 0.25)])
+def test_looking_at_the_search_only_every_few_steps_changes_nothing(sync_every, leave_fraction):
+    # On a GPU the host looks at the search state only every few steps, and decided sentences leave
+    # the batch only once a share of it is decided; until then they keep running, masked. Results
+    # must equal a look after every step that drops every decided sentence at once.
+    from nmtcli.inference.beam import BeamSearch
+
     model = tiny_model(7, vocab_size=30)
     src = _batch(SENTENCES)
     for settings in ({"beam": 4, "nbest": 2}, {"beam": 3, "nbest": 3, "min_len": 2, "alpha": 1.5}, {"beam": 5, "max_len_b": 3}):
         every_step = beam_search(model, src, sync_every=1, **settings)
-        assert _as_lists(beam_search(model, src, sync_every=sync_every, **settings)) == _as_lists(every_step)
+        full = {"alpha": 0.6, "max_len_a": 1.0, "max_len_b": 50, "nbest": 1, "penalty": "gnmt", "min_len": 0, **settings}
+        with torch.inference_mode():
+            search = BeamSearch(model, src, full.pop("beam"), **full)
+            assert _as_lists(search.run(sync_every, leave_fraction=leave_fraction)) == _as_lists(every_step)
     assert len({len(h[0].tokens) for h in every_step}) > 1, "all sentences end together: the test proves nothing"
 
 
@@ -204,3 +210,23 @@ def test_a_search_step_never_reads_a_value_back_to_the_host():
         expected.step()
     assert torch.equal(search.history, expected.history) and torch.equal(search.last, expected.last)
     assert torch.allclose(search.scores, expected.scores)
+
+
+def test_half_precision_decoding_rounds_only_the_matrix_products():
+    # bf16 on a GPU (inference/precision.py): linear layers stored in bf16 and run under autocast,
+    # while embeddings, layer norms and the residual stream stay fp32 as in training. CPU autocast
+    # runs the same code path, so the translations can be checked against fp32 here.
+    from nmtcli.inference.precision import autocast, to_half
+
+    model = tiny_model(8, vocab_size=30)
+    src = _batch(SENTENCES)
+    reference = beam_search(model, src, beam=4, nbest=2)
+    to_half(model, "bf16")
+    kinds = {(type(m).__name__, p.dtype) for m in model.modules() for p in m.parameters(recurse=False)}
+    assert kinds == {("Embedding", torch.float32), ("LayerNorm", torch.float32), ("Linear", torch.bfloat16)}
+    with autocast(torch.device("cpu"), "bf16"):
+        half = beam_search(model, src, beam=4, nbest=2)
+    assert [[h.tokens for h in s] for s in half] == [[h.tokens for h in s] for s in reference]
+    # bf16 keeps 8 significant bits: a sentence's score moves by a little, not by a token's worth.
+    for ours, theirs in zip(half, reference):
+        assert all(abs(a.score - b.score) < 0.1 for a, b in zip(ours, theirs))
