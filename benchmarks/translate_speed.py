@@ -1,16 +1,25 @@
 """Decoding speed of `nmt` against Hugging Face `generate` and CTranslate2, on one Transformer-base model.
 
 One random Marian model (OPUS-MT's shape: d_model 512, 6+6 layers, 8 heads, FFN 2048, swish, tied
-embeddings) is built with transformers, converted with CTranslate2's own converter, and loaded
-into nmt. All three decode the same source ids with beam 4 on the same number of CPU threads;
-runs alternate between engines and the table reports medians.
+embeddings) is built with transformers, converted with CTranslate2's own converter, and imported
+into nmt. All three decode the same source ids with beam 4, on the same CPU threads or the same GPU;
+sentences are sorted by length and cut into the same batches for every engine; runs alternate
+between engines and the table reports medians.
 
-Two settings:
+Settings:
 - fixed: every engine must emit exactly --length tokens per sentence (EOS banned before, forced
   after), so each does the same number of decoder steps: per-token cost compared fairly.
 - natural: the engines decode until EOS or the length limit, as a user runs them.
+- process: whole processes from text to text, start-up included: `nmt translate` against a script
+  that does what a Hugging Face user writes (MarianTokenizer, generate, batch_decode).
 
-Usage: python benchmarks/translate_speed.py [--sentences 200] [--threads 2] [--runs 3]
+On a GPU (--device cuda) every engine runs in each of --dtypes at each of --batches, and the table
+marks each one's best batch; nmt replays its steps as CUDA graphs unless --no-graphs.
+
+Usage:
+  python benchmarks/translate_speed.py [--sentences 200] [--threads 2] [--runs 3]      # the CPU figures
+  python benchmarks/translate_speed.py --device cuda                                    # one GPU, 3,003 sentences
+  python benchmarks/translate_speed.py --device cpu --dtypes fp32,bf16 --sentences 8 --runs 1 --length 4  # smoke
 Needs the `bench` extra: pip install -e ".[bench]" (transformers, ctranslate2).
 """
 
@@ -18,17 +27,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+CT2_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
 
 def build_marian(directory: Path, vocab_size: int, seed: int) -> None:
-    """A random MarianMTModel of OPUS-MT's shape, saved with tokenizer files so converters accept it."""
+    """A random MarianMTModel of OPUS-MT's shape, saved with tokenizer files so converters accept it.
+
+    The vocabulary holds the sentencepiece pieces (so that text tokenizes into real ids) followed
+    by filler entries up to `vocab_size`."""
     import sentencepiece as spm
     from transformers import MarianConfig, MarianMTModel
 
@@ -45,138 +63,255 @@ def build_marian(directory: Path, vocab_size: int, seed: int) -> None:
     model.save_pretrained(directory)
     text = directory / "spm.txt"
     text.write_text("".join(f"word{i} token{i % 97} piece{i % 13}\n" for i in range(2000)))
+    pieces: list[str] = []
     for name in ("source", "target"):
         spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / name), vocab_size=150, minloglevel=2)
         (directory / f"{name}.model").rename(directory / f"{name}.spm")
-    vocab = {"</s>": 0, "<unk>": 1, **{f"tok{i}": i for i in range(2, vocab_size - 1)}, "<pad>": vocab_size - 1}
-    (directory / "vocab.json").write_text(json.dumps(vocab))
+        processor = spm.SentencePieceProcessor(model_file=str(directory / f"{name}.spm"))
+        pieces += [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
+    words = ["</s>", "<unk>", *dict.fromkeys(pieces)]
+    words += [f"tok{i}" for i in range(len(words), vocab_size - 1)]
+    (directory / "vocab.json").write_text(json.dumps({**{w: i for i, w in enumerate(words)}, "<pad>": vocab_size - 1}))
     (directory / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
 
 
-def load_nmt(marian_dir: Path):
-    """nmt's model with the Marian weights when the importer is available, else the same shape at random."""
-    try:
-        from nmtcli.interop.marian import import_marian  # issue 6
+def import_nmt(marian_dir: Path) -> Path:
+    """nmt's model dir with the Marian weights."""
+    from nmtcli.interop.marian import import_marian
 
-        out = marian_dir.parent / "nmt"
-        import_marian(str(marian_dir), out)
-        from nmtcli.model.checkpoint import load_model
+    out = marian_dir.parent / "nmt"
+    import_marian(str(marian_dir), out)
+    return out
 
-        return load_model(out)[0], "same weights"
-    except ImportError:
-        from nmtcli.model.config import PRESETS
-        from nmtcli.model.transformer import Transformer
 
-        config = json.loads((marian_dir / "config.json").read_text())
-        torch.manual_seed(0)
-        shape = PRESETS["base"].replace(
-            vocab_size=config["vocab_size"], activation="swish", pad_id=config["pad_token_id"],
-            eos_id=config["eos_token_id"], bos_id=config["decoder_start_token_id"], unk_id=1,
-        )
-        return Transformer(shape).eval(), "same shape, random weights (importer not available)"
+@dataclass(frozen=True)
+class Run:
+    engine: str
+    dtype: str
+    batch: int
+
+    def __str__(self) -> str:
+        return f"{self.engine} {self.dtype} batch {self.batch}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--sentences", type=int, help="default: 200 on a CPU, 3,003 (newstest2014) on a GPU")
     parser.add_argument("--source-length", type=int, default=27, help="average source tokens (newstest2014: ~27)")
     parser.add_argument("--length", type=int, default=30, help="output tokens in the fixed setting")
-    parser.add_argument("--batch", type=int, default=32, help="sentences per batch, all engines")
+    parser.add_argument("--batches", help="sentences per batch, comma-separated; each engine's best is marked (default: 32 on a CPU, 128,512,1024,3003 on a GPU)")
+    parser.add_argument("--dtypes", help="comma-separated (default: fp32 on a CPU, fp32,bf16 on a GPU)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--vocab-size", type=int, default=58101, help="OPUS-MT en-de has 58,101")
-    parser.add_argument("--settings", default="fixed,natural")
+    parser.add_argument("--settings", default="fixed,natural,process")
     parser.add_argument("--engines", default="nmt,hf,ct2")
-    parser.add_argument("--no-pack", action="store_true", help="leave nmt's linear layers unpacked")
+    parser.add_argument("--no-pack", action="store_true", help="leave nmt's linear layers unpacked (CPU)")
+    parser.add_argument("--no-graphs", action="store_true", help="no CUDA graphs for nmt (GPU)")
     args = parser.parse_args()
 
-    import ctranslate2
-    from transformers import MarianMTModel
-
-    from nmtcli.inference.beam import beam_search
-
+    device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    n_sentences = args.sentences or (3003 if gpu else 200)
+    batches = [int(b) for b in (args.batches or ("128,512,1024,3003" if gpu else "32")).split(",")]
+    dtypes = (args.dtypes or ("fp32,bf16" if gpu else "fp32")).split(",")
+    names = args.engines.split(",")
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="nmt-bench-"))
     build_marian(work / "marian", args.vocab_size, seed=0)
-    hf = MarianMTModel.from_pretrained(work / "marian").eval()
-    nmt, nmt_weights = load_nmt(work / "marian")
-    from nmtcli.inference.cpu import pack_for_cpu
-
-    if not args.no_pack:
-        nmt_weights += "; packed" if pack_for_cpu(nmt) else "; packing unavailable"
-    ctranslate2.converters.TransformersConverter(str(work / "marian")).convert(str(work / "ct2"), force=True)
-    ct2 = ctranslate2.Translator(str(work / "ct2"), device="cpu", intra_threads=args.threads, inter_threads=1)
-    vocab = {i: t for t, i in json.loads((work / "marian" / "vocab.json").read_text()).items()}
+    nmt_dir = import_nmt(work / "marian")
+    pad, eos = args.vocab_size - 1, 0
 
     g = torch.Generator().manual_seed(1)
-    lengths = torch.randint(args.source_length - 8, args.source_length + 9, (args.sentences,), generator=g)
-    sources = [torch.randint(2, args.vocab_size - 1, (int(n),), generator=g).tolist() + [0] for n in lengths]
-    batches = [sources[i : i + args.batch] for i in range(0, len(sources), args.batch)]
-    pad = args.vocab_size - 1
+    lengths = torch.randint(args.source_length - 8, args.source_length + 9, (n_sentences,), generator=g)
+    sources = sorted((torch.randint(2, args.vocab_size - 1, (int(n),), generator=g).tolist() + [eos] for n in lengths), key=len)
 
-    def padded(batch):
-        width = max(len(s) for s in batch)
-        ids = torch.full((len(batch), width), pad)
+    def padded(batch: list[list[int]]) -> torch.Tensor:
+        ids = torch.full((len(batch), max(len(s) for s in batch)), pad)
         for i, s in enumerate(batch):
             ids[i, : len(s)] = torch.tensor(s)
-        return ids
+        return ids.to(device)
 
-    def run_nmt(fixed: bool) -> int:
+    engines = {name: make(args, device, work, nmt_dir, dtypes) for name, make in ENGINES.items() if name in names}
+    described = "; ".join(f"{name}: {engine.describe}" for name, engine in engines.items())
+    where = torch.cuda.get_device_name(device) if gpu else f"{args.threads} CPU threads"
+    print(f"# {n_sentences} sentences, ~{args.source_length} source tokens, beam 4, {where}, {args.runs} runs; {described}", file=sys.stderr)
+
+    rows: list[tuple[str, Run, int, float, float | None]] = []
+    for setting in args.settings.split(","):
+        if setting == "process":
+            rows += measure_processes(args, device, work, nmt_dir, n_sentences, max(batches))
+            continue
+        fixed = setting == "fixed"
+        runs = [Run(name, dtype, b) for name, engine in engines.items() for dtype in engine.dtypes for b in batches]
+        times: dict[Run, list[float]] = {r: [] for r in runs}
+        tokens: dict[Run, int] = {}
+        peak: dict[Run, float | None] = {}
+        for run in runs:  # warm-up: kernels, graphs, caches
+            engines[run.engine].decode(run, [sources[: run.batch]], padded, fixed, args.length)
+        for i in range(args.runs):
+            for run in runs:  # alternate engines within each round
+                if gpu:
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                start = time.perf_counter()
+                tokens[run] = engines[run.engine].decode(run, [sources[j : j + run.batch] for j in range(0, n_sentences, run.batch)], padded, fixed, args.length)
+                if gpu:
+                    torch.cuda.synchronize()
+                times[run].append(time.perf_counter() - start)
+                peak[run] = torch.cuda.max_memory_allocated() / 2**20 if gpu and run.engine != "ct2" else None
+                print(f"  {setting} round {i} {run}: {tokens[run] / times[run][-1]:.0f} tok/s", file=sys.stderr, flush=True)
+        rows += [(setting, run, tokens[run], statistics.median(times[run]), peak[run]) for run in runs]
+    print_table(rows, n_sentences)
+
+
+def print_table(rows, n_sentences: int) -> None:
+    """Tokens/s for the decoding settings (each engine and dtype's best batch marked), seconds for processes;
+    the last column compares with the fastest Hugging Face row of the same setting."""
+    speed = {(setting, run): (n_tokens or n_sentences) / seconds for setting, run, n_tokens, seconds, _ in rows}
+    best = {}
+    for (setting, run), v in speed.items():
+        best[setting, run.engine, run.dtype] = max(best.get((setting, run.engine, run.dtype), 0.0), v)
+    hf = {setting: v for (setting, engine, _), v in sorted(best.items(), key=lambda item: item[1]) if engine == "hf"}
+    print("| setting | engine | dtype | batch | output tokens | median s | target tok/s | sentences/s | peak GPU MiB | vs best HF |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for setting, run, n_tokens, seconds, peak in rows:
+        v = speed[setting, run]
+        several = sum(1 for s, r, *_ in rows if s == setting and (r.engine, r.dtype) == (run.engine, run.dtype)) > 1
+        batch = (f"{run.batch}" if run.batch else "default") + (" (best)" if several and v == best[setting, run.engine, run.dtype] else "")
+        cells = [setting, run.engine, run.dtype, batch, f"{n_tokens}" if n_tokens else "-", f"{seconds:.2f}",
+                 f"{n_tokens / seconds:.0f}" if n_tokens else "-", f"{n_sentences / seconds:.1f}",
+                 f"{peak:,.0f}" if peak is not None else "-", f"{v / hf[setting]:.2f}x" if setting in hf else "-"]
+        print("| " + " | ".join(cells) + " |")
+
+
+# --- the engines ------------------------------------------------------------------------------------
+
+
+class Nmt:
+    def __init__(self, args, device: torch.device, work: Path, nmt_dir: Path, dtypes: list[str]):
+        from nmtcli.inference.cpu import pack_for_cpu
+        from nmtcli.inference.graphs import StepGraphs
+        from nmtcli.inference.precision import to_half
+        from nmtcli.model.checkpoint import load_model
+
+        self.device, self.dtypes, self.models, self.graphs = device, dtypes, {}, {}
+        notes = []
+        for dtype in dtypes:
+            model = load_model(nmt_dir, device)[0]
+            if dtype != "fp32":
+                to_half(model, dtype)
+            elif device.type == "cpu" and not args.no_pack:
+                notes.append("packed" if pack_for_cpu(model) else "packing unavailable")
+            self.models[dtype] = model
+            self.graphs[dtype] = StepGraphs(warn=lambda m: print(f"  nmt: {m}", file=sys.stderr)) if device.type == "cuda" and not args.no_graphs else None
+        self.describe = ", ".join(["same weights (imported)", *notes, *(["CUDA graphs"] if self.graphs[dtypes[0]] else [])])
+
+    def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:
+        from nmtcli.inference.beam import beam_search
+        from nmtcli.inference.precision import autocast
+
+        limits = {"max_len_a": 0.0, "max_len_b": length, "min_len": length} if fixed else {"max_len_a": 1.0, "max_len_b": 50}
         tokens = 0
-        for batch in batches:
-            if fixed:
-                hyps = beam_search(nmt, padded(batch), beam=4, alpha=1.0, max_len_a=0.0, max_len_b=args.length, min_len=args.length, penalty="power")
-            else:
-                hyps = beam_search(nmt, padded(batch), beam=4, alpha=1.0, max_len_a=1.0, max_len_b=50, penalty="power")
-            tokens += sum(len(h[0].tokens) for h in hyps)
+        with autocast(self.device, run.dtype):
+            for batch in batches:
+                hyps = beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=self.graphs[run.dtype], **limits)
+                tokens += sum(len(h[0].tokens) for h in hyps)
         return tokens
 
-    def run_hf(fixed: bool) -> int:
+
+class HuggingFace:
+    def __init__(self, args, device: torch.device, work: Path, nmt_dir: Path, dtypes: list[str]):
+        from transformers import MarianMTModel
+
+        self.pad, self.dtypes = args.vocab_size - 1, dtypes
+        self.models = {d: MarianMTModel.from_pretrained(work / "marian", torch_dtype=DTYPES[d]).eval().to(device) for d in dtypes}
+        self.describe = "MarianMTModel.generate"
+
+    def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:
         tokens = 0
         with torch.inference_mode():
             for batch in batches:
                 ids = padded(batch)
-                limits = {"min_new_tokens": args.length, "max_new_tokens": args.length} if fixed else {"max_new_tokens": ids.size(1) + 50}
-                out = hf.generate(input_ids=ids, attention_mask=ids != pad, num_beams=4, length_penalty=1.0, **limits)
-                tokens += int(((out != pad) & (out != 0)).sum())
+                limits = {"min_new_tokens": length, "max_new_tokens": length} if fixed else {"max_new_tokens": ids.size(1) + 50}
+                out = self.models[run.dtype].generate(input_ids=ids, attention_mask=ids != self.pad, num_beams=4, length_penalty=1.0, **limits)
+                tokens += int(((out != self.pad) & (out != 0)).sum())
         return tokens
 
-    def run_ct2(fixed: bool) -> int:
+
+class CTranslate2:
+    def __init__(self, args, device: torch.device, work: Path, nmt_dir: Path, dtypes: list[str]):
+        import ctranslate2
+
+        ctranslate2.converters.TransformersConverter(str(work / "marian")).convert(str(work / "ct2"), force=True)
+        self.vocab = {i: t for t, i in json.loads((work / "marian" / "vocab.json").read_text()).items()}
+        self.translators, skipped = {}, []
+        for dtype in dtypes:
+            try:
+                self.translators[dtype] = ctranslate2.Translator(str(work / "ct2"), device=device.type, compute_type=CT2_TYPES[dtype],
+                                                                 intra_threads=args.threads, inter_threads=1)
+            except (RuntimeError, ValueError) as e:  # a CPU-only wheel on a GPU machine, a type the device lacks
+                skipped.append(f"{dtype} unavailable ({e})")
+        self.dtypes = list(self.translators)
+        self.describe = "; ".join([f"ctranslate2 {ctranslate2.__version__}", *skipped])
+
+    def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:
         tokens = 0
         for batch in batches:
-            source = [[vocab[t] for t in s] for s in batch]
-            limits = {"min_decoding_length": args.length, "max_decoding_length": args.length} if fixed else {"max_decoding_length": max(len(s) for s in batch) + 50}
-            results = ct2.translate_batch(source, beam_size=4, length_penalty=1.0, max_batch_size=args.batch, **limits)
+            source = [[self.vocab[t] for t in s] for s in batch]
+            limits = {"min_decoding_length": length, "max_decoding_length": length} if fixed else {"max_decoding_length": max(len(s) for s in batch) + 50}
+            results = self.translators[run.dtype].translate_batch(source, beam_size=4, length_penalty=1.0, max_batch_size=run.batch, **limits)
             tokens += sum(len(r.hypotheses[0]) for r in results)
         return tokens
 
-    engines = {"nmt": run_nmt, "hf": run_hf, "ct2": run_ct2}
-    chosen = [e for e in args.settings.split(",")]
-    names = [e for e in args.engines.split(",") if e in engines]
-    print(f"# {args.sentences} sentences, ~{args.source_length} source tokens, beam 4, batch {args.batch}, "
-          f"{args.threads} threads, {args.runs} runs; nmt weights: {nmt_weights}", file=sys.stderr)
-    rows = []
-    for setting in chosen:
-        fixed = setting == "fixed"
-        for name in names:  # warm up
-            engines[name](fixed) if name != "hf" else None
-        times: dict[str, list[float]] = {n: [] for n in names}
-        tokens: dict[str, int] = {}
-        for run in range(args.runs):
-            for name in names:  # alternate engines within each run
-                start = time.perf_counter()
-                tokens[name] = engines[name](fixed)
-                times[name].append(time.perf_counter() - start)
-                print(f"  {setting} run {run} {name}: {tokens[name] / times[name][-1]:.0f} tok/s", file=sys.stderr, flush=True)
-        for name in names:
-            median = statistics.median(times[name])
-            rows.append((setting, name, tokens[name], median, tokens[name] / median, args.sentences / median))
-    base = {s: next((r[4] for r in rows if r[0] == s and r[1] == "hf"), None) for s in chosen}
-    print(f"| setting | engine | output tokens | median s | target tok/s | sentences/s | vs HF generate |")
-    print(f"|---|---|---|---|---|---|---|")
-    for setting, name, n_tokens, seconds, tps, sps in rows:
-        ratio = f"{tps / base[setting]:.2f}x" if base[setting] else "-"
-        print(f"| {setting} | {name} | {n_tokens} | {seconds:.2f} | {tps:.0f} | {sps:.1f} | {ratio} |")
+
+ENGINES = {"nmt": Nmt, "hf": HuggingFace, "ct2": CTranslate2}
+
+
+# --- whole processes ----------------------------------------------------------------------------
+
+HF_SCRIPT = r"""
+import sys, torch
+from transformers import MarianMTModel, MarianTokenizer
+directory, device, threads, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+tokenizer = MarianTokenizer.from_pretrained(directory)
+model = MarianMTModel.from_pretrained(directory).eval().to(device)
+lines = sys.stdin.read().splitlines()
+with torch.inference_mode():
+    for i in range(0, len(lines), batch):
+        inputs = tokenizer(lines[i : i + batch], return_tensors="pt", padding=True).to(device)
+        out = model.generate(**inputs, num_beams=4, max_new_tokens=inputs["input_ids"].size(1) + 50)
+        print("\n".join(tokenizer.batch_decode(out, skip_special_tokens=True)))
+"""
+
+
+def measure_processes(args, device: torch.device, work: Path, nmt_dir: Path, n_sentences: int, batch: int):
+    """Text in, text out, each engine as its own process; the time includes Python, torch and the model loading.
+    nmt runs with its defaults; the Hugging Face script with the largest --batches up to 256."""
+    hf_batch = min(batch, 256)
+    g = torch.Generator().manual_seed(2)
+    lines = [" ".join(f"word{int(w)}" for w in torch.randint(0, 2000, (int(n) // 3,), generator=g))
+             for n in torch.randint(args.source_length - 8, args.source_length + 9, (n_sentences,), generator=g)]
+    text = "\n".join(lines) + "\n"
+    commands = {
+        "nmt": [sys.executable, "-m", "nmtcli", "translate", "-m", str(nmt_dir), "--device", device.type, "--threads", str(args.threads)],
+        "hf": [sys.executable, "-c", HF_SCRIPT, str(work / "marian"), device.type, str(args.threads), str(hf_batch)],
+    }
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for i in range(args.runs):
+        for name, command in commands.items():
+            start = time.perf_counter()
+            out = subprocess.run(command, input=text, capture_output=True, text=True, env=env)
+            times[name].append(time.perf_counter() - start)
+            if out.returncode:
+                raise SystemExit(f"{name} failed: {out.stderr[-2000:]}")
+            assert len(out.stdout.splitlines()) == n_sentences, f"{name}: {len(out.stdout.splitlines())} lines out for {n_sentences} in"
+            print(f"  process round {i} {name}: {times[name][-1]:.1f} s", file=sys.stderr, flush=True)
+    # Processes write text, not tokens: the table shows their seconds and sentences/s.
+    return [("process", Run(name, "fp32", 0 if name == "nmt" else hf_batch), None, statistics.median(t), None) for name, t in times.items()]
 
 
 if __name__ == "__main__":
