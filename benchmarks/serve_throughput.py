@@ -1,13 +1,15 @@
 """Throughput and latency of `nmt serve` under concurrent clients, with dynamic batching on and off.
 
-One small random model (d_model 256, 3+3 layers, a sentencepiece vocabulary of 2,000 pieces) is
+One small random model (the `tiny` preset: d_model 128, 2+2 layers; a sentencepiece vocabulary of 200 pieces) is
 served twice by the real `nmt serve`: with dynamic batching, and with --no-batching (each request
 translated alone, as a server without batching would). For 1, 8 and 64 concurrent clients, each
 client sends LibreTranslate requests of one sentence over a kept-alive connection, one after another,
 for --seconds; the table gives lines/s over the whole run and the p50/p99 latency of a request.
-Both servers get the same sentences, beam 4 and the same CPU threads.
+Both servers get the same sentences, beam 4 and the same CPU threads. A random model's outputs run to
+the length limit, so the servers cap them at source length + 10 tokens (--max-len-b 10), about what a
+trained model writes.
 
-Usage: python benchmarks/serve_throughput.py [--seconds 8] [--clients 1,8,64] [--threads 2]
+Usage: python benchmarks/serve_throughput.py [--seconds 8] [--clients 1,8,64] [--threads 1]
 Needs the `serve` extra: pip install -e ".[serve]".
 """
 
@@ -47,7 +49,7 @@ def build_model(directory: Path, seed: int = 0) -> None:
     spm.SentencePieceTrainer.train(input=str(work / "text.txt"), model_prefix=str(work / "spm"), vocab_size=200,
                                    model_type="bpe", pad_id=0, unk_id=1, bos_id=2, eos_id=3, minloglevel=2)
     torch.manual_seed(seed)
-    config = PRESETS["tiny"].replace(vocab_size=200, d_model=256, d_ff=1024, heads=4, layers=3, max_positions=256)
+    config = PRESETS["tiny"].replace(vocab_size=200, max_positions=256)
     values = {"format": "nmt-model", "format_version": 1, "model": config.to_dict(), "languages": {"source": "en", "target": "de"}}
     write_model_dir(directory, Transformer(config).state_dict(), values, work / "spm.model", "# random en-de\n")
 
@@ -62,7 +64,7 @@ def start_server(model: Path, batching: bool, threads: int) -> tuple[subprocess.
     port = free_port()
     nmt = str(Path(sys.executable).with_name("nmt"))
     process = subprocess.Popen([nmt, "serve", "-m", str(model), "--port", str(port), "--threads", str(threads), "--device", "cpu",
-                                "--batching" if batching else "--no-batching", "--queue-lines", "100000"],
+                                "--batching" if batching else "--no-batching", "--queue-lines", "100000", "--max-len-b", "10"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -121,11 +123,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="load per cell, after a warm-up")
     parser.add_argument("--clients", default="1,8,64")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads of the server")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of the server (1 leaves the other core of a 2-core CPU to the clients)")
     args = parser.parse_args()
 
     rng = random.Random(1)
-    sentences = [" ".join(rng.choices(WORDS, k=rng.randint(8, 30))) for _ in range(500)]
+    sentences = [" ".join(rng.choices(WORDS, k=rng.randint(5, 15))) for _ in range(500)]
     model = Path(tempfile.mkdtemp(prefix="nmt-bench-serve-")) / "model"
     build_model(model)
     counts = [int(c) for c in args.clients.split(",")]
@@ -141,7 +143,7 @@ def main() -> None:
         finally:
             process.terminate()
             process.wait(timeout=60)
-    print(f"# random model d_model 256, 3+3 layers; beam 4; one sentence of 8-30 words a request; {args.threads} server threads, "
+    print(f"# random tiny model; beam 4, outputs capped at source + 10 tokens; one sentence of 5-15 words a request; {args.threads} server threads, "
           f"{os.cpu_count()} CPUs; {args.seconds:g} s per cell")
     print("| clients | batching lines/s | p50 ms | p99 ms | no batching lines/s | p50 ms | p99 ms | speed-up |")
     print("|---|---|---|---|---|---|---|---|")

@@ -59,6 +59,9 @@ def batching_for(settings: SearchSettings, device_type: str) -> tuple[int, int]:
     return settings.batch_tokens or batch_tokens, settings.window or window
 
 
+# Every character str.splitlines() breaks a line at, each made a space in a translation.
+LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
 OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)  # torch.OutOfMemoryError since 2.5
 
 
@@ -142,8 +145,9 @@ class Translator:
         return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(list(enumerate(lines, start=1)), settings)]
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
-        # Byte-fallback pieces can spell a line break; one output line per input line is the contract.
-        text = self.tokenizer.decode(hyp.tokens).replace("\r", " ").replace("\n", " ")
+        # Byte-fallback pieces can spell a line break; one output line per input line is the contract,
+        # also for readers that split where Python's str.splitlines() does (U+2028, form feed, ...).
+        text = self.tokenizer.decode(hyp.tokens).translate(LINE_BREAKS)
         return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens])
 
     def _translate_window(self, window: list[tuple[int, str]], settings: SearchSettings | None = None) -> list[list[Hypothesis]]:

@@ -133,7 +133,8 @@ class Service:
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "models": [m.pair for m in self.models], "batching": self.config.batching,
-                             "queued_lines": self.batcher.queued_lines, "key_required": bool(self.config.api_keys)})
+                             "queued_lines": self.batcher.queued_lines,
+                             "translating_lines": sum(len(job.lines) for job in self.batcher.running), "key_required": bool(self.config.api_keys)})
 
     async def metrics_text(self, request: Request) -> Response:
         return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
