@@ -173,6 +173,27 @@ def keyed(models, tmp_path_factory):
     s.stop()
 
 
+def test_models_without_a_pair_or_with_the_same_pair_are_refused_before_loading(models, tmp_path):
+    from test_errors import doc_rows, matches
+
+    from nmtcli.errors import NmtError
+    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.serve.models import load_models
+
+    model = tmp_path / "model"
+    shutil.copytree(models["en-de"], model)
+    values = json.loads((model / "config.json").read_text())
+    del values["languages"]
+    (model / "config.json").write_text(json.dumps(values))
+    other = tmp_path / "other"
+    shutil.copytree(models["en-de"], other)
+    for row, dirs in (("serve-no-language-pair", [("model", model)]), ("serve-two-models-one-pair", [("a", models["en-de"]), ("other", other)])):
+        with pytest.raises(NmtError) as refused:
+            load_models(dirs, "cpu", SearchSettings())
+        documented = doc_rows()[row]
+        assert matches(documented.message, f"nmt: error: {refused.value}") and refused.value.exit_code == documented.exit_code
+
+
 # --- the API --------------------------------------------------------------------------------------------
 
 

@@ -17,10 +17,10 @@ INSTALL = 'pip install "nmtcli[serve]"'
 
 
 def command(
-    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json). Default: $NMT_MODEL, else the newest under models/.")] = None,
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="MODEL", help="Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json). Default: $NMT_MODEL, else the newest under models/.")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on. The default answers this machine only; 0.0.0.0 answers every network (put a reverse proxy with TLS in front: docs/serving.md).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (LibreTranslate's is 5000 too).", min=0, max=65535)] = 5000,
-    api_key: Annotated[Optional[list[str]], typer.Option("--api-key", help="Answer only requests that send this key (LibreTranslate's api_key field); repeat for several.")] = None,
+    api_key: Annotated[Optional[list[str]], typer.Option("--api-key", metavar="KEY", help="Answer only requests that send this key (LibreTranslate's api_key field); repeat for several.")] = None,
     api_keys_file: Annotated[Optional[Path], typer.Option(help="A file of API keys, one a line (blank lines and # comments skipped); with --api-key, either is accepted.")] = None,
     beam: Annotated[int, typer.Option(help="Beam size (sec. 6.1: 4); 1 is greedy search. /nmt/translate may ask for another.", min=1)] = 4,
     alpha: Annotated[float, typer.Option(help="Length penalty exponent (sec. 6.1: 0.6).", min=0.0)] = 0.6,
@@ -36,7 +36,7 @@ def command(
     queue_lines: Annotated[int, typer.Option(help="Lines waiting for the model at most; a request that would queue more is refused with 429.", min=1)] = 4_096,
     max_beam: Annotated[int, typer.Option(help="The widest beam (and longest n-best list) a request may ask for.", min=1)] = 16,
     timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its translation (then 503; its lines leave the queue).", min=0.001)] = 60.0,
-    cors_origin: Annotated[Optional[list[str]], typer.Option(help="Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several. Default: none.")] = None,
+    cors_origin: Annotated[Optional[list[str]], typer.Option(metavar="ORIGIN", help="Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several. Default: none.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="fp32, or on a GPU bf16 / fp16.")] = "fp32",
     threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's choice, usually the physical cores).", min=1)] = None,
@@ -46,7 +46,7 @@ def command(
 
     Loads each model once and listens on 127.0.0.1:5000 unless told otherwise. Lines of concurrent
     requests are translated together. Ctrl-C or SIGTERM stops taking requests, answers those in
-    flight and exits. Needs the serve extra (pip install "nmtcli[serve]"); docs/serving.md has the API.
+    flight and exits. Needs the serve extra (pip install "nmtcli\\[serve]"); docs/serving.md has the API.
     """
     from nmtcli.errors import NmtError, check_readable
     from nmtcli.inference.beam import LENGTH_PENALTIES
