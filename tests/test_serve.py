@@ -31,6 +31,8 @@ from conftest import NMT
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
+# A random model writes to the length limit: a limit of source length + 10 keeps its translations short.
+SHORT = ["--max-len-b", "10"]
 LINES = ["the dog sees a cat", "", "a red car", "the old man reads a book in the garden", "the"]
 
 
@@ -158,7 +160,7 @@ def models(random_model, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def server(models, tmp_path_factory):
     s = Server(["-m", str(models["en-de"]), "-m", str(models["de-en"]), "--threads", "1", "--max-chars", "2000",
-                "--max-lines", "50", "--queue-lines", "64", "--timeout", "30"], tmp_path_factory.mktemp("serve"))
+                "--max-lines", "50", "--queue-lines", "64", "--timeout", "30", *SHORT], tmp_path_factory.mktemp("serve"))
     yield s
     s.stop()
 
@@ -168,7 +170,7 @@ def keyed(models, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("serve-keyed")
     (cwd / "keys.txt").write_text("# one key a line\nkey-from-file\n\n")
     s = Server(["-m", str(models["en-de"]), "--threads", "1", "--api-key", "key-on-the-command-line", "--api-keys-file", "keys.txt",
-                "--timeout", "2"], cwd)
+                "--timeout", "2", *SHORT], cwd)
     yield s
     s.stop()
 
@@ -228,9 +230,9 @@ def test_translate_answers_libretranslate_clients_in_json_and_forms(server):
 
 
 def test_one_line_out_per_line_in_the_same_as_nmt_translate(server, models, tmp_path):
-    """Both endpoints against `nmt translate --output-format json --nbest 2` with the server's settings (beam 4, alpha 0.6)."""
+    """Both endpoints against `nmt translate --output-format json --nbest 2` with the server's settings (beam 4, alpha 0.6, max_len_b 10)."""
     records = [json.loads(line) for line in subprocess.run(
-        [NMT, "translate", "-m", str(models["en-de"]), "--threads", "1", "--output-format", "json", "--nbest", "2"],
+        [NMT, "translate", "-m", str(models["en-de"]), "--threads", "1", "--output-format", "json", "--nbest", "2", *SHORT],
         input="\n".join(LINES) + "\n", capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split("\n")[:-1]]
     assert len(records) == len(LINES) and records[1]["nbest"] == []
     best = [r["translation"] for r in records]
