@@ -6,7 +6,7 @@
 # The subcommands of a command path ("", "import").
 __nmt_subcommands() {
     case $1 in
-        '') REPLY='quickstart prepare train average translate score info push pull import export' ;;
+        '') REPLY='quickstart prepare train average translate serve score info push pull import export' ;;
         'import') REPLY='marian' ;;
         'export') REPLY='ctranslate2' ;;
         *) REPLY='' ;;
@@ -22,6 +22,7 @@ __nmt_options() {
         'train') REPLY='--data --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --output -o --help -h' ;;
         'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --cuda-graphs --no-cuda-graphs --engine --help -h' ;;
+        'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --access-log --no-access-log --help -h' ;;
         'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
@@ -100,6 +101,28 @@ __nmt_option_value() {
         'translate --dtype') REPLY='choices fp32 bf16 fp16' ;;
         'translate --threads') REPLY='text' ;;
         'translate --engine') REPLY='choices native ctranslate2' ;;
+        'serve --model'|'serve -m') REPLY='files' ;;
+        'serve --host') REPLY='text' ;;
+        'serve --port') REPLY='text' ;;
+        'serve --api-key') REPLY='text' ;;
+        'serve --api-keys-file') REPLY='files' ;;
+        'serve --beam') REPLY='text' ;;
+        'serve --alpha') REPLY='text' ;;
+        'serve --length-penalty') REPLY='choices gnmt power' ;;
+        'serve --max-len-a') REPLY='text' ;;
+        'serve --max-len-b') REPLY='text' ;;
+        'serve --max-delay') REPLY='text' ;;
+        'serve --batch-lines') REPLY='text' ;;
+        'serve --batch-tokens') REPLY='text' ;;
+        'serve --max-chars') REPLY='text' ;;
+        'serve --max-lines') REPLY='text' ;;
+        'serve --queue-lines') REPLY='text' ;;
+        'serve --max-beam') REPLY='text' ;;
+        'serve --timeout') REPLY='text' ;;
+        'serve --cors-origin') REPLY='text' ;;
+        'serve --device') REPLY='choices auto cpu cuda' ;;
+        'serve --dtype') REPLY='choices fp32 bf16 fp16' ;;
+        'serve --threads') REPLY='text' ;;
         'score --ref'|'score -r') REPLY='files' ;;
         'score --metrics') REPLY='list bleu chrf ter' ;;
         'score --compat') REPLY='text' ;;

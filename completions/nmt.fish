@@ -6,7 +6,7 @@
 function __nmt_subcommands
     switch "$argv"
         case ''
-            printf '%s\n' quickstart prepare train average translate score info push pull import export
+            printf '%s\n' quickstart prepare train average translate serve score info push pull import export
         case 'import'
             printf '%s\n' marian
         case 'export'
@@ -27,6 +27,8 @@ function __nmt_value_options
             printf '%s\n' --last --output -o
         case 'translate'
             printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --engine
+        case 'serve'
+            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads
         case 'score'
             printf '%s\n' --ref -r --metrics --compat --target-lang -t --width --model -m --split --device
         case 'info'
@@ -137,6 +139,7 @@ complete -c nmt -n "__nmt_using ''" -a prepare -d 'Download or read parallel tex
 complete -c nmt -n "__nmt_using ''" -a train -d 'Train with the paper\'s recipe: Adam (0.9, 0.98, 1e-9), warmup then 1/sqrt(step), label smoothing 0.1'
 complete -c nmt -n "__nmt_using ''" -a average -d 'Average checkpoints element-wise into a self-contained model dir'
 complete -c nmt -n "__nmt_using ''" -a translate -d 'Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens'
+complete -c nmt -n "__nmt_using ''" -a serve -d 'Serve translation over HTTP: LibreTranslate\'s API, nmt\'s own, and a page to try it at /'
 complete -c nmt -n "__nmt_using ''" -a score -d 'Score translations with sacreBLEU (BLEU, chrF, TER), printed with their signatures'
 complete -c nmt -n "__nmt_using ''" -a info -d 'Show what a model, a training run or a Hub model is: architecture, parameters, vocabulary, data, steps, BLEU, files'
 complete -c nmt -n "__nmt_using ''" -a push -d 'Upload a model dir to the Hugging Face Hub with a generated model card'
@@ -235,6 +238,35 @@ complete -c nmt -n "__nmt_using 'translate'" -l cuda-graphs -d 'On a GPU, replay
 complete -c nmt -n "__nmt_using 'translate'" -l no-cuda-graphs -d 'The opposite of --cuda-graphs'
 complete -c nmt -n "__nmt_using 'translate'" -l engine -x -a '(__nmt_values_engine)' -d 'native: nmt\'s PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU)'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
+
+# nmt serve
+complete -c nmt -n "__nmt_using 'serve'" -l model -s m -r -F -d 'Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json)'
+complete -c nmt -n "__nmt_using 'serve'" -l host -x -d 'Address to listen on'
+complete -c nmt -n "__nmt_using 'serve'" -l port -x -d 'Port to listen on (LibreTranslate\'s is 5000 too)'
+complete -c nmt -n "__nmt_using 'serve'" -l api-key -x -d 'Answer only requests that send this key (LibreTranslate\'s api_key field); repeat for several'
+complete -c nmt -n "__nmt_using 'serve'" -l api-keys-file -r -F -d 'A file of API keys, one a line (blank lines and # comments skipped); with --api-key, either is accepted'
+complete -c nmt -n "__nmt_using 'serve'" -l beam -x -d 'Beam size (sec. 6.1: 4); 1 is greedy search. /nmt/translate may ask for another'
+complete -c nmt -n "__nmt_using 'serve'" -l alpha -x -d 'Length penalty exponent (sec. 6.1: 0.6)'
+complete -c nmt -n "__nmt_using 'serve'" -l length-penalty -x -a '(__nmt_values_length_penalty)' -d 'gnmt: ((5+|Y|)/6)^alpha, the paper\'s; power: |Y|^alpha'
+complete -c nmt -n "__nmt_using 'serve'" -l max-len-a -x -d 'Output length limit a*|x|+b: the a'
+complete -c nmt -n "__nmt_using 'serve'" -l max-len-b -x -d 'Output length limit a*|x|+b: the b'
+complete -c nmt -n "__nmt_using 'serve'" -l batching -d 'Translate the lines of concurrent requests together (dynamic batching); off: one request at a time'
+complete -c nmt -n "__nmt_using 'serve'" -l no-batching -d 'The opposite of --batching'
+complete -c nmt -n "__nmt_using 'serve'" -l max-delay -x -d 'Milliseconds a request waits for others to share its batch (only while the model is idle; a busy model takes what has queued at once)'
+complete -c nmt -n "__nmt_using 'serve'" -l batch-lines -x -d 'Lines per batch at most'
+complete -c nmt -n "__nmt_using 'serve'" -l batch-tokens -x -d 'Padded source tokens per search batch'
+complete -c nmt -n "__nmt_using 'serve'" -l max-chars -x -d 'Characters per request at most (more: 413)'
+complete -c nmt -n "__nmt_using 'serve'" -l max-lines -x -d 'Lines per request at most (more: 413)'
+complete -c nmt -n "__nmt_using 'serve'" -l queue-lines -x -d 'Lines waiting for the model at most; a request that would queue more is refused with 429'
+complete -c nmt -n "__nmt_using 'serve'" -l max-beam -x -d 'The widest beam (and longest n-best list) a request may ask for'
+complete -c nmt -n "__nmt_using 'serve'" -l timeout -x -d 'Seconds a request may wait for its translation (then 503; its lines leave the queue)'
+complete -c nmt -n "__nmt_using 'serve'" -l cors-origin -x -d 'Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several'
+complete -c nmt -n "__nmt_using 'serve'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
+complete -c nmt -n "__nmt_using 'serve'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32, or on a GPU bf16 / fp16'
+complete -c nmt -n "__nmt_using 'serve'" -l threads -x -d 'CPU threads (default: PyTorch\'s choice, usually the physical cores)'
+complete -c nmt -n "__nmt_using 'serve'" -l access-log -d 'Log every request on stderr'
+complete -c nmt -n "__nmt_using 'serve'" -l no-access-log -d 'The opposite of --access-log'
+complete -c nmt -n "__nmt_using 'serve'" -l help -s h -d 'Show this message and exit'
 
 # nmt score
 complete -c nmt -n "__nmt_using 'score'" -l ref -s r -r -F -d 'Reference translations, aligned with HYP'

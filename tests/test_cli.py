@@ -19,6 +19,7 @@ COMMANDS = {
               "--tokens-per-step", "--gpus", "--precision", "--compile", "--config", "--valid-bleu", "--patience", "--peak-tflops"],
     "average": ["--last", "--output"],
     "translate": ["--model", "--beam", "--alpha", "--max-len-a", "--max-len-b", "--input", "--output", "--length-penalty", "--engine", "--revision"],
+    "serve": ["--model", "--host", "--port", "--api-key", "--api-keys-file", "--batching", "--max-chars", "--queue-lines", "--timeout"],
     "score": ["--ref", "--metrics", "--json"],
     "info": ["--preset", "--vocab-size", "--json", "--revision"],
     "push": ["--private", "--revision", "--message", "--license"],

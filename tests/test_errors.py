@@ -469,6 +469,24 @@ def _(c: Case):
     return result
 
 
+@row("serve-extra-missing")
+def _(c: Case):
+    blocked = c.tmp / "blocked"
+    blocked.mkdir()
+    (blocked / "starlette.py").write_text("raise ImportError('not installed here')\n")  # as if the extra were missing
+    return c.nmt("serve", "-m", str(c.fixture("random_model")), "--port", "0", env={"PYTHONPATH": str(blocked)})
+
+
+@row("serve-port-in-use")
+def _(c: Case):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        return c.nmt("serve", "-m", str(c.fixture("random_model")), "--port", str(taken.getsockname()[1]))
+
+
 # --- the tests -----------------------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from nmtcli import __version__
-from nmtcli.cli import average, export, import_model, info, prepare, pull, push, quickstart, score, train, translate
+from nmtcli.cli import average, export, import_model, info, prepare, pull, push, quickstart, score, serve, train, translate
 from nmtcli.errors import NmtError
 
 app = typer.Typer(
@@ -59,7 +59,7 @@ def _root(
     _debug["on"] = _debug["on"] or debug
 
 
-for module in (quickstart, prepare, train, average, translate, score, info, push, pull):
+for module in (quickstart, prepare, train, average, translate, serve, score, info, push, pull):
     app.command(module.NAME, help=module.command.__doc__)(module.command)
 for group in (import_model, export):
     app.add_typer(group.app, name=group.NAME)

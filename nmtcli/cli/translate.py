@@ -118,6 +118,6 @@ def command(
 
 def _json_line(hyps) -> str:
     """One JSON object per input line: the best translation's fields plus the n-best list."""
-    entries = [{"translation": h.text, "score": round(h.score, 6), "log_prob": round(h.log_prob, 6), "tokens": h.tokens} for h in hyps]
-    best = entries[0] if entries else {"translation": "", "score": None, "log_prob": None, "tokens": []}
-    return json.dumps({**best, "nbest": entries}, ensure_ascii=False)
+    from nmtcli.inference.translator import nbest_record
+
+    return json.dumps(nbest_record(hyps), ensure_ascii=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import load_tokenizer
-from nmtcli.inference.translator import SearchSettings, Warn, batching_for
+from nmtcli.inference.translator import LINE_BREAKS, SearchSettings, Warn, batching_for
 
 NMT_FILE = "nmt.json"
 
@@ -84,6 +84,6 @@ class CTranslate2Translator:
                 )
                 for (pos, _), result, cap in zip(batch, out, limits):
                     ids = [self.piece_id[p] for p in result.hypotheses[0]][:cap]
-                    results[pos] = self.tokenizer.decode(ids).replace("\r", " ").replace("\n", " ")
+                    results[pos] = self.tokenizer.decode(ids).translate(LINE_BREAKS)
             batch = [item] if item is not None else []
         return results

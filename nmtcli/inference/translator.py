@@ -14,7 +14,7 @@ are truncated to what the model can read (and reported), never dropped.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +60,9 @@ def batching_for(settings: SearchSettings, device_type: str) -> tuple[int, int]:
     return settings.batch_tokens or batch_tokens, settings.window or window
 
 
+# Every character str.splitlines() breaks a line at, each made a space in a translation.
+LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
 OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)  # torch.OutOfMemoryError since 2.5
 
 
@@ -74,6 +77,14 @@ class Translation:
     score: float  # log-probability / length penalty: what the search ranks by
     log_prob: float
     tokens: list[str] = field(default_factory=list)  # the output's sentencepiece pieces
+
+
+def nbest_record(hyps: list[Translation]) -> dict:
+    """One line's result as `nmt translate --output-format json` writes it and `nmt serve` answers it:
+    the best translation's fields plus the n-best list."""
+    entries = [{"translation": h.text, "score": round(h.score, 6), "log_prob": round(h.log_prob, 6), "tokens": h.tokens} for h in hyps]
+    best = entries[0] if entries else {"translation": "", "score": None, "log_prob": None, "tokens": []}
+    return {**best, "nbest": entries}
 
 
 class Translator:
@@ -127,12 +138,22 @@ class Translator:
             for hyps in self._translate_window(window):
                 yield [self._detokenize(h) for h in hyps]
 
+    def translate_lines(self, lines: Sequence[str], settings: SearchSettings | None = None) -> list[list[Translation]]:
+        """The n-best lists of `lines` translated as one unit: sorted by length together, searched in batches
+        of `batch_tokens`, returned in input order. `settings` overrides the search settings (beam, alpha,
+        nbest, ...) for this call only; `nmt serve` batches the lines of concurrent requests through here."""
+        settings = settings or self.settings
+        if settings.nbest > settings.beam:
+            raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
+        return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(list(enumerate(lines, start=1)), settings)]
+
     def _detokenize(self, hyp: Hypothesis) -> Translation:
-        # Byte-fallback pieces can spell a line break; one output line per input line is the contract.
-        text = self.tokenizer.decode(hyp.tokens).replace("\r", " ").replace("\n", " ")
+        # Byte-fallback pieces can spell a line break; one output line per input line is the contract,
+        # also for readers that split where Python's str.splitlines() does (U+2028, form feed, ...).
+        text = self.tokenizer.decode(hyp.tokens).translate(LINE_BREAKS)
         return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens])
 
-    def _translate_window(self, window: list[tuple[int, str]]) -> list[list[Hypothesis]]:
+    def _translate_window(self, window: list[tuple[int, str]], settings: SearchSettings | None = None) -> list[list[Hypothesis]]:
         results: list[list[Hypothesis]] = [[] for _ in window]
         encoded: list[tuple[int, list[int]]] = []
         ids_all = self.tokenizer.encode([line if line.strip() else "" for _, line in window])
@@ -146,13 +167,13 @@ class Translator:
         # Sorting by length keeps padding low; results go back to their input positions.
         encoded.sort(key=lambda item: len(item[1]))
         for batch in self._batches(encoded):
-            for (pos, _), h in zip(batch, self._search(batch)):
+            for (pos, _), h in zip(batch, self._search(batch, settings)):
                 results[pos] = h
         return results
 
-    def _search(self, batch: list[tuple[int, list[int]]]) -> list[list[Hypothesis]]:
+    def _search(self, batch: list[tuple[int, list[int]]], settings: SearchSettings | None = None) -> list[list[Hypothesis]]:
         """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
-        s = self.settings
+        s = settings or self.settings
         try:
             fault = injected("oom-above")  # the tests' stand-in for a GPU that runs out of memory
             if fault and len(batch) > int(fault[0]):
@@ -175,7 +196,7 @@ class Translator:
         self.batch_tokens = max(longest, min(self.batch_tokens, longest * len(batch)) // 2)
         self.warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {self.batch_tokens:,}")
         half = len(batch) // 2
-        return self._search(batch[:half]) + self._search(batch[half:])
+        return self._search(batch[:half], settings) + self._search(batch[half:], settings)
 
     def _batches(self, encoded: list[tuple[int, list[int]]]) -> Iterator[list[tuple[int, list[int]]]]:
         batch: list[tuple[int, list[int]]] = []

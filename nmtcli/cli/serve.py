@@ -1,0 +1,150 @@
+"""`nmt serve`: translation over HTTP, for LibreTranslate's clients, nmt's own API and a page to try it."""
+
+from __future__ import annotations
+
+import errno
+import signal
+import socket
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from nmtcli.cli.common import resolve_model, say, warn
+
+NAME = "serve"
+INSTALL = 'pip install "nmtcli[serve]"'
+
+
+def command(
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="MODEL", help="Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json). Default: $NMT_MODEL, else the newest under models/.")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on. The default answers this machine only; 0.0.0.0 answers every network (put a reverse proxy with TLS in front: docs/serving.md).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (LibreTranslate's is 5000 too).", min=0, max=65535)] = 5000,
+    api_key: Annotated[Optional[list[str]], typer.Option("--api-key", metavar="KEY", help="Answer only requests that send this key (LibreTranslate's api_key field); repeat for several.")] = None,
+    api_keys_file: Annotated[Optional[Path], typer.Option(help="A file of API keys, one a line (blank lines and # comments skipped); with --api-key, either is accepted.")] = None,
+    beam: Annotated[int, typer.Option(help="Beam size (sec. 6.1: 4); 1 is greedy search. /nmt/translate may ask for another.", min=1)] = 4,
+    alpha: Annotated[float, typer.Option(help="Length penalty exponent (sec. 6.1: 0.6).", min=0.0)] = 0.6,
+    length_penalty: Annotated[str, typer.Option(help="gnmt: ((5+|Y|)/6)^alpha, the paper's; power: |Y|^alpha.")] = "gnmt",
+    max_len_a: Annotated[float, typer.Option(help="Output length limit a*|x|+b: the a.", min=0.0)] = 1.0,
+    max_len_b: Annotated[int, typer.Option(help="Output length limit a*|x|+b: the b.", min=0)] = 50,
+    batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Translate the lines of concurrent requests together (dynamic batching); off: one request at a time.")] = True,
+    max_delay: Annotated[float, typer.Option(help="Milliseconds a request waits for others to share its batch (only while the model is idle; a busy model takes what has queued at once).", min=0.0)] = 5.0,
+    batch_lines: Annotated[int, typer.Option(help="Lines per batch at most.", min=1)] = 256,
+    batch_tokens: Annotated[Optional[int], typer.Option(help="Padded source tokens per search batch. Default: 4096 on a CPU, 65536 on a GPU.", min=1)] = None,
+    max_chars: Annotated[int, typer.Option(help="Characters per request at most (more: 413).", min=1)] = 20_000,
+    max_lines: Annotated[int, typer.Option(help="Lines per request at most (more: 413).", min=1)] = 1_000,
+    queue_lines: Annotated[int, typer.Option(help="Lines waiting for the model at most; a request that would queue more is refused with 429.", min=1)] = 4_096,
+    max_beam: Annotated[int, typer.Option(help="The widest beam (and longest n-best list) a request may ask for.", min=1)] = 16,
+    timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its translation (then 503; its lines leave the queue).", min=0.001)] = 60.0,
+    cors_origin: Annotated[Optional[list[str]], typer.Option(metavar="ORIGIN", help="Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several. Default: none.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="fp32, or on a GPU bf16 / fp16.")] = "fp32",
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's choice, usually the physical cores).", min=1)] = None,
+    access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request on stderr.")] = False,
+) -> None:
+    """Serve translation over HTTP: LibreTranslate's API, nmt's own, and a page to try it at /.
+
+    Loads each model once and listens on 127.0.0.1:5000 unless told otherwise. Lines of concurrent
+    requests are translated together. Ctrl-C or SIGTERM stops taking requests, answers those in
+    flight and exits. Needs the serve extra (pip install "nmtcli\\[serve]"); docs/serving.md has the API.
+    """
+    from nmtcli.errors import NmtError, check_readable
+    from nmtcli.inference.beam import LENGTH_PENALTIES
+
+    _check_extra()
+    if length_penalty not in LENGTH_PENALTIES:
+        raise NmtError(f"unknown --length-penalty {length_penalty!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)
+    if max_lines > queue_lines:
+        raise NmtError(f"--max-lines {max_lines} exceeds --queue-lines {queue_lines}", "a request must fit in the queue: raise --queue-lines", exit_code=2)
+    if beam > max_beam:
+        raise NmtError(f"--beam {beam} exceeds --max-beam {max_beam}", "raise --max-beam", exit_code=2)
+    keys = set(api_key or [])
+    if api_keys_file is not None:
+        check_readable(api_keys_file, "check the path given to --api-keys-file")
+        from_file = [line.strip() for line in api_keys_file.read_text(encoding="utf-8").splitlines()]
+        from_file = [key for key in from_file if key and not key.startswith("#")]
+        if not from_file:
+            raise NmtError(f"{api_keys_file} holds no API key", "write one key a line, or leave out --api-keys-file")
+        keys.update(from_file)
+    listener = _listen(host, port)  # before the models load: a port in use is found out at once
+
+    import torch
+
+    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.serve.app import ServeConfig, create_app
+    from nmtcli.serve.models import load_models
+    from nmtcli.serve.requests import Limits
+    from nmtcli.training.trainer import resolve_device
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
+                              length_penalty=length_penalty, batch_tokens=batch_tokens)
+    if model:
+        dirs = [(spec, resolve_model(spec)) for spec in model]
+    else:
+        path = resolve_model(None)
+        dirs = [(str(path), path)]
+    served = load_models(dirs, resolve_device(device), settings, dtype=dtype, warn=warn)
+    config = ServeConfig(search=settings, limits=Limits(chars=max_chars, lines=max_lines, beam=max_beam), api_keys=frozenset(keys),
+                         timeout=timeout, batching=batching, max_delay=max_delay / 1000, batch_lines=batch_lines,
+                         queue_lines=queue_lines, cors_origins=tuple(cors_origin or ()))
+    _serve(create_app(served, config), listener, access_log, timeout)
+    say("stopped: the requests in flight were answered")
+
+
+def _check_extra() -> None:
+    from nmtcli.errors import NmtError
+
+    needed = (("starlette", ["starlette"]), ("uvicorn", ["uvicorn"]), ("python-multipart", ["python_multipart", "multipart"]))
+    missing = [name for name, modules in needed if not any(_importable(m) for m in modules)]
+    if missing:
+        raise NmtError(f"nmt serve needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed",
+                       f"install the serve extra: {INSTALL}")
+
+
+def _importable(module: str) -> bool:
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or one error line that says why not."""
+    from nmtcli.errors import NmtError
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as e:
+        raise NmtError(f"cannot listen on {host}: {e.strerror}", "pass an address of this machine to --host, e.g. 127.0.0.1", exit_code=2) from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait for the old connections' TIME_WAIT
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise NmtError(f"port {port} on {host} is already in use", "stop what listens there, or pass another --port") from None
+        if e.errno in (errno.EACCES, errno.EPERM):
+            raise NmtError(f"no permission to listen on port {port}", "ports below 1024 need root: pass a --port above 1023") from None
+        raise NmtError(f"cannot listen on {host}:{port}: {e.strerror}", "pass another --host or --port") from None
+    return sock
+
+
+def _serve(app, listener: socket.socket, access_log: bool, timeout: float) -> None:
+    """Run `app` on uvicorn until Ctrl-C or SIGTERM, then let the requests in flight finish (up to `timeout`)."""
+    import uvicorn
+
+    host, port = listener.getsockname()[:2]
+    say(f"serving on http://{host if ':' not in host else f'[{host}]'}:{port}/ (Ctrl-C or SIGTERM to stop)")
+    config = uvicorn.Config(app, log_level="info" if access_log else "warning", access_log=access_log, lifespan="on",
+                            timeout_graceful_shutdown=int(timeout) + 5, server_header=False)
+    # uvicorn drains the server on either signal and raises it again afterwards; then it only ends the command.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda number, frame: None)
+    uvicorn.Server(config).run(sockets=[listener])

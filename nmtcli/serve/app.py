@@ -1,0 +1,266 @@
+"""The Starlette app of `nmt serve`: LibreTranslate's API, nmt's own endpoint, health, metrics, the page.
+
+    POST /translate          LibreTranslate's: q (a text or a list), source, target, format, alternatives, api_key
+    GET  /languages          LibreTranslate's: [{"code", "name", "targets"}]
+    GET  /frontend/settings  LibreTranslate's: the limits and whether a key is needed (its web clients ask)
+    POST /nmt/translate      one line per item of `lines`, with the search options of `nmt translate`
+    GET  /nmt/models         the models served: name, language pair, scores.json
+    GET  /health             {"status": "ok", ...} once the models are loaded
+    GET  /metrics            Prometheus' text format (metrics.py)
+    GET  /                   the page to try it (page.html)
+
+Every answer other than 200 is LibreTranslate's error shape {"error": "..."} with a 4xx or 5xx status;
+an unexpected exception answers 500 in that shape and leaves its traceback in the server's log only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from nmtcli.errors import NmtError
+from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
+from nmtcli.serve.batching import Batcher, QueueFull
+from nmtcli.serve.metrics import Metrics
+from nmtcli.serve.models import ServedModel, language_name
+from nmtcli.serve.requests import ApiError, Limits, libretranslate_request, nmt_request, parse_fields, read_body
+
+# The page may run its own inline script and talk to this server, and nothing else: no external fetches.
+PAGE_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+               "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+CLIENT_GONE = 499  # nginx's status for a client that closed the connection before the answer: only ever in /metrics
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    search: SearchSettings = SearchSettings()  # the defaults of every request; /nmt/translate may change them
+    limits: Limits = Limits()
+    api_keys: frozenset[str] = frozenset()  # empty: no key needed
+    timeout: float = 60.0  # seconds a request may wait for its translation
+    batching: bool = True
+    max_delay: float = 0.005  # seconds the first request of a batch waits for others
+    batch_lines: int = 256  # lines per translation call at most
+    queue_lines: int = 4096  # lines waiting at most; more: 429
+    cors_origins: tuple[str, ...] = ()  # origins whose pages may call the API from a browser ("*": any)
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its translation was done."""
+
+
+@dataclass
+class Service:
+    """The models, the batcher and the metrics behind the routes."""
+
+    models: list[ServedModel]
+    config: ServeConfig
+    metrics: Metrics = field(init=False)
+    batcher: Batcher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.by_pair = {(m.source, m.target): m for m in self.models}
+        self.metrics = Metrics(lambda: self.batcher.queued_lines)
+        c = self.config
+        self.batcher = Batcher(c.max_delay, c.batch_lines, c.queue_lines, c.batching,
+                               on_batch=lambda model, lines, requests, seconds: self.metrics.batch(lines, requests, seconds))
+
+    # --- the routes ---------------------------------------------------------------------------------
+
+    async def translate(self, request: Request) -> Response:
+        """LibreTranslate's POST /translate."""
+        fields = await self._fields(request)
+        ask = libretranslate_request(fields, self.config.limits)
+        model, detected = self._model(ask.source, ask.target, auto=True)
+        nbest = ask.alternatives + 1
+        settings = dataclasses.replace(self.config.search, nbest=nbest, beam=max(self.config.search.beam, nbest))
+        results = await self._translate(request, model, ask.lines, settings)
+        texts, alternatives, start = [], [], 0
+        for text in ask.texts:
+            hyps = results[start:start + text.count("\n") + 1]
+            start += len(hyps)
+            texts.append("\n".join(_nth(h, 0) for h in hyps))
+            alternatives.append(["\n".join(_nth(h, k) for h in hyps) for k in range(1, nbest)])
+        answer: dict[str, Any] = {"translatedText": texts if ask.batch else texts[0]}
+        if ask.alternatives:
+            answer["alternatives"] = alternatives if ask.batch else alternatives[0]
+        if detected:  # source "auto": the one language this server translates into `target` from
+            guess = {"confidence": 100.0, "language": model.source}
+            answer["detectedLanguage"] = [guess] * len(texts) if ask.batch else guess
+        return JSONResponse(answer)
+
+    async def nmt_translate(self, request: Request) -> Response:
+        """nmt's POST /nmt/translate: the records of `nmt translate --output-format json`, one per line."""
+        fields = await self._fields(request)
+        ask = nmt_request(fields, self.config.search, self.config.limits)
+        model, _ = self._model(ask.source, ask.target)
+        results = await self._translate(request, model, ask.lines, ask.settings)
+        s = ask.settings
+        return JSONResponse({"model": model.name, "source": model.source, "target": model.target,
+                             "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty,
+                                          "max_len_a": s.max_len_a, "max_len_b": s.max_len_b, "nbest": s.nbest},
+                             "translations": [nbest_record(hyps) for hyps in results]})
+
+    async def languages(self, request: Request) -> Response:
+        sources = sorted({m.source for m in self.models})
+        return JSONResponse([{"code": code, "name": language_name(code), "targets": sorted(m.target for m in self.models if m.source == code)}
+                             for code in sources])
+
+    async def frontend_settings(self, request: Request) -> Response:
+        first = self.models[0]
+        return JSONResponse({"charLimit": self.config.limits.chars, "frontendTimeout": 500, "apiKeys": bool(self.config.api_keys),
+                             "keyRequired": bool(self.config.api_keys), "suggestions": False, "filesTranslation": False,
+                             "supportedFilesFormat": [],
+                             "language": {"source": {"code": first.source, "name": language_name(first.source)},
+                                          "target": {"code": first.target, "name": language_name(first.target)}}})
+
+    async def model_list(self, request: Request) -> Response:
+        return JSONResponse([m.describe() for m in self.models])
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "models": [m.pair for m in self.models], "batching": self.config.batching,
+                             "queued_lines": self.batcher.queued_lines,
+                             "translating_lines": sum(len(job.lines) for job in self.batcher.running), "key_required": bool(self.config.api_keys)})
+
+    async def metrics_text(self, request: Request) -> Response:
+        return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def page(self, request: Request) -> Response:
+        html = resources.files("nmtcli.serve").joinpath("page.html").read_text(encoding="utf-8")
+        return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_POLICY})
+
+    # --- what the routes share ----------------------------------------------------------------------
+
+    async def _fields(self, request: Request) -> dict[str, Any]:
+        """The request's fields, after the body size limit and the API key."""
+        limit = self.config.limits.body_bytes
+        body = await read_body(request.stream(), request.headers.get("content-length"), limit)
+        fields = await parse_fields(body, request.headers.get("content-type", ""), dict(request.query_params), limit)
+        if self.config.api_keys:
+            key = fields.get("api_key")
+            if not key:  # LibreTranslate's answer to a missing key
+                raise ApiError(400, "Please contact the server operator to get an API key (send it as api_key)")
+            if not isinstance(key, str) or not any(hmac.compare_digest(key.encode(), k.encode()) for k in self.config.api_keys):
+                raise ApiError(403, "Invalid API key")
+        return fields
+
+    def _model(self, source: str | None, target: str | None, auto: bool = False) -> tuple[ServedModel, bool]:
+        """The model for source -> target (either may be left out where only one model fits); and whether
+        the source was "auto" and so chosen here."""
+        detected = auto and source == "auto"
+        fits = [m for m in self.models if (source is None or detected or m.source == source) and (target is None or m.target == target)]
+        if len(fits) == 1:
+            return fits[0], detected
+        pairs = ", ".join(f"{m.source}->{m.target}" for m in self.models)
+        if fits:
+            raise ApiError(400, f"Invalid request: several models fit (this server translates {pairs}: send source and target)")
+        if detected:
+            raise ApiError(400, f"Invalid request: cannot choose a source language for target {target} "
+                                f"(this server translates {pairs}: send source)")
+        if source is not None and all(m.source != source for m in self.models):
+            raise ApiError(400, f"{source} is not supported (this server translates {pairs}; see GET /languages)")
+        if source is None:
+            raise ApiError(400, f"{target} is not supported (this server translates {pairs}; see GET /languages)")
+        raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
+                            f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
+
+    async def _translate(self, request: Request, model: ServedModel, lines: list[str], settings: SearchSettings) -> list[list[Translation]]:
+        """The lines' n-best lists through the batcher; a timeout (503), a full queue (429) or the client
+        going away (ClientGone) takes the request's lines out of the queue."""
+        work = asyncio.ensure_future(self.batcher.translate(model, lines, settings))
+        gone = asyncio.ensure_future(_disconnected(request))
+        done, _ = await asyncio.wait({work, gone}, timeout=self.config.timeout, return_when=asyncio.FIRST_COMPLETED)
+        gone.cancel()
+        if work not in done:
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            if gone in done:
+                raise ClientGone()
+            raise ApiError(503, f"Timed out after {self.config.timeout:g} s waiting for the translation (the server is busy: "
+                                "try again, or send less text)")
+        try:
+            results = work.result()
+        except QueueFull as e:
+            raise ApiError(429, f"Slowdown: {e.queued:,} lines are waiting to be translated, the limit is {e.limit:,} (try again shortly)",
+                           headers={"Retry-After": "1"}) from None
+        except NmtError as e:
+            raise ApiError(500, f"Cannot translate text: {e}") from None
+        self.metrics.translated(len(lines), sum(len(hyps[0].tokens) for hyps in results if hyps))
+        return results
+
+    def counted(self, endpoint: str, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """`handler` with its errors in the API's shape and its status and time in the metrics."""
+
+        async def run(request: Request) -> Response:
+            started = time.perf_counter()
+            try:
+                response = await handler(request)
+            except ApiError as e:
+                response = JSONResponse({"error": e.message}, e.status, headers=e.headers)
+            except ClientGone:
+                response = Response(status_code=CLIENT_GONE)
+            except Exception:
+                self.metrics.request(endpoint, 500, time.perf_counter() - started)
+                raise  # a bug: answered by `internal_error` below, its traceback logged by uvicorn
+            self.metrics.request(endpoint, response.status_code, time.perf_counter() - started)
+            return response
+
+        return run
+
+
+def _nth(hyps: list[Translation], k: int) -> str:
+    """The k-th best translation of a line; the best where the beam found fewer; "" for an empty line."""
+    return hyps[min(k, len(hyps) - 1)].text if hyps else ""
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has closed the connection (the body is read by then: what is left is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _http_error(request: Request, e: Exception) -> Response:
+    assert isinstance(e, HTTPException)
+    return JSONResponse({"error": e.detail}, e.status_code, headers=e.headers)
+
+
+async def _internal_error(request: Request, e: Exception) -> Response:
+    return JSONResponse({"error": "Cannot translate text: internal server error (the server's log has the details)"}, 500)
+
+
+def create_app(models: list[ServedModel], config: ServeConfig = ServeConfig()) -> Starlette:
+    """The ASGI app serving `models` (each for its own language pair)."""
+    service = Service(models, config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        service.batcher.start()
+        yield
+        await service.batcher.stop()  # uvicorn has let the requests in flight finish by now
+
+    api = [("/translate", "POST", service.translate), ("/nmt/translate", "POST", service.nmt_translate),
+           ("/languages", "GET", service.languages), ("/frontend/settings", "GET", service.frontend_settings),
+           ("/nmt/models", "GET", service.model_list), ("/health", "GET", service.health),
+           ("/metrics", "GET", service.metrics_text), ("/", "GET", service.page)]
+    routes = [Route(path, service.counted(path, handler), methods=[method]) for path, method, handler in api]
+    middleware = [Middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
+                             allow_headers=["Content-Type", "Authorization"])] if config.cors_origins else []
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error, Exception: _internal_error})
+    app.state.service = service
+    return app

@@ -1,0 +1,232 @@
+"""Request bodies into what to translate: read within a size limit, decoded (JSON, URL-encoded or
+multipart forms), and checked field by field. Every mistake is an `ApiError`: a 4xx status and a
+message for LibreTranslate's error shape {"error": "..."}, never an exception that reaches the client.
+
+Messages that LibreTranslate also gives keep its wording ("Invalid request: missing q parameter"),
+since its clients show them to users; the rest say what was wrong and what to send instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from nmtcli.inference.beam import LENGTH_PENALTIES
+from nmtcli.inference.translator import SearchSettings
+
+
+class ApiError(Exception):
+    """An answer other than 200: `status` and the message of {"error": message}."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+@dataclass(frozen=True)
+class Limits:
+    chars: int = 20_000  # characters of text per request
+    lines: int = 1_000  # lines per request (q split at line breaks, or the items of `lines`)
+    beam: int = 16  # the widest beam (and so the longest n-best list) a request may ask for
+
+    @property
+    def body_bytes(self) -> int:
+        """The largest body read: room for `chars` characters of 4 UTF-8 bytes, %-escaped in a form, plus the other fields."""
+        return 12 * self.chars + 65_536
+
+
+async def read_body(stream: AsyncIterator[bytes], content_length: str | None, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to be over `limit` bytes."""
+    if content_length is not None and content_length.isdigit() and int(content_length) > limit:
+        raise ApiError(413, f"Invalid request: the body ({int(content_length):,} bytes) exceeds the size limit ({limit:,} bytes)")
+    body = bytearray()
+    async for chunk in stream:
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"Invalid request: the body exceeds the size limit ({limit:,} bytes)")
+    return bytes(body)
+
+
+async def parse_fields(body: bytes, content_type: str, query: dict[str, str], limit: int) -> dict[str, Any]:
+    """The fields of a JSON object or a form (URL-encoded or multipart); a form also takes the query string's."""
+    media = content_type.split(";")[0].strip().lower()
+    if media == "application/json" or media.endswith("+json"):
+        text = _utf8(body)
+        try:
+            fields = json.loads(text) if text.strip() else None
+        except ValueError as e:
+            raise ApiError(400, f"Invalid request: malformed JSON ({e})") from None
+        if not isinstance(fields, dict):
+            raise ApiError(400, "Invalid JSON format (send a JSON object, e.g. {\"q\": \"Hello\", \"source\": \"en\", \"target\": \"de\"})")
+        return fields
+    if media == "multipart/form-data":
+        return {**query, **await _multipart(body, content_type, limit)}
+    if media in ("application/x-www-form-urlencoded", ""):
+        fields: dict[str, Any] = dict(query)
+        try:
+            pairs = urllib.parse.parse_qsl(_utf8(body), keep_blank_values=True, strict_parsing=False, errors="strict")
+        except UnicodeDecodeError:
+            raise ApiError(400, "Invalid request: the form holds text that is not valid UTF-8 (encode the text as UTF-8)") from None
+        for name, value in pairs:
+            _add(fields, name, value)
+        return fields
+    raise ApiError(415, f"Invalid request: unsupported Content-Type {media!r} "
+                        "(send application/json, application/x-www-form-urlencoded or multipart/form-data)")
+
+
+def _add(fields: dict[str, Any], name: str, value: str) -> None:
+    """A form field; a repeated `q` (q=...&q=...) becomes a list, as a JSON list of texts."""
+    if name == "q" and name in fields:
+        fields[name] = [*fields[name], value] if isinstance(fields[name], list) else [fields[name], value]
+    else:
+        fields[name] = value
+
+
+def _utf8(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"Invalid request: the body is not valid UTF-8 ({e.reason} at byte {e.start}) (encode the text as UTF-8)") from None
+
+
+async def _multipart(body: bytes, content_type: str, limit: int) -> dict[str, Any]:
+    from starlette.datastructures import Headers
+    from starlette.formparsers import MultiPartException, MultiPartParser
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield body
+
+    parser = MultiPartParser(Headers({"content-type": content_type}), chunks(), max_files=0, max_fields=100, max_part_size=limit)
+    try:
+        form = await parser.parse()
+    except MultiPartException as e:
+        raise ApiError(400, f"Invalid request: malformed multipart form ({e.message})") from None
+    except UnicodeDecodeError:
+        raise ApiError(400, "Invalid request: the form holds text that is not valid UTF-8 (encode the text as UTF-8)") from None
+    fields: dict[str, Any] = {}
+    for name, value in form.multi_items():
+        if not isinstance(value, str):
+            raise ApiError(400, f"Invalid request: {name} is a file (send text fields only)")
+        _add(fields, name, value)
+    return fields
+
+
+# --- what a request asks for ---------------------------------------------------------------------------
+
+
+@dataclass
+class TranslateRequest:
+    """POST /translate (LibreTranslate's): `texts` as sent, each split into `lines` for the model."""
+
+    texts: list[str]
+    batch: bool  # q was a list: the answer is a list too
+    source: str
+    target: str
+    alternatives: int
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for text in self.texts for line in text.split("\n")]
+
+
+def libretranslate_request(fields: dict[str, Any], limits: Limits) -> TranslateRequest:
+    q = fields.get("q")
+    if q is None or q == "" or q == []:
+        raise ApiError(400, "Invalid request: missing q parameter")
+    batch = isinstance(q, list)
+    texts = q if batch else [q]
+    if not all(isinstance(text, str) for text in texts):
+        raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+    source, target = (_text_field(fields, name) for name in ("source", "target"))
+    text_format = fields.get("format") or "text"
+    if text_format != "text":
+        raise ApiError(400, f"{text_format} format is not supported (this server translates plain text: send format text)")
+    alternatives = _integer(fields.get("alternatives", 0), "alternatives", 0, limits.beam - 1)
+    # Line breaks (LF, CRLF or CR) separate lines: each is translated on its own, one line out per line in.
+    texts = [text.replace("\r\n", "\n").replace("\r", "\n") for text in texts]
+    request = TranslateRequest(texts, batch, source, target, alternatives)
+    check_size(sum(len(text) for text in texts), len(request.lines), limits, texts)
+    return request
+
+
+@dataclass
+class NmtRequest:
+    """POST /nmt/translate: one line per item of `lines`, with the search options of `nmt translate`."""
+
+    lines: list[str]
+    source: str | None
+    target: str | None
+    settings: SearchSettings
+
+
+def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits) -> NmtRequest:
+    lines = fields.get("lines")
+    if not isinstance(lines, list) or not lines or not all(isinstance(line, str) for line in lines):
+        raise ApiError(400, "Invalid request: lines must be a non-empty list of strings (one line each)")
+    for number, line in enumerate(lines, start=1):
+        if "\n" in line or "\r" in line:
+            raise ApiError(400, f"Invalid request: line {number} holds a line break (send each line as its own item)")
+    source, target = (_text_field(fields, name, required=False) for name in ("source", "target"))
+    beam = _integer(fields.get("beam", defaults.beam), "beam", 1, limits.beam)
+    nbest = _integer(fields.get("nbest", 1), "nbest", 1, beam)
+    length_penalty = fields.get("length_penalty", defaults.length_penalty)
+    if length_penalty not in LENGTH_PENALTIES:
+        raise ApiError(400, f"Invalid request: length_penalty must be one of {', '.join(LENGTH_PENALTIES)}")
+    settings = SearchSettings(
+        beam=beam, nbest=nbest, length_penalty=length_penalty,
+        alpha=_number(fields.get("alpha", defaults.alpha), "alpha", 0.0, 10.0),
+        max_len_a=_number(fields.get("max_len_a", defaults.max_len_a), "max_len_a", 0.0, 10.0),
+        max_len_b=_integer(fields.get("max_len_b", defaults.max_len_b), "max_len_b", 0, 1000),
+        batch_tokens=defaults.batch_tokens, window=defaults.window, cuda_graphs=defaults.cuda_graphs,
+    )
+    check_size(sum(len(line) for line in lines), len(lines), limits, lines)
+    return NmtRequest(lines, source, target, settings)
+
+
+def check_size(chars: int, lines: int, limits: Limits, texts: list[str] = ()) -> None:
+    """The size limits (413), and text that UTF-8 cannot carry: a JSON "\\ud800" escape is a lone surrogate (400)."""
+    if chars > limits.chars:
+        raise ApiError(413, f"Invalid request: request ({chars:,} characters) exceeds text limit ({limits.chars:,}) (send less text at a time)")
+    if lines > limits.lines:
+        raise ApiError(413, f"Invalid request: request ({lines:,} lines) exceeds line limit ({limits.lines:,}) (send fewer lines at a time)")
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ApiError(400, f"Invalid request: the text holds a lone surrogate ({text[e.start]!r}), which is not valid UTF-8 "
+                                "(send whole characters)") from None
+
+
+def _text_field(fields: dict[str, Any], name: str, required: bool = True) -> str | None:
+    value = fields.get(name)
+    if value is None or value == "":
+        if required:
+            raise ApiError(400, f"Invalid request: missing {name} parameter")
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, f"Invalid request: {name} must be a string (a language code such as \"en\")")
+    return value
+
+
+def _integer(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():  # form fields are strings
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"Invalid request: {name} must be an integer from {low} to {high}")
+    if not low <= value <= high:
+        raise ApiError(400, f"Invalid request: {name} {value} is out of range (from {low} to {high})")
+    return value
+
+
+def _number(value: Any, name: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ApiError(400, f"Invalid request: {name} must be a number from {low:g} to {high:g}")
+    if not low <= value <= high:
+        raise ApiError(400, f"Invalid request: {name} {value:g} is out of range (from {low:g} to {high:g})")
+    return float(value)
