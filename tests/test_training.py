@@ -58,6 +58,79 @@ def test_label_smoothed_loss_gradient_is_autograds():
     torch.testing.assert_close(half.grad.double(), leaf.grad / 0.37, rtol=2e-2, atol=2e-3)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_chunked_output_loss_equals_the_loss_over_full_logits(monkeypatch, bias):
+    """Training's loss projects hidden states a chunk of rows at a time; value and gradients are those of
+    F.linear + label_smoothed_loss over the whole logits (the loss before chunking), in float32 on a CPU."""
+    from nmtcli.training import loss as loss_module
+    from nmtcli.training.loss import output_loss
+
+    monkeypatch.setitem(loss_module.CHUNK_LOGITS, "cpu", 7 * 300)  # 7 rows per chunk: 6 chunks and a short one
+    torch.manual_seed(0)
+    hidden = torch.randn(5, 9, 32, requires_grad=True)
+    weight = (torch.randn(300, 32) * 0.3).requires_grad_()
+    logits_bias = torch.randn(300, requires_grad=True) if bias else None
+    target = torch.randint(4, 300, (5, 9))
+    target[0, 5:] = 0
+    target[3, 1:] = 0
+    tokens = int((target != 0).sum())
+
+    def grads():
+        leaves = [t for t in (hidden, weight, logits_bias) if t is not None]
+        out = [t.grad.clone() for t in leaves]
+        for t in leaves:
+            t.grad = None
+        return out
+
+    loss, nll = output_loss(hidden, weight, logits_bias, target, 0.1, pad_id=0, tokens=tokens)
+    (loss * 0.37).backward()
+    chunked = grads()
+    full_loss, full_nll = label_smoothed_loss(F.linear(hidden, weight, logits_bias), target, 0.1, pad_id=0)
+    (full_loss * 0.37).backward()
+    full = grads()
+    torch.testing.assert_close(loss, full_loss, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(nll, full_nll, rtol=1e-6, atol=1e-5)
+    for ours, reference in zip(chunked, full):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+    assert torch.all(chunked[0][0, 5:] == 0) and torch.all(chunked[0][3, 1:] == 0)  # padding gets no gradient
+    with torch.no_grad():  # validation: the same numbers, no gradients computed
+        assert output_loss(hidden, weight, logits_bias, target, 0.1, pad_id=0)[0].item() == pytest.approx(loss.item(), rel=1e-6)
+
+
+def test_chunked_output_loss_under_autocast_is_the_full_loss_under_autocast():
+    """bf16 autocast: the projection in bf16 as F.linear would run it, the softmax in float32."""
+    from nmtcli.training.loss import output_loss
+
+    torch.manual_seed(1)
+    hidden = torch.randn(40, 64, requires_grad=True)
+    weight = (torch.randn(500, 64) * 0.2).requires_grad_()
+    target = torch.randint(4, 500, (40,))
+    target[30:] = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, nll = output_loss(hidden, weight, None, target, 0.1, pad_id=0)
+    loss.backward()
+    ours = (hidden.grad.clone(), weight.grad.clone())
+    hidden.grad = weight.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = F.linear(hidden, weight)
+    assert logits.dtype == torch.bfloat16
+    reference, reference_nll = label_smoothed_loss(logits, target, 0.1, pad_id=0)
+    reference.backward()
+    assert loss.dtype == torch.float32 and hidden.grad.dtype == torch.float32
+    torch.testing.assert_close(loss, reference, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(nll, reference_nll, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(ours[0], hidden.grad, rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(ours[1], weight.grad, rtol=2e-2, atol=2e-3)
+
+
+def test_the_rows_of_real_targets_are_found_without_a_device_wait():
+    from nmtcli.training.loss import first_true
+
+    torch.manual_seed(2)
+    mask = torch.rand(1000) > 0.3
+    assert torch.equal(first_true(mask, int(mask.sum())), mask.nonzero().squeeze(1))
+
+
 def test_training_learns(trained_model):
     metrics = [json.loads(line) for line in (trained_model.parent / "run" / "metrics.jsonl").read_text().splitlines()]
     valid = [m["valid_ppl"] for m in metrics if "valid_ppl" in m]
