@@ -173,7 +173,7 @@ def parameter_fingerprint(model: torch.nn.Module) -> str:
 
 
 def _test_fault(kind: str) -> int | None:
-    """NMT_TEST_FAULT=kill-in-checkpoint:STEP or fail:RANK:STEP - fault injection for the crash tests only."""
+    """NMT_TEST_FAULT=kill-in-checkpoint:STEP, fail:RANK:STEP or oom:STEP - fault injection for the crash tests only."""
     spec = os.environ.get("NMT_TEST_FAULT", "")
     parts = spec.split(":")
     if parts[0] != kind:
@@ -582,6 +582,8 @@ class Trainer:
             if _test_fault("fail") == self.step + 1:
                 raise NmtError(f"injected failure at step {self.step + 1} (NMT_TEST_FAULT)", "unset NMT_TEST_FAULT")
             try:
+                if _test_fault("oom") == self.step + 1:  # what a GPU raises for a batch that does not fit
+                    raise out_of_memory("CUDA out of memory (injected by NMT_TEST_FAULT)")
                 m = self.train_step(next(loader))
             except out_of_memory:
                 raise NmtError(
