@@ -452,3 +452,17 @@ def test_tokens_per_step_lowers_the_batch_when_one_batch_per_rank_is_already_mor
     assert lowered.lowered_from == 300 and lowered.max_tokens < 300 and lowered.update_freq == 1
     assert lowered.unlowered_step_tokens > 600
     assert abs(4 * lowered.mean_target_tokens - 600) < 0.15 * 600  # one batch per rank is now about the step
+
+
+@pytest.mark.slow  # inductor compiles C++ for the CPU: 1.5 to 5 minutes on 2 shared cores
+def test_compiled_training_computes_what_eager_training_computes(prepared, tmp_path):
+    """`--compile` for real (inductor): with dropout off, the first steps' losses are eager's, to float rounding."""
+    losses = {}
+    for compiled in (False, True):
+        config, settings = small_settings(max_steps=4, save_every=4, valid_every=4, compile=compiled)
+        run = tmp_path / ("compiled" if compiled else "eager")
+        Trainer(run, prepared, config.replace(dropout=0.0), settings).run()
+        losses[compiled] = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert len(losses[True]) == 4
+    assert losses[True] == pytest.approx(losses[False], abs=2e-3)
+    torch._dynamo.reset()
