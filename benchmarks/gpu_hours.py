@@ -3,13 +3,21 @@
     python benchmarks/gpu_hours.py                          # sentences of 25 tokens (assumed)
     python benchmarks/gpu_hours.py --data data/wmt14-en-de  # the prepared corpus' real sentence lengths
     python benchmarks/gpu_hours.py --mfu 0.31               # with an MFU measured by train_throughput.py
+    python benchmarks/gpu_hours.py --measured gpu_check/summary.json   # the MFU benchmarks/gpu_check.py measured
 
 One optimizer step of the paper holds about 25,000 target tokens (and as many source tokens, sec. 5.1);
 its model FLOPs are counted exactly as `nmt train` counts them for MFU (nmtcli/training/flops.py:
 forward + backward of every matrix multiplication, attention included). Total = FLOPs per step x
 steps (base 100k, big 300k). GPU-hours = total / (peak dense bf16 FLOP/s x MFU), where the MFU is an
-assumption until `benchmarks/train_throughput.py --device cuda --precision bf16` measures it on
-your GPU. Linear scaling to 8 GPUs is assumed too (no communication cost).
+assumption until `benchmarks/train_throughput.py --device cuda --precision bf16` (or
+`benchmarks/gpu_check.py`, whose summary `--measured` reads) measures it on your GPU. Linear scaling
+to 8 GPUs is assumed too (no communication cost).
+
+What has been measured, and where: issue 11 reports, for nmt before its changes, one H100 80GB in
+bf16 at 1,000 x 25 tokens a step: base 12.0% MFU, big 23.8% (Hugging Face's MarianMTModel: 13.0% and
+25.5%), and `nmt train --preset base` at 9-10%. The changes of issue 11 (the chunked loss, packed
+attention, no host waits, --compile over length buckets) have not been timed on a GPU: until
+gpu_check.py runs on one, every MFU below is assumed.
 
 The peer is the paper itself: 8 P100s, base 12 hours, big 3.5 days (sec. 5.2). Its Table 2 cost
 (3.3e18 and 2.3e19 FLOPs) is that GPU time x 9.5 TFLOP/s, the P100's fp32 peak (Table 2's
@@ -104,6 +112,26 @@ def table(lengths: LengthStats, mfus: list[float], vocab: int = VOCAB) -> list[s
     return lines
 
 
+def measured_lines(summary_path: Path, lengths: LengthStats, vocab: int) -> list[str]:
+    """GPU-hours at the MFU that benchmarks/gpu_check.py measured for nmt (its microbenchmark), on that GPU."""
+    from nmtcli.training.flops import peak_flops
+
+    summary = json.loads(Path(summary_path).read_text())
+    gpu = summary.get("env", {}).get("gpu", "")
+    peak = peak_flops(gpu, "bf16")
+    lines = [f"Measured by {summary_path} on {gpu or 'an unknown device'} (microbenchmark, bf16, paper-size steps):"]
+    for result in (summary.get("micro") or {}).get("results", []):
+        nmt = result.get("systems", {}).get("nmt", {})
+        if "mfu" not in nmt or peak is None or result.get("precision") != "bf16":
+            lines.append(f"  {result.get('preset')}: no bf16 MFU on a GPU nmt knows in this summary")
+            continue
+        e = estimate(result["preset"], lengths, vocab)
+        lines.append(f"  {e.preset}: MFU {nmt['mfu']:.1%} ({nmt['target_tokens_per_s']:,.0f} target tokens/s) -> "
+                     f"{_number(e.gpu_hours(peak, nmt['mfu']))} GPU-hours, {_duration(e.gpu_hours(peak, nmt['mfu']) / 8)} on 8 "
+                     "(a microbenchmark's MFU: the real run's log says how close training comes to it)")
+    return lines
+
+
 def _number(hours: float) -> str:
     return f"{hours:.1f}" if hours < 10 else f"{hours:,.0f}"
 
@@ -118,6 +146,7 @@ def main() -> None:
                         help="tokens per sentence, each side, EOS included (assumed; --data measures it)")
     parser.add_argument("--data", type=Path, help="a prepared data dir: use its training split's sentence lengths")
     parser.add_argument("--mfu", type=float, nargs="+", default=[0.15, 0.30, 0.45], help="model-FLOPs utilizations to assume")
+    parser.add_argument("--measured", type=Path, help="a benchmarks/gpu_check.py summary.json: also the GPU-hours at its measured MFU")
     args = parser.parse_args()
     if args.data:
         lengths, vocab = corpus_lengths(args.data)
@@ -128,6 +157,8 @@ def main() -> None:
     print(f"Estimated, not measured: {TOKENS_PER_STEP:,} target and {lengths.src:,.0f} source tokens per step, {where}; "
           f"vocabulary {vocab:,}; MFU assumed; 8 GPUs scale linearly.\n")
     print("\n".join(table(lengths, args.mfu, vocab)))
+    if args.measured:
+        print("\n" + "\n".join(measured_lines(args.measured, lengths, vocab)))
 
 
 if __name__ == "__main__":

@@ -26,15 +26,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 WMT14_PAIRS = 4_508_785
 
 
-def make_corpus(directory: Path, pairs: int, seed: int = 0) -> list[Path]:
+def wmt_like_pairs(pairs: int, seed: int = 0, parts: int = 1) -> Iterator[list[tuple[str, str]]]:
+    """Synthetic sentence pairs shaped like WMT's, in `parts` lists: log-normal lengths of about 23 words
+    (up to a few hundred), a Zipfian vocabulary of 60,000 made-up words per language, 1% exact
+    duplicates, and an empty target in every thousand pairs."""
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     rng = np.random.default_rng(seed)
     syllables = [c + v for c in "bcdfghklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ei", "au", "en", "er")]
@@ -50,11 +52,9 @@ def make_corpus(directory: Path, pairs: int, seed: int = 0) -> list[Path]:
     en, de = lexicon(vocab), lexicon(vocab)
     zipf = 1.0 / np.arange(1, vocab + 1) ** 1.07
     zipf /= zipf.sum()
-    paths = []
-    per_file = (pairs + 2) // 3
-    struct = pa.struct([("de", pa.string()), ("en", pa.string())])
-    for part in range(3):
-        n = min(per_file, pairs - part * per_file)
+    per_part = (pairs + parts - 1) // parts
+    for part in range(parts):
+        n = min(per_part, pairs - part * per_part)
         src_len = np.clip(rng.lognormal(3.0, 0.55, n).astype(int), 1, 400)
         tgt_len = np.maximum(1, (src_len * rng.normal(1.0, 0.12, n)).astype(int))
         rows = []
@@ -65,13 +65,24 @@ def make_corpus(directory: Path, pairs: int, seed: int = 0) -> list[Path]:
             at += s
             tgt = " ".join(de[words[at : at + t]]).capitalize() + "."
             at += t
-            rows.append({"en": src, "de": tgt})
+            rows.append((src, tgt))
         for i in rng.choice(n, size=n // 100, replace=False)[1:]:
             rows[i] = rows[i - 1]  # exact duplicates
         for i in rng.choice(n, size=n // 1000, replace=False):
-            rows[i] = {"en": rows[i]["en"], "de": ""}  # empty sides
+            rows[i] = (rows[i][0], "")  # empty sides
+        yield rows
+
+
+def make_corpus(directory: Path, pairs: int, seed: int = 0) -> list[Path]:
+    """The pairs as parquet files with the Hub's WMT schema (3 train files and a validation file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = []
+    struct = pa.struct([("de", pa.string()), ("en", pa.string())])
+    for part, rows in enumerate(wmt_like_pairs(pairs, seed, parts=3)):
         path = directory / f"train-{part:05d}-of-00003.parquet"
-        pq.write_table(pa.table({"translation": pa.array(rows, type=struct)}), path)
+        pq.write_table(pa.table({"translation": pa.array([{"en": s, "de": t} for s, t in rows], type=struct)}), path)
         paths.append(path)
     valid = directory / "validation.parquet"
     pq.write_table(pa.table({"translation": pa.array([{"en": "Ein Test.", "de": "A test."}] * 3000, type=struct)}), valid)

@@ -1,34 +1,44 @@
 """Target tokens/s of one full training step: nmt's Transformer against Hugging Face's MarianMTModel.
 
-Both models have the base shape of the paper (d_model 512, 6+6 layers, 8 heads, d_ff 2048, ReLU,
-post-norm, one tied 37k embedding matrix) and train on the same batch in the same process. A step is
-what `nmt train` runs (nmtcli/training/trainer.py: Trainer.train_step): forward, label-smoothed loss
-over the step's target tokens, backward, Adam (0.9, 0.98, 1e-9) with the same optimizer settings for
-both. The peer uses its own loss (cross entropy, what `labels=` computes). Runs alternate between the
-two models (and which goes first) so that a machine shared with other work slows both alike; the
-table reports medians.
+Both models have the paper's shape (base: d_model 512, 6+6 layers, 8 heads, d_ff 2048; big: 1024,
+16 heads, 4096; ReLU, post-norm, one tied 37k embedding matrix) and train on the same batch in the
+same process. A step is what `nmt train` runs (nmtcli/training/trainer.py: Trainer.train_step): forward
+to the decoder's hidden states, the label-smoothed loss with the output projection done in chunks
+(training/loss.py), backward, Adam (0.9, 0.98, 1e-9) with the same optimizer settings for both. The
+peer uses its own loss (cross entropy, what `labels=` computes). Runs alternate between the systems
+(and which goes first) so that a machine shared with other work slows all alike; the table reports
+medians, and on a GPU the peak memory a step allocated (torch.cuda.max_memory_allocated).
 
     pip install -e ".[bench]"
-    python benchmarks/train_throughput.py                      # CPU, fp32, 80 x 25 + 80 x 25 tokens
-    python benchmarks/train_throughput.py --device cuda --precision bf16 --sentences 256 --preset big
+    python benchmarks/train_throughput.py                       # CPU, fp32, base, 80 x 25 + 80 x 25 tokens
+    python benchmarks/train_throughput.py --device cuda --precision bf16 --preset both
+                                                                # paper-size steps: 1000 x 25 + 1000 x 25 tokens
+    python benchmarks/train_throughput.py --device cuda --precision bf16 --compile --full-logits --profile 5
 
-With --device cuda it also reports model-FLOPs utilization (training/flops.py says how FLOPs are counted).
+--full-logits adds nmt with the loss of before (all logits, then the loss over them) as a third
+system; --compile adds nmt with --compile's compiled layers (on this one shape); --profile N prints
+torch.profiler's top operations over N steps of nmt. With --device cuda it also reports model-FLOPs
+utilization (training/flops.py says how FLOPs are counted); --json FILE writes the numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
 from nmtcli.model.config import PRESETS
 from nmtcli.model.transformer import Transformer
 from nmtcli.training.flops import LengthStats, device_peak_flops, training_flops
-from nmtcli.training.loss import label_smoothed_loss
+from nmtcli.training.loss import label_smoothed_loss, output_loss
+
+PEER = "transformers MarianMTModel"
 
 
 def sync(device: torch.device) -> None:
@@ -36,16 +46,31 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def ours(config, device, autocast):
+def adam(model: torch.nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+
+
+def ours(config, device, autocast, full_logits: bool = False, compiled: bool = False):
     torch.manual_seed(0)
     model = Transformer(config).to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    if compiled:
+        from nmtcli.training import compiling
+
+        compiling.check_compile_works(device)
+        compiling.compile_layers(model)
+    optimizer = adam(model)
 
     def step(src, tgt_in, tgt_out, tokens):
         optimizer.zero_grad(set_to_none=True)
         with autocast():
-            logits = model(src, tgt_in)
-        loss, _ = label_smoothed_loss(logits, tgt_out, 0.1, config.pad_id)
+            if full_logits:  # the loss before issue 11: every logit, then the loss over them
+                logits = model(src, tgt_in)
+            else:
+                hidden = model(src, tgt_in, hidden=True)
+                loss, _ = output_loss(hidden, model.embedding.tokens.weight, model.final_logits_bias, tgt_out, 0.1,
+                                      config.pad_id, tokens)
+        if full_logits:
+            loss, _ = label_smoothed_loss(logits, tgt_out, 0.1, config.pad_id)
         (loss / tokens).backward()
         optimizer.step()
 
@@ -67,7 +92,7 @@ def marian(config, device, autocast):
     )
     torch.manual_seed(0)
     model = MarianMTModel(peer_config).to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    optimizer = adam(model)
 
     def step(src, tgt_in, tgt_out, tokens):
         optimizer.zero_grad(set_to_none=True)
@@ -79,27 +104,33 @@ def marian(config, device, autocast):
     return model, step
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="base", choices=["base", "big"])
-    parser.add_argument("--vocab", type=int, default=37000)
-    parser.add_argument("--sentences", type=int, default=80)
-    parser.add_argument("--length", type=int, default=25, help="tokens per sentence, each side (EOS/BOS included)")
-    parser.add_argument("--rounds", type=int, default=7, help="timed steps per model")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per model first")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    parser.add_argument("--no-peer", action="store_true", help="time nmt alone (e.g. for MFU on a GPU)")
-    args = parser.parse_args()
+def profile(step, batch, device: torch.device, steps: int, out: Path | None) -> None:
+    """torch.profiler over `steps` steps: the operations that take the most time, on the device where there is one."""
+    from torch.profiler import ProfilerActivity
 
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            step(*batch)
+        sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(f"\ntorch.profiler, nmt, {steps} steps, by {key}:\n")
+    print(prof.key_averages().table(sort_by=key, row_limit=30))
+    if out is not None:
+        prof.export_chrome_trace(str(out))
+        print(f"trace: {out} (chrome://tracing or https://ui.perfetto.dev)")
+
+
+def run(args: argparse.Namespace, preset: str) -> dict:
     device = torch.device(args.device)
-    config = PRESETS[args.preset].replace(vocab_size=args.vocab)
+    config = PRESETS[preset].replace(vocab_size=args.vocab)
     dtype = torch.bfloat16 if args.precision == "bf16" else None
 
     def autocast():
         return torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
 
-    n, length = args.sentences, args.length
+    n = args.sentences or (1000 if device.type == "cuda" else 80)  # 1000 x 25: the paper's ~25,000 tokens a step
+    length = args.length
     g = torch.Generator().manual_seed(0)
     src = torch.randint(4, args.vocab, (n, length), generator=g)
     src[:, -1] = config.eos_id
@@ -109,40 +140,92 @@ def main() -> None:
     tgt_out[:, -1] = config.eos_id
     src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
     tokens = n * length
+    batch = (src, tgt_in, tgt_out, tokens)
     flops_per_step = training_flops(config, LengthStats.of(torch.full((n,), length - 1).numpy(), torch.full((n,), length - 1).numpy()))
 
     systems = {"nmt": ours(config, device, autocast)}
+    if args.full_logits:
+        systems["nmt, full-logits loss"] = ours(config, device, autocast, full_logits=True)
+    if args.compile:
+        systems["nmt --compile"] = ours(config, device, autocast, compiled=True)
     if not args.no_peer:
-        systems["transformers MarianMTModel"] = marian(config, device, autocast)
+        systems[PEER] = marian(config, device, autocast)
     for name, (model, _) in systems.items():
-        print(f"{name}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
+        print(f"{preset}: {name}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
     for _, step in systems.values():
         for _ in range(args.warmup):
-            step(src, tgt_in, tgt_out, tokens)
+            step(*batch)
     sync(device)
     times: dict[str, list[float]] = {name: [] for name in systems}
+    peak_memory: dict[str, int] = {name: 0 for name in systems}
     names = list(systems)
     for r in range(args.rounds):
         for name in names if r % 2 == 0 else reversed(names):  # alternate who goes first
             _, step = systems[name]
             sync(device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
             t0 = time.perf_counter()
-            step(src, tgt_in, tgt_out, tokens)
+            step(*batch)
             sync(device)
             times[name].append(time.perf_counter() - t0)
+            if device.type == "cuda":
+                peak_memory[name] = max(peak_memory[name], torch.cuda.max_memory_allocated(device))
 
     peak = device_peak_flops(device, args.precision, None)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or 'CPU'}, {torch.get_num_threads()} threads"
-    print(f"\n{args.preset}, {args.precision}, {where}, torch {torch.__version__}; "
+    print(f"\n{preset}, {args.precision}, {where}, torch {torch.__version__}; "
           f"{n} x {length} source + {n} x {length} target tokens per step, {args.rounds} alternating rounds\n")
-    print(f"{'system':<28} {'median s/step':>14} {'target tok/s':>13} {'vs peer':>8}" + (f" {'MFU':>6}" if peak else ""))
-    base = statistics.median(times[names[-1]])
+    reference = PEER if PEER in times else names[-1]
+    header = f"{'system':<28} {'median s/step':>14} {'target tok/s':>13} {'vs ' + ('peer' if reference == PEER else reference):>8}"
+    header += f" {'MFU':>6}" if peak else ""
+    header += f" {'peak GiB':>9}" if device.type == "cuda" else ""
+    print(header)
+    base = statistics.median(times[reference])
+    result = {"preset": preset, "precision": args.precision, "device": where, "torch": torch.__version__,
+              "sentences": n, "length": length, "rounds": args.rounds, "systems": {}}
     for name in names:
         med = statistics.median(times[name])
         line = f"{name:<28} {med:>14.3f} {tokens / med:>13,.0f} {base / med:>7.2f}x"
+        entry = {"median_s": med, "target_tokens_per_s": tokens / med, "times_s": times[name]}
         if peak:
             line += f" {flops_per_step / med / peak:>6.1%}"
+            entry["mfu"] = flops_per_step / med / peak
+        if device.type == "cuda":
+            line += f" {peak_memory[name] / 2**30:>9.2f}"
+            entry["peak_memory_bytes"] = peak_memory[name]
+        result["systems"][name] = entry
         print(line)
+    if args.profile:
+        trace = Path(args.json).with_suffix(f".{preset}.trace.json") if args.json else None
+        profile(systems["nmt"][1], batch, device, args.profile, trace)
+    for model, _ in systems.values():
+        model.cpu()
+    del systems
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="base", choices=["base", "big", "both"])
+    parser.add_argument("--vocab", type=int, default=37000)
+    parser.add_argument("--sentences", type=int, help="sentences per step (default: 1000 on a GPU, 80 on a CPU)")
+    parser.add_argument("--length", type=int, default=25, help="tokens per sentence, each side (EOS/BOS included)")
+    parser.add_argument("--rounds", type=int, default=7, help="timed steps per system")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per system first")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--no-peer", action="store_true", help="time nmt alone (e.g. for MFU on a GPU)")
+    parser.add_argument("--full-logits", action="store_true", help="also time nmt with the full-logits loss of before")
+    parser.add_argument("--compile", action="store_true", help="also time nmt with compiled layers (as --compile)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="print torch.profiler's top operations over N steps of nmt")
+    parser.add_argument("--json", help="write the numbers to this file")
+    args = parser.parse_args()
+    results = [run(args, preset) for preset in (["base", "big"] if args.preset == "both" else [args.preset])]
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -145,3 +145,24 @@ def test_gpus_flag_launches_ranks_that_resume_a_run(prepared, tmp_path):
     refused = nmt_train(prepared, tmp_path / "run", "--max-steps", "6", "--update-freq", "1")
     assert refused.returncode == 1
     assert "nmt: error:" in refused.stderr and "2 batches per step" in refused.stderr
+
+
+def test_ranks_whose_batches_overshoot_the_step_get_smaller_batches_and_resume_with_them(prepared, tmp_path):
+    """2 ranks x --max-tokens 300 hold ~440 target tokens, over --tokens-per-step 300: each rank's batch is
+    lowered (and the log says so), the checkpoint keeps that batch, and one process resumes the run with it."""
+    lowered = ["--tokens-per-step", "300", "--save-every", "2"]
+    two = nmt_train(prepared, tmp_path / "run", *lowered, "--max-steps", "2", torchrun=2)
+    assert two.returncode == 0, two.stderr
+    said = [line for line in two.stderr.splitlines() if "--max-tokens 300 per GPU" in line]
+    assert len(said) == 1 and "2 ranks x one batch would already make a step of" in said[0], two.stderr
+    state = torch.load(tmp_path / "run" / "checkpoints" / "2" / "trainer.pt", weights_only=True)
+    assert 150 < state["batch_max_tokens"] < 300 and f"<= {state['batch_max_tokens']} tokens instead" in said[0]
+    assert state["batches_per_step"] == 2
+    resumed = nmt_train(prepared, tmp_path / "run", *lowered, "--max-steps", "4")  # 1 process x 2 batches
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from" in resumed.stderr and "1 rank x 2 batches" in resumed.stderr
+    straight = nmt_train(prepared, tmp_path / "straight", *lowered, "--max-steps", "4", torchrun=2)
+    assert straight.returncode == 0, straight.stderr
+    a, b = weights(tmp_path / "straight", 4), weights(tmp_path / "run", 4)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6)

@@ -395,6 +395,20 @@ def _(c: Case):
     return c.nmt("train", "--data", str(c.fixture("prepared")), "-o", "run", "--preset", "tiny", "--device", "cuda")
 
 
+@row("compile-unavailable")
+def _(c: Case):
+    # No C++ compiler: inductor cannot build CPU code (a fresh cache, so nothing compiled before is reused).
+    env = {"CXX": str(c.tmp / "no-such-compiler"), "TORCHINDUCTOR_CACHE_DIR": str(c.tmp / "inductor-cache")}
+    return c.nmt("train", "--data", str(c.fixture("prepared")), "-o", "run", *TRAIN, "--max-steps", "1", "--compile", env=env)
+
+
+@row("gpu-out-of-memory")
+def _(c: Case):
+    # A CPU has no GPU to fill: the error a GPU raises for a batch that does not fit is injected at step 1.
+    return c.nmt("train", "--data", str(c.fixture("prepared")), "-o", "run", *TRAIN, "--max-steps", "2",
+                 env={"NMT_TEST_FAULT": "oom:1"})
+
+
 @row("no-gpu-score")
 def _(c: Case):
     no_gpu()

@@ -122,3 +122,51 @@ def test_the_same_weights_are_saved_as_the_same_bytes_in_every_process(tmp_path)
         subprocess.run([sys.executable, "-c", script, str(path)], check=True)
         digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
     assert len(digests) == 1
+
+
+def reference_varlen_attention(q, k, v, query_starts, key_starts, max_q, max_k):
+    """The contract of torch.nn.attention.varlen.varlen_attn (a CUDA-only flash kernel) in plain PyTorch.
+
+    Like the kernel, it leaves the key rows past key_starts[-1] unread; their gradient is poisoned with
+    NaN (the kernel leaves it unwritten), so a caller that lets it through would show it.
+    """
+    real = int(key_starts[-1])
+    for t in (k, v):
+        t.register_hook(lambda g: torch.cat([g[:real], torch.full_like(g[real:], float("nan"))]))
+    out = []
+    for i in range(len(query_starts) - 1):
+        qs, ks = slice(int(query_starts[i]), int(query_starts[i + 1])), slice(int(key_starts[i]), int(key_starts[i + 1]))
+        assert ks.stop - ks.start <= max_k and qs.stop - qs.start <= max_q
+        heads_first = [t.transpose(0, 1) for t in (q[qs], k[ks], v[ks])]
+        out.append(torch.nn.functional.scaled_dot_product_attention(*heads_first).transpose(0, 1))
+    return torch.cat(out)
+
+
+def test_packed_source_attention_equals_the_masked_reference(monkeypatch):
+    """On a GPU, attention over the padded source packs the real keys for a flash kernel; same numbers."""
+    from nmtcli.model import transformer
+
+    torch.manual_seed(0)
+    model = Transformer(SMALL)
+    src = torch.randint(4, 50, (4, 9))
+    for row, length in enumerate([9, 3, 6, 1]):
+        src[row, length - 1] = 3
+        src[row, length:] = 0
+    tgt = torch.randint(4, 50, (4, 7))
+    tgt[2, 4:] = 0
+    weights = torch.randn(4, 7, 50)
+
+    def run():
+        model.zero_grad()
+        logits = model(src, tgt)
+        (logits * weights).sum().backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    masked_logits, masked_grads = run()
+    monkeypatch.setattr(transformer, "VARLEN_ATTENTION", reference_varlen_attention)
+    monkeypatch.setattr(transformer, "packed_attention_applies", lambda model, src: True)
+    packed_logits, packed_grads = run()
+    torch.testing.assert_close(packed_logits, masked_logits, rtol=1e-5, atol=1e-5)
+    for name, grad in masked_grads.items():
+        assert torch.isfinite(packed_grads[name]).all(), name
+        torch.testing.assert_close(packed_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from nmtcli.errors import NmtError
 from nmtcli.model.checkpoint import load_weights
-from nmtcli.training.loss import label_smoothed_loss
+from nmtcli.training.loss import label_smoothed_loss, output_loss
 from nmtcli.training.schedule import inverse_sqrt_lr
 from nmtcli.training.trainer import Trainer, checkpoint_dirs, train_settings_for
 
@@ -56,6 +56,79 @@ def test_label_smoothed_loss_gradient_is_autograds():
     label_smoothed_loss(half, target, 0.1, pad_id=0)[0].backward()
     assert half.grad.dtype == torch.bfloat16
     torch.testing.assert_close(half.grad.double(), leaf.grad / 0.37, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_chunked_output_loss_equals_the_loss_over_full_logits(monkeypatch, bias):
+    """Training's loss projects hidden states a chunk of rows at a time; value and gradients are those of
+    F.linear + label_smoothed_loss over the whole logits (the loss before chunking), in float32 on a CPU."""
+    from nmtcli.training import loss as loss_module
+    from nmtcli.training.loss import output_loss
+
+    monkeypatch.setitem(loss_module.CHUNK_LOGITS, "cpu", 7 * 300)  # 7 rows per chunk: 6 chunks and a short one
+    torch.manual_seed(0)
+    hidden = torch.randn(5, 9, 32, requires_grad=True)
+    weight = (torch.randn(300, 32) * 0.3).requires_grad_()
+    logits_bias = torch.randn(300, requires_grad=True) if bias else None
+    target = torch.randint(4, 300, (5, 9))
+    target[0, 5:] = 0
+    target[3, 1:] = 0
+    tokens = int((target != 0).sum())
+
+    def grads():
+        leaves = [t for t in (hidden, weight, logits_bias) if t is not None]
+        out = [t.grad.clone() for t in leaves]
+        for t in leaves:
+            t.grad = None
+        return out
+
+    loss, nll = output_loss(hidden, weight, logits_bias, target, 0.1, pad_id=0, tokens=tokens)
+    (loss * 0.37).backward()
+    chunked = grads()
+    full_loss, full_nll = label_smoothed_loss(F.linear(hidden, weight, logits_bias), target, 0.1, pad_id=0)
+    (full_loss * 0.37).backward()
+    full = grads()
+    torch.testing.assert_close(loss, full_loss, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(nll, full_nll, rtol=1e-6, atol=1e-5)
+    for ours, reference in zip(chunked, full):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+    assert torch.all(chunked[0][0, 5:] == 0) and torch.all(chunked[0][3, 1:] == 0)  # padding gets no gradient
+    with torch.no_grad():  # validation: the same numbers, no gradients computed
+        assert output_loss(hidden, weight, logits_bias, target, 0.1, pad_id=0)[0].item() == pytest.approx(loss.item(), rel=1e-6)
+
+
+def test_chunked_output_loss_under_autocast_is_the_full_loss_under_autocast():
+    """bf16 autocast: the projection in bf16 as F.linear would run it, the softmax in float32."""
+    from nmtcli.training.loss import output_loss
+
+    torch.manual_seed(1)
+    hidden = torch.randn(40, 64, requires_grad=True)
+    weight = (torch.randn(500, 64) * 0.2).requires_grad_()
+    target = torch.randint(4, 500, (40,))
+    target[30:] = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, nll = output_loss(hidden, weight, None, target, 0.1, pad_id=0)
+    loss.backward()
+    ours = (hidden.grad.clone(), weight.grad.clone())
+    hidden.grad = weight.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = F.linear(hidden, weight)
+    assert logits.dtype == torch.bfloat16
+    reference, reference_nll = label_smoothed_loss(logits, target, 0.1, pad_id=0)
+    reference.backward()
+    assert loss.dtype == torch.float32 and hidden.grad.dtype == torch.float32
+    torch.testing.assert_close(loss, reference, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(nll, reference_nll, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(ours[0], hidden.grad, rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(ours[1], weight.grad, rtol=2e-2, atol=2e-3)
+
+
+def test_the_rows_of_real_targets_are_found_without_a_device_wait():
+    from nmtcli.training.loss import first_true
+
+    torch.manual_seed(2)
+    mask = torch.rand(1000) > 0.3
+    assert torch.equal(first_true(mask, int(mask.sum())), mask.nonzero().squeeze(1))
 
 
 def test_training_learns(trained_model):
@@ -291,3 +364,105 @@ def test_max_time_stops_training_validated_and_checkpointed(prepared, tmp_path):
     kinds = [kind for kind, _ in events]
     assert kinds[-3:] == ["checkpoint", "time_limit", "done"] and "valid" in kinds
     assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == [str(done["step"])]
+
+
+def test_a_loss_that_is_not_finite_stops_training_before_the_next_checkpoint(prepared, tmp_path, monkeypatch):
+    """The loss is checked where the host waits for the device anyway (log, validation, checkpoint),
+    not every step; a non-finite loss still names its step and never reaches a checkpoint."""
+    from nmtcli.training import trainer as trainer_module
+
+    calls = []
+
+    def nan_at_step_3(*args, **kwargs):
+        loss, nll = output_loss(*args, **kwargs)
+        calls.append(1)
+        return (loss * float("nan"), nll) if len(calls) == 3 else (loss, nll)
+
+    monkeypatch.setattr(trainer_module, "output_loss", nan_at_step_3)
+    config, settings = small_settings(max_steps=10, save_every=2, log_every=100, valid_every=100)
+    with pytest.raises(NmtError, match=r"the loss became nan at step 3"):
+        Trainer(tmp_path / "run", prepared, config, settings).run()
+    assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["2"]
+
+
+@pytest.mark.slow  # about three minutes on 2 shared CPU cores: tracing a graph takes seconds
+def test_compile_builds_one_graph_per_length_bucket_not_one_per_batch(prepared, tmp_path, monkeypatch):
+    """--compile pads batch lengths to a few buckets and leaves the row count dynamic, and compiles each
+    kind of layer once per shape: a graph per source length (encoder) and per length pair (decoder)."""
+    import random
+
+    from torch._dynamo.testing import CompileCounter
+
+    from nmtcli.data.batching import BatchStream, collate
+    from nmtcli.model.config import PRESETS
+    from nmtcli.model.transformer import Transformer
+    from nmtcli.training import compiling
+    from nmtcli.training.loader import pad_lengths
+
+    def graphs(pairs):  # what compiling these (source, target) bucket pairs should cost
+        return len({s for s, _ in pairs}) + len(pairs)
+
+    # 1. 60 batches of WMT-like variety through the compiled layers: 60 shapes, about 20 graphs.
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    monkeypatch.setattr(compiling, "BACKEND", counter)
+    torch.manual_seed(0)
+    model = Transformer(PRESETS["tiny"].replace(vocab_size=100, layers=2))
+    compiling.compile_layers(model)
+    rng = random.Random(0)
+    raw, pairs = set(), set()
+    for _ in range(60):
+        rows, src_len = rng.randint(2, 40), rng.randint(3, 40)
+        tgt_len = max(2, round(src_len * rng.uniform(0.8, 1.25)))
+        src = [torch.randint(4, 100, (rng.randint(1, src_len),)).numpy() for _ in range(rows)]
+        tgt = [torch.randint(4, 100, (rng.randint(1, tgt_len),)).numpy() for _ in range(rows)]
+        batch = pad_lengths(collate(src, tgt), compiling.bucket_length)
+        raw.add((rows, max(len(x) for x in src), max(len(x) for x in tgt)))
+        pairs.add((batch.src.size(1), batch.tgt_in.size(1)))
+        model(batch.src, batch.tgt_in, hidden=True).sum().backward()
+    assert len(raw) == 60 and counter.frame_count == graphs(pairs) < 25
+    model.eval()
+    model(batch.src, batch.tgt_in)  # validation and beam search run the layers eagerly: nothing compiles
+    assert counter.frame_count == graphs(pairs)
+
+    # 2. `nmt train --compile`: the trainer's batches go through the same buckets.
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    monkeypatch.setattr(compiling, "BACKEND", counter)
+    config, settings = small_settings(max_steps=40, max_tokens=300, save_every=40, valid_every=40, log_every=10,
+                                      compile=True)
+    trainer = Trainer(tmp_path / "run", prepared, config, settings)
+    checked = counter.frame_count  # the start-up check compiles a one-line function
+    trainer.run()
+    stream = BatchStream(trainer.train_data, 300, settings.seed)
+    batches = [trainer.train_data.batch(stream.next_indices()) for _ in range(40)]
+    pairs = {(compiling.bucket_length(b.src.size(1)), compiling.bucket_length(b.tgt_in.size(1))) for b in batches}
+    assert counter.frame_count - checked == graphs(pairs)
+    torch._dynamo.reset()
+
+
+def test_tokens_per_step_lowers_the_batch_when_one_batch_per_rank_is_already_more(prepared):
+    from nmtcli.data.batching import ParallelData
+    from nmtcli.training.trainer import choose_batch
+
+    data = ParallelData(prepared, "train", "en", "de", 1000)
+    fits = choose_batch(data, 300, 1200, 2, 1)  # 2 ranks x ~220 tokens: accumulate 3 batches
+    assert fits.lowered_from is None and fits.max_tokens == 300 and fits.update_freq == round(1200 / (2 * fits.mean_target_tokens))
+    lowered = choose_batch(data, 300, 600, 4, 1)  # 4 ranks x ~220 tokens would be 880 > 600
+    assert lowered.lowered_from == 300 and lowered.max_tokens < 300 and lowered.update_freq == 1
+    assert lowered.unlowered_step_tokens > 600
+    assert abs(4 * lowered.mean_target_tokens - 600) < 0.15 * 600  # one batch per rank is now about the step
+
+
+@pytest.mark.slow  # inductor compiles C++ for the CPU: 1.5 to 5 minutes on 2 shared cores
+def test_compiled_training_computes_what_eager_training_computes(prepared, tmp_path):
+    """`--compile` for real (inductor): with dropout off, the first steps' losses are eager's, to float rounding."""
+    losses = {}
+    for compiled in (False, True):
+        config, settings = small_settings(max_steps=4, save_every=4, valid_every=4, compile=compiled)
+        run = tmp_path / ("compiled" if compiled else "eager")
+        Trainer(run, prepared, config.replace(dropout=0.0), settings).run()
+        losses[compiled] = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert len(losses[True]) == 4
+    assert losses[True] == pytest.approx(losses[False], abs=2e-3)
+    torch._dynamo.reset()

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say, warn
+from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say
 from nmtcli.errors import NmtError
 
 NAME = "train"
@@ -226,7 +226,12 @@ def _display(max_steps: int | None):
             return "  ".join(p for p in parts if p)
 
         def on_event(kind: str, v: dict) -> None:
-            if kind == "start":
+            if kind == "max_tokens_lowered":
+                ranks = f"{v['world_size']} ranks x " if v["world_size"] > 1 else ""
+                say(f"--max-tokens {v['requested']:,} per GPU: {ranks}one batch would already make a step of "
+                    f"~{v['step_target_tokens_before']:,} target tokens, over --tokens-per-step {v['tokens_per_step']:,}; "
+                    f"batches of <= {v['max_tokens']:,} tokens instead")
+            elif kind == "start":
                 where = f"resuming from {v['resumed_from']}" if v["resumed_from"] else "starting"
                 say(f"{where}: {v['parameters']:,} parameters, {v['train_pairs']:,} training pairs, "
                     f"device {v['device']}, {v['precision']}{', compiled' if v['compile'] else ''}")
@@ -234,17 +239,11 @@ def _display(max_steps: int | None):
                 if v.get("expected_step_target_tokens"):
                     say(f"batch: {batch} (~{v['mean_batch_target_tokens']:,} target tokens each) = ~{v['expected_step_target_tokens']:,} "
                         f"target tokens per step; --tokens-per-step {v['tokens_per_step']:,} chose --update-freq {v['update_freq']}")
-                    if v["expected_step_target_tokens"] > 1.5 * v["tokens_per_step"]:
-                        # Accumulation can only add batches: one batch per rank is already too much.
-                        fitting = int(v["max_tokens"] * v["tokens_per_step"] / v["expected_step_target_tokens"])
-                        warn(f"a step holds {v['expected_step_target_tokens'] / v['tokens_per_step']:.1f}x --tokens-per-step; "
-                             f"pass --max-tokens {fitting:,} (or lower) to train with the batch you asked for")
                 else:
                     say(f"batch: {batch} per step")
                 bars.update(task, completed=v["step"])
-            elif kind == "step":
-                shown["loss"] = v["loss"]
-                bars.update(task, completed=v["step"], status=status())
+            elif kind == "step":  # the loss on the live line is the last log line's: reading each step's would wait for the GPU
+                bars.update(task, completed=v["step"])
             elif kind == "overflow":
                 console.print(f"[yellow]fp16 gradient overflow: step skipped, loss scale now {v['loss_scale']:g}[/yellow]")
             elif kind == "log":

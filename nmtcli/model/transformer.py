@@ -7,6 +7,7 @@ d = d_model, h = heads, d_k = d / h, V vocabulary.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,51 @@ def _activation(name: str):
     return {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}[name]
 
 
+def _load_varlen():
+    """PyTorch's flash-attention kernel for packed sequences of different lengths (2.10 and later), or None."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+# Attention over padded sources (encoder self-attention, encoder-decoder attention) with a boolean mask
+# keeps scaled_dot_product_attention off its flash kernel. In training on a GPU the real keys of each
+# sentence are packed instead and attended through this kernel, which needs no mask (KeyPadding).
+VARLEN_ATTENTION = _load_varlen()
+
+
+class KeyPadding(NamedTuple):
+    """Where the real (non-pad) source tokens are, for attention with packed keys and no mask.
+
+    order: (B*S,) positions of the flattened (B, S) source, real tokens first (row by row, in order),
+    padding after them; starts: (B+1,) int32 offsets of each row's real tokens in that order;
+    mask: (B, 1, 1, S) the same as a boolean mask, for the dense kernel. Built on the device without
+    waiting for it: the number of real tokens is only ever known there.
+    """
+
+    order: Tensor
+    starts: Tensor
+    mask: Tensor
+
+    @classmethod
+    def of(cls, src: Tensor, pad_id: int) -> KeyPadding:
+        real = src != pad_id
+        order = torch.sort((~real).flatten().to(torch.uint8), stable=True).indices
+        starts = F.pad(real.sum(1).cumsum(0), (1, 0)).to(torch.int32)
+        return cls(order, starts, real[:, None, None, :])
+
+
+def packed_attention_applies(model: nn.Module, src: Tensor) -> bool:
+    """Whether teacher-forced attention over the source runs packed: on a GPU, in fp16/bf16 (what the
+    kernel takes) and without attention dropout (which it does not have)."""
+    if VARLEN_ATTENTION is None or not src.is_cuda or (model.training and model.config.attention_dropout > 0):
+        return False
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else model.embedding.tokens.weight.dtype
+    return dtype in (torch.float16, torch.bfloat16)
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (sec. 3.2.2).
 
@@ -62,11 +108,15 @@ class MultiHeadAttention(nn.Module):
     def _split_heads(self, x: Tensor) -> Tensor:  # (B, L, d) -> (B, h, L, d_k)
         return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | KeyPadding | None = None,
+                causal: bool = False) -> Tensor:
         """x: (B, T, d) queries; memory: (B, S, d) keys/values for encoder-decoder attention, else x.
 
-        mask: boolean, broadcastable to (B, h, T, S), True where attention is allowed.
+        mask: boolean, broadcastable to (B, h, T, S), True where attention is allowed; or KeyPadding,
+        the source's padding for attention with packed keys (training on a GPU).
         """
+        if isinstance(mask, KeyPadding):
+            return self._attend_packed(x, x if memory is None else memory, mask)
         if self.self_attention:
             q, k, v = (self._split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
         else:
@@ -78,6 +128,26 @@ class MultiHeadAttention(nn.Module):
         dropout = self.attention_dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
         return self.out_proj(out.transpose(1, 2).flatten(2))
+
+    def _attend_packed(self, x: Tensor, memory: Tensor, keys: KeyPadding) -> Tensor:
+        """Every query position (padding too: its output is never used) against the real keys of its row.
+
+        Queries stay in their (B, T) layout, which the kernel reads as B sequences of T; keys and values
+        are gathered real-tokens-first (keys.order) and read through keys.starts. The rows past the real
+        keys are never read by the kernel, and their gradient is set to zero, not taken from it.
+        """
+        b, t, d = x.shape
+        if self.self_attention:
+            q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
+        else:
+            q = self.q_proj(x)
+            k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        real = (torch.arange(keys.order.numel(), device=x.device) < keys.starts[-1])[:, None, None]
+        k, v = (torch.where(real, y.reshape(-1, self.heads, d // self.heads).index_select(0, keys.order), 0) for y in (k, v))
+        q = q.reshape(b * t, self.heads, d // self.heads)
+        query_starts = torch.arange(0, b * t + 1, t, device=x.device, dtype=torch.int32)
+        out = VARLEN_ATTENTION(q, k, v, query_starts, keys.starts, t, memory.size(1))
+        return self.out_proj(out.reshape(b, t, d))
 
     def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Encoder-decoder attention's keys and values, (B, h, S, d_k) each: computed once per sentence."""
@@ -240,7 +310,7 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(config)
         self.sublayer = nn.ModuleList(SublayerConnection(config) for _ in range(2))
 
-    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor | KeyPadding) -> Tensor:
         x = self.sublayer[0](x, lambda y: self.self_attn(y, mask=src_mask))
         return self.sublayer[1](x, self.ffn)
 
@@ -255,7 +325,7 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(config)
         self.sublayer = nn.ModuleList(SublayerConnection(config) for _ in range(3))
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | KeyPadding) -> Tensor:
         x = self.sublayer[0](x, lambda y: self.self_attn(y, causal=True))
         x = self.sublayer[1](x, lambda y: self.cross_attn(y, memory, mask=src_mask))
         return self.sublayer[2](x, self.ffn)
@@ -309,7 +379,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
-    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor | KeyPadding) -> Tensor:
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.final_norm(x) if self.final_norm is not None else x
@@ -323,7 +393,7 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | KeyPadding) -> Tensor:
         for layer in self.layers:
             x = layer(x, memory, src_mask)
         return self.final_norm(x) if self.final_norm is not None else x
@@ -377,12 +447,21 @@ class Transformer(nn.Module):
             return self.packed_output(hidden)
         return F.linear(hidden, self.embedding.tokens.weight, self.final_logits_bias)
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """src: (B, S) source ids ending in EOS; tgt_in: (B, T) BOS followed by the target shifted right."""
-        memory, src_mask = self.encode(src)
+    def forward(self, src: Tensor, tgt_in: Tensor, hidden: bool = False) -> Tensor:
+        """src: (B, S) source ids ending in EOS; tgt_in: (B, T) BOS followed by the target shifted right.
+
+        Returns the logits (B, T, V), or with hidden=True the decoder output (B, T, d) before the
+        output projection: training projects it inside the loss, a chunk at a time (training/loss.py).
+        """
+        if packed_attention_applies(self, src):
+            src_mask = KeyPadding.of(src, self.config.pad_id)
+            memory = self.encoder(self.embedding(src), src_mask)
+        else:
+            memory, src_mask = self.encode(src)
         # Target padding sits after the real tokens, so the causal mask alone keeps real positions from
         # seeing it; what padded positions compute is excluded from the loss.
-        return self.logits(self.decoder(self.embedding(tgt_in), memory, src_mask))
+        out = self.decoder(self.embedding(tgt_in), memory, src_mask)
+        return out if hidden else self.logits(out)
 
     def start_decoding(self, memory: Tensor, src_mask: Tensor, beam: int = 1, capacity: int | None = None) -> DecoderState:
         """State for decoding `beam` rows per sentence of `memory` (n, S, d), one position at a time,

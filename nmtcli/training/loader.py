@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,28 +34,44 @@ class StepBatches:
     stream_state: dict[str, int]  # the data position after this step
 
 
-def pad_to_multiple(batch: Batch, multiple: int) -> Batch:
-    """Round sequence lengths up to a multiple (tensor cores like multiples of 8; fewer distinct shapes).
+def multiple_of_8(length: int) -> int:
+    """Tensor cores like multiples of 8 (and it makes fewer distinct shapes)."""
+    return length + (-length % 8)
+
+
+def pad_lengths(batch: Batch, padded: Callable[[int], int]) -> Batch:
+    """Pad the sequences of a batch to `padded(length)` tokens.
 
     Extra padding changes no real position: source padding is masked, target padding comes after
     the real tokens under the causal mask, and the loss skips it.
     """
     def pad(t: torch.Tensor) -> torch.Tensor:
-        extra = -t.size(1) % multiple
+        extra = padded(t.size(1)) - t.size(1)
         return F.pad(t, (0, extra), value=PAD_ID) if extra else t
 
     return Batch(pad(batch.src), pad(batch.tgt_in), pad(batch.tgt_out), batch.target_tokens)
 
 
 class StepLoader:
+    """`next(loader)`: the next step's batches on the device.
+
+    On a GPU the batches are pinned by the background thread, and the copy of the next step to the
+    device starts on a side stream as soon as the current step is handed out, so it overlaps the
+    current step's work instead of waiting in front of the next one. `pad_length` maps a sequence
+    length to the padded length the batches take (default: unchanged on a CPU, multiples of 8 on a GPU).
+    """
+
     def __init__(self, stream: BatchStream, update_freq: int, rank: int, world_size: int, device: torch.device,
-                 prefetch: int = 2):
+                 prefetch: int = 2, pad_length: Callable[[int], int] | None = None):
         self.stream = stream
         self.update_freq = update_freq
         self.rank = rank
         self.world_size = world_size
         self.device = device
         self.on_gpu = device.type == "cuda"
+        self.pad_length = pad_length or (multiple_of_8 if self.on_gpu else None)
+        self._copy_stream = torch.cuda.Stream(device) if self.on_gpu else None
+        self._ahead: tuple[StepBatches, Any] | BaseException | None = None  # a step whose copy to the GPU has started
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._produce, name="nmt-batches", daemon=True)
@@ -71,8 +88,9 @@ class StepLoader:
         batches = []
         for indices in mine:
             b = s.data.batch(indices)
+            if self.pad_length is not None:
+                b = pad_lengths(b, self.pad_length)
             if self.on_gpu:
-                b = pad_to_multiple(b, 8)
                 b = Batch(b.src.pin_memory(), b.tgt_in.pin_memory(), b.tgt_out.pin_memory(), b.target_tokens)
             batches.append(b)
         return batches, tokens, lengths, s.state_dict()
@@ -92,13 +110,45 @@ class StepLoader:
             if isinstance(item, BaseException):
                 return
 
-    def __next__(self) -> StepBatches:
-        item = self._queue.get()
+    def _take(self, wait: bool = True) -> StepBatches | None:
+        try:
+            item = self._queue.get(block=wait)
+        except queue.Empty:
+            return None
         if isinstance(item, BaseException):
             raise item
         batches, tokens, lengths, state = item
-        on_device = [b.to(self.device) for b in batches]  # non_blocking from pinned memory on a GPU
-        return StepBatches(on_device, self.rank * self.update_freq, tokens, lengths, state)
+        return StepBatches(batches, self.rank * self.update_freq, tokens, lengths, state)
+
+    def _start_copy(self, step: StepBatches) -> tuple[StepBatches, Any]:
+        """Copy a step's pinned batches to the GPU on the side stream; returns it with the copy's event."""
+        with torch.cuda.stream(self._copy_stream):
+            on_device = [b.to(self.device) for b in step.batches]  # non_blocking from pinned memory
+            done = torch.cuda.Event()
+            done.record(self._copy_stream)
+        return replace(step, batches=on_device), done
+
+    def __next__(self) -> StepBatches:
+        if not self.on_gpu:
+            step = self._take()
+            return replace(step, batches=[b.to(self.device) for b in step.batches])
+        ahead, self._ahead = self._ahead, None
+        if isinstance(ahead, BaseException):
+            raise ahead
+        step, done = ahead if ahead is not None else self._start_copy(self._take())
+        compute = torch.cuda.current_stream(self.device)
+        compute.wait_event(done)
+        for b in step.batches:
+            for t in (b.src, b.tgt_in, b.tgt_out):
+                t.record_stream(compute)  # allocated on the side stream, used and freed on this one
+        try:
+            ahead = self._take(wait=False)  # the next step, if the thread has it: its copy overlaps this step
+        except BaseException as e:  # noqa: BLE001 - raised when that step is asked for, not before
+            self._ahead = e
+        else:
+            if ahead is not None:
+                self._ahead = self._start_copy(ahead)
+        return step
 
     def close(self) -> None:
         self._stop.set()

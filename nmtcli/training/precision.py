@@ -29,6 +29,21 @@ class Precision:
     def dtype(self) -> torch.dtype:
         return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.name]
 
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """optimizer.step() through the loss scaler; True when fp16 skipped it (a gradient overflowed).
+
+        Only fp16 makes the host wait for the device here, once: whether the step counts decides the
+        next learning rate. The scale before the step is copied on the device, not read.
+        """
+        if not self.scaler.is_enabled():
+            optimizer.step()
+            return False
+        scale = getattr(self.scaler, "_scale", None)  # GradScaler's scale tensor (private; read if it moves)
+        before = scale.clone() if isinstance(scale, torch.Tensor) else self.scaler.get_scale()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        return self.scaler.get_scale() < float(before)
+
     def autocast(self):
         """The context every forward pass runs in."""
         if self.name == "fp32":

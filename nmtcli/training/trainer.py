@@ -46,9 +46,9 @@ from nmtcli.model.checkpoint import (
 )
 from nmtcli.model.config import PRESETS, ModelConfig
 from nmtcli.model.transformer import Transformer
-from nmtcli.training import distributed, flops, precision
+from nmtcli.training import compiling, distributed, flops, precision
 from nmtcli.training.loader import StepBatches, StepLoader
-from nmtcli.training.loss import label_smoothed_loss, perplexity
+from nmtcli.training.loss import output_loss, perplexity
 from nmtcli.training.metrics import MetricsLog
 from nmtcli.training.schedule import inverse_sqrt_lr
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
@@ -56,9 +56,13 @@ from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 TRAINER_STATE = "trainer.pt"
 BEST = "best"
 
-# Events: on_event(kind, values) with kind in
-# {"start", "step", "overflow", "log", "valid", "best", "checkpoint", "early_stop", "time_limit", "done"}.
+# Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "step", "overflow", "log", "valid",
+# "best", "checkpoint", "early_stop", "time_limit", "done"}.
 OnEvent = Callable[[str, dict[str, Any]], None]
+
+# In a run of several ranks, rank 0's clock (--max-time, --save-every in minutes) is shared every this
+# many steps: the all-reduce that shares it waits for the device, so not every step.
+CLOCK_EVERY = 10
 
 
 @dataclass(frozen=True)
@@ -125,14 +129,38 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     return read_json(Path(run_dir) / CONFIG_FILE, missing, "start the run again with --restart")
 
 
-def choose_update_freq(stream: BatchStream, tokens_per_step: int, world_size: int) -> tuple[int, float]:
+@dataclass(frozen=True)
+class BatchChoice:
+    """How a step is made: batches of at most `max_tokens` (per rank), `update_freq` of them per rank."""
+
+    max_tokens: int
+    update_freq: int
+    mean_target_tokens: float | None = None  # of a batch, in the first epoch's order (when measured)
+    lowered_from: int | None = None  # --max-tokens, when one batch per rank was already more than a step
+    unlowered_step_tokens: float | None = None  # what a step of one batch per rank would have held
+
+
+def mean_batch_target_tokens(data: ParallelData, max_tokens: int, seed: int) -> float:
+    """The mean target tokens of a batch of at most `max_tokens` tokens in the first epoch's order."""
+    batches = make_batches(data.src.lengths, data.tgt.lengths, max_tokens, seed, 1)
+    return sum(int(data.tgt.lengths[b].sum()) + len(b) for b in batches) / max(len(batches), 1)
+
+
+def choose_batch(data: ParallelData, max_tokens: int, tokens_per_step: int, world_size: int, seed: int) -> BatchChoice:
     """Batches per rank per step so that a step holds about `tokens_per_step` target tokens.
 
-    Uses the mean target tokens of a batch in the first epoch's order; returns (update_freq, that mean).
+    Gradient accumulation can only add batches: when one batch on every rank already holds more than
+    `tokens_per_step` (many GPUs, or a --max-tokens above the step), the batches are made smaller
+    instead, in proportion, so that one batch per rank makes the step the user asked for.
     """
-    batches = make_batches(stream.data.src.lengths, stream.data.tgt.lengths, stream.max_tokens, stream.seed, 1)
-    mean = sum(stream.target_tokens(b) for b in batches) / max(len(batches), 1)
-    return max(1, round(tokens_per_step / (world_size * max(mean, 1.0)))), mean
+    mean = mean_batch_target_tokens(data, max_tokens, seed)
+    lowered_from = unlowered = None
+    if world_size * mean > tokens_per_step:
+        lowered_from, unlowered = max_tokens, world_size * mean
+        max_tokens = max(1, int(max_tokens * tokens_per_step / unlowered))
+        mean = mean_batch_target_tokens(data, max_tokens, seed)
+    update_freq = max(1, round(tokens_per_step / (world_size * max(mean, 1.0))))
+    return BatchChoice(max_tokens, update_freq, mean, lowered_from, unlowered)
 
 
 def parameter_fingerprint(model: torch.nn.Module) -> str:
@@ -145,7 +173,7 @@ def parameter_fingerprint(model: torch.nn.Module) -> str:
 
 
 def _test_fault(kind: str) -> int | None:
-    """NMT_TEST_FAULT=kill-in-checkpoint:STEP or fail:RANK:STEP - fault injection for the crash tests only."""
+    """NMT_TEST_FAULT=kill-in-checkpoint:STEP, fail:RANK:STEP or oom:STEP - fault injection for the crash tests only."""
     spec = os.environ.get("NMT_TEST_FAULT", "")
     parts = spec.split(":")
     if parts[0] != kind:
@@ -212,17 +240,23 @@ class Trainer:
         )
         self.train_data = ParallelData(data_dir, "train", self.src_lang, self.tgt_lang, self.config.vocab_size)
         self.valid_data = ParallelData(data_dir, "valid", self.src_lang, self.tgt_lang, self.config.vocab_size)
-        self.stream = BatchStream(self.train_data, settings.max_tokens, settings.seed)
         self.step = 0
         self.best: dict[str, Any] | None = None  # {"metric", "value", "step"}
         self.bad_validations = 0
         self.resumed_from: Path | None = None
-        previous_batches_per_step = None
-        if resume:
-            previous_batches_per_step = self._load_checkpoint(resume)
-        self.update_freq, self.mean_batch_tokens = self._resolve_update_freq(previous_batches_per_step)
+        previous = self._load_checkpoint(resume) if resume else {}
+        self.batch = self._resolve_batch(previous)
+        self.update_freq, self.mean_batch_tokens = self.batch.update_freq, self.batch.mean_target_tokens
+        self.stream = BatchStream(self.train_data, self.batch.max_tokens, settings.seed)
+        if previous:
+            self.stream.load_state_dict(previous["stream"])
         self.data_state = self.stream.state_dict()
+        self._first_bad_step: torch.Tensor | None = None  # on the device: the first step whose loss was not finite
+        self._bad_loss: torch.Tensor | None = None
 
+        if settings.compile:
+            compiling.check_compile_works(self.device)
+            compiling.compile_layers(self.model)
         self.ddp: torch.nn.parallel.DistributedDataParallel | None = None
         self.forward_model: torch.nn.Module = self.model
         if self.ranks.distributed:
@@ -234,11 +268,9 @@ class Trainer:
                     device_ids=[self.device] if self.device.type == "cuda" else None,
                     broadcast_buffers=False,  # the only buffer is the fixed positional-encoding table
                     gradient_as_bucket_view=True,
+                    bucket_cap_mb=gradient_bucket_mb(self.model),
                 )
             self.forward_model = self.ddp
-        if settings.compile:
-            # dynamic: batches come in many lengths; compiling for each would cost more than it saves.
-            self.forward_model = torch.compile(self.forward_model, dynamic=True)
         self.peak = flops.device_peak_flops(self.device, self.precision.name, settings.peak_tflops)
         if settings.valid_bleu:
             from nmtcli.data.text import load_sentencepiece
@@ -293,7 +325,8 @@ class Trainer:
                     hint,
                 )
 
-    def _load_checkpoint(self, path: Path) -> int | None:
+    def _load_checkpoint(self, path: Path) -> dict[str, Any]:
+        """Weights, optimizer, step, loss scale and early stopping from `path`; returns its trainer state."""
         broken = f"delete {path} to resume from the checkpoint before it, or pass --restart to start over"
         load_state(self.model, load_weights(path / WEIGHTS_FILE, broken), path / WEIGHTS_FILE)
         # weights_only: a run dir is data, never code; this refuses anything but tensors and primitives.
@@ -303,32 +336,34 @@ class Trainer:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]  # torch's messages run long
             raise NmtError(f"{path / TRAINER_STATE} cannot be loaded: {first}", broken) from e
         self.optimizer.load_state_dict(state["optimizer"])
-        self.stream.load_state_dict(state["stream"])
         self.step = int(state["step"])
         if state.get("scaler") and self.precision.scaler.is_enabled():
             self.precision.scaler.load_state_dict(state["scaler"])
         self.best = state.get("best")
         self.bad_validations = int(state.get("bad_validations", 0))
         self.resumed_from = path
-        return state.get("batches_per_step")
+        return state
 
-    def _resolve_update_freq(self, previous_batches_per_step: int | None) -> tuple[int, float | None]:
+    def _resolve_batch(self, previous: dict[str, Any]) -> BatchChoice:
         s, world = self.settings, self.ranks.world_size
+        previous_batches_per_step = previous.get("batches_per_step")
         if previous_batches_per_step:
-            # A resumed run keeps its global batch; with an automatic update_freq it may change GPU count.
+            # A resumed run keeps its global batch: the batches it was made of (their order depends on
+            # their size) and how many make a step; with an automatic update_freq it may change GPU count.
+            max_tokens = int(previous.get("batch_max_tokens", s.max_tokens))
             if s.update_freq is None and previous_batches_per_step % world == 0:
-                return previous_batches_per_step // world, None
+                return BatchChoice(max_tokens, previous_batches_per_step // world)
             if (s.update_freq or 0) * world != previous_batches_per_step:
                 raise NmtError(
                     f"{self.run_dir} was trained with {previous_batches_per_step} batches per step, "
                     f"not {world} ranks x {s.update_freq} batches",
                     "resume with a number of ranks (and --update-freq) that keeps ranks x update_freq the same",
                 )
-            return s.update_freq, None
+            return BatchChoice(max_tokens, s.update_freq)
         if s.update_freq:
-            return s.update_freq, None
+            return BatchChoice(s.max_tokens, s.update_freq)
         assert s.tokens_per_step is not None
-        return choose_update_freq(self.stream, s.tokens_per_step, world)
+        return choose_batch(self.train_data, s.max_tokens, s.tokens_per_step, world, s.seed)
 
     # --- one step --------------------------------------------------------------------------------
 
@@ -351,34 +386,48 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         nll_sum = torch.zeros((), device=self.device)
         last = len(step_batches.batches) - 1
+        output = self.model.embedding.tokens.weight  # the pre-softmax projection shares it (sec. 3.4)
         for i, batch in enumerate(step_batches.batches):
             torch.manual_seed(self._dropout_seed(step_batches.first_index + i))
             # Gradients are exchanged once per step, after the last batch, not after every batch.
             sync = self.ddp.no_sync() if self.ddp is not None and i < last else contextlib.nullcontext()
             with sync:
                 with self.precision.autocast():
-                    logits = self.forward_model(batch.src, batch.tgt_in)
-                loss, nll = label_smoothed_loss(logits, batch.tgt_out, s.label_smoothing, self.config.pad_id)
+                    hidden = self.forward_model(batch.src, batch.tgt_in, hidden=True)
+                    loss, nll = output_loss(hidden, output, self.model.final_logits_bias, batch.tgt_out,
+                                            s.label_smoothing, self.config.pad_id, batch.target_tokens)
                 scaler.scale(loss * factor).backward()
             loss_sum += loss.detach()
             nll_sum += nll
-        scale_before = scaler.get_scale() if scaler.is_enabled() else None
-        scaler.step(self.optimizer)  # skipped by the fp16 scaler when a gradient is inf/nan
-        scaler.update()
-        skipped = scale_before is not None and scaler.get_scale() < scale_before
+        skipped = self.precision.step(self.optimizer)  # fp16: skipped when a gradient is inf/nan
         self.data_state = step_batches.stream_state
         if not skipped:
             self.step += 1
         return {
             "loss_sum": loss_sum,
             "nll_sum": nll_sum,
-            "local_tokens": sum(b.target_tokens for b in step_batches.batches),
             "target_tokens": step_batches.target_tokens,
             "flops": flops.training_flops(self.config, step_batches.lengths),
             "lr": lr,
             "skipped": skipped,
-            "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
+            "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,  # fp16 has waited for the device already
         }
+
+    def _watch_loss(self, loss_sum: torch.Tensor) -> None:
+        """Remember the first step whose loss was not finite, on the device: reading it every step would
+        make the host wait for every step. It is read where the host waits anyway (`_check_loss`)."""
+        if self._first_bad_step is None:
+            self._first_bad_step = torch.zeros((), dtype=torch.long, device=loss_sum.device)
+            self._bad_loss = torch.zeros((), dtype=loss_sum.dtype, device=loss_sum.device)
+        first = ~torch.isfinite(loss_sum) & (self._first_bad_step == 0)
+        self._first_bad_step = torch.where(first, self.step, self._first_bad_step)
+        self._bad_loss = torch.where(first, loss_sum, self._bad_loss)
+
+    def _check_loss(self) -> None:
+        """Before a log line, a validation or a checkpoint: stop if the loss was not finite since the start."""
+        if self._first_bad_step is not None and (step := int(self._first_bad_step)) > 0:
+            raise NmtError(f"the loss became {float(self._bad_loss)} at step {step}",
+                           "lower --lr-scale, or resume from an earlier checkpoint with another --seed")
 
     def validate(self) -> dict[str, float]:
         s = self.settings
@@ -455,6 +504,7 @@ class Trainer:
             "best": self.best,
             "bad_validations": self.bad_validations,
             "batches_per_step": self.ranks.world_size * self.update_freq,
+            "batch_max_tokens": self.batch.max_tokens,
         }
         with open(tmp / TRAINER_STATE, "wb") as f:  # a Python file: a failed write keeps its OSError (errno)
             torch.save(state, f)
@@ -473,7 +523,7 @@ class Trainer:
 
     def _describe_batch(self) -> dict[str, Any]:
         s = self.settings
-        about = {"update_freq": self.update_freq, "world_size": self.ranks.world_size, "max_tokens": s.max_tokens,
+        about = {"update_freq": self.update_freq, "world_size": self.ranks.world_size, "max_tokens": self.batch.max_tokens,
                  "tokens_per_step": s.tokens_per_step}
         if self.mean_batch_tokens:
             about["mean_batch_target_tokens"] = round(self.mean_batch_tokens)
@@ -492,7 +542,15 @@ class Trainer:
             for stale in (self.run_dir / "checkpoints").glob(".tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)  # left by a write that was interrupted
         metrics = MetricsLog(self.run_dir, self.step, enabled=self.is_main)
-        loader = StepLoader(self.stream, self.update_freq, self.ranks.rank, self.ranks.world_size, self.device)
+        pad_length = compiling.bucket_length if s.compile else None  # few shapes, few compiled graphs
+        loader = StepLoader(self.stream, self.update_freq, self.ranks.rank, self.ranks.world_size, self.device,
+                            pad_length=pad_length)
+        if self.batch.lowered_from is not None:
+            self.on_event("max_tokens_lowered", {
+                "max_tokens": self.batch.max_tokens, "requested": self.batch.lowered_from,
+                "world_size": self.ranks.world_size, "tokens_per_step": s.tokens_per_step,
+                "step_target_tokens_before": round(self.batch.unlowered_step_tokens or 0),
+            })
         self.on_event("start", {
             "step": self.step,
             "max_steps": s.max_steps,
@@ -524,10 +582,12 @@ class Trainer:
             if _test_fault("fail") == self.step + 1:
                 raise NmtError(f"injected failure at step {self.step + 1} (NMT_TEST_FAULT)", "unset NMT_TEST_FAULT")
             try:
+                if _test_fault("oom") == self.step + 1:  # what a GPU raises for a batch that does not fit
+                    raise out_of_memory("CUDA out of memory (injected by NMT_TEST_FAULT)")
                 m = self.train_step(next(loader))
             except out_of_memory:
                 raise NmtError(
-                    f"out of GPU memory at step {self.step + 1} with batches of up to {s.max_tokens:,} tokens",
+                    f"out of GPU memory at step {self.step + 1} with batches of up to {self.batch.max_tokens:,} tokens",
                     "lower --max-tokens; --tokens-per-step keeps the step's size by accumulating more batches",
                 ) from None
             window_loss += torch.stack([m["loss_sum"], m["nll_sum"]]).double()
@@ -536,20 +596,21 @@ class Trainer:
             if m["skipped"]:
                 self.on_event("overflow", {"step": self.step, "loss_scale": m["loss_scale"]})
                 continue
-            local_loss = m["loss_sum"].item() / max(m["local_tokens"], 1)
-            if not math.isfinite(local_loss) and self.precision.name != "fp16":
-                raise NmtError(f"the loss became {local_loss} at step {self.step}",
-                               "lower --lr-scale, or resume from an earlier checkpoint with another --seed")
-            self.on_event("step", {"step": self.step, "loss": local_loss, "lr": m["lr"]})
+            if self.precision.name != "fp16":  # fp16 skips steps whose gradients overflow instead
+                self._watch_loss(m["loss_sum"])
+            self.on_event("step", {"step": self.step, "lr": m["lr"]})  # no loss: reading it would wait for the device
             save_due = False
-            if s.max_minutes or s.save_minutes:
-                # Rank 0's clock decides both time limits, in one all-reduce a step, so that every rank
+            if (s.max_minutes or s.save_minutes) and (not self.ranks.distributed or self.step % CLOCK_EVERY == 0):
+                # Rank 0's clock decides both time limits, shared in one all-reduce, so that every rank
                 # stops after the same step and joins the same saves (a save compares weights).
                 now = time.perf_counter()
                 mine = [float(self.is_main and s.max_minutes > 0 and now - started >= s.max_minutes * 60),
                         float(self.is_main and s.save_minutes > 0 and now - last_save >= s.save_minutes * 60)]
                 out_of_time, save_due = (v > 0 for v in distributed.all_reduce_sum(mine, self.device))
             last_step = self.step == s.max_steps or out_of_time
+            due = save_due if s.save_minutes else self.step % s.save_every == 0
+            if last_step or due or self.step % s.log_every == 0 or self.step % s.valid_every == 0:
+                self._check_loss()  # the host waits for the device here anyway
             if self.step % s.log_every == 0 or last_step:
                 elapsed = time.perf_counter() - window_start
                 loss_total, nll_total = distributed.all_reduce_sum(window_loss.tolist(), self.device)
@@ -588,7 +649,6 @@ class Trainer:
                     self.on_event("early_stop", {"step": self.step, "patience": s.patience, "metric": best.get("metric"),
                                                  "value": best.get("value"), "best_step": best.get("step")})
                 window_start = time.perf_counter()  # validation time is not training throughput
-            due = save_due if s.save_minutes else self.step % s.save_every == 0
             if due or stop or last_step:
                 path = self.save_checkpoint()
                 last_save = time.perf_counter()
@@ -602,6 +662,13 @@ class Trainer:
             done["best"] = self.best
         self.on_event("done", done)
         return done
+
+
+def gradient_bucket_mb(model: Transformer) -> int:
+    """DDP's gradient bucket: about one decoder layer's gradients (base 17 MB, big 65 MB), so that each
+    layer's all-reduce starts when its backward is done and overlaps the backward of the layers below."""
+    layer = sum(p.numel() * p.element_size() for p in model.decoder.layers[0].parameters())
+    return max(1, math.ceil(layer / 2**20))
 
 
 def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, TrainSettings]:

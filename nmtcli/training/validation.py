@@ -17,7 +17,7 @@ from nmtcli.inference.beam import beam_search
 from nmtcli.model.transformer import Transformer
 from nmtcli.scoring import score
 from nmtcli.training import distributed
-from nmtcli.training.loss import label_smoothed_loss, perplexity
+from nmtcli.training.loss import output_loss, perplexity
 
 
 @torch.no_grad()
@@ -32,8 +32,9 @@ def valid_loss(model: Transformer, data: ParallelData, max_tokens: int, autocast
     for indices in batches[ranks.rank :: ranks.world_size]:
         batch = data.batch(indices).to(device)
         with autocast():
-            logits = model(batch.src, batch.tgt_in)
-        _, nll = label_smoothed_loss(logits, batch.tgt_out, 0.0, model.config.pad_id)
+            hidden = model(batch.src, batch.tgt_in, hidden=True)
+            _, nll = output_loss(hidden, model.embedding.tokens.weight, model.final_logits_bias, batch.tgt_out, 0.0,
+                                 model.config.pad_id, batch.target_tokens)
         total_nll += nll.item()
         tokens += batch.target_tokens
     total_nll, tokens = distributed.all_reduce_sum([total_nll, float(tokens)], device)

@@ -1,0 +1,83 @@
+"""`nmt train --compile`: torch.compile for training, with few distinct shapes to compile for.
+
+torch.compile builds a graph per input shape when shapes are static (dynamic=False), and batches of
+sentences come in every length. Two things keep the graphs few:
+- sequence lengths are padded up to a short ladder of sizes (`bucket_length`), so a batch's
+  (source, target) lengths fall on one of a handful of pairs. Extra padding changes no real position:
+  source padding is masked, target padding comes after the real tokens under the causal mask, and
+  the loss skips it;
+- the number of sentences in a batch is marked dynamic, so one graph serves every row count.
+Only the encoder and decoder layers are compiled ("regional" compilation): all layers of a kind
+share one compiled graph, so a new shape costs the compile time of one layer, not of twelve. The
+embeddings and the loss (training/loss.py, already a few large matrix products) stay eager.
+Compiled layers run in training mode only: validation and beam search, with their own shapes, run
+the same layers eagerly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nmtcli.errors import NmtError
+from nmtcli.model.transformer import KeyPadding, Transformer
+
+# Padded sequence lengths: multiples of 8 (tensor cores) up to 32, then steps of about 1/8 to 1/4.
+# Up to 256 tokens (longer than any sentence `nmt prepare` keeps) that is 15 sizes; a batch of
+# length-sorted sentences pads about as much as rounding to a multiple of 8 would.
+LENGTH_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256)
+
+# Where torch.compile sends the graphs; the tests swap in a counting backend.
+BACKEND = "inductor"
+
+
+def bucket_length(length: int) -> int:
+    """The smallest bucket that holds `length`; beyond the ladder, the next multiple of 64."""
+    for size in LENGTH_BUCKETS:
+        if length <= size:
+            return size
+    return length + (-length % 64)
+
+
+def check_compile_works(device: torch.device) -> None:
+    """Compile and run a one-line function on `device`: a PyTorch, Python or machine that cannot
+    compile (no C++ compiler for CPU code, no Triton for GPU code) fails here in a second, with one line."""
+    try:
+        doubled = torch.compile(lambda x: x * 2 + 1, dynamic=False, backend=BACKEND)(torch.ones(8, device=device))
+        ok = bool((doubled == 3).all())
+    except Exception as e:  # noqa: BLE001 - whatever stops torch.compile, the user's remedy is the same
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise NmtError(f"--compile does not work with this PyTorch {torch.__version__} on {device.type}: {first}",
+                       "train without --compile (eager is the default); compiling needs a C++ compiler for CPU "
+                       "code and Triton for GPU code") from None
+    if not ok:
+        raise NmtError(f"--compile computed a wrong result on {device.type} with PyTorch {torch.__version__}",
+                       "train without --compile")
+
+
+def compile_layers(model: Transformer) -> None:
+    """Compile each encoder and decoder layer in place (state_dict keys do not change)."""
+    limit = 8 * len(LENGTH_BUCKETS)  # one graph per source length (encoder) or length pair (decoder)
+    for name in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
+    compiled: dict[type, object] = {}
+    for layer in (*model.encoder.layers, *model.decoder.layers):
+        kind = type(layer)
+        if kind not in compiled:  # one compiled function per kind: the layers are its argument
+            compiled[kind] = torch.compile(kind.forward, dynamic=False, backend=BACKEND)
+        layer.forward = _training_forward(layer, compiled[kind])
+
+
+def _training_forward(layer: nn.Module, compiled):
+    eager = layer.forward
+
+    def forward(*args):
+        if not layer.training:
+            return eager(*args)
+        for arg in args:
+            for t in arg if isinstance(arg, KeyPadding) else (arg,):
+                torch._dynamo.maybe_mark_dynamic(t, 0)  # rows: any number of sentences, one graph
+        return compiled(layer, *args)
+
+    return forward
