@@ -206,6 +206,10 @@ class Nmt:
                 notes.append("packed" if pack_for_cpu(model) else "packing unavailable")
             self.models[dtype] = model
             self.graphs[dtype] = StepGraphs(warn=lambda m: print(f"  nmt: {m}", file=sys.stderr)) if device.type == "cuda" and not args.no_graphs else None
+        if device.type == "cpu" and not args.no_pack:
+            from nmtcli.inference.cpu import keep_freed_memory
+
+            notes.append("malloc keeps freed memory" if keep_freed_memory() else "malloc as it is")
         self.describe = ", ".join(["same weights (imported)", *notes, *(["CUDA graphs"] if self.graphs[dtypes[0]] else [])])
 
     def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:

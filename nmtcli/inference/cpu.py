@@ -13,6 +13,8 @@ disagreement, the model is left as it was.
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -70,3 +72,30 @@ def pack_for_cpu(model: Transformer) -> bool:
     model.packed_output = output
     model.eval()
     return True
+
+
+# glibc's mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+_MALLOC_TUNED = False
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's malloc reuse freed memory instead of handing it back to the kernel.
+
+    Every decoding step allocates and frees tensors of tens of megabytes (a base model's logits over
+    a 58k vocabulary for 128 rows are 30 MB). glibc serves such sizes with a fresh mmap and unmaps
+    them when freed, so each step first-touches thousands of new pages: the kernel faults and zeroes
+    each one. Serving them from the heap (up to 32 MB, glibc's largest threshold) and keeping the
+    heap's freed top made decoding 19-27% faster on the development machine; the price is a process
+    that keeps its peak memory until it exits. Returns whether it applied (glibc only; once).
+    """
+    global _MALLOC_TUNED
+    if _MALLOC_TUNED:
+        return True
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, musl, Windows)
+        return False
+    _MALLOC_TUNED = bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
+    return _MALLOC_TUNED

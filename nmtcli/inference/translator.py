@@ -23,7 +23,7 @@ import torch
 from nmtcli.errors import NmtError
 from nmtcli.faults import injected
 from nmtcli.inference.beam import Hypothesis, beam_search
-from nmtcli.inference.cpu import pack_for_cpu
+from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
 from nmtcli.inference.precision import autocast, to_half
@@ -111,6 +111,7 @@ class Translator:
             to_half(self.model, dtype)  # half-precision products, fp32 residuals and norms (inference/precision.py)
         if device.type == "cpu":
             pack_for_cpu(self.model)  # oneDNN-packed weights; leaves the model as it is where unsupported
+            keep_freed_memory()  # no page faults for every step's large tensors (inference/cpu.py)
         self.tokenizer = load_tokenizer(Path(model_dir), self.config_values)
         self.pieces = self.tokenizer.pieces()
         self.device = device
