@@ -1,0 +1,32 @@
+"""Fault injection for the crash tests: NMT_TEST_FAULT makes nmt fail at a chosen point. Never set it otherwise.
+
+  kill-in-checkpoint:STEP    SIGKILL while the checkpoint of STEP is half written (training)
+  fail:RANK:STEP             rank RANK raises an NmtError at STEP (training)
+  kill-after-rename:N        SIGKILL right after the N-th file this process renames into place
+                             (every model dir write: import, average, pull -o)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_renamed = 0
+
+
+def injected(kind: str) -> int | None:
+    """The step (or count) at which NMT_TEST_FAULT asks for a fault of `kind` in this process; None: no fault."""
+    parts = os.environ.get("NMT_TEST_FAULT", "").split(":")
+    if parts[0] != kind:
+        return None
+    if kind == "fail" and int(parts[1]) != int(os.environ.get("RANK", "0")):
+        return None
+    return int(parts[-1])
+
+
+def renamed() -> None:
+    """Count one file renamed into place; the one `kill-after-rename:N` names kills the process."""
+    global _renamed
+    _renamed += 1
+    if injected("kill-after-rename") == _renamed:
+        os.kill(os.getpid(), signal.SIGKILL)
