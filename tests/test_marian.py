@@ -100,6 +100,8 @@ def test_tokenizer_matches_marian_tokenizer(imported, hf):
     with tokenizer.as_target_tokenizer() if hasattr(tokenizer, "as_target_tokenizer") else _nothing():
         target_ids = tokenizer(text_target=["der hund klein ein ball rot sieht"]).input_ids[0][:-1]
     assert ours.decode(target_ids) == tokenizer.decode(target_ids, skip_special_tokens=True) == "der hund klein ein ball rot sieht"
+    with_unknown = target_ids[:2] + [values["model"]["unk_id"]] + target_ids[2:]  # <unk> is dropped, as there
+    assert ours.decode(with_unknown) == tokenizer.decode(with_unknown, skip_special_tokens=True) == "der hund klein ein ball rot sieht"
 
 
 class _nothing:
@@ -136,6 +138,45 @@ def test_greedy_output_equals_generate_num_beams_1(imported, hf):
     text = run_nmt("translate", "-m", str(imported), "--beam", "1", "--max-len-a", "0", "--max-len-b", str(MAX_NEW_TOKENS - 1),
                    input="\n".join(SENTENCES) + "\n").stdout.splitlines()
     assert text == [tokenizer.decode(t, skip_special_tokens=True) for t in theirs]
+
+
+@pytest.fixture(scope="module")
+def source_pieces_model(marian_dir, tmp_path_factory):
+    """The fixture model made to emit pieces only source.spm knows: their output biases raised by 8.
+
+    OPUS-MT's joint vocabulary holds both sides' pieces, so a real model emits such pieces (a name
+    copied through, a rare word); this one emits them mid-sentence, at word starts and inside words.
+    """
+    import sentencepiece
+
+    out = tmp_path_factory.mktemp("source-pieces") / marian_dir.name
+    shutil.copytree(marian_dir, out)
+    vocab = json.loads((out / "vocab.json").read_text())
+    target = sentencepiece.SentencePieceProcessor(model_file=str(out / "target.spm"))
+    source_only = {i for piece, i in vocab.items() if piece not in ("</s>", "<unk>", "<pad>") and target.piece_to_id(piece) == target.unk_id()}
+    model = transformers.MarianMTModel.from_pretrained(marian_dir)
+    with torch.no_grad():
+        model.final_logits_bias[0, sorted(source_only)] += 8.0
+    model.save_pretrained(out)
+    return out, source_only
+
+
+def test_pieces_only_the_source_model_knows_come_out_as_marian_tokenizer_writes_them(source_pieces_model, tmp_path):
+    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.interop.marian import import_marian
+
+    model_dir, source_only = source_pieces_model
+    hf = transformers.MarianMTModel.from_pretrained(model_dir).eval(), transformers.MarianTokenizer.from_pretrained(model_dir)
+    theirs = _generate(hf, num_beams=1)
+    emitted = [i for ids in theirs[:2] for i in ids if i in source_only]
+    assert len(emitted) >= 3 and any(not hf[1].convert_ids_to_tokens(i).startswith("\u2581") for i in emitted)
+    import_marian(str(model_dir), tmp_path / "model")
+    assert _nmt_tokens(tmp_path / "model", hf, beam=1) == theirs
+    # What `nmt translate --beam 1` writes, text in and text out.
+    translator = Translator(tmp_path / "model", settings=SearchSettings(beam=1, max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1))
+    text = list(translator.translate(SENTENCES))
+    assert text == [hf[1].decode(t, skip_special_tokens=True) for t in theirs]
+    assert "\u2581" not in "".join(text)
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.6])
