@@ -80,7 +80,7 @@ def random_model(prepared, tmp_path_factory) -> Path:
     values = {"format": "nmt-model", "format_version": 1, "model": config.to_dict(),
               "languages": {"source": "en", "target": "de"}, "versions": versions()}
     out = tmp_path_factory.mktemp("random") / "tiny-en-de"
-    write_model_dir(out, Transformer(config).state_dict(), values, prepared / "sentencepiece.model", "# tiny-en-de\n")
+    write_model_dir(out, Transformer(config).state_dict(), values, {"sentencepiece.model": prepared / "sentencepiece.model"}, "# tiny-en-de\n")
     scores = {"en-de/test": {"BLEU": {"score": 12.3, "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"},
                              "chrF2": {"score": 40.1, "signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"}}}
     (out / "scores.json").write_text(json.dumps(scores))

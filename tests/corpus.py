@@ -3,7 +3,8 @@
 English-like source sentences ("the small dog sees a red ball") map to German-like targets in which
 each word is translated through a fixed dictionary, adjectives follow their noun, and the verb moves
 to the end ("der hund klein ein ball rot sieht"). A model must learn both the lexicon and the
-reordering; copying the source scores near zero BLEU.
+reordering; copying the source scores near zero BLEU. `parquet_bytes` packs pairs the way the Hub's
+WMT datasets store them, for the loopback Hub of tests/hub_server.py.
 """
 
 from __future__ import annotations
@@ -67,3 +68,27 @@ def write_corpus(directory: Path, sizes: dict[str, int], seed: int = 0, src: str
         (directory / f"{split}.{tgt}").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
         prefixes[split] = prefix
     return prefixes
+
+
+def parquet_bytes(pairs: list[tuple[str, str]], src: str = "en", tgt: str = "de", padding: int = 0) -> bytes:
+    """A parquet file with the Hub's WMT schema: one column `translation: struct<de: string, en: string>`.
+
+    `padding` adds that many random bytes in a second column that readers of `translation` skip:
+    `hf_hub_download` writes to disk in 10 MiB pieces, so only a file larger than that can be
+    interrupted with part of it on disk.
+    """
+    import io
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    langs = sorted((src, tgt))  # the Hub's files list the struct fields alphabetically
+    struct = pa.struct([(lang, pa.string()) for lang in langs])
+    columns = {"translation": pa.array([{src: s, tgt: t} for s, t in pairs], type=struct)}
+    if padding:
+        blob = random.Random(0).randbytes(padding)
+        columns["padding"] = pa.array([blob] + [b""] * (len(pairs) - 1), type=pa.binary())
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns), buffer, compression="none" if padding else "snappy")
+    return buffer.getvalue()

@@ -78,3 +78,13 @@ def _train(model, tokenizer, optimizer, pairs, pad: int, steps: int) -> None:
         model(**enc).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+
+
+def import_with_fault(source: str, out: str, fault: str) -> None:
+    """`import_marian(source, out)` under NMT_TEST_FAULT=`fault`: the target of the crash test's child processes."""
+    import os
+
+    from nmtcli.interop.marian import import_marian
+
+    os.environ["NMT_TEST_FAULT"] = fault
+    import_marian(source, out)

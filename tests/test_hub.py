@@ -56,7 +56,7 @@ def test_push_then_pull_round_trips_a_model_byte_for_byte(random_model, hub, env
         assert line in header, line
     assert "nmt translate -m alice/tiny-en-de" in card and "| en-de/test | BLEU | 12.3 |" in card
     # The client uploaded through preupload + commit, never LFS or Xet, and downloaded over plain HTTP.
-    paths = [p for _, p in hub.requests]
+    paths = [r.path for r in hub.requests]
     assert any(p.endswith("/preupload/main") for p in paths) and any(p.endswith("/commit/main") for p in paths)
     assert not [p for p in paths if "xet" in p.lower() or "lfs" in p.lower()]
     # The pulled dir is a model dir nmt can use, and translates like the original.

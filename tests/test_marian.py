@@ -8,7 +8,10 @@ every test compares nmt's import of it with transformers on the same inputs.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
+import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -97,6 +100,8 @@ def test_tokenizer_matches_marian_tokenizer(imported, hf):
     with tokenizer.as_target_tokenizer() if hasattr(tokenizer, "as_target_tokenizer") else _nothing():
         target_ids = tokenizer(text_target=["der hund klein ein ball rot sieht"]).input_ids[0][:-1]
     assert ours.decode(target_ids) == tokenizer.decode(target_ids, skip_special_tokens=True) == "der hund klein ein ball rot sieht"
+    with_unknown = target_ids[:2] + [values["model"]["unk_id"]] + target_ids[2:]  # <unk> is dropped, as there
+    assert ours.decode(with_unknown) == tokenizer.decode(with_unknown, skip_special_tokens=True) == "der hund klein ein ball rot sieht"
 
 
 class _nothing:
@@ -135,6 +140,45 @@ def test_greedy_output_equals_generate_num_beams_1(imported, hf):
     assert text == [tokenizer.decode(t, skip_special_tokens=True) for t in theirs]
 
 
+@pytest.fixture(scope="module")
+def source_pieces_model(marian_dir, tmp_path_factory):
+    """The fixture model made to emit pieces only source.spm knows: their output biases raised by 8.
+
+    OPUS-MT's joint vocabulary holds both sides' pieces, so a real model emits such pieces (a name
+    copied through, a rare word); this one emits them mid-sentence, at word starts and inside words.
+    """
+    import sentencepiece
+
+    out = tmp_path_factory.mktemp("source-pieces") / marian_dir.name
+    shutil.copytree(marian_dir, out)
+    vocab = json.loads((out / "vocab.json").read_text())
+    target = sentencepiece.SentencePieceProcessor(model_file=str(out / "target.spm"))
+    source_only = {i for piece, i in vocab.items() if piece not in ("</s>", "<unk>", "<pad>") and target.piece_to_id(piece) == target.unk_id()}
+    model = transformers.MarianMTModel.from_pretrained(marian_dir)
+    with torch.no_grad():
+        model.final_logits_bias[0, sorted(source_only)] += 8.0
+    model.save_pretrained(out)
+    return out, source_only
+
+
+def test_pieces_only_the_source_model_knows_come_out_as_marian_tokenizer_writes_them(source_pieces_model, tmp_path):
+    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.interop.marian import import_marian
+
+    model_dir, source_only = source_pieces_model
+    hf = transformers.MarianMTModel.from_pretrained(model_dir).eval(), transformers.MarianTokenizer.from_pretrained(model_dir)
+    theirs = _generate(hf, num_beams=1)
+    emitted = [i for ids in theirs[:2] for i in ids if i in source_only]
+    assert len(emitted) >= 3 and any(not hf[1].convert_ids_to_tokens(i).startswith("\u2581") for i in emitted)
+    import_marian(str(model_dir), tmp_path / "model")
+    assert _nmt_tokens(tmp_path / "model", hf, beam=1) == theirs
+    # What `nmt translate --beam 1` writes, text in and text out.
+    translator = Translator(tmp_path / "model", settings=SearchSettings(beam=1, max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1))
+    text = list(translator.translate(SENTENCES))
+    assert text == [hf[1].decode(t, skip_special_tokens=True) for t in theirs]
+    assert "\u2581" not in "".join(text)
+
+
 @pytest.mark.parametrize("alpha", [1.0, 0.6])
 def test_beam_output_equals_generate_num_beams_4_with_power_penalty(imported, hf, alpha):
     # transformers' default early stopping is a heuristic that can stop before the best hypothesis is
@@ -171,3 +215,83 @@ def test_import_reads_pytorch_model_bin_without_unpickling_code(marian_dir, tmp_
     result = run_nmt("import", "marian", str(legacy), "-o", str(tmp_path / "evil"), check=False)
     assert result.returncode == 1 and "executed" not in result.stdout
     assert "nmt: error: cannot read" in result.stderr
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())} if directory.is_dir() else {}
+
+
+@pytest.fixture(scope="module")
+def forkserver():
+    """Processes forked from a fresh interpreter that has only imported nmt: a try takes a fraction of a second.
+
+    Forking pytest itself is not safe once torch's and tqdm's threads run (a lock one of them holds
+    stays held in the child forever); a new interpreter per try would import torch each time.
+    """
+    context = multiprocessing.get_context("forkserver")
+    # torch._dynamo is imported on first use of a meta-device tensor (the model card counts parameters
+    # so), which takes seconds: once in the server, not in every child.
+    context.set_forkserver_preload(["marian_fixture", "nmtcli.interop.marian", "nmtcli.hub", "pyarrow", "torch._dynamo"])
+    return context
+
+
+def _import_killed_after(forkserver, renames: int, marian_dir: Path, out: Path) -> bool:
+    """Import in a child that NMT_TEST_FAULT SIGKILLs after `renames` files are renamed into place.
+
+    Returns False when the import finished first. The kill is a real SIGKILL: no `finally` and no
+    cleanup runs.
+    """
+    from marian_fixture import import_with_fault
+
+    child = forkserver.Process(target=import_with_fault, args=(str(marian_dir), str(out), f"kill-after-rename:{renames}"))
+    child.start()
+    child.join()
+    assert child.exitcode in (0, -signal.SIGKILL), f"the import failed in the child (exit code {child.exitcode})"
+    return child.exitcode != 0
+
+
+def test_an_import_killed_at_any_point_leaves_nothing_loadable_and_a_rerun_completes(marian_dir, forkserver, tmp_path, monkeypatch):
+    from safetensors.torch import load_file, save_file
+
+    from nmtcli.cli.common import MODELS_ROOT, default_model_dir
+    from nmtcli.errors import NmtError
+    from nmtcli.interop.marian import import_marian
+    from nmtcli.model.checkpoint import load_model
+
+    # The dir holds an earlier import of a model of the same shape: new weights under its config.json would load.
+    other = tmp_path / "other"
+    shutil.copytree(marian_dir, other)
+    weights = load_file(str(other / "model.safetensors"))
+    weights["final_logits_bias"] += 1.0
+    save_file(weights, str(other / "model.safetensors"), metadata={"format": "pt"})
+    import_marian(str(other), tmp_path / "previous" / marian_dir.name)
+    import_marian(str(marian_dir), tmp_path / "expected" / marian_dir.name)
+    previous, expected = _files(tmp_path / "previous" / marian_dir.name), _files(tmp_path / "expected" / marian_dir.name)
+    assert previous["model.safetensors"] != expected["model.safetensors"]
+
+    monkeypatch.chdir(tmp_path)
+    out = MODELS_ROOT / marian_dir.name
+    renames = 0
+    while True:
+        renames += 1
+        shutil.rmtree(MODELS_ROOT, ignore_errors=True)
+        out.mkdir(parents=True)
+        for name, content in previous.items():
+            (out / name).write_bytes(content)
+        if not _import_killed_after(forkserver, renames, marian_dir, out.resolve()):
+            break
+        left = _files(out)
+        if "config.json" in left:  # the old model untouched, or the new one whole
+            assert left in (previous, expected), f"killed after {renames} renames"
+        else:
+            with pytest.raises(NmtError, match="has no config.json"):
+                load_model(out)
+        # The hidden dir the import was staging in is never the default model, even when it is complete.
+        try:
+            assert default_model_dir() == out and left in (previous, expected)
+        except NmtError as e:
+            assert "no model found" in e.message
+        import_marian(str(marian_dir), out)  # the re-run completes
+        assert _files(out) == expected
+    # Killed after each file was staged and after each was moved in; then it ran to the end.
+    assert renames == 2 * len(expected) + 1

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from conftest import NMT, run_nmt
-from corpus import sentence_pair
-from dataset_hub_server import COMMIT, FakeHub, parquet_bytes
+from corpus import parquet_bytes, sentence_pair
+from hub_server import FakeHub, Repo
 
 REPO = "wmt/wmt14"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TRAIN_FILES = [f"de-en/train-0000{i}-of-00003.parquet" for i in range(3)]
 VALID_FILE = "de-en/validation-00000-of-00001.parquet"
 TEST_FILE = "de-en/test-00000-of-00001.parquet"
@@ -51,9 +52,16 @@ def wmt_files() -> dict[str, bytes]:
     return files
 
 
+def wmt_hub(files: dict[str, bytes]) -> FakeHub:
+    """The loopback Hub serving `files` as the dataset repo REPO at COMMIT."""
+    hub = FakeHub()
+    hub.datasets[REPO] = Repo.at(COMMIT, files)
+    return hub
+
+
 def hub_env(hub: FakeHub | None, home: Path, **extra: str) -> dict[str, str]:
     env = {"HF_HOME": str(home), "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1", "HF_TOKEN": "", **extra}
-    env["HF_ENDPOINT"] = hub.url if hub else "http://127.0.0.1:9"  # port 9: nothing listens
+    env["HF_ENDPOINT"] = hub.endpoint if hub else "http://127.0.0.1:9"  # port 9: nothing listens
     return env
 
 
@@ -66,7 +74,7 @@ def data_files(directory: Path) -> dict[str, bytes]:
 def reference(wmt_files, tmp_path_factory) -> Path:
     """An uninterrupted `nmt prepare wmt14-en-de` against the loopback Hub."""
     root = tmp_path_factory.mktemp("reference")
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         run_nmt("prepare", "wmt14-en-de", *FAST, cwd=root, env=hub_env(hub, root / "hf"))
     return root / "data" / "wmt14-en-de"
 
@@ -110,18 +118,18 @@ def test_a_finished_prepare_reruns_in_seconds_without_downloading(reference, wmt
 
     work = tmp_path / "w"
     shutil.copytree(reference.parent.parent, work)
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         started = time.time()
         result = run_nmt("prepare", "wmt14-en-de", *FAST, cwd=work, env=hub_env(hub, work / "hf"))
         assert time.time() - started < 30
-        assert not any(m == "GET" for m, _, _ in hub.requests)  # the cache answered; only HEADs
+        assert hub.downloads() == []  # the cache answered; only HEADs
     assert "already prepared" in result.stderr
     assert data_files(work / "data" / "wmt14-en-de") == data_files(reference)
 
 
 def test_the_same_inputs_give_byte_identical_data_whatever_the_chunks_and_workers(reference, wmt_files, tmp_path):
     # The reference encoded 50-pair chunks in-process; this run encodes 7,000-pair chunks in a pool of 2 workers.
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         run_nmt("prepare", "wmt14-en-de", "--vocab-size", "600", "--chunk-pairs", "7000", "--workers", "2", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
     assert data_files(tmp_path / "data" / "wmt14-en-de") == data_files(reference)
 
@@ -131,7 +139,7 @@ def _start(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
 
 
 def test_killed_mid_download_keeps_finished_files_and_gives_identical_output(reference, wmt_files, tmp_path):
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         env = hub_env(hub, tmp_path / "hf")
         hub.stall_after[TRAIN_FILES[1]] = HF_PIECE + 1000
         process = _start(["prepare", "wmt14-en-de", *FAST], tmp_path, env)
@@ -155,7 +163,7 @@ def test_killed_mid_download_keeps_finished_files_and_gives_identical_output(ref
 
 
 def test_a_dropped_connection_resumes_with_a_range_request(reference, wmt_files, tmp_path):
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         hub.drop_after[TRAIN_FILES[1]] = HF_PIECE + 1000
         run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
         assert hub.gets(TRAIN_FILES[1]) == [None, f"bytes={HF_PIECE}-"]
@@ -163,7 +171,7 @@ def test_a_dropped_connection_resumes_with_a_range_request(reference, wmt_files,
 
 
 def test_killed_mid_encoding_resumes_and_gives_identical_output(reference, wmt_files, tmp_path):
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         env = hub_env(hub, tmp_path / "hf")
         out = tmp_path / "data" / "wmt14-en-de"
         process = _start(["prepare", "wmt14-en-de", *FAST], tmp_path, env)
@@ -178,7 +186,7 @@ def test_killed_mid_encoding_resumes_and_gives_identical_output(reference, wmt_f
         assert len(done) >= 21
         before = len(hub.requests)
         run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
-        assert not any(m == "GET" for m, _, _ in hub.requests[before:])  # nothing downloaded twice
+        assert hub.downloads(since=before) == []  # nothing downloaded twice
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stages"] == {"text": "reused", "sentencepiece": "reused", "encode": "resumed"}
     assert manifest["resumed_chunks"] == len(done)
@@ -186,7 +194,7 @@ def test_killed_mid_encoding_resumes_and_gives_identical_output(reference, wmt_f
 
 
 def test_a_corrupt_download_is_detected_and_fetched_again(reference, wmt_files, tmp_path):
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         env = hub_env(hub, tmp_path / "hf")
         hub.corrupt[VALID_FILE] = 1
         run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
@@ -203,7 +211,7 @@ def test_a_corrupt_download_is_detected_and_fetched_again(reference, wmt_files, 
 
 
 def test_a_file_that_stays_corrupt_is_a_one_line_error(wmt_files, tmp_path):
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         hub.corrupt[TEST_FILE] = 2
         result = run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"), check=False)
     assert result.returncode == 1
@@ -215,7 +223,7 @@ def test_offline_mode_uses_the_cache_and_says_what_is_missing(reference, wmt_fil
     result = run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"), check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "not in the Hub cache and HF_HUB_OFFLINE is set" in result.stderr
-    with FakeHub(REPO, wmt_files) as hub:  # fill the cache
+    with wmt_hub(wmt_files) as hub:  # fill the cache
         run_nmt("prepare", "wmt14-en-de", *FAST, "-o", "first", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
     run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"))
     assert data_files(tmp_path / "data" / "wmt14-en-de") == data_files(reference)
@@ -229,13 +237,13 @@ def test_an_unreachable_hub_is_a_one_line_error(tmp_path):
 
 
 def test_an_unknown_revision_is_a_one_line_error(wmt_files, tmp_path):
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         result = run_nmt("prepare", "wmt14-en-de", "--revision", "v9", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"), check=False)
     assert result.returncode == 1 and "nmt: error: wmt/wmt14 has no revision v9" in result.stderr
 
 
 def test_the_other_direction_and_a_pinned_revision(wmt_files, tmp_path):
-    with FakeHub(REPO, wmt_files) as hub:
+    with wmt_hub(wmt_files) as hub:
         run_nmt("prepare", "wmt14-de-en", *FAST, "--revision", COMMIT, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
     out = tmp_path / "data" / "wmt14-de-en"
     manifest = json.loads((out / "manifest.json").read_text())
@@ -254,7 +262,7 @@ def test_en_fr_finds_its_files_by_listing_the_repository(tmp_path):
         "fr-en/test-00000-of-00001.parquet": parquet_bytes(_pairs(rng, 60), "en", "fr"),
         "de-en/test-00000-of-00001.parquet": b"not this one",
     }
-    with FakeHub(REPO, files) as hub:
+    with wmt_hub(files) as hub:
         run_nmt("prepare", "wmt14-en-fr", *FAST, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
         assert not hub.gets("de-en/test-00000-of-00001.parquet")
     manifest = json.loads((tmp_path / "data" / "wmt14-en-fr" / "manifest.json").read_text())

@@ -82,7 +82,8 @@ def _newest(candidates: list[tuple[Path, float]], what: str, hint: str) -> Path:
 def _stamped(root: Path, marker: str) -> list[tuple[Path, float]]:
     if not root.is_dir():
         return []
-    return [(d, (d / marker).stat().st_mtime) for d in sorted(root.iterdir()) if (d / marker).is_file()]
+    # Hidden dirs are half-written ones (a model dir being staged beside its place): never a default.
+    return [(d, (d / marker).stat().st_mtime) for d in sorted(root.iterdir()) if not d.name.startswith(".") and (d / marker).is_file()]
 
 
 def default_data_dir() -> Path:

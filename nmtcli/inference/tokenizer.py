@@ -18,6 +18,7 @@ from nmtcli.errors import NmtError
 
 SPM_FILE = "sentencepiece.model"
 MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB = "source.spm", "target.spm", "vocab.json"
+WORD_BOUNDARY = "\u2581"  # "▁", sentencepiece's mark of a piece that starts a word
 
 # Multilingual OPUS-MT models select the output language with a leading token such as ">>fra<<";
 # it is a vocabulary entry of its own and must not go through sentencepiece.
@@ -61,7 +62,10 @@ class MarianVocabulary(Tokenizer):
     """Marian's layout: source.spm splits the input, target.spm joins the output, vocab.json maps pieces to ids.
 
     Pieces that vocab.json lacks become the unknown id, as in Marian; special ids (pad, EOS, unknown)
-    are dropped from the output.
+    are dropped from the output. The joint vocabulary holds pieces only the source model has (a name
+    copied through, a rare word): sentencepiece passes a piece it does not know through as it is,
+    word-boundary mark "▁" and all, so `decode` turns every "▁" left into a space and strips the
+    line, as transformers' MarianTokenizer.convert_tokens_to_string does.
     """
 
     def __init__(self, source_spm: Path, target_spm: Path, vocab: Path, unk_id: int, special_ids: set[int]):
@@ -93,7 +97,7 @@ class MarianVocabulary(Tokenizer):
 
     def decode(self, ids: list[int]) -> str:
         pieces = [self.id_to_piece[i] for i in ids if i not in self.special_ids and i in self.id_to_piece]
-        return self.target.decode_pieces(pieces)
+        return self.target.decode_pieces(pieces).replace(WORD_BOUNDARY, " ").strip()
 
     def pieces(self) -> list[str]:
         return [self.id_to_piece.get(i, f"<unused{i}>") for i in range(self.size)]
@@ -113,6 +117,6 @@ def load_tokenizer(model_dir: Path, config_values: dict[str, Any]) -> Tokenizer:
             model_dir / spec.get("target", MARIAN_TARGET_SPM),
             model_dir / spec.get("vocab", MARIAN_VOCAB),
             unk_id=m.get("unk_id", 1),
-            special_ids={m.get("pad_id", 0), m.get("eos_id", 3), m.get("bos_id", 2)},
+            special_ids={m.get("pad_id", 0), m.get("eos_id", 3), m.get("bos_id", 2), m.get("unk_id", 1)},
         )
     raise NmtError(f"{model_dir}/config.json names an unknown tokenizer {kind!r}", "upgrade nmt, or re-create the model dir")

@@ -177,7 +177,7 @@ class Translator:
         s = settings or self.settings
         try:
             fault = injected("oom-above")  # the tests' stand-in for a GPU that runs out of memory
-            if fault and len(batch) > int(fault[0]):
+            if fault is not None and len(batch) > fault:
                 raise OUT_OF_MEMORY(f"NMT_TEST_FAULT: {len(batch)} lines")
             src = self._pad([ids for _, ids in batch])
             with autocast(self.device, self.dtype):

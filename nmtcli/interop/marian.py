@@ -22,17 +22,7 @@ import torch
 
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB
-from nmtcli.model.checkpoint import (
-    CARD_FILE,
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    atomic_copy,
-    atomic_write_json,
-    atomic_write_text,
-    load_state,
-    load_weights,
-    save_weights,
-)
+from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load_state, load_weights, write_model_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer, sinusoidal_positions
 
@@ -97,15 +87,11 @@ def import_marian(
         "license": _card_license(marian_dir / CARD_FILE) or "unknown",  # never claim a license the source did not state
         "versions": versions(),
     }
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_weights(out_dir / WEIGHTS_FILE, state, {"nmt_config": json.dumps(values["model"], sort_keys=True)})
-    for name in (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB):
-        atomic_copy(marian_dir / name, out_dir / name)
     from nmtcli.hub import model_card
 
-    atomic_write_text(out_dir / CARD_FILE, model_card(values, f"{out_dir.name}", {}, values["license"]))
-    atomic_write_json(out_dir / CONFIG_FILE, values)  # last: a dir with config.json is complete
+    # Written whole beside out_dir and moved in, config.json last: an interrupted import leaves nothing loadable.
+    card = model_card(values, Path(out_dir).name, {}, values["license"])
+    write_model_dir(out_dir, state, values, {name: marian_dir / name for name in (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB)}, card)
     return values
 
 

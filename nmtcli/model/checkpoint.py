@@ -20,6 +20,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from nmtcli import faults
 from nmtcli.errors import FileSystemError, NmtError, file_system_error
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer
@@ -49,6 +50,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
             yield Path(tmp)
             os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; the final file gets the usual permissions
             os.replace(tmp, path)
+        faults.renamed()
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -74,7 +76,9 @@ def staged_dir(out_dir: Path, last: str = CONFIG_FILE) -> Iterator[Path]:
     """Yield an empty hidden dir beside `out_dir`; on success its files replace those in `out_dir`, `last` last.
 
     Every byte is written before `out_dir` is touched, so a full disk (or a crash) while writing leaves
-    the previous model dir exactly as it was; what follows is a few renames, which need no space.
+    the previous model dir exactly as it was; what follows is a few renames, which need no space. The
+    previous `last` goes first, so a crash among the renames leaves a dir that nothing loads, never
+    new weights under an old config.json: running the command again completes it.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -91,8 +95,11 @@ def staged_dir(out_dir: Path, last: str = CONFIG_FILE) -> Iterator[Path]:
             raise (file_system_error(e.__cause__, target, intact=intact) or e) from e.__cause__
         with file_system_errors(out_dir):
             out_dir.mkdir(exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(out_dir / last)
             for name in sorted((p.name for p in stage.iterdir()), key=lambda n: n == last):
                 os.replace(stage / name, out_dir / name)
+                faults.renamed()
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
@@ -243,15 +250,20 @@ def write_model_dir(
     out_dir: Path,
     state: dict[str, torch.Tensor],
     config_values: dict[str, Any],
-    spm_model: Path,
+    tokenizer_files: dict[str, Path],
     card: str,
 ) -> None:
-    """Write a self-contained model dir (see `staged_dir`). `config.json` goes in last: a dir with one is complete."""
+    """Write a self-contained model dir (see `staged_dir`). `config.json` goes in last: a dir with one is complete.
+
+    `tokenizer_files` maps the names the model dir gives them to the files copied there (nmt's own
+    models: {"sentencepiece.model": ...}; Marian's: source.spm, target.spm, vocab.json).
+    """
     ModelConfig.from_dict(config_values["model"])  # refuse to write a config nothing can read back
     meta = {"nmt_config": json.dumps(config_values["model"], sort_keys=True)}
     with staged_dir(out_dir) as stage:
         save_weights(stage / WEIGHTS_FILE, state, meta)
-        atomic_copy(spm_model, stage / SPM_FILE)
+        for name, source in tokenizer_files.items():
+            atomic_copy(source, stage / name)
         atomic_write_text(stage / CARD_FILE, card)
         atomic_write_json(stage / CONFIG_FILE, config_values)
 

@@ -76,7 +76,7 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
         },
         "versions": versions(),
     }
-    write_model_dir(out_dir, state, values, runs[-1] / SPM_FILE, model_card(values))
+    write_model_dir(out_dir, state, values, {SPM_FILE: runs[-1] / SPM_FILE}, model_card(values))
     return values
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nmtcli import faults
 from nmtcli.data.batching import BatchStream, ParallelData, make_batches
 from nmtcli.data.prepare import read_manifest, reference_lines, versions
 from nmtcli.errors import FileSystemError, NmtError, file_system_error
@@ -170,17 +171,6 @@ def parameter_fingerprint(model: torch.nn.Module) -> str:
         h.update(name.encode())
         h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
-
-
-def _test_fault(kind: str) -> int | None:
-    """NMT_TEST_FAULT=kill-in-checkpoint:STEP, fail:RANK:STEP or oom:STEP - fault injection for the crash tests only."""
-    spec = os.environ.get("NMT_TEST_FAULT", "")
-    parts = spec.split(":")
-    if parts[0] != kind:
-        return None
-    if kind == "fail" and int(parts[1]) != int(os.environ.get("RANK", "0")):
-        return None
-    return int(parts[-1])
 
 
 class Trainer:
@@ -490,7 +480,7 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         save_weights(tmp / WEIGHTS_FILE, self.model.state_dict(), {"step": str(self.step)})
-        if _test_fault("kill-in-checkpoint") == self.step:
+        if faults.injected("kill-in-checkpoint") == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
         info = {"model": self.config.to_dict(), "step": self.step, "world_size": self.ranks.world_size}
         if fingerprints:
@@ -579,10 +569,10 @@ class Trainer:
         started = time.perf_counter()
         out_of_time = False
         while self.step < s.max_steps and not stop and not out_of_time:
-            if _test_fault("fail") == self.step + 1:
+            if faults.injected("fail") == self.step + 1:
                 raise NmtError(f"injected failure at step {self.step + 1} (NMT_TEST_FAULT)", "unset NMT_TEST_FAULT")
             try:
-                if _test_fault("oom") == self.step + 1:  # what a GPU raises for a batch that does not fit
+                if faults.injected("oom") == self.step + 1:  # what a GPU raises for a batch that does not fit
                     raise out_of_memory("CUDA out of memory (injected by NMT_TEST_FAULT)")
                 m = self.train_step(next(loader))
             except out_of_memory:
