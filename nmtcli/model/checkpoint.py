@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from nmtcli import faults
 from nmtcli.errors import FileSystemError, NmtError, file_system_error
 from nmtcli.model.config import ModelConfig
-from nmtcli.model.transformer import Transformer
+from nmtcli.model.transformer import Transformer, skeleton
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -224,8 +224,7 @@ def load_model(model_dir: Path, device: str | torch.device = "cpu") -> tuple[Tra
     config = ModelConfig.from_dict(values["model"])
     # Built without memory or initialization (which alone costs a base model half a second of
     # start-up), then given the loaded tensors themselves.
-    with torch.device("meta"):
-        model = Transformer(config)
+    model = skeleton(config)
     load_state(model, load_weights(Path(model_dir) / WEIGHTS_FILE), Path(model_dir) / WEIGHTS_FILE, assign=True)
     model.embedding.reset_positions()
     return model.to(device).eval(), values

@@ -21,10 +21,11 @@ def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved")
     layout "interleaved" places the features as the formula indexes them; "sines_first" (tensor2tensor,
     Marian) holds the same d_model/2 sines in the first half and the cosines in the second.
     """
-    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    # On the CPU, explicitly: under a `meta` device context (see skeleton) the table would have no values.
+    position = torch.arange(length, dtype=torch.float64, device="cpu").unsqueeze(1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device="cpu")
     angle = position / torch.pow(10000.0, two_i / d_model)
-    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table = torch.zeros(length, d_model, dtype=torch.float64, device="cpu")
     if layout == "sines_first":
         table[:, : d_model // 2] = torch.sin(angle)
         table[:, d_model // 2 :] = torch.cos(angle)
@@ -50,7 +51,16 @@ def _load_varlen():
 # Attention over padded sources (encoder self-attention, encoder-decoder attention) with a boolean mask
 # keeps scaled_dot_product_attention off its flash kernel. In training on a GPU the real keys of each
 # sentence are packed instead and attended through this kernel, which needs no mask (KeyPadding).
-VARLEN_ATTENTION = _load_varlen()
+# Loaded on first use on a GPU: its module imports TorchDynamo, 1.4 s of every process's start-up.
+_UNLOADED = object()
+VARLEN_ATTENTION = _UNLOADED
+
+
+def varlen_attention():
+    global VARLEN_ATTENTION
+    if VARLEN_ATTENTION is _UNLOADED:
+        VARLEN_ATTENTION = _load_varlen()
+    return VARLEN_ATTENTION
 
 
 class KeyPadding(NamedTuple):
@@ -77,7 +87,7 @@ class KeyPadding(NamedTuple):
 def packed_attention_applies(model: nn.Module, src: Tensor) -> bool:
     """Whether teacher-forced attention over the source runs packed: on a GPU, in fp16/bf16 (what the
     kernel takes) and without attention dropout (which it does not have)."""
-    if VARLEN_ATTENTION is None or not src.is_cuda or (model.training and model.config.attention_dropout > 0):
+    if not src.is_cuda or (model.training and model.config.attention_dropout > 0) or varlen_attention() is None:
         return False
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else model.embedding.tokens.weight.dtype
     return dtype in (torch.float16, torch.bfloat16)
@@ -146,7 +156,7 @@ class MultiHeadAttention(nn.Module):
         k, v = (torch.where(real, y.reshape(-1, self.heads, d // self.heads).index_select(0, keys.order), 0) for y in (k, v))
         q = q.reshape(b * t, self.heads, d // self.heads)
         query_starts = torch.arange(0, b * t + 1, t, device=x.device, dtype=torch.int32)
-        out = VARLEN_ATTENTION(q, k, v, query_starts, keys.starts, t, memory.size(1))
+        out = varlen_attention()(q, k, v, query_starts, keys.starts, t, memory.size(1))
         return self.out_proj(out.reshape(b, t, d))
 
     def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
@@ -487,8 +497,27 @@ class Transformer(nn.Module):
 
 def count_parameters(config: ModelConfig) -> int:
     """Parameters of the model `config` describes, counted without allocating them (shared matrix once)."""
-    with torch.device("meta"):
-        return Transformer(config).num_parameters()
+    return skeleton(config).num_parameters()
+
+
+_INITIALIZERS = ("normal_", "uniform_", "xavier_uniform_", "kaiming_uniform_", "zeros_", "ones_", "constant_")
+
+
+def skeleton(config: ModelConfig) -> Transformer:
+    """The model `config` describes on the `meta` device: shapes without memory, to count or to load into.
+
+    Its initializers are skipped: there is nothing to fill, and PyTorch runs `normal_` of a meta tensor
+    through code that imports TorchDynamo, 1.4 s of the start-up of every command that loads a model.
+    """
+    saved = {name: getattr(nn.init, name) for name in _INITIALIZERS}
+    try:
+        for name in _INITIALIZERS:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        with torch.device("meta"):
+            return Transformer(config)
+    finally:
+        for name, initializer in saved.items():
+            setattr(nn.init, name, initializer)
 
 
 class DecoderState:
