@@ -24,14 +24,17 @@ def _chrf_and_bleu(workspace, model: str) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_quickstart_in_one_minute_trains_a_model_that_beats_an_untrained_one(tmp_path):
+def test_quickstart_in_a_minute_and_a_half_trains_a_model_that_beats_an_untrained_one(tmp_path):
+    # A minute and a half, not one: one minute leaves training ~45 s, which reached 277 steps (chrF 20)
+    # on the machine this test was written on but only 190-200 on today's CI machines, the edge of the
+    # plateau the model leaves around step 150-250 (chrF 11-12, BLEU 0.4-1.5), at f3219ce as now.
     workspace = tmp_path / "workspace"
     started = time.perf_counter()
-    result = run_nmt("quickstart", "--minutes", "1", "--device", "cpu", "--dir", str(workspace))
+    result = run_nmt("quickstart", "--minutes", "1.5", "--device", "cpu", "--dir", str(workspace))
     elapsed = time.perf_counter() - started
     shown = re.findall(r"^\$ (nmt .*)$", result.stderr, flags=re.MULTILINE)
     assert [shlex.split(c)[1] for c in shown] == ["prepare", "train", "average", "score", "translate"]
-    assert elapsed < 150, f"a one-minute quickstart took {elapsed:.0f} s"
+    assert elapsed < 180, f"a 1.5-minute quickstart took {elapsed:.0f} s"
 
     # The run's scores were recorded by its `nmt score` step, and a table showed held-out sentences.
     recorded = json.loads((workspace / "models" / "tiny-demo" / "scores.json").read_text())["demo/test"]
@@ -51,4 +54,4 @@ def test_quickstart_in_one_minute_trains_a_model_that_beats_an_untrained_one(tmp
     trained, untrained = _chrf_and_bleu(workspace, "models/tiny-demo"), _chrf_and_bleu(workspace, "models/untrained")
     assert trained["chrF2"] > untrained["chrF2"] + 10, (trained, untrained)
     assert trained["BLEU"] > untrained["BLEU"] + 2, (trained, untrained)
-    print(f"quickstart --minutes 1: {elapsed:.0f} s; trained {trained}, untrained {untrained}")
+    print(f"quickstart --minutes 1.5: {elapsed:.0f} s; trained {trained}, untrained {untrained}")
