@@ -98,7 +98,7 @@ __nmt_option_value() {
         'translate --batch-tokens') REPLY='text' ;;
         'translate --window') REPLY='text' ;;
         'translate --device') REPLY='choices auto cpu cuda' ;;
-        'translate --dtype') REPLY='choices fp32 bf16 fp16' ;;
+        'translate --dtype') REPLY='choices fp32 bf16 fp16 int8' ;;
         'translate --threads') REPLY='text' ;;
         'translate --engine') REPLY='choices native ctranslate2' ;;
         'serve --model'|'serve -m') REPLY='files' ;;
@@ -121,7 +121,7 @@ __nmt_option_value() {
         'serve --timeout') REPLY='text' ;;
         'serve --cors-origin') REPLY='text' ;;
         'serve --device') REPLY='choices auto cpu cuda' ;;
-        'serve --dtype') REPLY='choices fp32 bf16 fp16' ;;
+        'serve --dtype') REPLY='choices fp32 bf16 fp16 int8' ;;
         'serve --threads') REPLY='text' ;;
         'score --ref'|'score -r') REPLY='files' ;;
         'score --metrics') REPLY='list bleu chrf ter' ;;

@@ -109,7 +109,7 @@ function __nmt_values_output_format
 end
 
 function __nmt_values_dtype
-    printf '%s\n' fp32 bf16 fp16
+    printf '%s\n' fp32 bf16 fp16 int8
 end
 
 function __nmt_values_engine
@@ -232,7 +232,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l output-format -x -a '(__nmt_valu
 complete -c nmt -n "__nmt_using 'translate'" -l batch-tokens -x -d 'Padded source tokens per batch'
 complete -c nmt -n "__nmt_using 'translate'" -l window -x -d 'Lines read, sorted by length and translated together; bounds memory on endless input'
 complete -c nmt -n "__nmt_using 'translate'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
-complete -c nmt -n "__nmt_using 'translate'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32, or on a GPU bf16 / fp16'
+complete -c nmt -n "__nmt_using 'translate'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32 (exact); on a CPU int8 (int8 weights and products, about 1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16'
 complete -c nmt -n "__nmt_using 'translate'" -l threads -x -d 'CPU threads (default: PyTorch\'s or CTranslate2\'s choice, usually the physical cores)'
 complete -c nmt -n "__nmt_using 'translate'" -l cuda-graphs -d 'On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ)'
 complete -c nmt -n "__nmt_using 'translate'" -l no-cuda-graphs -d 'The opposite of --cuda-graphs'
@@ -262,7 +262,7 @@ complete -c nmt -n "__nmt_using 'serve'" -l max-beam -x -d 'The widest beam (and
 complete -c nmt -n "__nmt_using 'serve'" -l timeout -x -d 'Seconds a request may wait for its translation (then 503; its lines leave the queue)'
 complete -c nmt -n "__nmt_using 'serve'" -l cors-origin -x -d 'Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several'
 complete -c nmt -n "__nmt_using 'serve'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
-complete -c nmt -n "__nmt_using 'serve'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32, or on a GPU bf16 / fp16'
+complete -c nmt -n "__nmt_using 'serve'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32 (exact); on a CPU int8 (int8 weights and products, about 1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16'
 complete -c nmt -n "__nmt_using 'serve'" -l threads -x -d 'CPU threads (default: PyTorch\'s choice, usually the physical cores)'
 complete -c nmt -n "__nmt_using 'serve'" -l access-log -d 'Log every request on stderr'
 complete -c nmt -n "__nmt_using 'serve'" -l no-access-log -d 'The opposite of --access-log'

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from nmtcli.inference.beam import beam_search, length_penalty
 from nmtcli.model.config import BOS_ID, EOS_ID, ModelConfig
@@ -135,6 +136,42 @@ def test_packed_cpu_model_translates_exactly_like_the_plain_one():
     for a, b in zip(beam_search(plain, src, beam=4, nbest=3), beam_search(packed, src, beam=4, nbest=3), strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def test_int8_layers_are_exact_on_their_quantization_grids():
+    """Weights that are whole multiples of 1/127 of their own row's largest value, and inputs on a
+    7-bit grid, go through int8 without rounding: the products equal fp32's (to its own rounding).
+    A scale shared by all rows (instead of one per row) would round the small rows here."""
+    from nmtcli.inference.cpu import Int8Linear
+
+    g = torch.Generator().manual_seed(0)
+    row_scale = torch.tensor([1.0, 0.01, 3.0, 0.2])[:, None] / 127
+    weight = torch.randint(-127, 128, (4, 16), generator=g) * row_scale
+    weight[:, 0] = 127 * row_scale[:, 0]  # each row's largest value sets its scale
+    bias = torch.tensor([0.5, -1.0, 0.0, 2.0])
+    x = (torch.randint(0, 128, (5, 16), generator=g) - 64) / 64  # 128 levels from -1 to 63/64, zero one of them
+    x[0, 0], x[0, 1] = -1.0, 63 / 64
+    layer = Int8Linear(weight, bias)
+    assert torch.allclose(layer(x), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    assert layer(x.view(5, 1, 16)).shape == (5, 1, 4)  # decoding steps feed (rows, 1, d)
+
+
+def test_int8_search_keeps_fp32_translations_or_finds_ones_as_good():
+    """int8 rounding may change a translation where candidates are close; where it does, the exact
+    (fp32) model must score the int8 choice about as well as its own."""
+    from nmtcli.inference.cpu import pack_for_cpu
+
+    exact, quantized = tiny_model(8, vocab_size=300), tiny_model(8, vocab_size=300)
+    assert pack_for_cpu(quantized, "int8"), "int8 linear ops unavailable on this build"
+    assert not any(isinstance(m, torch.nn.Linear) for m in quantized.modules())
+    sentences = [[5 + i, 17 + 2 * i, 40 + i, 9] for i in range(12)]
+    same = 0
+    for sentence, a, b in zip(sentences, beam_search(exact, _batch(sentences), beam=4),
+                              beam_search(quantized, _batch(sentences), beam=4), strict=True):
+        same += a[0].tokens == b[0].tokens
+        rescored = sequence_log_prob(exact, _batch([sentence]), tuple(b[0].tokens)) / length_penalty(len(b[0].tokens) + 1, 0.6)
+        assert rescored >= a[0].score - 0.5, (a[0].tokens, b[0].tokens)
+    assert same >= 9, f"only {same} of 12 translations kept"
 
 
 def _batch(sentences: list[list[int]]) -> torch.Tensor:

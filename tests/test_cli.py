@@ -185,6 +185,12 @@ def test_json_output_carries_scores_tokens_and_nbest(trained_model):
     assert records[0]["translation"] == text
 
 
+def test_int8_translates_every_line_in_order(trained_model):
+    text = "the dog sees a cat\n\nthe red car visits every house\n"
+    int8 = run_nmt("translate", "-m", str(trained_model), "--device", "cpu", "--dtype", "int8", input=text).stdout.splitlines()
+    assert len(int8) == 3 and int8[1] == "" and int8[0] and int8[2] and int8[0] != int8[2]
+
+
 def test_search_flags_that_cannot_work_are_refused(trained_model):
     cases = [
         (["--nbest", "2"], "--nbest above 1 needs --output-format json"),

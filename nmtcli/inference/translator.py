@@ -33,7 +33,10 @@ from nmtcli.model.checkpoint import load_model
 # warn(message): the CLI prints it on stderr; the core only reports.
 Warn = Callable[[str], None]
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# --dtype: what the search computes in. bf16/fp16 are a GPU's half precision (inference/precision.py);
+# int8 is a CPU's (inference/cpu.py); fp32 is exact everywhere.
+DTYPES = ("fp32", "bf16", "fp16", "int8")
+GPU_DTYPES = ("bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -101,16 +104,21 @@ class Translator:
         device = torch.device(device)
         if dtype not in DTYPES:
             raise NmtError(f"unknown --dtype {dtype!r}", f"choose one of {', '.join(DTYPES)}", exit_code=2)
-        if dtype != "fp32" and device.type != "cuda":
-            raise NmtError(f"--dtype {dtype} needs a GPU", "use --dtype fp32 on the CPU", exit_code=2)
+        if dtype in GPU_DTYPES and device.type != "cuda":
+            raise NmtError(f"--dtype {dtype} needs a GPU", "use --dtype fp32 (exact) or int8 (faster) on the CPU", exit_code=2)
+        if dtype == "int8" and device.type != "cpu":
+            raise NmtError("--dtype int8 is for CPUs", "use --dtype bf16 or fp16 on a GPU", exit_code=2)
         if settings.nbest > settings.beam:
             raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         self.model, self.config_values = load_model(model_dir, device)
         self.dtype = dtype
-        if dtype != "fp32":
+        if dtype in GPU_DTYPES:
             to_half(self.model, dtype)  # half-precision products, fp32 residuals and norms (inference/precision.py)
         if device.type == "cpu":
-            pack_for_cpu(self.model)  # oneDNN-packed weights; leaves the model as it is where unsupported
+            # oneDNN-packed fp32 weights (the model as it is where unsupported), or int8 ones (inference/cpu.py)
+            if not pack_for_cpu(self.model, "int8" if dtype == "int8" else "packed") and dtype == "int8":
+                raise NmtError("--dtype int8 is not available: this PyTorch build lacks its int8 linear ops (fbgemm)",
+                               "use --dtype fp32")
             keep_freed_memory()  # no page faults for every step's large tensors (inference/cpu.py)
         self.tokenizer = load_tokenizer(Path(model_dir), self.config_values)
         self.pieces = self.tokenizer.pieces()
