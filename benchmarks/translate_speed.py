@@ -6,20 +6,29 @@ into nmt. All three decode the same source ids with beam 4, on the same CPU thre
 sentences are sorted by length and cut into the same batches for every engine; runs alternate
 between engines and the table reports medians.
 
+Each engine runs in a process of its own (a worker that loads its model once and times the runs
+it is sent), so no engine runs beside another's threads, allocator settings or OpenMP runtime:
+in one process CTranslate2's OpenMP threads and PyTorch's slowed each other by up to 30%.
+
 Settings:
-- fixed: every engine must emit exactly --length tokens per sentence (EOS banned before, forced
-  after), so each does the same number of decoder steps: per-token cost compared fairly.
+- fixed: every engine makes exactly --length decoder steps per sentence (EOS banned before, forced
+  or cut off after): per-token cost compared fairly. nmt emits --length - 1 tokens and EOS, Hugging
+  Face the same (its forced EOS), CTranslate2 --length tokens (it stops at its limit without an EOS
+  step); each counts as --length tokens.
 - natural: the engines decode until EOS or the length limit, as a user runs them.
 - process: whole processes from text to text, start-up included: `nmt translate` against a script
   that does what a Hugging Face user writes (MarianTokenizer, generate, batch_decode).
 
-On a GPU (--device cuda) every engine runs in each of --dtypes at each of --batches, and the table
-marks each one's best batch; nmt replays its steps as CUDA graphs unless --no-graphs.
+Every engine runs in each of --dtypes it has at each of --batches, and the table marks each one's
+best batch. On a GPU the default dtypes are fp32 and bf16, and nmt replays its steps as CUDA graphs
+unless --no-graphs; on a CPU fp32, and --dtypes fp32,int8 adds int8 (nmt --dtype int8, CTranslate2's
+int8, and transformers' MarianMTModel after torch's quantize_dynamic, what its users do for int8).
 
 Usage:
   python benchmarks/translate_speed.py [--sentences 200] [--threads 2] [--runs 3]      # the CPU figures
   python benchmarks/translate_speed.py --device cuda                                    # one GPU, 3,003 sentences
-  python benchmarks/translate_speed.py --device cpu --dtypes fp32,bf16 --sentences 8 --runs 1 --length 4  # smoke
+  python benchmarks/translate_speed.py --dtypes fp32,int8                             # the CPU figures with int8
+  python benchmarks/translate_speed.py --device cpu --dtypes fp32,int8 --sentences 8 --runs 1 --length 4  # smoke
 Needs the `bench` extra: pip install -e ".[bench]" (transformers, ctranslate2).
 """
 
@@ -39,7 +48,7 @@ from pathlib import Path
 import torch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-CT2_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+CT2_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
 def build_marian(directory: Path, vocab_size: int, seed: int) -> None:
@@ -94,14 +103,14 @@ class Run:
         return f"{self.engine} {self.dtype} batch {self.batch}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--sentences", type=int, help="default: 200 on a CPU, 3,003 (newstest2014) on a GPU")
     parser.add_argument("--source-length", type=int, default=27, help="average source tokens (newstest2014: ~27)")
     parser.add_argument("--length", type=int, default=30, help="output tokens in the fixed setting")
     parser.add_argument("--batches", help="sentences per batch, comma-separated; each engine's best is marked (default: 32 on a CPU, 128,512,1024,3003 on a GPU)")
-    parser.add_argument("--dtypes", help="comma-separated (default: fp32 on a CPU, fp32,bf16 on a GPU)")
+    parser.add_argument("--dtypes", help="comma-separated (default: fp32 on a CPU, fp32,bf16 on a GPU; int8 on a CPU)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--vocab-size", type=int, default=58101, help="OPUS-MT en-de has 58,101")
@@ -109,23 +118,99 @@ def main() -> None:
     parser.add_argument("--engines", default="nmt,hf,ct2")
     parser.add_argument("--no-pack", action="store_true", help="leave nmt's linear layers unpacked (CPU)")
     parser.add_argument("--no-graphs", action="store_true", help="no CUDA graphs for nmt (GPU)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: serve one engine's runs (see Worker)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    gpu = args.device.startswith("cuda")
+    args.sentences = args.sentences or (3003 if gpu else 200)
+    args.batches = [int(b) for b in (args.batches or ("128,512,1024,3003" if gpu else "32")).split(",")]
+    args.dtypes = (args.dtypes or ("fp32,bf16" if gpu else "fp32")).split(",")
+    return args
 
+
+def make_sources(args) -> list[list[int]]:
+    """The benchmark's source sentences (random ids ending in EOS), sorted by length: the same in every process."""
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(args.source_length - 8, args.source_length + 9, (args.sentences,), generator=g)
+    return sorted((torch.randint(2, args.vocab_size - 1, (int(n),), generator=g).tolist() + [0] for n in lengths), key=len)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        serve_worker(args)
+        return
     device = torch.device(args.device)
     gpu = device.type == "cuda"
-    n_sentences = args.sentences or (3003 if gpu else 200)
-    batches = [int(b) for b in (args.batches or ("128,512,1024,3003" if gpu else "32")).split(",")]
-    dtypes = (args.dtypes or ("fp32,bf16" if gpu else "fp32")).split(",")
-    names = args.engines.split(",")
-    torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="nmt-bench-"))
     build_marian(work / "marian", args.vocab_size, seed=0)
     nmt_dir = import_nmt(work / "marian")
-    pad, eos = args.vocab_size - 1, 0
+    workers = {name: Worker(name, work) for name in args.engines.split(",") if name in ENGINES}
+    described = "; ".join(f"{name}: {worker.describe}" for name, worker in workers.items())
+    where = torch.cuda.get_device_name(device) if gpu else f"{args.threads} CPU threads"
+    print(f"# {args.sentences} sentences, ~{args.source_length} source tokens, beam 4, {where}, {args.runs} runs, "
+          f"each engine in its own process; {described}", file=sys.stderr)
 
-    g = torch.Generator().manual_seed(1)
-    lengths = torch.randint(args.source_length - 8, args.source_length + 9, (n_sentences,), generator=g)
-    sources = sorted((torch.randint(2, args.vocab_size - 1, (int(n),), generator=g).tolist() + [eos] for n in lengths), key=len)
+    rows: list[tuple[str, Run, int, float, float | None]] = []
+    try:
+        for setting in args.settings.split(","):
+            if setting == "process":
+                rows += measure_processes(args, device, work, nmt_dir, args.sentences, max(args.batches))
+                continue
+            runs = [Run(name, dtype, b) for name, worker in workers.items() for dtype in worker.dtypes for b in args.batches]
+            times: dict[Run, list[float]] = {r: [] for r in runs}
+            tokens: dict[Run, int] = {}
+            peak: dict[Run, float | None] = {}
+            for run in runs:  # warm-up: kernels, graphs, caches
+                workers[run.engine].decode(run, setting, warm_up=True)
+            for i in range(args.runs):
+                for run in runs:  # alternate engines within each round
+                    result = workers[run.engine].decode(run, setting)
+                    tokens[run], peak[run] = result["tokens"], result["peak_mib"]
+                    times[run].append(result["seconds"])
+                    print(f"  {setting} round {i} {run}: {tokens[run] / times[run][-1]:.0f} tok/s", file=sys.stderr, flush=True)
+            rows += [(setting, run, tokens[run], statistics.median(times[run]), peak[run]) for run in runs]
+    finally:
+        for worker in workers.values():
+            worker.close()
+    print_table(rows, args.sentences)
+
+
+class Worker:
+    """One engine in a process of its own: it loads its model once, then times the runs it is sent
+    (one JSON request per line on its stdin, one JSON answer per line on its stdout)."""
+
+    def __init__(self, engine: str, work: Path):
+        argv = [a for a in sys.argv[1:]]
+        self.process = subprocess.Popen([sys.executable, __file__, *argv, "--worker", engine, "--work", str(work)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        hello = self._read()
+        self.describe, self.dtypes = hello["describe"], hello["dtypes"]
+
+    def decode(self, run: Run, setting: str, warm_up: bool = False) -> dict:
+        self.process.stdin.write(json.dumps({"dtype": run.dtype, "batch": run.batch, "setting": setting, "warm_up": warm_up}) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def _read(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"a benchmark worker exited (code {self.process.wait()}); its error is above")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def serve_worker(args) -> None:
+    """The worker's side: build the engine, then answer each run request with its tokens, seconds and peak memory."""
+    device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    torch.set_num_threads(args.threads)
+    work = Path(args.work)
+    sources = make_sources(args)
+    pad = args.vocab_size - 1
 
     def padded(batch: list[list[int]]) -> torch.Tensor:
         ids = torch.full((len(batch), max(len(s) for s in batch)), pad)
@@ -133,56 +218,50 @@ def main() -> None:
             ids[i, : len(s)] = torch.tensor(s)
         return ids.to(device)
 
-    engines = {name: make(args, device, work, nmt_dir, dtypes) for name, make in ENGINES.items() if name in names}
-    described = "; ".join(f"{name}: {engine.describe}" for name, engine in engines.items())
-    where = torch.cuda.get_device_name(device) if gpu else f"{args.threads} CPU threads"
-    print(f"# {n_sentences} sentences, ~{args.source_length} source tokens, beam 4, {where}, {args.runs} runs; {described}", file=sys.stderr)
-
-    rows: list[tuple[str, Run, int, float, float | None]] = []
-    for setting in args.settings.split(","):
-        if setting == "process":
-            rows += measure_processes(args, device, work, nmt_dir, n_sentences, max(batches))
-            continue
-        fixed = setting == "fixed"
-        runs = [Run(name, dtype, b) for name, engine in engines.items() for dtype in engine.dtypes for b in batches]
-        times: dict[Run, list[float]] = {r: [] for r in runs}
-        tokens: dict[Run, int] = {}
-        peak: dict[Run, float | None] = {}
-        for run in runs:  # warm-up: kernels, graphs, caches
-            engines[run.engine].decode(run, [sources[: run.batch]], padded, fixed, args.length)
-        for i in range(args.runs):
-            for run in runs:  # alternate engines within each round
-                if gpu:
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats()
-                start = time.perf_counter()
-                tokens[run] = engines[run.engine].decode(run, [sources[j : j + run.batch] for j in range(0, n_sentences, run.batch)], padded, fixed, args.length)
-                if gpu:
-                    torch.cuda.synchronize()
-                times[run].append(time.perf_counter() - start)
-                peak[run] = torch.cuda.max_memory_allocated() / 2**20 if gpu and run.engine != "ct2" else None
-                print(f"  {setting} round {i} {run}: {tokens[run] / times[run][-1]:.0f} tok/s", file=sys.stderr, flush=True)
-        rows += [(setting, run, tokens[run], statistics.median(times[run]), peak[run]) for run in runs]
-    print_table(rows, n_sentences)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # libraries' prints must not mix with the answers
+    engine = ENGINES[args.worker](args, device, work, work / "nmt", args.dtypes)
+    print(json.dumps({"describe": engine.describe, "dtypes": engine.dtypes}), file=out, flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        run = Run(args.worker, request["dtype"], request["batch"])
+        batches = [sources[: run.batch]] if request["warm_up"] else [sources[j : j + run.batch] for j in range(0, len(sources), run.batch)]
+        if gpu:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        tokens = engine.decode(run, batches, padded, request["setting"] == "fixed", args.length)
+        if gpu:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        peak = torch.cuda.max_memory_allocated() / 2**20 if gpu and run.engine != "ct2" else None
+        print(json.dumps({"tokens": tokens, "seconds": seconds, "peak_mib": peak}), file=out, flush=True)
 
 
 def print_table(rows, n_sentences: int) -> None:
-    """Tokens/s for the decoding settings (each engine and dtype's best batch marked), seconds for processes;
-    the last column compares with the fastest Hugging Face row of the same setting."""
+    """Tokens/s for the decoding settings (each engine and dtype's best batch marked), seconds for processes.
+    The last columns compare with Hugging Face in the same dtype, the fastest Hugging Face row of the
+    setting, and CTranslate2 fp32 (each at its best batch)."""
     speed = {(setting, run): (n_tokens or n_sentences) / seconds for setting, run, n_tokens, seconds, _ in rows}
-    best = {}
+    best: dict[tuple[str, str, str], float] = {}
     for (setting, run), v in speed.items():
         best[setting, run.engine, run.dtype] = max(best.get((setting, run.engine, run.dtype), 0.0), v)
-    hf = {setting: v for (setting, engine, _), v in sorted(best.items(), key=lambda item: item[1]) if engine == "hf"}
-    print("| setting | engine | dtype | batch | output tokens | median s | target tok/s | sentences/s | peak GPU MiB | vs best HF |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    best_hf = {setting: v for (setting, engine, _), v in sorted(best.items(), key=lambda item: item[1]) if engine == "hf"}
+
+    def ratio(v: float, peer: float | None) -> str:
+        return f"{v / peer:.2f}x" if peer else "-"
+
+    print("| setting | engine | dtype | batch | output tokens | median s | target tok/s | sentences/s | peak GPU MiB "
+          "| vs HF same dtype | vs best HF | vs CT2 fp32 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for setting, run, n_tokens, seconds, peak in rows:
         v = speed[setting, run]
         several = sum(1 for s, r, *_ in rows if s == setting and (r.engine, r.dtype) == (run.engine, run.dtype)) > 1
         batch = (f"{run.batch}" if run.batch else "default") + (" (best)" if several and v == best[setting, run.engine, run.dtype] else "")
         cells = [setting, run.engine, run.dtype, batch, f"{n_tokens}" if n_tokens else "-", f"{seconds:.2f}",
                  f"{n_tokens / seconds:.0f}" if n_tokens else "-", f"{n_sentences / seconds:.1f}",
-                 f"{peak:,.0f}" if peak is not None else "-", f"{v / hf[setting]:.2f}x" if setting in hf else "-"]
+                 f"{peak:,.0f}" if peak is not None else "-", ratio(v, best.get((setting, "hf", run.dtype))),
+                 ratio(v, best_hf.get(setting)), ratio(v, best.get((setting, "ct2", "fp32")))]
         print("| " + " | ".join(cells) + " |")
 
 
@@ -196,11 +275,14 @@ class Nmt:
         from nmtcli.inference.precision import to_half
         from nmtcli.model.checkpoint import load_model
 
-        self.device, self.dtypes, self.models, self.graphs = device, dtypes, {}, {}
+        self.device, self.models, self.graphs = device, {}, {}
+        self.dtypes = [d for d in dtypes if d != "int8" or device.type == "cpu"]  # int8 is a CPU's (--dtype int8)
         notes = []
-        for dtype in dtypes:
+        for dtype in self.dtypes:
             model = load_model(nmt_dir, device)[0]
-            if dtype != "fp32":
+            if dtype == "int8":
+                notes.append("int8" if pack_for_cpu(model, "int8") else "int8 unavailable")
+            elif dtype != "fp32":
                 to_half(model, dtype)
             elif device.type == "cpu" and not args.no_pack:
                 notes.append("packed" if pack_for_cpu(model) else "packing unavailable")
@@ -210,18 +292,19 @@ class Nmt:
             from nmtcli.inference.cpu import keep_freed_memory
 
             notes.append("malloc keeps freed memory" if keep_freed_memory() else "malloc as it is")
-        self.describe = ", ".join(["same weights (imported)", *notes, *(["CUDA graphs"] if self.graphs[dtypes[0]] else [])])
+        self.describe = ", ".join(["same weights (imported)", *notes, *(["CUDA graphs"] if self.graphs[self.dtypes[0]] else [])])
 
     def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:
         from nmtcli.inference.beam import beam_search
         from nmtcli.inference.precision import autocast
 
-        limits = {"max_len_a": 0.0, "max_len_b": length, "min_len": length} if fixed else {"max_len_a": 1.0, "max_len_b": 50}
+        # Fixed: length - 1 tokens, then the EOS step (nmt's search always ends with one).
+        limits = {"max_len_a": 0.0, "max_len_b": length - 1, "min_len": length - 1} if fixed else {"max_len_a": 1.0, "max_len_b": 50}
         tokens = 0
         with autocast(self.device, run.dtype):
             for batch in batches:
                 hyps = beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=self.graphs[run.dtype], **limits)
-                tokens += sum(len(h[0].tokens) for h in hyps)
+                tokens += sum(len(h[0].tokens) + fixed for h in hyps)  # fixed: the EOS step counts
         return tokens
 
 
@@ -229,9 +312,15 @@ class HuggingFace:
     def __init__(self, args, device: torch.device, work: Path, nmt_dir: Path, dtypes: list[str]):
         from transformers import MarianMTModel
 
-        self.pad, self.dtypes = args.vocab_size - 1, dtypes
-        self.models = {d: MarianMTModel.from_pretrained(work / "marian", torch_dtype=DTYPES[d]).eval().to(device) for d in dtypes}
-        self.describe = "MarianMTModel.generate"
+        self.pad = args.vocab_size - 1
+        self.dtypes = [d for d in dtypes if d != "int8" or device.type == "cpu"]
+        self.models = {}
+        for d in self.dtypes:
+            model = MarianMTModel.from_pretrained(work / "marian", torch_dtype=DTYPES.get(d, torch.float32)).eval().to(device)
+            if d == "int8":  # what the PyTorch docs tell a CPU user to do for int8
+                model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+            self.models[d] = model
+        self.describe = "MarianMTModel.generate" + (" (int8: torch quantize_dynamic)" if "int8" in self.dtypes else "")
 
     def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:
         tokens = 0
@@ -240,7 +329,8 @@ class HuggingFace:
                 ids = padded(batch)
                 limits = {"min_new_tokens": length, "max_new_tokens": length} if fixed else {"max_new_tokens": ids.size(1) + 50}
                 out = self.models[run.dtype].generate(input_ids=ids, attention_mask=ids != self.pad, num_beams=4, length_penalty=1.0, **limits)
-                tokens += int(((out != self.pad) & (out != 0)).sum())
+                # fixed: every generated position (the last one its forced EOS); natural: the tokens before EOS
+                tokens += out[:, 1:].numel() if fixed else int(((out != self.pad) & (out != 0)).sum())
         return tokens
 
 
@@ -278,10 +368,12 @@ ENGINES = {"nmt": Nmt, "hf": HuggingFace, "ct2": CTranslate2}
 HF_SCRIPT = r"""
 import sys, torch
 from transformers import MarianMTModel, MarianTokenizer
-directory, device, threads, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+directory, device, threads, batch, dtype = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 torch.set_num_threads(threads)
 tokenizer = MarianTokenizer.from_pretrained(directory)
 model = MarianMTModel.from_pretrained(directory).eval().to(device)
+if dtype == "int8":
+    model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 lines = sys.stdin.read().splitlines()
 with torch.inference_mode():
     for i in range(0, len(lines), batch):
@@ -293,29 +385,33 @@ with torch.inference_mode():
 
 def measure_processes(args, device: torch.device, work: Path, nmt_dir: Path, n_sentences: int, batch: int):
     """Text in, text out, each engine as its own process; the time includes Python, torch and the model loading.
-    nmt runs with its defaults; the Hugging Face script with the largest --batches up to 256."""
+    nmt runs with its defaults (and --dtype); the Hugging Face script with the largest --batches up to 256.
+    Each of --dtypes that a CPU runs in both (fp32, int8) or a GPU runs in both (fp32, bf16, fp16)."""
     hf_batch = min(batch, 256)
     g = torch.Generator().manual_seed(2)
     lines = [" ".join(f"word{int(w)}" for w in torch.randint(0, 2000, (int(n) // 3,), generator=g))
              for n in torch.randint(args.source_length - 8, args.source_length + 9, (n_sentences,), generator=g)]
     text = "\n".join(lines) + "\n"
-    commands = {
-        "nmt": [sys.executable, "-m", "nmtcli", "translate", "-m", str(nmt_dir), "--device", device.type, "--threads", str(args.threads)],
-        "hf": [sys.executable, "-c", HF_SCRIPT, str(work / "marian"), device.type, str(args.threads), str(hf_batch)],
-    }
+    dtypes = [d for d in args.dtypes if d in (("fp32", "int8") if device.type == "cpu" else ("fp32", "bf16", "fp16"))]
+    commands: dict[Run, list[str]] = {}
+    for dtype in dtypes:
+        commands[Run("nmt", dtype, 0)] = [sys.executable, "-m", "nmtcli", "translate", "-m", str(nmt_dir), "--device", device.type,
+                                          "--threads", str(args.threads), "--dtype", dtype]
+        commands[Run("hf", dtype, hf_batch)] = [sys.executable, "-c", HF_SCRIPT, str(work / "marian"), device.type, str(args.threads),
+                                                str(hf_batch), dtype]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    times: dict[str, list[float]] = {name: [] for name in commands}
+    times: dict[Run, list[float]] = {run: [] for run in commands}
     for i in range(args.runs):
-        for name, command in commands.items():
+        for run, command in commands.items():
             start = time.perf_counter()
             out = subprocess.run(command, input=text, capture_output=True, text=True, env=env)
-            times[name].append(time.perf_counter() - start)
+            times[run].append(time.perf_counter() - start)
             if out.returncode:
-                raise SystemExit(f"{name} failed: {out.stderr[-2000:]}")
-            assert len(out.stdout.splitlines()) == n_sentences, f"{name}: {len(out.stdout.splitlines())} lines out for {n_sentences} in"
-            print(f"  process round {i} {name}: {times[name][-1]:.1f} s", file=sys.stderr, flush=True)
+                raise SystemExit(f"{run} failed: {out.stderr[-2000:]}")
+            assert len(out.stdout.splitlines()) == n_sentences, f"{run}: {len(out.stdout.splitlines())} lines out for {n_sentences} in"
+            print(f"  process round {i} {run}: {times[run][-1]:.1f} s", file=sys.stderr, flush=True)
     # Processes write text, not tokens: the table shows their seconds and sentences/s.
-    return [("process", Run(name, "fp32", 0 if name == "nmt" else hf_batch), None, statistics.median(t), None) for name, t in times.items()]
+    return [("process", run, None, statistics.median(t), None) for run, t in times.items()]
 
 
 if __name__ == "__main__":
