@@ -207,6 +207,19 @@ def test_looking_at_the_search_only_every_few_steps_changes_nothing(sync_every, 
     assert len({len(h[0].tokens) for h in every_step}) > 1, "all sentences end together: the test proves nothing"
 
 
+def test_first_step_on_one_row_per_sentence_equals_the_step_on_all_beams(monkeypatch):
+    from nmtcli.model.transformer import DecoderCache
+
+    model = tiny_model(9, vocab_size=30)
+    src = _batch(SENTENCES)
+    rows = []
+    monkeypatch.setattr(DecoderCache, "_swap", lambda self, r, swap=DecoderCache._swap: (rows.append((self.rows, r.numel())), swap(self, r))[1])
+    shortcut = beam_search(model, src, beam=4, nbest=3)
+    assert rows[0] == (len(SENTENCES), 4 * len(SENTENCES))  # the first reorder grows one row per sentence to K
+    monkeypatch.setattr(DecoderCache, "start_with", lambda self, rows: None)
+    assert _as_lists(shortcut) == _as_lists(beam_search(model, src, beam=4, nbest=3))
+
+
 def test_fixed_span_steps_that_cuda_graphs_replay_equal_the_eager_search(monkeypatch):
     # StepGraphs(capture=False) runs exactly what a captured graph replays (attention over a fixed
     # span of positions, masked beyond the current one; in-place reordering) without capturing it.
@@ -241,6 +254,7 @@ def test_a_search_step_never_reads_a_value_back_to_the_host():
         search = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 1.0, 5, 2, "gnmt", 0)
         expected = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 1.0, 5, 2, "gnmt", 0)
         for s in (search, expected):
+            s.step()  # the first step decodes one row per sentence and grows the cache: eager, never captured
             s.state.cache.clear_unwritten()
             s.state.cache.fixed_span = 8
         torch.compile(search.step, backend="eager", fullgraph=True, dynamic=False)()

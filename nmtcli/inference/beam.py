@@ -136,6 +136,8 @@ class BeamSearch:
         self.min_len = torch.tensor(min_len, device=device)
         memory, src_mask = model.encode(src)
         self.state = model.start_decoding(memory, src_mask, K, capacity=self.steps)
+        if 2 * K <= cfg.vocab_size:  # the first step's one row per sentence offers the 2K candidates a step ranks
+            self.state.cache.start_with(n)  # all beams start identical: the first step decodes one row per sentence
         C = self.state.cache.capacity
         self.sentence = torch.arange(n, device=device)  # original index of each sentence still in the batch
         self.last = torch.full((n * K,), cfg.bos_id, dtype=torch.long, device=device)
@@ -163,7 +165,8 @@ class BeamSearch:
         cfg = self.model.config
         n, K = self.scores.shape
         cache = self.state.cache
-        log_probs = torch.log_softmax(self.model.decode_step(self.last, self.state).float(), dim=-1)  # (n * K, V)
+        R = cache.rows // n  # rows per sentence: K, or 1 in a first step that decodes the one start of all beams
+        log_probs = torch.log_softmax(self.model.decode_step(self.last[: n * R], self.state).float(), dim=-1)  # (n * R, V)
         generated = cache.position  # tokens generated, EOS included, once this step's token is chosen
         log_probs.index_fill_(1, self.banned, float("-inf"))
         log_probs[:, cfg.eos_id].masked_fill_(generated <= self.min_len, float("-inf"))
@@ -173,16 +176,16 @@ class BeamSearch:
         top_log_probs, top_tokens = top_k_per_row(log_probs, per_row)
         # At its length limit a sentence may only end: its rows offer EOS alone.
         at_max = generated > self.max_len  # (n,)
-        rows_at_max = at_max.repeat_interleave(K)[:, None]
+        rows_at_max = at_max.repeat_interleave(R)[:, None]
         only_eos = torch.full_like(top_log_probs, float("-inf"))
         only_eos[:, 0] = log_probs[:, cfg.eos_id]
         log_probs = torch.where(rows_at_max, only_eos, top_log_probs)
         top_tokens = torch.where(rows_at_max, torch.full_like(top_tokens, cfg.eos_id), top_tokens)
 
-        candidates = (self.scores.unsqueeze(-1) + log_probs.view(n, K, per_row)).view(n, K * per_row)
+        candidates = (self.scores[:, :R].unsqueeze(-1) + log_probs.view(n, R, per_row)).view(n, R * per_row)
         cand_scores, cand_index = candidates.topk(2 * K, dim=1)  # each beam ends at most once: K live remain
         cand_beam = cand_index // per_row
-        cand_token = top_tokens.view(n, K * per_row).gather(1, cand_index)
+        cand_token = top_tokens.view(n, R * per_row).gather(1, cand_index)
         ends = (cand_token == cfg.eos_id) & cand_scores.isfinite() & ~self.done.unsqueeze(1)
         self._record_finished(ends, cand_beam, cand_scores, generated)
 
@@ -198,7 +201,7 @@ class BeamSearch:
         self.history.index_copy_(2, generated - 1, next_token.unsqueeze(-1))
         self.scores.copy_(next_scores)
         self.last.copy_(next_token.view(-1))
-        self.state.reorder((torch.arange(n, device=next_beam.device).unsqueeze(1) * K + next_beam).view(-1))
+        self.state.reorder((torch.arange(n, device=next_beam.device).unsqueeze(1) * R + next_beam).view(-1))
 
     def _record_finished(self, ends: Tensor, beam: Tensor, scores: Tensor, generated: Tensor) -> None:
         """Merge this step's ended candidates into the nbest finished hypotheses of each sentence.
@@ -227,7 +230,7 @@ class BeamSearch:
         while self.sentence.numel():
             if step == self.steps:
                 raise AssertionError("beam search ran past every sentence's length limit")  # a bug, not bad input
-            if graphs is not None:
+            if graphs is not None and step:  # the first step may change the number of rows: never captured
                 graphs.step(self)
             else:
                 self.step()

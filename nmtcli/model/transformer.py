@@ -212,14 +212,22 @@ class DecoderCache:
     def __init__(self, layers: int, rows: int, heads: int, capacity: int, d_k: int, dtype: torch.dtype, device: torch.device):
         # Empty memory: eager steps read only what was written (fixed spans: see clear_unwritten).
         shape = (rows, heads, capacity, d_k)
-        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self._buffers = ([torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)],
+                         [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)])
+        self.keys, self.values = list(self._buffers[0]), list(self._buffers[1])  # the rows in use: views of the buffers
         self.capacity = capacity
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # the position the next step writes
         self.length = 0  # positions written, as the host knows it
         self.fixed_span: int | None = None  # set while a captured step runs
         self.mask: Tensor | None = None  # additive (1, 1, 1, span): -inf beyond `position` in a fixed span
-        self._spare: tuple[list[Tensor], list[Tensor]] | None = None
+        self._spare: tuple[list[Tensor], list[Tensor]] | None = None  # the second set of whole buffers
+
+    def start_with(self, rows: int) -> None:
+        """Use only the first `rows` rows until a reorder says which rows go on (beam search's first
+        step: the beams of a sentence are still one hypothesis, decoded once)."""
+        if self.length:
+            raise ValueError("start_with() is for an empty cache")
+        self.keys, self.values = ([b[:rows] for b in buffers] for buffers in self._buffers)
 
     @property
     def rows(self) -> int:
@@ -254,12 +262,15 @@ class DecoderCache:
         self.length += 1
 
     def reorder(self, rows: Tensor) -> None:
-        """Continue with `rows` of the current rows (beam search: each survivor's parent), same row count.
+        """Continue with `rows` of the current rows (beam search: each survivor's parent); after
+        start_with, more rows than there were.
 
         Eager: copied into the spare buffers, which are then swapped in; a captured step copies back in
         place, since its buffers must keep their addresses.
         """
         if self.fixed_span is not None:
+            if rows.numel() != self.rows:
+                raise ValueError("a captured step cannot change the number of rows")
             for buffer in (*self.keys, *self.values):
                 buffer[:, :, :self.fixed_span] = buffer[:, :, :self.fixed_span].index_select(0, rows)
             return
@@ -272,13 +283,13 @@ class DecoderCache:
 
     def _swap(self, rows: Tensor) -> None:
         if self._spare is None:  # the second set of buffers, made at the first reorder
-            self._spare = ([torch.empty_like(k) for k in self.keys], [torch.empty_like(v) for v in self.values])
+            self._spare = tuple([torch.empty_like(b) for b in buffers] for buffers in self._buffers)
         span, count = self.length, rows.numel()
         # The first `count` rows of a buffer are a contiguous view of it.
         spare_keys, spare_values = ([b[:count] for b in buffers] for buffers in self._spare)
         for old, new in zip((*self.keys, *self.values), (*spare_keys, *spare_values)):
             torch.index_select(old[:, :, :span], 0, rows, out=new[:, :, :span])
-        self._spare = (self.keys, self.values)
+        self._buffers, self._spare = self._spare, self._buffers
         self.keys, self.values = spare_keys, spare_values
 
 
