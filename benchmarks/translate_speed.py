@@ -145,6 +145,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="nmt-bench-"))
     build_marian(work / "marian", args.vocab_size, seed=0)
     nmt_dir = import_nmt(work / "marian")
+    if "ct2" in args.engines.split(","):  # converted here, so that the worker holds only CTranslate2's model
+        import ctranslate2
+
+        ctranslate2.converters.TransformersConverter(str(work / "marian")).convert(str(work / "ct2"), force=True)
     workers = {name: Worker(name, work) for name in args.engines.split(",") if name in ENGINES}
     described = "; ".join(f"{name}: {worker.describe}" for name, worker in workers.items())
     where = torch.cuda.get_device_name(device) if gpu else f"{args.threads} CPU threads"
@@ -207,7 +211,8 @@ def serve_worker(args) -> None:
     """The worker's side: build the engine, then answer each run request with its tokens, seconds and peak memory."""
     device = torch.device(args.device)
     gpu = device.type == "cuda"
-    torch.set_num_threads(args.threads)
+    if args.worker != "ct2":  # CTranslate2 has its own OpenMP runtime and sets its own threads
+        torch.set_num_threads(args.threads)
     work = Path(args.work)
     sources = make_sources(args)
     pad = args.vocab_size - 1
@@ -338,7 +343,6 @@ class CTranslate2:
     def __init__(self, args, device: torch.device, work: Path, nmt_dir: Path, dtypes: list[str]):
         import ctranslate2
 
-        ctranslate2.converters.TransformersConverter(str(work / "marian")).convert(str(work / "ct2"), force=True)
         self.vocab = {i: t for t, i in json.loads((work / "marian" / "vocab.json").read_text()).items()}
         self.translators, skipped = {}, []
         for dtype in dtypes:

@@ -51,11 +51,19 @@ def test_pipeline_learns_the_synthetic_translation_rule(tmp_path):
     # Bare `nmt score` translates the prepared test split with the newest model: the same number.
     assert bleu_of(run("score", "--json").stdout) == pytest.approx(trained_bleu)
 
+    # int8 on the CPU (--dtype int8) keeps the trained model's BLEU.
+    int8 = run("translate", "--dtype", "int8", input=source).stdout
+    assert int8.count("\n") == 200
+    (tmp_path / "hyp-int8.de").write_text(int8)
+    int8_bleu = bleu_of(run("score", "hyp-int8.de", "--ref", str(tmp_path / "corpus" / "test.de"), "--json").stdout)
+    same = sum(a == b for a, b in zip(int8.splitlines(), translated.stdout.splitlines()))
+
     # The untrained baseline: the same pipeline stopped after one step.
     run("train", "--preset", "tiny", "--max-steps", "1", "-o", "runs/untrained", "--device", "cpu")
     run("average", "runs/untrained", "-o", "models/untrained")
     untrained_bleu = bleu_of(run("score", "-m", "models/untrained", "--json").stdout)
 
-    print(f"BLEU trained {trained_bleu:.1f}, untrained {untrained_bleu:.1f}")
+    print(f"BLEU trained {trained_bleu:.1f} (int8 {int8_bleu:.1f}, {same}/200 lines identical), untrained {untrained_bleu:.1f}")
     assert untrained_bleu < UNTRAINED_BLEU_MAX
     assert trained_bleu > TRAINED_BLEU_MIN
+    assert int8_bleu >= trained_bleu - 1.0 and same >= 180

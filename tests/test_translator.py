@@ -30,7 +30,7 @@ def test_a_loaded_model_is_exactly_its_file_with_no_random_initialization(random
 
 
 def test_batches_default_to_the_size_that_suits_the_device():
-    assert batching_for(SearchSettings(), "cpu") == DEVICE_DEFAULTS["cpu"] == (4096, 1000)
+    assert batching_for(SearchSettings(), "cpu") == DEVICE_DEFAULTS["cpu"] == (1024, 1000)
     assert batching_for(SearchSettings(), "cuda") == DEVICE_DEFAULTS["cuda"]
     assert DEVICE_DEFAULTS["cuda"][0] > 8 * DEVICE_DEFAULTS["cpu"][0]
     assert batching_for(SearchSettings(batch_tokens=100, window=7), "cuda") == (100, 7)

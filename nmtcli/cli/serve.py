@@ -30,7 +30,7 @@ def command(
     batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Translate the lines of concurrent requests together (dynamic batching); off: one request at a time.")] = True,
     max_delay: Annotated[float, typer.Option(help="Milliseconds a request waits for others to share its batch (only while the model is idle; a busy model takes what has queued at once).", min=0.0)] = 5.0,
     batch_lines: Annotated[int, typer.Option(help="Lines per batch at most.", min=1)] = 256,
-    batch_tokens: Annotated[Optional[int], typer.Option(help="Padded source tokens per search batch. Default: 4096 on a CPU, 65536 on a GPU.", min=1)] = None,
+    batch_tokens: Annotated[Optional[int], typer.Option(help="Padded source tokens per search batch. Default: 1024 on a CPU, 65536 on a GPU.", min=1)] = None,
     max_chars: Annotated[int, typer.Option(help="Characters per request at most (more: 413).", min=1)] = 20_000,
     max_lines: Annotated[int, typer.Option(help="Lines per request at most (more: 413).", min=1)] = 1_000,
     queue_lines: Annotated[int, typer.Option(help="Lines waiting for the model at most; a request that would queue more is refused with 429.", min=1)] = 4_096,

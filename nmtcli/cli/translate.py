@@ -41,7 +41,7 @@ def command(
     max_len_b: Annotated[int, typer.Option(help="Output length limit a*|x|+b: the b (sec. 6.1: 50).", min=0)] = 50,
     nbest: Annotated[int, typer.Option(help="Translations per line, best first (at most --beam); more than 1 needs --output-format json.", min=1)] = 1,
     output_format: Annotated[str, typer.Option(help="text: one translation per line; json: one JSON object per line with translation, score, log_prob, tokens and the n-best list.")] = "text",
-    batch_tokens: Annotated[Optional[int], typer.Option(help="Padded source tokens per batch. Default: 4096 on a CPU, 65536 on a GPU (halved automatically if the GPU runs out of memory).", min=1)] = None,
+    batch_tokens: Annotated[Optional[int], typer.Option(help="Padded source tokens per batch. Default: 1024 on a CPU, 65536 on a GPU (halved automatically if the GPU runs out of memory).", min=1)] = None,
     window: Annotated[Optional[int], typer.Option(help="Lines read, sorted by length and translated together; bounds memory on endless input. Default: 1000 on a CPU, 10000 on a GPU.", min=1)] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="fp32 (exact); on a CPU int8 (int8 weights and products, about 1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16.")] = "fp32",
