@@ -110,7 +110,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--source-length", type=int, default=27, help="average source tokens (newstest2014: ~27)")
     parser.add_argument("--length", type=int, default=30, help="output tokens in the fixed setting")
     parser.add_argument("--batches", help="sentences per batch, comma-separated; each engine's best is marked (default: 32 on a CPU, 128,512,1024,3003 on a GPU)")
-    parser.add_argument("--dtypes", help="comma-separated (default: fp32 on a CPU, fp32,bf16 on a GPU; int8 on a CPU)")
+    parser.add_argument("--dtypes", help="comma-separated: fp32, bf16, fp16, int8 (a CPU's; default: fp32 on a CPU, fp32,bf16 on a GPU)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--vocab-size", type=int, default=58101, help="OPUS-MT en-de has 58,101")
@@ -185,8 +185,7 @@ class Worker:
     (one JSON request per line on its stdin, one JSON answer per line on its stdout)."""
 
     def __init__(self, engine: str, work: Path):
-        argv = [a for a in sys.argv[1:]]
-        self.process = subprocess.Popen([sys.executable, __file__, *argv, "--worker", engine, "--work", str(work)],
+        self.process = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--worker", engine, "--work", str(work)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         hello = self._read()
         self.describe, self.dtypes = hello["describe"], hello["dtypes"]

@@ -38,7 +38,7 @@ def command(
     timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its translation (then 503; its lines leave the queue).", min=0.001)] = 60.0,
     cors_origin: Annotated[Optional[list[str]], typer.Option(metavar="ORIGIN", help="Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several. Default: none.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="fp32 (exact); on a CPU int8 (int8 weights and products, about 1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16.")] = "fp32",
+    dtype: Annotated[str, typer.Option(help="fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16.")] = "fp32",
     threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's choice, usually the physical cores).", min=1)] = None,
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request on stderr.")] = False,
 ) -> None:

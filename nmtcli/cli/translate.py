@@ -44,7 +44,7 @@ def command(
     batch_tokens: Annotated[Optional[int], typer.Option(help="Padded source tokens per batch. Default: 1024 on a CPU, 65536 on a GPU (halved automatically if the GPU runs out of memory).", min=1)] = None,
     window: Annotated[Optional[int], typer.Option(help="Lines read, sorted by length and translated together; bounds memory on endless input. Default: 1000 on a CPU, 10000 on a GPU.", min=1)] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="fp32 (exact); on a CPU int8 (int8 weights and products, about 1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16.")] = "fp32",
+    dtype: Annotated[str, typer.Option(help="fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16.")] = "fp32",
     threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's or CTranslate2's choice, usually the physical cores).", min=1)] = None,
     cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ).")] = True,
     engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU).")] = "native",

@@ -26,17 +26,16 @@ from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
-from nmtcli.inference.precision import autocast, to_half
+from nmtcli.inference.precision import HALF, autocast, to_half
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.model.checkpoint import load_model
 
 # warn(message): the CLI prints it on stderr; the core only reports.
 Warn = Callable[[str], None]
 
-# --dtype: what the search computes in. bf16/fp16 are a GPU's half precision (inference/precision.py);
+# --dtype: what the search computes in. bf16/fp16 (HALF) are a GPU's half precision (inference/precision.py);
 # int8 is a CPU's (inference/cpu.py); fp32 is exact everywhere.
-DTYPES = ("fp32", "bf16", "fp16", "int8")
-GPU_DTYPES = ("bf16", "fp16")
+DTYPES = ("fp32", *HALF, "int8")
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ class Translator:
         device = torch.device(device)
         if dtype not in DTYPES:
             raise NmtError(f"unknown --dtype {dtype!r}", f"choose one of {', '.join(DTYPES)}", exit_code=2)
-        if dtype in GPU_DTYPES and device.type != "cuda":
+        if dtype in HALF and device.type != "cuda":
             raise NmtError(f"--dtype {dtype} needs a GPU", "use --dtype fp32 (exact) or int8 (faster) on the CPU", exit_code=2)
         if dtype == "int8" and device.type != "cpu":
             raise NmtError("--dtype int8 is for CPUs", "use --dtype bf16 or fp16 on a GPU", exit_code=2)
@@ -114,7 +113,7 @@ class Translator:
             raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         self.model, self.config_values = load_model(model_dir, device)
         self.dtype = dtype
-        if dtype in GPU_DTYPES:
+        if dtype in HALF:
             to_half(self.model, dtype)  # half-precision products, fp32 residuals and norms (inference/precision.py)
         if device.type == "cpu":
             # oneDNN-packed fp32 weights (the model as it is where unsupported), or int8 ones (inference/cpu.py)
