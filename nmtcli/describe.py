@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from nmtcli.checksums import Progress, file_digests
+from nmtcli.data.text import SPM_FILE
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import CONFIG_FILE, SPM_FILE, WEIGHTS_FILE, check_weights, read_json, read_model_dir_config
+from nmtcli.files import read_json
+from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
 
 EXPECTED = "pass a model dir, a run dir or a Hub id OWNER/NAME: what `nmt average`, `nmt train` and `nmt push` make"
 

@@ -1,6 +1,8 @@
-"""Fault injection for the tests of failure paths that cannot be produced on demand (a GPU running out
-of memory, a process killed at one exact point). NMT_TEST_FAULT makes nmt fail at a chosen point; never
-set it otherwise. Unset, as it always is outside the tests, every check is one dictionary look-up.
+"""Fault points: the one seam through which the tests make nmt fail where a failure cannot be produced
+on demand (a GPU running out of memory, a process killed at one exact point).
+
+Production code marks a place with `faults.point(NAME, **where)` and knows nothing more. A test sets
+NMT_TEST_FAULT (read here only, so it also reaches the `nmt` processes the tests start) to one of:
 
   kill-in-checkpoint:STEP    SIGKILL while the checkpoint of STEP is half written (training)
   fail:RANK:STEP             rank RANK raises an NmtError at STEP (training)
@@ -9,30 +11,82 @@ set it otherwise. Unset, as it always is outside the tests, every check is one d
   kill-after-rename:N        SIGKILL right after the N-th file this process renames into place
                              (every model dir write: import, average, pull -o)
   serve-slow-lines           `nmt serve` holds a batch for S seconds on a line "<slow S>"
+
+Never set it otherwise. Unset, as it always is outside the tests, a point is one dictionary look-up.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import time
+from collections.abc import Callable
+from typing import Any
 
 _renamed = 0
 
 
-def injected(kind: str) -> int | None:
-    """The step (or count) at which NMT_TEST_FAULT asks for a fault of `kind` in this process (0 for a
-    kind without one); None: no fault."""
-    parts = os.environ.get("NMT_TEST_FAULT", "").split(":")
-    if parts[0] != kind:
-        return None
-    if kind == "fail" and int(parts[1]) != int(os.environ.get("RANK", "0")):
-        return None
-    return int(parts[-1]) if len(parts) > 1 else 0
+def point(name: str, **where: Any) -> None:
+    """A place where an injected fault may strike; `where` says where exactly (the step, the lines)."""
+    spec = os.environ.get("NMT_TEST_FAULT")
+    if spec:
+        kind, _, value = spec.partition(":")
+        strike = _FAULTS.get((name, kind))
+        if strike is not None:
+            strike(value, **where)
 
 
-def renamed() -> None:
-    """Count one file renamed into place; the one `kill-after-rename:N` names kills the process."""
+def _count_rename(value: str) -> None:
     global _renamed
     _renamed += 1
-    if injected("kill-after-rename") == _renamed:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if int(value) == _renamed:
+        _kill()
+
+
+def _kill_at_step(value: str, step: int) -> None:
+    if int(value) == step:
+        _kill()
+
+
+def _fail_at_step(value: str, step: int) -> None:
+    rank, _, at = value.partition(":")
+    if int(rank) == int(os.environ.get("RANK", "0")) and int(at) == step:
+        from nmtcli.errors import NmtError
+
+        raise NmtError(f"injected failure at step {step} (NMT_TEST_FAULT)", "unset NMT_TEST_FAULT")
+
+
+def _oom_at_step(value: str, step: int) -> None:
+    if int(value) == step:
+        from nmtcli.device import OUT_OF_MEMORY
+
+        raise OUT_OF_MEMORY("CUDA out of memory (injected by NMT_TEST_FAULT)")
+
+
+def _oom_above(value: str, lines: int) -> None:
+    if lines > int(value):
+        from nmtcli.device import OUT_OF_MEMORY
+
+        raise OUT_OF_MEMORY(f"NMT_TEST_FAULT: {lines} lines")
+
+
+def _slow_lines(value: str, lines: list[str]) -> None:
+    for line in lines:
+        if found := re.fullmatch(r"<slow ([0-9.]+)>", line):
+            time.sleep(float(found.group(1)))
+
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+# (fault point, NMT_TEST_FAULT kind) -> what happens there.
+_FAULTS: dict[tuple[str, str], Callable[..., None]] = {
+    ("renamed", "kill-after-rename"): _count_rename,
+    ("checkpoint-half-written", "kill-in-checkpoint"): _kill_at_step,
+    ("train-step", "fail"): _fail_at_step,
+    ("train-step", "oom"): _oom_at_step,
+    ("translate-batch", "oom-above"): _oom_above,
+    ("serve-batch", "serve-slow-lines"): _slow_lines,
+}

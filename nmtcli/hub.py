@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, atomic_copy, check_weights, read_model_dir_config, staged_dir
+from nmtcli.files import atomic_copy, staged_dir
+from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
 
 # What a model dir consists of (nmt's own: sentencepiece.model; imported Marian: source/target.spm, vocab.json).
 MODEL_DIR_PATTERNS = [CONFIG_FILE, WEIGHTS_FILE, "*.model", "*.spm", "vocab.json", CARD_FILE, "scores.json"]
@@ -44,13 +45,7 @@ def _network_errors() -> tuple[type[BaseException], ...]:
 def hub_errors(repo_id: str, revision: str | None = None) -> Iterator[None]:
     """Turn the Hub client's exceptions into one-line NmtErrors that say what to do."""
     from huggingface_hub import constants
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
     where = f"{repo_id}@{revision}" if revision else repo_id
     try:
@@ -156,7 +151,7 @@ def pull(repo_id: str, revision: str | None = None, out_dir: Path | None = None)
         raise NmtError(f"{out_dir} exists and is not a directory", "pass another -o")
     # Only the snapshot's top-level files, by their own names: nothing lands outside out_dir. All are
     # copied before out_dir changes, config.json last (see staged_dir): a failed pull leaves it as it was.
-    with staged_dir(out_dir) as stage:
+    with staged_dir(out_dir, last=CONFIG_FILE) as stage:
         for path in sorted(p for p in snapshot.iterdir() if p.is_file()):
             atomic_copy(path, stage / path.name)  # follows the cache's symlinks: real files in out_dir
     return out_dir

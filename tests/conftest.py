@@ -70,10 +70,10 @@ def random_model(prepared, tmp_path_factory) -> Path:
     """An untrained tiny model dir (seeded) with the prepared vocabulary and a scores.json: made in a second."""
     import torch
 
-    from nmtcli.data.prepare import versions
     from nmtcli.model.checkpoint import write_model_dir
     from nmtcli.model.config import PRESETS
     from nmtcli.model.transformer import Transformer
+    from nmtcli.provenance import versions
 
     torch.manual_seed(0)
     config = PRESETS["tiny"].replace(vocab_size=1000, d_model=64, d_ff=128, heads=2, max_positions=256)

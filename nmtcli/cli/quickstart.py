@@ -109,8 +109,8 @@ def _show_examples(data_dir: Path, model_dir: Path, device: str, count: int) -> 
     from rich.table import Table
 
     from nmtcli.data.prepare import read_manifest, reference_lines
+    from nmtcli.device import resolve_device
     from nmtcli.inference.translator import Translator
-    from nmtcli.training.trainer import resolve_device
 
     if count == 0:
         return

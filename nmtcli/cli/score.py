@@ -86,10 +86,10 @@ def command(
 
 def _translate_split(model: str | None, split: str, device: str):
     from nmtcli.data.prepare import read_manifest, reference_lines
+    from nmtcli.device import resolve_device
     from nmtcli.errors import NmtError
     from nmtcli.inference.translator import Translator
     from nmtcli.model.checkpoint import read_model_dir_config
-    from nmtcli.training.trainer import resolve_device
 
     model_dir = resolve_model(model)
     values = read_model_dir_config(model_dir)
@@ -113,7 +113,7 @@ def _translate_split(model: str | None, split: str, device: str):
 def _record(model_dir: Path, label: str, results) -> None:
     from huggingface_hub import constants
 
-    from nmtcli.model.checkpoint import atomic_write_json
+    from nmtcli.files import atomic_write_json
 
     if Path(constants.HF_HUB_CACHE).resolve() in Path(model_dir).resolve().parents:
         say("not recorded: the model is in the Hub cache (`nmt pull REPO -o DIR` makes a copy that can keep scores)")

@@ -70,11 +70,11 @@ def command(
 
     import torch
 
+    from nmtcli.device import resolve_device
     from nmtcli.inference.translator import SearchSettings
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.models import load_models
     from nmtcli.serve.requests import Limits
-    from nmtcli.training.trainer import resolve_device
 
     if threads is not None:
         torch.set_num_threads(threads)

@@ -57,11 +57,11 @@ def command(
     started = time.perf_counter()
     import torch
 
+    from nmtcli.device import resolve_device
     from nmtcli.errors import NmtError, check_readable, file_system_error
+    from nmtcli.files import atomic_path
     from nmtcli.inference.beam import LENGTH_PENALTIES
     from nmtcli.inference.translator import SearchSettings, Translator
-    from nmtcli.model.checkpoint import atomic_path
-    from nmtcli.training.trainer import resolve_device
 
     if length_penalty not in LENGTH_PENALTIES:
         raise NmtError(f"unknown --length-penalty {length_penalty!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)
@@ -76,7 +76,7 @@ def command(
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs)
     if engine == "ctranslate2":
-        from nmtcli.inference.ct2 import CTranslate2Translator
+        from nmtcli.interop.ctranslate2_translator import CTranslate2Translator
 
         # A CTranslate2 dir is what `nmt export ctranslate2` wrote; it is never a default or a Hub id.
         if model is None:

@@ -28,8 +28,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
-import platform
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -39,23 +37,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import sentencepiece as spm
 
-import nmtcli
 from nmtcli.checksums import file_sha256
 from nmtcli.data.encoding import Encoder
 from nmtcli.data.shards import OFFSET_DTYPE, token_dtype
 from nmtcli.data.sources import BundledTsv, ParquetFiles, TextFiles
-from nmtcli.data.text import (
-    MAX_RATIO,
-    MAX_TOKENS,
-    TextFilter,
-    load_sentencepiece,
-    read_lines,
-    train_sentencepiece,
-)
+from nmtcli.data.text import MAX_RATIO, MAX_TOKENS, SPM_FILE, TextFilter, load_sentencepiece, read_lines, train_sentencepiece
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import SPM_FILE, atomic_copy, atomic_path, atomic_write_json, read_json
+from nmtcli.files import atomic_copy, atomic_path, atomic_write_json, read_json
+from nmtcli.provenance import versions
 
 MANIFEST = "manifest.json"
 WORK = ".work"
@@ -94,24 +84,6 @@ class PairSource(Protocol):
     def batches(self) -> Iterator[list[tuple[str, str]]]: ...
     def identity(self) -> dict[str, Any]: ...
     def describe(self) -> Any: ...
-
-
-def versions() -> dict[str, str]:
-    import torch
-
-    found = {
-        "nmt": nmtcli.__version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "sentencepiece": spm.__version__,
-        "numpy": np.__version__,
-    }
-    for module in ("pyarrow", "huggingface_hub"):
-        try:
-            found[module] = __import__(module).__version__
-        except ImportError:
-            pass
-    return found
 
 
 def _fingerprint(*parts: Any) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nmtcli.model.checkpoint import atomic_path
+from nmtcli.files import atomic_path
 
 OFFSET_DTYPE = np.dtype("<i8")
 

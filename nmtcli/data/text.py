@@ -11,13 +11,16 @@ from pathlib import Path
 import sentencepiece as spm
 
 from nmtcli.errors import NmtError, check_readable
-from nmtcli.model.checkpoint import atomic_path
+from nmtcli.files import atomic_path
 from nmtcli.model.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # Cleaning defaults. 250 subword tokens is the usual ceiling of WMT recipes (fairseq, Moses'
 # clean-corpus-n); the 1.5 length ratio is this project's choice for the training split.
 MAX_TOKENS = 250
 MAX_RATIO = 1.5
+
+# The joint sentencepiece model `nmt prepare` trains, as it is named in a data dir, a run dir and a model dir.
+SPM_FILE = "sentencepiece.model"
 
 
 def count_lines(path: Path) -> int:

@@ -13,10 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nmtcli.data.text import load_sentencepiece
+from nmtcli.data.text import SPM_FILE, load_sentencepiece
 from nmtcli.errors import NmtError
 
-SPM_FILE = "sentencepiece.model"
 MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB = "source.spm", "target.spm", "vocab.json"
 WORD_BOUNDARY = "\u2581"  # "▁", sentencepiece's mark of a piece that starts a word
 

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import torch
 
+from nmtcli import faults
+from nmtcli.device import is_out_of_memory
 from nmtcli.errors import NmtError
-from nmtcli.faults import injected
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.graphs import StepGraphs
@@ -66,14 +67,6 @@ def batching_for(settings: SearchSettings, device_type: str) -> tuple[int, int]:
 
 # Every character str.splitlines() breaks a line at, each made a space in a translation.
 LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
-
-OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)  # torch.OutOfMemoryError since 2.5
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """A GPU's out-of-memory error, or the CPU allocator's."""
-    return isinstance(error, (OUT_OF_MEMORY, MemoryError)) or (isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
-
 
 @dataclass
 class Translation:
@@ -185,9 +178,7 @@ class Translator:
         """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
         s = settings or self.settings
         try:
-            fault = injected("oom-above")  # the tests' stand-in for a GPU that runs out of memory
-            if fault is not None and len(batch) > fault:
-                raise OUT_OF_MEMORY(f"NMT_TEST_FAULT: {len(batch)} lines")
+            faults.point("translate-batch", lines=len(batch))
             src = self._pad([ids for _, ids in batch])
             with autocast(self.device, self.dtype):
                 if s.beam == 1:

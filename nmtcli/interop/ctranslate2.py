@@ -8,15 +8,16 @@ the vocabularies) and `nmt.json`: the nmt config and the tokenizer files, so `nm
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nmtcli.data.text import SPM_FILE
 from nmtcli.errors import NmtError
-from nmtcli.inference.tokenizer import MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB, SPM_FILE, load_tokenizer
-from nmtcli.model.checkpoint import atomic_copy, atomic_write_json, load_model
+from nmtcli.files import atomic_copy, atomic_write_json, staged_dir
+from nmtcli.inference.tokenizer import MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB, load_tokenizer
+from nmtcli.model.checkpoint import load_model
 
 NMT_FILE = "nmt.json"  # beside CTranslate2's config.json, which has its own format
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -87,10 +88,7 @@ def export_ctranslate2(model_dir: Path, out_dir: Path, quantization: str | None 
     spec.validate()
     spec.optimize(quantization=quantization)
 
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-export"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with staged_dir(out_dir) as tmp:  # the export appears complete or not at all
         spec.save(str(tmp))
         tokenizer_spec = values.get("tokenizer") or {"kind": "sentencepiece"}
         for name in (SPM_FILE, MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB):
@@ -107,12 +105,6 @@ def export_ctranslate2(model_dir: Path, out_dir: Path, quantization: str | None 
             "versions": {**values.get("versions", {}), "ctranslate2": ctranslate2.__version__},
         }
         atomic_write_json(tmp / NMT_FILE, meta)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)  # the export appears complete or not at all
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return meta
 
 

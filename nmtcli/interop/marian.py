@@ -60,7 +60,7 @@ def import_marian(
     say: Say | None = None,
 ) -> dict[str, Any]:
     """Convert the Marian model `source` (dir or Hub id) into the nmt model dir `out_dir`; returns its config.json."""
-    from nmtcli.data.prepare import versions
+    from nmtcli.provenance import versions
 
     marian_dir, provenance = fetch_marian(source, revision, say)
     hf = _read_json(marian_dir / CONFIG_FILE)

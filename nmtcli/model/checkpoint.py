@@ -7,12 +7,8 @@ file or the new one, never half of one; a model dir is written whole beside its 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,102 +16,14 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from nmtcli import faults
-from nmtcli.errors import FileSystemError, NmtError, file_system_error
+from nmtcli.errors import NmtError
+from nmtcli.files import atomic_copy, atomic_path, atomic_write_json, atomic_write_text, read_json, staged_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer, skeleton
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-SPM_FILE = "sentencepiece.model"
 CARD_FILE = "README.md"
-
-
-# --- atomic writes -------------------------------------------------------------------------------
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it replaces `path` in one rename."""
-    path = Path(path)
-    with file_system_errors(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-    try:
-        with file_system_errors(path):
-            yield Path(tmp)
-            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; the final file gets the usual permissions
-            os.replace(tmp, path)
-        faults.renamed()
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-@contextlib.contextmanager
-def file_system_errors(path: Path) -> Iterator[None]:
-    """Turn a full disk, a read-only file system, a permission ... while writing `path` into one NmtError line."""
-    try:
-        yield
-    except NmtError:
-        raise
-    except Exception as e:
-        intact = f"the previous {Path(path).name} is unchanged" if Path(path).exists() else "nothing was written"
-        error = file_system_error(e, path, intact=intact)
-        if error is None:
-            raise
-        raise error from e
-
-
-@contextlib.contextmanager
-def staged_dir(out_dir: Path, last: str = CONFIG_FILE) -> Iterator[Path]:
-    """Yield an empty hidden dir beside `out_dir`; on success its files replace those in `out_dir`, `last` last.
-
-    Every byte is written before `out_dir` is touched, so a full disk (or a crash) while writing leaves
-    the previous model dir exactly as it was; what follows is a few renames, which need no space. The
-    previous `last` goes first, so a crash among the renames leaves a dir that nothing loads, never
-    new weights under an old config.json: running the command again completes it.
-    """
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NmtError(f"{out_dir} exists and is not a directory", "pass another output dir")
-    with file_system_errors(out_dir):
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    try:
-        try:
-            yield stage
-        except FileSystemError as e:  # name the file the user asked for, not the hidden one
-            target = out_dir / Path(e.path).name if e.path is not None else out_dir
-            intact = f"{out_dir}/ is unchanged" if out_dir.is_dir() else "nothing was written"
-            raise (file_system_error(e.__cause__, target, intact=intact) or e) from e.__cause__
-        with file_system_errors(out_dir):
-            out_dir.mkdir(exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(out_dir / last)
-            for name in sorted((p.name for p in stage.iterdir()), key=lambda n: n == last):
-                os.replace(stage / name, out_dir / name)
-                faults.renamed()
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
-def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
-
-
-def atomic_copy(src: Path, dst: Path) -> None:
-    with atomic_path(dst) as tmp:
-        shutil.copyfile(src, tmp)
 
 
 def save_weights(path: Path, state: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
@@ -192,17 +100,6 @@ def check_weights(path: Path, broken_hint: str = BROKEN_HINT) -> None:
 # --- model dirs ----------------------------------------------------------------------------------
 
 
-def read_json(path: Path, missing: tuple[str, str], corrupt_hint: str) -> Any:
-    """A JSON file nmt wrote. `missing` is the (message, hint) of the error when it does not exist."""
-    path = Path(path)
-    if not path.is_file():
-        raise NmtError(*missing)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise NmtError(f"{path} is corrupt: {e}", corrupt_hint) from None
-
-
 def read_model_dir_config(model_dir: Path) -> dict[str, Any]:
     """The parsed `config.json` of a model dir: {"model": {...}, "languages": {...}, "training": {...}, ...}."""
     path = Path(model_dir) / CONFIG_FILE
@@ -259,7 +156,7 @@ def write_model_dir(
     """
     ModelConfig.from_dict(config_values["model"])  # refuse to write a config nothing can read back
     meta = {"nmt_config": json.dumps(config_values["model"], sort_keys=True)}
-    with staged_dir(out_dir) as stage:
+    with staged_dir(out_dir, last=CONFIG_FILE) as stage:
         save_weights(stage / WEIGHTS_FILE, state, meta)
         for name, source in tokenizer_files.items():
             atomic_copy(source, stage / name)

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from nmtcli.faults import injected
+from nmtcli import faults
 from nmtcli.inference.translator import SearchSettings, Translation
 from nmtcli.serve.models import ServedModel
 
@@ -169,8 +168,5 @@ class Batcher:
 
 def _translate(job: Job, lines: list[str]) -> list[list[Translation]]:
     """In the worker thread: one call for the lines of every job of the batch."""
-    if injected("serve-slow-lines") is not None:  # the tests' stand-in for a long batch: a line "<slow SECONDS>" holds it
-        for line in lines:
-            if found := re.fullmatch(r"<slow ([0-9.]+)>", line):
-                time.sleep(float(found.group(1)))
+    faults.point("serve-batch", lines=lines)
     return job.model.translator.translate_lines(lines, job.settings)

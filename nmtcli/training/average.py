@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from nmtcli.checksums import file_sha256
-from nmtcli.data.prepare import versions
+from nmtcli.data.text import SPM_FILE
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import CONFIG_FILE, SPM_FILE, WEIGHTS_FILE, average_weights, read_json, write_model_dir
+from nmtcli.files import read_json
+from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, average_weights, write_model_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import count_parameters
+from nmtcli.provenance import versions
 from nmtcli.training.trainer import checkpoint_dirs, read_run_config
 
 

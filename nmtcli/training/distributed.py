@@ -60,33 +60,6 @@ def from_environment() -> Ranks:
     return Ranks(rank, max(world, 1), local)
 
 
-def device_for(name: str, ranks: Ranks) -> torch.device:
-    """`auto`: this rank's GPU (cuda:LOCAL_RANK) where there is one, else the CPU."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise NmtError("--device cuda was asked for but no CUDA GPU is available", "use --device cpu")
-        if name == "cuda":
-            if ranks.local_rank >= torch.cuda.device_count():
-                raise NmtError(
-                    f"local rank {ranks.local_rank} has no GPU: this node has {torch.cuda.device_count()}",
-                    "start at most one process per GPU (--nproc-per-node / --gpus)",
-                )
-            return torch.device("cuda", ranks.local_rank)
-        try:
-            device = torch.device(name)
-        except RuntimeError:
-            raise NmtError(f"unknown device {name!r}", "use auto, cpu, cuda or cuda:N") from None
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise NmtError(f"--device {name} but this machine has {torch.cuda.device_count()} CUDA GPU(s)",
-                           f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-        return device
-    if name != "cpu":
-        raise NmtError(f"unknown device {name!r}", "use auto, cpu, cuda or cuda:N")
-    return torch.device("cpu")
-
-
 def init(ranks: Ranks, device: torch.device) -> None:
     """Join the process group (nccl on GPU, gloo on CPU). A single process needs none."""
     if not ranks.distributed or dist.is_initialized():

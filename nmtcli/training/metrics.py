@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nmtcli.errors import file_system_error
-from nmtcli.model.checkpoint import atomic_write_text
+from nmtcli.files import atomic_write_text
 
 METRICS = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
-import os
 import shutil
-import signal
 import time
 import warnings
 from collections.abc import Callable
@@ -32,21 +29,15 @@ import torch
 
 from nmtcli import faults
 from nmtcli.data.batching import BatchStream, ParallelData, make_batches
-from nmtcli.data.prepare import read_manifest, reference_lines, versions
+from nmtcli.data.prepare import read_manifest, reference_lines
+from nmtcli.data.text import SPM_FILE
+from nmtcli.device import OUT_OF_MEMORY, resolve_device
 from nmtcli.errors import FileSystemError, NmtError, file_system_error
-from nmtcli.model.checkpoint import (
-    CONFIG_FILE,
-    SPM_FILE,
-    WEIGHTS_FILE,
-    atomic_copy,
-    atomic_write_json,
-    load_state,
-    load_weights,
-    read_json,
-    save_weights,
-)
+from nmtcli.files import atomic_copy, atomic_write_json, read_json, staged_dir
+from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_state, load_weights, save_weights
 from nmtcli.model.config import PRESETS, ModelConfig
 from nmtcli.model.transformer import Transformer
+from nmtcli.provenance import versions
 from nmtcli.training import compiling, distributed, flops, precision
 from nmtcli.training.loader import StepBatches, StepLoader
 from nmtcli.training.loss import output_loss, perplexity
@@ -55,6 +46,7 @@ from nmtcli.training.schedule import inverse_sqrt_lr
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
 TRAINER_STATE = "trainer.pt"
+STAGE_PREFIX = ".tmp-"  # checkpoints/.tmp-STEP/: a checkpoint being written; one left by a crash is removed on start
 BEST = "best"
 
 # Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "step", "overflow", "log", "valid",
@@ -109,11 +101,6 @@ TRAIN_PRESETS: dict[str, TrainSettings] = {
 
 # Settings that fix what a run is; resuming with a different value would silently train something else.
 FIXED_ON_RESUME = ("preset", "max_tokens", "tokens_per_step", "update_freq", "seed", "label_smoothing", "warmup", "lr_scale")
-
-
-def resolve_device(name: str) -> torch.device:
-    """The device of a single-process command (translate, score); training uses distributed.device_for."""
-    return distributed.device_for(name, distributed.Ranks())
 
 
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
@@ -190,7 +177,7 @@ class Trainer:
         self.on_event = on_event or (lambda kind, values: None)
         self.ranks = ranks or distributed.from_environment()
         self.is_main = self.ranks.is_main
-        self.device = distributed.device_for(settings.device, self.ranks)
+        self.device = resolve_device(settings.device, self.ranks.local_rank)
         distributed.init(self.ranks, self.device)
         self.precision = precision.resolve(settings.precision, self.device)
         manifest = read_manifest(data_dir)
@@ -456,32 +443,24 @@ class Trainer:
             raise NmtError(f"the ranks' weights diverged at step {self.step}", "this is a bug; please report it with the run's config.json")
         if not self.is_main:
             return None
-        root = self.run_dir / "checkpoints"
-        final = root / str(self.step)
-        tmp = root / f".tmp-{self.step}"
+        final = self.run_dir / "checkpoints" / str(self.step)
         try:
-            self._write_checkpoint(tmp, fingerprints)
+            with staged_dir(final, stage_name=f"{STAGE_PREFIX}{self.step}") as stage:
+                self._write_checkpoint(stage, fingerprints)
         except BaseException as e:
-            shutil.rmtree(tmp, ignore_errors=True)
             previous = [c for c in checkpoint_dirs(self.run_dir) if c != final]
             resume = f"it resumes from {previous[-1]}, which is intact" if previous else "no checkpoint of this run was written yet"
             error = file_system_error(e.__cause__ if isinstance(e, FileSystemError) else e, f"checkpoint {final}", intact=resume)
             if isinstance(e, Exception) and error is not None:
                 raise error from e
             raise
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
         for old in checkpoint_dirs(self.run_dir)[: -self.settings.keep_last]:
             shutil.rmtree(old)
         return final
 
     def _write_checkpoint(self, tmp: Path, fingerprints: list[str] | None) -> None:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
         save_weights(tmp / WEIGHTS_FILE, self.model.state_dict(), {"step": str(self.step)})
-        if faults.injected("kill-in-checkpoint") == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+        faults.point("checkpoint-half-written", step=self.step)
         info = {"model": self.config.to_dict(), "step": self.step, "world_size": self.ranks.world_size}
         if fingerprints:
             info["rank_fingerprints"] = fingerprints
@@ -498,9 +477,6 @@ class Trainer:
         }
         with open(tmp / TRAINER_STATE, "wb") as f:  # a Python file: a failed write keeps its OSError (errno)
             torch.save(state, f)
-        for name in os.listdir(tmp):
-            with open(tmp / name, "rb") as f:
-                os.fsync(f.fileno())
 
     def save_best(self) -> Path:
         """checkpoints/best/: the weights of the best validation so far (each file replaced atomically)."""
@@ -529,7 +505,7 @@ class Trainer:
                 self.run_config["training"]["world_size"] = self.ranks.world_size
                 atomic_write_json(self.run_dir / CONFIG_FILE, self.run_config)
                 atomic_copy(self.data_dir / SPM_FILE, self.run_dir / SPM_FILE)
-            for stale in (self.run_dir / "checkpoints").glob(".tmp-*"):
+            for stale in (self.run_dir / "checkpoints").glob(f"{STAGE_PREFIX}*"):
                 shutil.rmtree(stale, ignore_errors=True)  # left by a write that was interrupted
         metrics = MetricsLog(self.run_dir, self.step, enabled=self.is_main)
         pad_length = compiling.bucket_length if s.compile else None  # few shapes, few compiled graphs
@@ -565,17 +541,13 @@ class Trainer:
         window_start = last_save = time.perf_counter()
         last: dict[str, Any] = {}
         stop = False
-        out_of_memory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
         started = time.perf_counter()
         out_of_time = False
         while self.step < s.max_steps and not stop and not out_of_time:
-            if faults.injected("fail") == self.step + 1:
-                raise NmtError(f"injected failure at step {self.step + 1} (NMT_TEST_FAULT)", "unset NMT_TEST_FAULT")
             try:
-                if faults.injected("oom") == self.step + 1:  # what a GPU raises for a batch that does not fit
-                    raise out_of_memory("CUDA out of memory (injected by NMT_TEST_FAULT)")
+                faults.point("train-step", step=self.step + 1)
                 m = self.train_step(next(loader))
-            except out_of_memory:
+            except OUT_OF_MEMORY:
                 raise NmtError(
                     f"out of GPU memory at step {self.step + 1} with batches of up to {self.batch.max_tokens:,} tokens",
                     "lower --max-tokens; --tokens-per-step keeps the step's size by accumulating more batches",

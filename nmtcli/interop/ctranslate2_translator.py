@@ -15,14 +15,11 @@ from pathlib import Path
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.inference.translator import LINE_BREAKS, SearchSettings, Warn, batching_for
-
-NMT_FILE = "nmt.json"
+from nmtcli.interop.ctranslate2 import NMT_FILE, require_ctranslate2
 
 
 class CTranslate2Translator:
     def __init__(self, model_dir: Path, device: str = "auto", settings: SearchSettings = SearchSettings(), threads: int = 0, warn: Warn | None = None):
-        from nmtcli.interop.ctranslate2 import require_ctranslate2
-
         ctranslate2 = require_ctranslate2()
         model_dir = Path(model_dir)
         if not (model_dir / NMT_FILE).is_file():
