@@ -75,9 +75,9 @@ def stage_env(args) -> dict:
         info["gpu"] = torch.cuda.get_device_name(0)
         info["gpus"] = torch.cuda.device_count()
         info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
-    from nmtcli.model import transformer
+    from nmtcli.model import packed_attention
 
-    info["varlen_attention"] = transformer.VARLEN_ATTENTION is not None
+    info["varlen_attention"] = packed_attention.VARLEN_ATTENTION is not None
     try:
         info["nvidia_smi"] = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
@@ -96,7 +96,7 @@ def stage_check(args) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from nmtcli.model import transformer
+    from nmtcli.model import packed_attention, transformer
     from nmtcli.model.config import PRESETS
     from nmtcli.training.loss import label_smoothed_loss, output_loss
 
@@ -124,7 +124,7 @@ def stage_check(args) -> dict:
         out[f"loss_{precision}"] = {"loss": relative_error(a, b), "grad_hidden": relative_error(ga, gb),
                                     "grad_weight": relative_error(wa, wb)}
     config = (PRESETS["base"] if not args.smoke else PRESETS["tiny"]).replace(vocab_size=vocab, dropout=0.0)
-    if device.type != "cuda" or transformer.VARLEN_ATTENTION is None:
+    if device.type != "cuda" or packed_attention.VARLEN_ATTENTION is None:
         out["packed_attention"] = "skipped: no varlen flash kernel here (a CPU, or PyTorch before 2.10)"
         return out
     model = transformer.Transformer(config).to(device)
@@ -134,18 +134,18 @@ def stage_check(args) -> dict:
     src[torch.arange(64, device=device), lengths - 1] = 3
     tgt = torch.randint(4, vocab, (64, 40), device=device)
     results = []
-    applies = transformer.packed_attention_applies
+    applies = packed_attention.applies
     for packed in (True, False):
-        transformer.packed_attention_applies = applies if packed else (lambda model, src: False)
+        packed_attention.applies = applies if packed else (lambda model, src: False)
         try:
             model.zero_grad()
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                used = transformer.packed_attention_applies(model, src)
+                used = packed_attention.applies(model, src)
                 hidden = model(src, tgt, hidden=True)
             hidden.float().square().mean().backward()
             results.append((used, hidden.detach().float(), model.encoder.layers[0].self_attn.qkv_proj.weight.grad.clone()))
         finally:
-            transformer.packed_attention_applies = applies
+            packed_attention.applies = applies
     (used, a, ga), (_, b, gb) = results
     out["packed_attention"] = {"used_packed_kernel": used, "hidden": relative_error(a, b), "grad_qkv_layer0": relative_error(ga, gb)}
     return out

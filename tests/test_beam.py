@@ -208,7 +208,7 @@ def test_looking_at_the_search_only_every_few_steps_changes_nothing(sync_every, 
 
 
 def test_first_step_on_one_row_per_sentence_equals_the_step_on_all_beams(monkeypatch):
-    from nmtcli.model.transformer import DecoderCache
+    from nmtcli.model.incremental import DecoderCache
 
     model = tiny_model(9, vocab_size=30)
     src = _batch(SENTENCES)

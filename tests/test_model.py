@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from nmtcli.model.config import PRESETS, ModelConfig
+from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer, count_parameters, sinusoidal_positions
 
 SMALL = ModelConfig(vocab_size=50, d_model=32, d_ff=64, heads=4, layers=2, dropout=0.0)
@@ -79,9 +80,9 @@ def test_incremental_decoding_equals_full_recomputation():
     tgt = torch.tensor([[2, 10, 11, 12], [2, 13, 14, 15]])
     full = model(src, tgt)
     memory, mask = model.encode(src)
-    state = model.start_decoding(memory, mask, beam=1)
+    state = start_decoding(model, memory, mask, beam=1)
     for t in range(tgt.size(1)):
-        step = model.decode_step(tgt[:, t], state)
+        step = decode_step(model, tgt[:, t], state)
         assert torch.allclose(step, full[:, t], atol=1e-5)
 
 
@@ -144,7 +145,7 @@ def reference_varlen_attention(q, k, v, query_starts, key_starts, max_q, max_k):
 
 def test_packed_source_attention_equals_the_masked_reference(monkeypatch):
     """On a GPU, attention over the padded source packs the real keys for a flash kernel; same numbers."""
-    from nmtcli.model import transformer
+    from nmtcli.model import packed_attention
 
     torch.manual_seed(0)
     model = Transformer(SMALL)
@@ -163,8 +164,8 @@ def test_packed_source_attention_equals_the_masked_reference(monkeypatch):
         return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
     masked_logits, masked_grads = run()
-    monkeypatch.setattr(transformer, "VARLEN_ATTENTION", reference_varlen_attention)
-    monkeypatch.setattr(transformer, "packed_attention_applies", lambda model, src: True)
+    monkeypatch.setattr(packed_attention, "VARLEN_ATTENTION", reference_varlen_attention)
+    monkeypatch.setattr(packed_attention, "applies", lambda model, src: True)
     packed_logits, packed_grads = run()
     torch.testing.assert_close(packed_logits, masked_logits, rtol=1e-5, atol=1e-5)
     for name, grad in masked_grads.items():

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer
 
 LENGTH_PENALTIES = ("gnmt", "power")
@@ -135,7 +136,7 @@ class BeamSearch:
         self.max_penalty = length_penalty(self.max_len.double() + 1, alpha, penalty).float()  # EOS included
         self.min_len = torch.tensor(min_len, device=device)
         memory, src_mask = model.encode(src)
-        self.state = model.start_decoding(memory, src_mask, K, capacity=self.steps)
+        self.state = start_decoding(model, memory, src_mask, K, capacity=self.steps)
         if 2 * K <= cfg.vocab_size:  # the first step's one row per sentence offers the 2K candidates a step ranks
             self.state.cache.start_with(n)  # all beams start identical: the first step decodes one row per sentence
         C = self.state.cache.capacity
@@ -166,7 +167,7 @@ class BeamSearch:
         n, K = self.scores.shape
         cache = self.state.cache
         R = cache.rows // n  # rows per sentence: K, or 1 in a first step that decodes the one start of all beams
-        log_probs = torch.log_softmax(self.model.decode_step(self.last[: n * R], self.state).float(), dim=-1)  # (n * R, V)
+        log_probs = torch.log_softmax(decode_step(self.model, self.last[: n * R], self.state).float(), dim=-1)  # (n * R, V)
         generated = cache.position  # tokens generated, EOS included, once this step's token is chosen
         log_probs.index_fill_(1, self.banned, float("-inf"))
         log_probs[:, cfg.eos_id].masked_fill_(generated <= self.min_len, float("-inf"))

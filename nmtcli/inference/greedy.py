@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from nmtcli.inference.beam import Hypothesis, default_sync_every, max_output_lengths
+from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer
 
 
@@ -27,7 +28,7 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
     max_len = max_output_lengths(model, src, max_len_a, max_len_b)
     steps = int(max_len.max()) + 1 if n else 0
     memory, src_mask = model.encode(src)
-    state = model.start_decoding(memory, src_mask, 1, capacity=steps)
+    state = start_decoding(model, memory, src_mask, 1, capacity=steps)
     banned = torch.tensor([cfg.pad_id, cfg.bos_id], device=device)
     sentence = torch.arange(n, device=device)
     last = torch.full((n,), cfg.bos_id, dtype=torch.long, device=device)
@@ -37,7 +38,7 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
     done = torch.zeros(n, dtype=torch.bool, device=device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
     for step in range(steps):
-        log_probs = torch.log_softmax(model.decode_step(last, state).float(), dim=-1)
+        log_probs = torch.log_softmax(decode_step(model, last, state).float(), dim=-1)
         log_probs.index_fill_(1, banned, float("-inf"))  # never generated, as in beam search
         best = log_probs.argmax(-1)
         best = torch.where(step >= max_len, cfg.eos_id, best)  # the limit forces EOS

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from nmtcli.errors import NmtError
-from nmtcli.model.transformer import KeyPadding, Transformer
+from nmtcli.model.packed_attention import KeyPadding
+from nmtcli.model.transformer import Transformer
 
 # Padded sequence lengths: multiples of 8 (tensor cores) up to 32, then steps of about 1/8 to 1/4.
 # Up to 256 tokens (longer than any sentence `nmt prepare` keeps) that is 15 sizes; a batch of

@@ -1,0 +1,220 @@
+"""Incremental decoding: the Transformer's decoder one target position at a time (beam and greedy search).
+
+Teacher forcing (transformer.py) runs the decoder over a whole target at once. A search knows one
+new token per row at each step, so the decoder runs the same layers on that one position, reading the
+keys/values of the earlier positions from a cache instead of recomputing them:
+
+    state = start_decoding(model, memory, src_mask, beam, capacity)   # once per batch
+    logits = decode_step(model, tokens, state)                       # once per position
+    state.reorder(rows) / state.keep(sentences)                      # beam search between steps
+
+Rows are sentences x beam, the beams of a sentence adjacent. The functions here compute what the
+modules of transformer.py compute, with those modules' own weights; the model classes have no
+decoding code.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from nmtcli.model.transformer import DecoderLayer, Embedding, MultiHeadAttention, Transformer
+
+
+class DecoderCache:
+    """Self-attention keys/values of every row (sentence x beam) at every decoded position.
+
+    Buffers of fixed capacity, (rows, h, capacity, d_k) per layer, are allocated once per batch and
+    position t is written in place at step t, so decoding allocates nothing per step. `position` is a
+    device tensor, so that a captured step (CUDA graphs) can be replayed at every position.
+
+    Attention reads the first `span` positions. Eager decoding reads exactly the positions written so
+    far and needs no mask. A captured step has one span for a range of positions (`fixed_span`) and
+    masks the positions beyond the current one.
+    """
+
+    def __init__(self, layers: int, rows: int, heads: int, capacity: int, d_k: int, dtype: torch.dtype, device: torch.device):
+        # Empty memory: eager steps read only what was written (fixed spans: see clear_unwritten).
+        shape = (rows, heads, capacity, d_k)
+        self._buffers = ([torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)],
+                         [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)])
+        self.keys, self.values = list(self._buffers[0]), list(self._buffers[1])  # the rows in use: views of the buffers
+        self.capacity = capacity
+        self.position = torch.zeros(1, dtype=torch.long, device=device)  # the position the next step writes
+        self.length = 0  # positions written, as the host knows it
+        self.fixed_span: int | None = None  # set while a captured step runs
+        self.mask: Tensor | None = None  # additive (1, 1, 1, span): -inf beyond `position` in a fixed span
+        self._spare: tuple[list[Tensor], list[Tensor]] | None = None  # the second set of whole buffers
+
+    def start_with(self, rows: int) -> None:
+        """Use only the first `rows` rows until a reorder says which rows go on (beam search's first
+        step: the beams of a sentence are still one hypothesis, decoded once)."""
+        if self.length:
+            raise ValueError("start_with() is for an empty cache")
+        self.keys, self.values = ([b[:rows] for b in buffers] for buffers in self._buffers)
+
+    @property
+    def rows(self) -> int:
+        return self.keys[0].size(0)
+
+    def span(self) -> int:
+        return self.fixed_span if self.fixed_span is not None else self.length + 1
+
+    def clear_unwritten(self) -> None:
+        """Zero the positions not written yet. A fixed span reads them (masked; but empty memory can hold
+        NaN, and NaN * 0 is NaN): call before fixed-span steps on buffers that are new to them."""
+        for buffer in (*self.keys, *self.values):
+            buffer[:, :, self.length:].zero_()
+
+    def begin_step(self) -> None:
+        if self.fixed_span is not None:
+            visible = torch.arange(self.fixed_span, device=self.position.device) <= self.position
+            self.mask = torch.zeros(visible.shape, dtype=self.keys[0].dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
+        else:
+            self.mask = None
+
+    def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store this step's (rows, h, 1, d_k) keys/values of `layer`; return all positions attention reads."""
+        span = self.span()
+        keys, values = self.keys[layer], self.values[layer]
+        keys.index_copy_(2, self.position, k)
+        values.index_copy_(2, self.position, v)
+        return keys[:, :, :span], values[:, :, :span]
+
+    def end_step(self) -> None:
+        self.position.add_(1)
+        self.length += 1
+
+    def reorder(self, rows: Tensor) -> None:
+        """Continue with `rows` of the current rows (beam search: each survivor's parent); after
+        start_with, more rows than there were.
+
+        Eager: copied into the spare buffers, which are then swapped in; a captured step copies back in
+        place, since its buffers must keep their addresses.
+        """
+        if self.fixed_span is not None:
+            if rows.numel() != self.rows:
+                raise ValueError("a captured step cannot change the number of rows")
+            for buffer in (*self.keys, *self.values):
+                buffer[:, :, :self.fixed_span] = buffer[:, :, :self.fixed_span].index_select(0, rows)
+            return
+        self._swap(rows)
+
+    def keep(self, rows: Tensor) -> None:
+        """Only `rows` go on (sentences that are finished leave): compacted into the front of the spare
+        buffers, which are swapped in; nothing is allocated."""
+        self._swap(rows)
+
+    def _swap(self, rows: Tensor) -> None:
+        if self._spare is None:  # the second set of buffers, made at the first reorder
+            self._spare = tuple([torch.empty_like(b) for b in buffers] for buffers in self._buffers)
+        span, count = self.length, rows.numel()
+        # The first `count` rows of a buffer are a contiguous view of it.
+        spare_keys, spare_values = ([b[:count] for b in buffers] for buffers in self._spare)
+        for old, new in zip((*self.keys, *self.values), (*spare_keys, *spare_values)):
+            torch.index_select(old[:, :, :span], 0, rows, out=new[:, :, :span])
+        self._buffers, self._spare = self._spare, self._buffers
+        self.keys, self.values = spare_keys, spare_values
+
+
+class DecoderState:
+    """What incremental decoding keeps between steps: the self-attention cache of every row (rows =
+    sentences x beam, beams of a sentence adjacent) and, computed once, the encoder-decoder keys/values
+    of every sentence with its additive source mask."""
+
+    def __init__(self, memory_kv: list[tuple[Tensor, Tensor]], memory_mask: Tensor, beam: int, cache: DecoderCache):
+        self.memory_kv = memory_kv
+        self.memory_mask = memory_mask
+        self.beam = beam
+        self.cache = cache
+
+    def reorder(self, rows: Tensor) -> None:
+        """Beam search: row i continues from row rows[i] (the same number of rows)."""
+        self.cache.reorder(rows)
+
+    def keep(self, sentences: Tensor) -> None:
+        """Only these sentences (indices into the current ones) go on decoding, with all their rows."""
+        rows = (sentences[:, None] * self.beam + torch.arange(self.beam, device=sentences.device)).view(-1)
+        self.cache.keep(rows)
+        self.memory_kv = [(k.index_select(0, sentences), v.index_select(0, sentences)) for k, v in self.memory_kv]
+        self.memory_mask = self.memory_mask.index_select(0, sentences)
+
+
+def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: int = 1, capacity: int | None = None) -> DecoderState:
+    """State for decoding `beam` rows per sentence of `memory` (n, S, d), the encoder output, one
+    position at a time, for at most `capacity` positions (default: as many as the position table holds)."""
+    cfg = model.config
+    capacity = min(capacity or cfg.max_positions, cfg.max_positions)
+    # Contiguous once, not copied by every step's matrix product.
+    memory_kv = [tuple(t.contiguous() for t in memory_keys_values(layer.cross_attn, memory)) for layer in model.decoder.layers]
+    dtype = memory_kv[0][0].dtype  # what the projections compute in (bf16 under autocast)
+    # An additive mask, made once: -inf at source padding.
+    memory_mask = torch.zeros(src_mask.shape, dtype=dtype, device=memory.device).masked_fill_(~src_mask, float("-inf"))
+    cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device)
+    return DecoderState(memory_kv, memory_mask, beam, cache)
+
+
+def decode_step(model: Transformer, tokens: Tensor, state: DecoderState) -> Tensor:
+    """One step of incremental decoding: the newest token of each row (N,) -> next-token logits (N, V)."""
+    x = embed_at(model.embedding, tokens, state.cache.position)
+    state.cache.begin_step()
+    for i, layer in enumerate(model.decoder.layers):
+        x = decoder_layer_step(layer, x, state, i)
+    state.cache.end_step()
+    if model.decoder.final_norm is not None:
+        x = model.decoder.final_norm(x)
+    return model.logits(x)[:, 0]
+
+
+def embed_at(embedding: Embedding, tokens: Tensor, position: Tensor) -> Tensor:
+    """Embedding's output for tokens (N,) all at `position`, a device tensor of one element -> (N, 1, d)
+    (no dropout: inference)."""
+    return (embedding.tokens(tokens) * embedding.scale + embedding.positions.index_select(0, position)).unsqueeze(1)
+
+
+def decoder_layer_step(layer: DecoderLayer, x: Tensor, state: DecoderState, i: int) -> Tensor:
+    """DecoderLayer i for one new position per row, x: (N, 1, d)."""
+    x = layer.sublayer[0](x, lambda y: self_attention_step(layer.self_attn, y, state.cache, i))
+    x = layer.sublayer[1](x, lambda y: memory_attention_step(layer.cross_attn, y, *state.memory_kv[i], state.memory_mask))
+    return layer.sublayer[2](x, layer.ffn)
+
+
+def memory_keys_values(attention: MultiHeadAttention, memory: Tensor) -> tuple[Tensor, Tensor]:
+    """Encoder-decoder attention's keys and values, (B, h, S, d_k) each: computed once per sentence."""
+    return tuple(attention.split_heads(t) for t in attention.kv_proj(memory).chunk(2, dim=-1))
+
+
+def self_attention_step(attention: MultiHeadAttention, x: Tensor, cache: DecoderCache, layer: int) -> Tensor:
+    """Self-attention of one new position (N, 1, d) over itself and all earlier ones, kept in `cache`."""
+    q, k, v = (attention.split_heads(t) for t in attention.qkv_proj(x).chunk(3, dim=-1))
+    keys, values = cache.write(layer, k, v)
+    return attention.out_proj(cached_attention(q, keys, values, cache.mask).transpose(1, 2).flatten(2))
+
+
+def memory_attention_step(attention: MultiHeadAttention, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Encoder-decoder attention of one new position for rows grouped by sentence.
+
+    x: (n * beam, 1, d), beams of a sentence adjacent; k, v: (n, h, S, d_k); mask (n, 1, 1, S), additive.
+    The beam hypotheses of a sentence are its `beam` queries against one copy of its keys/values, so
+    nothing is repeated per beam and beam reordering never touches them.
+    """
+    rows, n = x.size(0), k.size(0)
+    q = attention.q_proj(x).view(n, rows // n, attention.heads, -1).transpose(1, 2)  # (n, h, beam, d_k)
+    out = cached_attention(q, k, v, mask)
+    return attention.out_proj(out.transpose(1, 2).reshape(rows, 1, -1))
+
+
+def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k) + mask) V for the few queries of a decoding step (sec. 3.2.1).
+
+    On a CPU two batched matrix products are faster than `scaled_dot_product_attention`, whose blocked
+    kernel is made for long queries, not for the one query per row (or `beam` per sentence) of a step;
+    on a GPU the fused kernel is the right one.
+    """
+    if q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    weights = torch.matmul(q, k.transpose(-1, -2)).mul_(q.size(-1) ** -0.5)
+    if mask is not None:
+        weights.add_(mask)
+    return torch.matmul(weights.softmax(dim=-1), v)

@@ -1,0 +1,95 @@
+"""Attention over a padded source with no mask: the real keys of each sentence packed for a flash kernel.
+
+The encoder self-attention and the encoder-decoder attention attend over a right-padded source. With
+a boolean padding mask, `scaled_dot_product_attention` cannot use its flash kernel. In training on a
+GPU (fp16/bf16, no attention dropout) each sentence's real keys and values are gathered into one
+packed tensor instead and attended through PyTorch's varlen flash kernel
+(`torch.nn.attention.varlen`, 2.10 and later), which needs no mask; queries keep their padded layout.
+Where to gather from (`KeyPadding`) is computed on the device, so nothing waits for the GPU. The CPU,
+fp32 and inference keep the masked kernel (`MultiHeadAttention` in transformer.py).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _load_varlen():
+    """PyTorch's flash-attention kernel for packed sequences of different lengths (2.10 and later), or None."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+# Loaded on first use on a GPU, not at import: the kernel's module imports TorchDynamo, which would
+# add over a second to the start-up of every command, most of which never train on a GPU.
+_UNLOADED = object()
+VARLEN_ATTENTION = _UNLOADED
+
+
+def varlen_attention():
+    """The varlen kernel (loaded on the first call), or None where this PyTorch has none."""
+    global VARLEN_ATTENTION
+    if VARLEN_ATTENTION is _UNLOADED:
+        VARLEN_ATTENTION = _load_varlen()
+    return VARLEN_ATTENTION
+
+
+class KeyPadding(NamedTuple):
+    """Where the real (non-pad) source tokens are, for attention with packed keys and no mask.
+
+    order: (B*S,) positions of the flattened (B, S) source, real tokens first (row by row, in order),
+    padding after them; starts: (B+1,) int32 offsets of each row's real tokens in that order;
+    mask: (B, 1, 1, S) the same as a boolean mask, for the dense kernel. Built on the device without
+    waiting for it: the number of real tokens is only ever known there.
+    """
+
+    order: Tensor
+    starts: Tensor
+    mask: Tensor
+
+    @classmethod
+    def of(cls, src: Tensor, pad_id: int) -> KeyPadding:
+        real = src != pad_id
+        order = torch.sort((~real).flatten().to(torch.uint8), stable=True).indices
+        starts = F.pad(real.sum(1).cumsum(0), (1, 0)).to(torch.int32)
+        return cls(order, starts, real[:, None, None, :])
+
+
+def applies(model: nn.Module, src: Tensor) -> bool:
+    """Whether teacher-forced attention over the source runs packed: on a GPU, in fp16/bf16 (what the
+    kernel takes) and without attention dropout (which it does not have)."""
+    if not src.is_cuda or (model.training and model.config.attention_dropout > 0) or varlen_attention() is None:
+        return False
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else model.embedding.tokens.weight.dtype
+    return dtype in (torch.float16, torch.bfloat16)
+
+
+def attend(attention: nn.Module, x: Tensor, memory: Tensor, keys: KeyPadding) -> Tensor:
+    """A MultiHeadAttention's output for every query position (padding too: its output is never used)
+    against the real keys of its row; x: (B, T, d) queries, memory: (B, S, d) keys/values (x itself
+    for self-attention).
+
+    Queries stay in their (B, T) layout, which the kernel reads as B sequences of T; keys and values
+    are gathered real-tokens-first (keys.order) and read through keys.starts. The rows past the real
+    keys are never read by the kernel, and their gradient is set to zero, not taken from it.
+    """
+    b, t, d = x.shape
+    heads = attention.heads
+    if attention.self_attention:
+        q, k, v = attention.qkv_proj(x).chunk(3, dim=-1)
+    else:
+        q = attention.q_proj(x)
+        k, v = attention.kv_proj(memory).chunk(2, dim=-1)
+    real = (torch.arange(keys.order.numel(), device=x.device) < keys.starts[-1])[:, None, None]
+    k, v = (torch.where(real, y.reshape(-1, heads, d // heads).index_select(0, keys.order), 0) for y in (k, v))
+    q = q.reshape(b * t, heads, d // heads)
+    query_starts = torch.arange(0, b * t + 1, t, device=x.device, dtype=torch.int32)
+    out = varlen_attention()(q, k, v, query_starts, keys.starts, t, memory.size(1))
+    return attention.out_proj(out.reshape(b, t, d))
