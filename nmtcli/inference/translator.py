@@ -55,10 +55,10 @@ class SearchSettings:
     cuda_graphs: bool = True  # replay beam search steps as CUDA graphs on a GPU (inference/graphs.py)
 
 
-# (batch_tokens, window) by device type. On a CPU a batch should keep a step's logits (rows x vocabulary)
-# near the size of the last-level cache: with a 58k vocabulary (OPUS-MT) 100 natural-length lines took
-# 35.3 s at 1,024 tokens (~36 lines, 144 beam rows) and 40.2 s at 4,096 in int8 (45.9 / 49.6 s fp32) on
-# 2 threads. A GPU decoding step costs about the same for 100 sentences as for 2,000, so it takes them all.
+# (batch_tokens, window) by device type. On a CPU a step's logits (rows x vocabulary) should stay near the
+# size of the last-level cache: 1,024 padded tokens is some 36 natural-length lines (144 beam rows), and
+# larger batches only make every step slower. A GPU decoding step costs about the same for 100 sentences
+# as for 2,000, so it takes them all.
 DEVICE_DEFAULTS = {"cpu": (1024, 1000), "cuda": (65536, 10000)}
 
 
