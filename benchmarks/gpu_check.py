@@ -98,7 +98,10 @@ def stage_check(args) -> dict:
 
     from nmtcli.model import packed_attention, transformer
     from nmtcli.model.config import PRESETS
-    from nmtcli.training.loss import label_smoothed_loss, output_loss
+    from nmtcli.training.loss import output_loss
+
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from reference_loss import label_smoothed_loss  # the loss over full logits
 
     device = torch.device(args.device)
     out = {}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nmtcli.card import hub_card
 from nmtcli.errors import NmtError
 from nmtcli.files import atomic_copy, staged_dir
 from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
@@ -180,7 +181,7 @@ def push(
         if p.is_file() and p.name != CARD_FILE and any(Path(p.name).match(pattern) for pattern in MODEL_DIR_PATTERNS)
     )
     scores = _read_scores(model_dir)
-    card = model_card(values, repo_id, scores, license)
+    card = hub_card(values, repo_id, scores, license)
     operations = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in files]
     operations.append(CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=card.encode("utf-8")))
     api = HfApi()
@@ -203,107 +204,3 @@ def _read_scores(model_dir: Path) -> dict[str, Any]:
     except ValueError as e:
         raise NmtError(f"{path} is not valid JSON: {e}", "re-create it with `nmt score`, or delete it") from None
 
-
-def _yaml_string(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid YAML flow scalar
-
-
-def model_card(values: dict[str, Any], repo_id: str, scores: dict[str, Any], license: str | None = None) -> str:
-    """README.md for the Hub: YAML metadata (languages, license, tags, datasets, BLEU with its signature), then prose."""
-    from nmtcli.model.config import ModelConfig
-    from nmtcli.model.transformer import count_parameters
-
-    m = values["model"]
-    lang = values.get("languages", {})
-    src, tgt = lang.get("source", "?"), lang.get("target", "?")
-    training = values.get("training", {})
-    imported = values.get("imported_from")
-    license = license or values.get("license") or "apache-2.0"
-    datasets = training.get("datasets") or []
-    meta = ["---", "language:"]
-    meta += [f"- {_yaml_string(code)}" for code in dict.fromkeys([src, tgt]) if code != "?"]
-    meta += [f"license: {_yaml_string(license)}", "library_name: nmt", "pipeline_tag: translation", "tags:", "- translation", "- nmt", "- transformer"]
-    if datasets:
-        meta += ["datasets:"] + [f"- {_yaml_string(d)}" for d in datasets]
-    results = []
-    for label, metrics in scores.items():
-        entries = []
-        for name, v in metrics.items():
-            entries += [
-                f"      - type: {_yaml_string(name.lower())}",
-                f"        name: {_yaml_string(name)}",
-                f"        value: {float(v['score'])}",
-                "        verified: false",
-                "        args:",
-                f"          signature: {_yaml_string(v.get('signature', ''))}",
-            ]
-        results += [
-            "  - task:",
-            "      type: translation",
-            f"      name: {_yaml_string(f'Translation {src}-{tgt}')}",
-            "    dataset:",
-            f"      name: {_yaml_string(label)}",
-            f"      type: {_yaml_string(label.split('/')[0])}",
-            "    metrics:",
-            *entries,
-        ]
-    if results:
-        meta += ["model-index:", f"- name: {_yaml_string(repo_id.split('/')[-1])}", "  results:", *results]
-    meta.append("---")
-
-    params = count_parameters(ModelConfig.from_dict(m))
-    variants = []
-    if m.get("positions", "interleaved") != "interleaved":
-        variants.append(f"{m['positions']} positional encodings")
-    if m.get("final_logits_bias"):
-        variants.append("a final logits bias")
-    arch = (
-        f"{m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads, "
-        f"{m['norm']}-norm, {m['activation']}, dropout {m['dropout']}, vocabulary {m['vocab_size']:,} "
-        f"(one matrix for source, target and output); {params:,} parameters"
-        + (f"; {', '.join(variants)}" if variants else "")
-    )
-    lines = [
-        "\n".join(meta),
-        "",
-        f"# {repo_id.split('/')[-1]}",
-        "",
-        f"A Transformer translation model ({src} -> {tgt}) in the format of [nmt](https://pypi.org/project/nmtcli/), "
-        'the toolkit for the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).',
-        "",
-        "## Architecture",
-        "",
-        arch,
-        "",
-    ]
-    if imported:
-        lines += ["## Origin", "", f"Converted with `nmt import {imported.get('kind', '')}` from `{imported.get('source', '')}`"
-                  + (f" (revision {imported['revision']})" if imported.get("revision") else "") + ". Its training data and recipe are those of the original model.", ""]
-    if training:
-        lines += ["## Training data", "", f"{training.get('data', 'unknown')} ({training.get('train_pairs', 0):,} sentence pairs after cleaning)."
-                  + (f" Datasets: {', '.join(datasets)}." if datasets else ""), ""]
-        settings = training.get("settings", {})
-        recipe = [f"preset {training.get('preset')}", f"{training.get('steps')} steps"]
-        recipe += [f"{k} {settings[k]}" for k in ("max_tokens", "update_freq", "warmup", "label_smoothing", "seed") if k in settings]
-        averaged = training.get("averaged_checkpoints") or []
-        lines += ["## Training recipe", "", ", ".join(str(r) for r in recipe) + (f"; the weights average the checkpoints of steps {', '.join(map(str, averaged))}." if averaged else "."), ""]
-    if scores:
-        lines += ["## Evaluation", "", "| test set | metric | score | sacreBLEU signature |", "|---|---|---|---|"]
-        for label, metrics in scores.items():
-            for name, v in metrics.items():
-                lines.append(f"| {label} | {name} | {v['score']:.1f} | `{v.get('signature', '')}` |")
-        lines.append("")
-    lines += [
-        "## Use it with nmt",
-        "",
-        "```",
-        "pip install nmtcli",
-        f"cat input.{src} | nmt translate -m {repo_id} > output.{tgt}",
-        f"nmt pull {repo_id} -o models/{repo_id.split('/')[-1]}    # or keep a local copy",
-        "```",
-        "",
-    ]
-    versions = values.get("versions")
-    if versions:
-        lines += ["Written with " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".", ""]
-    return "\n".join(lines)

@@ -101,7 +101,11 @@ def command(
         announce("prepared data", out)
         with progress_bar() as progress:
             manifest = prepare_files(out, train, valid, test, settings, f"{src}-{tgt}", progress)
+    _report(out, manifest)
 
+
+def _report(out: Path, manifest: dict) -> None:
+    """What was prepared, on stderr: per split the pairs kept of those read and why the others were dropped."""
     if manifest.get("reused"):
         say(f"{out} is already prepared with these inputs and settings (checksums verified); nothing to do")
     if manifest.get("source") and manifest["source"].get("commit"):

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from nmtcli.cli import options
 from nmtcli.cli.common import resolve_model, say, warn
 
 NAME = "serve"
@@ -22,24 +23,24 @@ def command(
     port: Annotated[int, typer.Option(help="Port to listen on (LibreTranslate's is 5000 too).", min=0, max=65535)] = 5000,
     api_key: Annotated[Optional[list[str]], typer.Option("--api-key", metavar="KEY", help="Answer only requests that send this key (LibreTranslate's api_key field); repeat for several.")] = None,
     api_keys_file: Annotated[Optional[Path], typer.Option(help="A file of API keys, one a line (blank lines and # comments skipped); with --api-key, either is accepted.")] = None,
-    beam: Annotated[int, typer.Option(help="Beam size (sec. 6.1: 4); 1 is greedy search. /nmt/translate may ask for another.", min=1)] = 4,
-    alpha: Annotated[float, typer.Option(help="Length penalty exponent (sec. 6.1: 0.6).", min=0.0)] = 0.6,
-    length_penalty: Annotated[str, typer.Option(help="gnmt: ((5+|Y|)/6)^alpha, the paper's; power: |Y|^alpha.")] = "gnmt",
-    max_len_a: Annotated[float, typer.Option(help="Output length limit a*|x|+b: the a.", min=0.0)] = 1.0,
-    max_len_b: Annotated[int, typer.Option(help="Output length limit a*|x|+b: the b.", min=0)] = 50,
+    beam: Annotated[int, options.beam(" /nmt/translate may ask for another.")] = 4,
+    alpha: Annotated[float, options.alpha()] = 0.6,
+    length_penalty: Annotated[str, options.length_penalty()] = "gnmt",
+    max_len_a: Annotated[float, options.max_len_a()] = 1.0,
+    max_len_b: Annotated[int, options.max_len_b()] = 50,
     batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Translate the lines of concurrent requests together (dynamic batching); off: one request at a time.")] = True,
     max_delay: Annotated[float, typer.Option(help="Milliseconds a request waits for others to share its batch (only while the model is idle; a busy model takes what has queued at once).", min=0.0)] = 5.0,
     batch_lines: Annotated[int, typer.Option(help="Lines per batch at most.", min=1)] = 256,
-    batch_tokens: Annotated[Optional[int], typer.Option(help="Padded source tokens per search batch. Default: 1024 on a CPU, 65536 on a GPU.", min=1)] = None,
+    batch_tokens: Annotated[Optional[int], options.batch_tokens("search batch")] = None,
     max_chars: Annotated[int, typer.Option(help="Characters per request at most (more: 413).", min=1)] = 20_000,
     max_lines: Annotated[int, typer.Option(help="Lines per request at most (more: 413).", min=1)] = 1_000,
     queue_lines: Annotated[int, typer.Option(help="Lines waiting for the model at most; a request that would queue more is refused with 429.", min=1)] = 4_096,
     max_beam: Annotated[int, typer.Option(help="The widest beam (and longest n-best list) a request may ask for.", min=1)] = 16,
     timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its translation (then 503; its lines leave the queue).", min=0.001)] = 60.0,
     cors_origin: Annotated[Optional[list[str]], typer.Option(metavar="ORIGIN", help="Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several. Default: none.")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16.")] = "fp32",
-    threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's choice, usually the physical cores).", min=1)] = None,
+    device: Annotated[str, options.device()] = "auto",
+    dtype: Annotated[str, options.dtype()] = "fp32",
+    threads: Annotated[Optional[int], options.threads()] = None,
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request on stderr.")] = False,
 ) -> None:
     """Serve translation over HTTP: LibreTranslate's API, nmt's own, and a page to try it at /.
@@ -49,11 +50,9 @@ def command(
     flight and exits. Needs the serve extra (pip install "nmtcli\\[serve]"); docs/serving.md has the API.
     """
     from nmtcli.errors import NmtError, check_readable
-    from nmtcli.inference.beam import LENGTH_PENALTIES
 
     _check_extra()
-    if length_penalty not in LENGTH_PENALTIES:
-        raise NmtError(f"unknown --length-penalty {length_penalty!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)
+    options.check_length_penalty(length_penalty)
     if max_lines > queue_lines:
         raise NmtError(f"--max-lines {max_lines} exceeds --queue-lines {queue_lines}", "a request must fit in the queue: raise --queue-lines", exit_code=2)
     if beam > max_beam:

@@ -7,11 +7,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, BinaryIO, Optional
+from typing import TYPE_CHECKING, Annotated, BinaryIO, Optional
 
 import typer
 
+from nmtcli.cli import options
 from nmtcli.cli.common import resolve_model, say, warn
+
+if TYPE_CHECKING:
+    from nmtcli.inference.translator import SearchSettings
 
 NAME = "translate"
 
@@ -34,18 +38,18 @@ def command(
     revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit of the Hub model given with -m.")] = None,
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input text, one sentence a line. Default: stdin.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (written atomically). Default: stdout.")] = None,
-    beam: Annotated[int, typer.Option(help="Beam size (sec. 6.1: 4); 1 is greedy search.", min=1)] = 4,
-    alpha: Annotated[float, typer.Option(help="Length penalty exponent (sec. 6.1: 0.6); 0 disables it.", min=0.0)] = 0.6,
-    length_penalty: Annotated[str, typer.Option(help="gnmt: ((5+|Y|)/6)^alpha, the paper's; power: |Y|^alpha (fairseq, CTranslate2).")] = "gnmt",
-    max_len_a: Annotated[float, typer.Option(help="Output length limit a*|x|+b: the a (sec. 6.1: 1).", min=0.0)] = 1.0,
-    max_len_b: Annotated[int, typer.Option(help="Output length limit a*|x|+b: the b (sec. 6.1: 50).", min=0)] = 50,
+    beam: Annotated[int, options.beam()] = 4,
+    alpha: Annotated[float, options.alpha("; 0 disables it")] = 0.6,
+    length_penalty: Annotated[str, options.length_penalty(" (fairseq, CTranslate2)")] = "gnmt",
+    max_len_a: Annotated[float, options.max_len_a(" (sec. 6.1: 1)")] = 1.0,
+    max_len_b: Annotated[int, options.max_len_b(" (sec. 6.1: 50)")] = 50,
     nbest: Annotated[int, typer.Option(help="Translations per line, best first (at most --beam); more than 1 needs --output-format json.", min=1)] = 1,
     output_format: Annotated[str, typer.Option(help="text: one translation per line; json: one JSON object per line with translation, score, log_prob, tokens and the n-best list.")] = "text",
-    batch_tokens: Annotated[Optional[int], typer.Option(help="Padded source tokens per batch. Default: 1024 on a CPU, 65536 on a GPU (halved automatically if the GPU runs out of memory).", min=1)] = None,
+    batch_tokens: Annotated[Optional[int], options.batch_tokens(also=" (halved automatically if the GPU runs out of memory)")] = None,
     window: Annotated[Optional[int], typer.Option(help="Lines read, sorted by length and translated together; bounds memory on endless input. Default: 1000 on a CPU, 10000 on a GPU.", min=1)] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16.")] = "fp32",
-    threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: PyTorch's or CTranslate2's choice, usually the physical cores).", min=1)] = None,
+    device: Annotated[str, options.device()] = "auto",
+    dtype: Annotated[str, options.dtype()] = "fp32",
+    threads: Annotated[Optional[int], options.threads("PyTorch's or CTranslate2's")] = None,
     cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ).")] = True,
     engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU).")] = "native",
 ) -> None:
@@ -55,26 +59,45 @@ def command(
     input line, in input order. Empty lines stay empty; over-long lines are truncated with a warning.
     """
     started = time.perf_counter()
-    import torch
+    from nmtcli.errors import check_readable
+    from nmtcli.inference.translator import SearchSettings
 
-    from nmtcli.device import resolve_device
-    from nmtcli.errors import NmtError, check_readable, file_system_error
-    from nmtcli.files import atomic_path
-    from nmtcli.inference.beam import LENGTH_PENALTIES
-    from nmtcli.inference.translator import SearchSettings, Translator
+    _check_flags(output_format, nbest, engine, length_penalty)
+    if input is not None:
+        check_readable(input, "check the path given to --input")
+    settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
+                              length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs)
+    translator = _translator(engine, model, revision, device, dtype, threads, output_format, settings)
+    source = open(input, "rb") if input is not None else sys.stdin.buffer
+    lines = read_text_lines(source, str(input) if input is not None else "stdin")
+    results = translator.translate(lines) if output_format == "text" else map(_json_line, translator.translate_nbest(lines))
+    try:
+        count, first = _write(results, output)
+    finally:
+        if input is not None:
+            source.close()
+    elapsed = time.perf_counter() - started
+    timing = f" in {elapsed:.1f} s ({count / elapsed:,.1f} lines/s; the first after {first - started:.1f} s)" if first else ""
+    say(f"translated {count:,} line(s){timing}")
 
-    if length_penalty not in LENGTH_PENALTIES:
-        raise NmtError(f"unknown --length-penalty {length_penalty!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)
+
+def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: str) -> None:
+    from nmtcli.errors import NmtError
+
+    options.check_length_penalty(length_penalty)
     if output_format not in ("text", "json"):
         raise NmtError(f"unknown --output-format {output_format!r}", "choose text or json", exit_code=2)
     if nbest > 1 and output_format == "text":
         raise NmtError("--nbest above 1 needs --output-format json", "text output has exactly one line per input line", exit_code=2)
     if engine not in ("native", "ctranslate2"):
         raise NmtError(f"unknown --engine {engine!r}", "choose native or ctranslate2", exit_code=2)
-    if input is not None:
-        check_readable(input, "check the path given to --input")
-    settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
-                              length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs)
+
+
+def _translator(engine: str, model: str | None, revision: str | None, device: str, dtype: str, threads: int | None,
+                output_format: str, settings: SearchSettings):
+    """The native Translator of the model dir `-m` names (or the default), or CTranslate2's of an exported dir."""
+    from nmtcli.errors import NmtError
+
     if engine == "ctranslate2":
         from nmtcli.interop.ctranslate2_translator import CTranslate2Translator
 
@@ -83,37 +106,40 @@ def command(
             raise NmtError("--engine ctranslate2 needs -m CT2_DIR", "export one with `nmt export ctranslate2 MODEL_DIR CT2_DIR`", exit_code=2)
         if output_format != "text":
             raise NmtError("--engine ctranslate2 writes text only", "use the native engine for --output-format json", exit_code=2)
-        translator = CTranslate2Translator(Path(model), device, settings, threads or 0, warn=warn)
-    else:
-        if threads is not None:
-            torch.set_num_threads(threads)
-        translator = Translator(resolve_model(model, revision), resolve_device(device), settings, dtype=dtype, warn=warn)
-    source = open(input, "rb") if input is not None else sys.stdin.buffer
-    lines = read_text_lines(source, str(input) if input is not None else "stdin")
-    results = translator.translate(lines) if output_format == "text" else map(_json_line, translator.translate_nbest(lines))
+        return CTranslate2Translator(Path(model), device, settings, threads or 0, warn=warn)
+    import torch
+
+    from nmtcli.device import resolve_device
+    from nmtcli.inference.translator import Translator
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return Translator(resolve_model(model, revision), resolve_device(device), settings, dtype=dtype, warn=warn)
+
+
+def _write(results: Iterator[str], output: Path | None) -> tuple[int, float | None]:
+    """Write each result as a line to stdout (flushed at once) or to `output` (atomically); returns
+    (lines written, the time the first was ready)."""
+    from nmtcli.errors import file_system_error
+    from nmtcli.files import atomic_path
+
     count, first = 0, None
-    try:
-        if output is None:
-            try:
-                for line in results:
-                    sys.stdout.write(line + "\n")
-                    sys.stdout.flush()  # a reader downstream gets each window as soon as it is done
-                    count += 1
-                    first = first or time.perf_counter()
-            except OSError as e:  # e.g. stdout redirected to a full disk
-                raise (file_system_error(e, "standard output") or e) from e
-        else:
-            with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
-                for line in results:
-                    f.write(line + "\n")
-                    count += 1
-                    first = first or time.perf_counter()
-    finally:
-        if input is not None:
-            source.close()
-    elapsed = time.perf_counter() - started
-    timing = f" in {elapsed:.1f} s ({count / elapsed:,.1f} lines/s; the first after {first - started:.1f} s)" if first else ""
-    say(f"translated {count:,} line(s){timing}")
+    if output is None:
+        try:
+            for line in results:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()  # a reader downstream gets each window as soon as it is done
+                count += 1
+                first = first or time.perf_counter()
+        except OSError as e:  # e.g. stdout redirected to a full disk
+            raise (file_system_error(e, "standard output") or e) from e
+    else:
+        with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            for line in results:
+                f.write(line + "\n")
+                count += 1
+                first = first or time.perf_counter()
+    return count, first
 
 
 def _json_line(hyps) -> str:

@@ -285,6 +285,21 @@ def _encode_split(
     }
 
 
+def _encode_stage(out_dir: Path, parts_dir: Path, settings: PrepareSettings, vocab_size: int, text_counts: dict[str, Any],
+                  progress: Progress) -> tuple[dict[str, Any], int]:
+    """Cleaned training pairs and the valid split -> binarized arrays; returns (counts, chunks resumed)."""
+    with Encoder(out_dir / SPM_FILE, token_dtype(vocab_size), settings.workers) as encoder:
+        train = _encode_split(encoder, _read_text_pairs(out_dir / WORK, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
+                              out_dir, "train", settings, settings.max_ratio, progress)
+        # Validation keeps its natural length ratios: only empty and over-long pairs are dropped.
+        valid = _encode_split(encoder, _read_text_pairs(out_dir, "valid", settings), text_counts["valid"]["lines"], parts_dir,
+                              out_dir, "valid", settings, None, progress)
+    if train["pairs"] == 0:
+        raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty, and --max-tokens")
+    resumed = train.pop("resumed_chunks") + valid.pop("resumed_chunks")
+    return {"train": train, "valid": valid}, resumed
+
+
 # --- the pipeline -----------------------------------------------------------------------------------
 
 
@@ -299,6 +314,24 @@ def _manifest_is_current(out_dir: Path, fingerprint: str) -> dict[str, Any] | No
         if not (out_dir / name).is_file() or file_sha256(out_dir / name) != digest:
             return None
     return manifest
+
+
+def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings) -> tuple[str, str, str]:
+    """The fingerprints of the text, sentencepiece and encode stages: each of everything its output depends on."""
+    text_key = _fingerprint("text", {k: v.identity() for k, v in sorted(sources.items())}, settings.source_lang, settings.target_lang,
+                            settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script)
+    spm_key = _fingerprint("sentencepiece", text_key, settings.vocab_size, settings.spm_sentences, settings.seed)
+    encode_key = _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
+    return text_key, spm_key, encode_key
+
+
+def _stage(work: Path, stage: str, key: str, outputs: list[Path], run: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """(counts, "reused") when the stage's marker matches `key` and its outputs exist; else run it: (counts, "done")."""
+    if (marker := _read_marker(work, stage, key)) is not None and all(p.is_file() for p in outputs):
+        return marker["counts"], "reused"
+    counts = run()
+    _write_marker(work, stage, key, counts)
+    return counts, "done"
 
 
 def prepare(
@@ -318,10 +351,7 @@ def prepare(
     if src == tgt:
         raise NmtError(f"source and target language are both {src!r}", "pass two different codes with -s and -t")
     out_dir = Path(out_dir)
-    text_key = _fingerprint("text", {k: v.identity() for k, v in sorted(sources.items())}, src, tgt,
-                            settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script)
-    spm_key = _fingerprint("sentencepiece", text_key, settings.vocab_size, settings.spm_sentences, settings.seed)
-    encode_key = _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
+    text_key, spm_key, encode_key = _stage_keys(sources, settings)
     if (current := _manifest_is_current(out_dir, encode_key)) is not None:
         return {**current, "reused": True}
 
@@ -336,37 +366,20 @@ def prepare(
 
     seconds: dict[str, float] = {}
     clock = time.time()
-    text_outputs = [work / f"train.{lang}" for lang in (src, tgt)]
-    if (marker := _read_marker(work, "text", text_key)) is None or not all(p.is_file() for p in text_outputs):
-        text_counts = _text_stage(out_dir, work, sources, settings, progress)
-        _write_marker(work, "text", text_key, text_counts)
-        stages["text"] = "done"
-    else:
-        text_counts, stages["text"] = marker["counts"], "reused"
+    text_counts, stages["text"] = _stage(work, "text", text_key, [work / f"train.{lang}" for lang in (src, tgt)],
+                                         lambda: _text_stage(out_dir, work, sources, settings, progress))
     seconds["text"], clock = round(time.time() - clock, 2), time.time()
 
-    if (marker := _read_marker(work, "sentencepiece", spm_key)) is None or not (out_dir / SPM_FILE).is_file():
-        spm_counts = _sentencepiece_stage(out_dir, work, settings, text_counts["train"]["clean_pairs"], progress)
-        _write_marker(work, "sentencepiece", spm_key, spm_counts)
-        stages["sentencepiece"] = "done"
-    else:
-        spm_counts, stages["sentencepiece"] = marker["counts"], "reused"
+    spm_counts, stages["sentencepiece"] = _stage(
+        work, "sentencepiece", spm_key, [out_dir / SPM_FILE],
+        lambda: _sentencepiece_stage(out_dir, work, settings, text_counts["train"]["clean_pairs"], progress))
     sp = load_sentencepiece(out_dir / SPM_FILE)
     seconds["sentencepiece"], clock = round(time.time() - clock, 2), time.time()
 
     encoded = [out_dir / f"{split}.{lang}.{ext}" for split in ("train", "valid") for lang in (src, tgt) for ext in ("bin", "idx")]
     if (marker := _read_marker(work, "encode", encode_key)) is None or not all(p.is_file() for p in encoded):
-        parts_dir = work / f"encode-{encode_key[:16]}"
-        with Encoder(out_dir / SPM_FILE, token_dtype(sp.get_piece_size()), settings.workers) as encoder:
-            train = _encode_split(encoder, _read_text_pairs(work, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
-                                  out_dir, "train", settings, settings.max_ratio, progress)
-            # Validation keeps its natural length ratios: only empty and over-long pairs are dropped.
-            valid = _encode_split(encoder, _read_text_pairs(out_dir, "valid", settings), text_counts["valid"]["lines"], parts_dir,
-                                  out_dir, "valid", settings, None, progress)
-        if train["pairs"] == 0:
-            raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty, and --max-tokens")
-        resumed = train.pop("resumed_chunks") + valid.pop("resumed_chunks")
-        encode_counts = {"train": train, "valid": valid}
+        encode_counts, resumed = _encode_stage(out_dir, work / f"encode-{encode_key[:16]}", settings, sp.get_piece_size(),
+                                               text_counts, progress)
         _write_marker(work, "encode", encode_key, encode_counts)
         stages["encode"] = "resumed" if resumed else "done"
     else:

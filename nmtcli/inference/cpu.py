@@ -3,14 +3,14 @@
 A decoding step multiplies a few hundred rows (sentences x beam) by every weight matrix of the
 decoder and by the whole output embedding (d_model x vocabulary). The default GEMM repacks the
 weight matrix on every call, which costs more than the arithmetic when the rows are few; oneDNN
-keeps it packed. Measured on a 2-core AVX-512 CPU: the 512 x 58,101 output projection of 128 rows
-in 94 ms instead of 329 ms (benchmarks/translate_speed.py has the end-to-end effect).
+keeps it packed, so a step pays for the arithmetic alone (benchmarks/translate_speed.py measures the
+effect end to end).
 
 `--dtype int8` goes further, as CTranslate2's int8 does: weights in int8 with one scale per output
 row, activations quantized per call (fbgemm's dynamic linear), int8 products accumulated in int32.
-Twice the arithmetic per cycle of fp32 on AVX2 (139 -> 291 GOP/s for the output projection of 128
-rows on the 2-core development machine); results differ from fp32 by about 1-2% of a layer's output
-range, so a translation may change where two candidates are close. It is opt-in for that reason.
+About twice the arithmetic per cycle of fp32 on AVX2 (benchmarks/translate_speed.py); results differ
+from fp32 by about 1-2% of a layer's output range, so a translation may change where two candidates
+are close. It is opt-in for that reason.
 
 The ops are PyTorch's own (`torch.ops.mkldnn`, what torch.compile emits for frozen CPU models;
 `torch.ops.quantized`, what `quantize_dynamic` uses). Every prepared layer is checked against
@@ -123,8 +123,8 @@ def keep_freed_memory() -> bool:
     a 58k vocabulary for 128 rows are 30 MB). glibc serves such sizes with a fresh mmap and unmaps
     them when freed, so each step first-touches thousands of new pages: the kernel faults and zeroes
     each one. Serving them from the heap (up to 32 MB, glibc's largest threshold) and keeping the
-    heap's freed top made decoding 19-27% faster on the development machine; the price is a process
-    that keeps its peak memory until it exits. Returns whether it applied (glibc only; once).
+    heap's freed top takes those faults out of every step; the price is a process that keeps its
+    peak memory until it exits. Returns whether it applied (glibc only; once).
     """
     global _MALLOC_TUNED
     if _MALLOC_TUNED:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,9 +28,11 @@ from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
-from nmtcli.inference.precision import HALF, autocast, to_half
+from nmtcli.inference import precision
+from nmtcli.inference.precision import HALF, to_half
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.model.checkpoint import load_model
+from nmtcli.model.transformer import Transformer
 
 # warn(message): the CLI prints it on stderr; the core only reports.
 Warn = Callable[[str], None]
@@ -52,10 +55,10 @@ class SearchSettings:
     cuda_graphs: bool = True  # replay beam search steps as CUDA graphs on a GPU (inference/graphs.py)
 
 
-# (batch_tokens, window) by device type. On a CPU a batch should keep a step's logits (rows x vocabulary)
-# near the size of the last-level cache: with a 58k vocabulary (OPUS-MT) 100 natural-length lines took
-# 35.3 s at 1,024 tokens (~36 lines, 144 beam rows) and 40.2 s at 4,096 in int8 (45.9 / 49.6 s fp32) on
-# 2 threads. A GPU decoding step costs about the same for 100 sentences as for 2,000, so it takes them all.
+# (batch_tokens, window) by device type. On a CPU a step's logits (rows x vocabulary) should stay near the
+# size of the last-level cache: 1,024 padded tokens is some 36 natural-length lines (144 beam rows), and
+# larger batches only make every step slower. A GPU decoding step costs about the same for 100 sentences
+# as for 2,000, so it takes them all.
 DEVICE_DEFAULTS = {"cpu": (1024, 1000), "cuda": (65536, 10000)}
 
 
@@ -67,6 +70,13 @@ def batching_for(settings: SearchSettings, device_type: str) -> tuple[int, int]:
 
 # Every character str.splitlines() breaks a line at, each made a space in a translation.
 LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def one_line(text: str) -> str:
+    """A decoded translation as one line: byte-fallback pieces can spell a line break, and one output line per
+    input line is the contract, also for readers that split where Python's str.splitlines() does (U+2028, ...)."""
+    return text.translate(LINE_BREAKS)
+
 
 @dataclass
 class Translation:
@@ -117,7 +127,8 @@ class Translator:
         self.tokenizer = load_tokenizer(Path(model_dir), self.config_values)
         self.pieces = self.tokenizer.pieces()
         self.device = device
-        self.batch_tokens, self.window = batching_for(settings, device.type)
+        batch_tokens, self.window = batching_for(settings, device.type)
+        self.budget = BatchBudget(batch_tokens)
         self.settings = settings
         self.warn = warn or (lambda message: None)
         self.graphs = StepGraphs(warn=self.warn) if device.type == "cuda" and settings.cuda_graphs else None
@@ -128,6 +139,11 @@ class Translator:
                 "the model dir mixes files of different models",
             )
         self.max_source_tokens = cfg.max_positions - 1  # one position for EOS
+
+    @property
+    def batch_tokens(self) -> int:
+        """Padded source tokens per batch now (lower than asked for after running out of memory)."""
+        return self.budget.tokens
 
     def translate(self, lines: Iterable[str]) -> Iterator[str]:
         """The best translation of each line, in order."""
@@ -151,70 +167,108 @@ class Translator:
         return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(list(enumerate(lines, start=1)), settings)]
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
-        # Byte-fallback pieces can spell a line break; one output line per input line is the contract,
-        # also for readers that split where Python's str.splitlines() does (U+2028, form feed, ...).
-        text = self.tokenizer.decode(hyp.tokens).translate(LINE_BREAKS)
+        text = one_line(self.tokenizer.decode(hyp.tokens))
         return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens])
 
     def _translate_window(self, window: list[tuple[int, str]], settings: SearchSettings | None = None) -> list[list[Hypothesis]]:
-        results: list[list[Hypothesis]] = [[] for _ in window]
-        encoded: list[tuple[int, list[int]]] = []
-        ids_all = self.tokenizer.encode([line if line.strip() else "" for _, line in window])
-        for pos, ((number, _), ids) in enumerate(zip(window, ids_all)):
-            if not ids:
-                continue  # an empty or blank line translates to an empty line
-            if len(ids) > self.max_source_tokens:
-                self.warn(f"line {number}: {len(ids)} tokens, truncated to the model's {self.max_source_tokens}")
-                ids = ids[: self.max_source_tokens]
-            encoded.append((pos, ids))
-        # Sorting by length keeps padding low; results go back to their input positions.
-        encoded.sort(key=lambda item: len(item[1]))
-        for batch in self._batches(encoded):
-            for (pos, _), h in zip(batch, self._search(batch, settings)):
-                results[pos] = h
-        return results
+        def truncated(index: int, tokens: int) -> None:
+            self.warn(f"line {window[index][0]}: {tokens} tokens, truncated to the model's {self.max_source_tokens}")
 
-    def _search(self, batch: list[tuple[int, list[int]]], settings: SearchSettings | None = None) -> list[list[Hypothesis]]:
-        """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
-        s = settings or self.settings
-        try:
-            faults.point("translate-batch", lines=len(batch))
-            src = self._pad([ids for _, ids in batch])
-            with autocast(self.device, self.dtype):
-                if s.beam == 1:
-                    return greedy_search(self.model, src, s.max_len_a, s.max_len_b)
-                return beam_search(self.model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty,
-                                   graphs=self.graphs)
-        except (RuntimeError, MemoryError) as e:
-            if not is_out_of_memory(e):
-                raise
-            if len(batch) == 1:
-                raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {self.device}",
-                               "use a smaller --beam, or a device with more memory") from None
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        longest = len(batch[-1][1]) + 1
-        self.batch_tokens = max(longest, min(self.batch_tokens, longest * len(batch)) // 2)
-        self.warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {self.batch_tokens:,}")
-        half = len(batch) // 2
-        return self._search(batch[:half], settings) + self._search(batch[half:], settings)
+        sentences = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens, truncated)
+        return translate_ids(self.model, sentences, settings or self.settings, self.budget, self.device,
+                             autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn)
 
-    def _batches(self, encoded: list[tuple[int, list[int]]]) -> Iterator[list[tuple[int, list[int]]]]:
-        batch: list[tuple[int, list[int]]] = []
-        for item in encoded:
-            longest = len(item[1]) + 1  # sorted ascending: the newest item is the longest
-            if batch and longest * (len(batch) + 1) > self.batch_tokens:
-                yield batch
-                batch = []
-            batch.append(item)
-        if batch:
+
+def encode_lines(encode: Callable[[list[str]], list[list[int]]], lines: Sequence[str], max_tokens: int,
+                 truncated: Callable[[int, int], None] | None = None) -> list[list[int]]:
+    """The token ids the search reads for each line: none for an empty or blank line (it translates to an
+    empty line), at most `max_tokens` for a longer one; truncated(index, tokens) hears of each cut."""
+    sentences = encode([line if line.strip() else "" for line in lines])
+    for i, ids in enumerate(sentences):
+        if len(ids) > max_tokens:
+            if truncated is not None:
+                truncated(i, len(ids))
+            sentences[i] = ids[:max_tokens]
+    return sentences
+
+
+@dataclass
+class BatchBudget:
+    """Padded source tokens per search batch; running out of memory lowers it for every later batch."""
+
+    tokens: int
+
+
+def translate_ids(
+    model: Transformer,
+    sentences: Sequence[list[int]],
+    settings: SearchSettings,
+    budget: BatchBudget,
+    device: torch.device,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
+    graphs: StepGraphs | None = None,
+    warn: Warn | None = None,
+) -> list[list[Hypothesis]]:
+    """The n-best lists of `sentences` (token ids, without EOS), in input order; [] for an empty one.
+
+    The sentences are sorted by length (which keeps padding low), cut into batches of at most
+    `budget.tokens` padded source tokens, padded, searched, and put back in input order. `nmt translate`,
+    `nmt serve` and validation BLEU during training all translate through here.
+    """
+    warn = warn or (lambda message: None)
+    results: list[list[Hypothesis]] = [[] for _ in sentences]
+    encoded = sorted(((pos, ids) for pos, ids in enumerate(sentences) if ids), key=lambda item: len(item[1]))
+    for batch in _batches(encoded, budget):
+        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn)):
+            results[pos] = hyps
+    return results
+
+
+def _batches(encoded: list[tuple[int, list[int]]], budget: BatchBudget) -> Iterator[list[tuple[int, list[int]]]]:
+    # Reads the budget at every sentence: after running out of memory the next batch is already smaller.
+    batch: list[tuple[int, list[int]]] = []
+    for item in encoded:
+        longest = len(item[1]) + 1  # sorted ascending: the newest item is the longest
+        if batch and longest * (len(batch) + 1) > budget.tokens:
             yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch
 
-    def _pad(self, sentences: list[list[int]]) -> torch.Tensor:
-        cfg = self.model.config
-        width = max(len(s) for s in sentences) + 1
-        src = torch.full((len(sentences), width), cfg.pad_id, dtype=torch.long)
-        for i, ids in enumerate(sentences):
-            src[i, : len(ids)] = torch.tensor(ids)
-            src[i, len(ids)] = cfg.eos_id
-        return src.to(self.device)
+
+def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSettings, budget: BatchBudget, device: torch.device,
+            autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn) -> list[list[Hypothesis]]:
+    """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
+    try:
+        faults.point("translate-batch", lines=len(batch))
+        src = _pad(model, [ids for _, ids in batch], device)
+        with autocast():
+            if s.beam == 1:
+                return greedy_search(model, src, s.max_len_a, s.max_len_b)
+            return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs)
+    except (RuntimeError, MemoryError) as e:
+        if not is_out_of_memory(e):
+            raise
+        if len(batch) == 1:
+            raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {device}",
+                           "use a smaller --beam, or a device with more memory") from None
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    longest = len(batch[-1][1]) + 1
+    budget.tokens = max(longest, min(budget.tokens, longest * len(batch)) // 2)
+    warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {budget.tokens:,}")
+    half = len(batch) // 2
+    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn)
+            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn))
+
+
+def _pad(model: Transformer, sentences: list[list[int]], device: torch.device) -> torch.Tensor:
+    """One row per sentence: its ids, EOS, then padding to the longest."""
+    cfg = model.config
+    width = max(len(s) for s in sentences) + 1
+    src = torch.full((len(sentences), width), cfg.pad_id, dtype=torch.long)
+    for i, ids in enumerate(sentences):
+        src[i, : len(ids)] = torch.tensor(ids)
+        src[i, len(ids)] = cfg.eos_id
+    return src.to(device)

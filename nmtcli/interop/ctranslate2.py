@@ -46,6 +46,34 @@ def export_ctranslate2(model_dir: Path, out_dir: Path, quantization: str | None 
     tokenizer = load_tokenizer(Path(model_dir), values)
     activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU, "swish": common_spec.Activation.SWISH}[cfg.activation]
     spec = transformer_spec.TransformerSpec.from_config(cfg.layers, cfg.heads, pre_norm=cfg.norm == "pre", activation=activation)
+    _set_weights(spec, model)
+    _set_vocabulary(spec, tokenizer.pieces(), cfg, model_dir)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+
+    with staged_dir(out_dir) as tmp:  # the export appears complete or not at all
+        spec.save(str(tmp))
+        tokenizer_spec = values.get("tokenizer") or {"kind": "sentencepiece"}
+        for name in (SPM_FILE, MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB):
+            if (Path(model_dir) / name).is_file():
+                atomic_copy(Path(model_dir) / name, tmp / name)
+        meta = {
+            "format": "nmt-ctranslate2",
+            "format_version": 1,
+            "model": values["model"],
+            "languages": values.get("languages", {}),
+            "tokenizer": tokenizer_spec,
+            "quantization": quantization or "float32",
+            "exported_from": str(Path(model_dir).resolve()),
+            "versions": {**values.get("versions", {}), "ctranslate2": ctranslate2.__version__},
+        }
+        atomic_write_json(tmp / NMT_FILE, meta)
+    return meta
+
+
+def _set_weights(spec, model) -> None:
+    """nmt's tensors into CTranslate2's Transformer spec, layer by layer."""
+    cfg = model.config
     state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     positions = model.embedding.positions.float().numpy()
     scale = True if cfg.scale_embedding else False
@@ -75,7 +103,9 @@ def export_ctranslate2(model_dir: Path, out_dir: Path, quantization: str | None 
         spec.decoder.projection.bias = state["final_logits_bias"]
     spec.decoder.start_from_zero_embedding = False
 
-    pieces = tokenizer.pieces()
+
+def _set_vocabulary(spec, pieces: list[str], cfg, model_dir: Path) -> None:
+    """One vocabulary for source and target (padded to the model's size with unused pieces) and the special tokens."""
     pieces += [f"<unused{i}>" for i in range(len(pieces), cfg.vocab_size)]
     if len(set(pieces)) != len(pieces):
         raise NmtError(f"the vocabulary of {model_dir} has duplicate pieces", "CTranslate2 needs unique token strings")
@@ -85,27 +115,6 @@ def export_ctranslate2(model_dir: Path, out_dir: Path, quantization: str | None 
     spec.config.bos_token = pieces[cfg.bos_id]
     spec.config.eos_token = pieces[cfg.eos_id]
     spec.config.decoder_start_token = pieces[cfg.bos_id]
-    spec.validate()
-    spec.optimize(quantization=quantization)
-
-    with staged_dir(out_dir) as tmp:  # the export appears complete or not at all
-        spec.save(str(tmp))
-        tokenizer_spec = values.get("tokenizer") or {"kind": "sentencepiece"}
-        for name in (SPM_FILE, MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB):
-            if (Path(model_dir) / name).is_file():
-                atomic_copy(Path(model_dir) / name, tmp / name)
-        meta = {
-            "format": "nmt-ctranslate2",
-            "format_version": 1,
-            "model": values["model"],
-            "languages": values.get("languages", {}),
-            "tokenizer": tokenizer_spec,
-            "quantization": quantization or "float32",
-            "exported_from": str(Path(model_dir).resolve()),
-            "versions": {**values.get("versions", {}), "ctranslate2": ctranslate2.__version__},
-        }
-        atomic_write_json(tmp / NMT_FILE, meta)
-    return meta
 
 
 def _linear(spec, state: dict[str, np.ndarray], name: str) -> None:

@@ -22,7 +22,8 @@ import torch
 
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB
-from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load_state, load_weights, write_model_dir
+from nmtcli.card import hub_card
+from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load_state, load_weights, model_dir_config, write_model_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer, sinusoidal_positions
 
@@ -60,8 +61,6 @@ def import_marian(
     say: Say | None = None,
 ) -> dict[str, Any]:
     """Convert the Marian model `source` (dir or Hub id) into the nmt model dir `out_dir`; returns its config.json."""
-    from nmtcli.provenance import versions
-
     marian_dir, provenance = fetch_marian(source, revision, say)
     hf = _read_json(marian_dir / CONFIG_FILE)
     tokenizer_config = _read_json(marian_dir / "tokenizer_config.json") if (marian_dir / "tokenizer_config.json").is_file() else {}
@@ -77,20 +76,14 @@ def import_marian(
     load_state(model, state, marian_dir)  # every tensor present, none left over, every shape right
 
     src, tgt = _languages(source, tokenizer_config, source_lang, target_lang)
-    values = {
-        "format": "nmt-model",
-        "format_version": 1,
-        "model": config.to_dict(),
-        "languages": {"source": src, "target": tgt},
-        "tokenizer": {"kind": "marian", "source": MARIAN_SOURCE_SPM, "target": MARIAN_TARGET_SPM, "vocab": MARIAN_VOCAB},
-        "imported_from": provenance,
-        "license": _card_license(marian_dir / CARD_FILE) or "unknown",  # never claim a license the source did not state
-        "versions": versions(),
-    }
-    from nmtcli.hub import model_card
-
+    values = model_dir_config(
+        config, src, tgt,
+        tokenizer={"kind": "marian", "source": MARIAN_SOURCE_SPM, "target": MARIAN_TARGET_SPM, "vocab": MARIAN_VOCAB},
+        imported_from=provenance,
+        license=_card_license(marian_dir / CARD_FILE) or "unknown",  # never claim a license the source did not state
+    )
     # Written whole beside out_dir and moved in, config.json last: an interrupted import leaves nothing loadable.
-    card = model_card(values, Path(out_dir).name, {}, values["license"])
+    card = hub_card(values, Path(out_dir).name, {}, values["license"])
     write_model_dir(out_dir, state, values, {name: marian_dir / name for name in (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB)}, card)
     return values
 

@@ -20,6 +20,7 @@ from nmtcli.errors import NmtError
 from nmtcli.files import atomic_copy, atomic_path, atomic_write_json, atomic_write_text, read_json, staged_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer, skeleton
+from nmtcli.provenance import versions
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -140,6 +141,19 @@ def load_state(model: Transformer, state: dict[str, torch.Tensor], source: Path,
         )
         raise NmtError(f"{source} does not match its config.json ({detail})", "the model dir is inconsistent; re-create it")
     model.load_state_dict(state, assign=assign)
+
+
+def model_dir_config(config: ModelConfig, source_lang: str, target_lang: str, **sections: Any) -> dict[str, Any]:
+    """The values of a model dir's `config.json`: its format, the model, the languages, then `sections` in the
+    order given (nmt's own models: training; imported ones: tokenizer, imported_from, license), then the versions."""
+    return {
+        "format": "nmt-model",
+        "format_version": 1,
+        "model": config.to_dict(),
+        "languages": {"source": source_lang, "target": target_lang},
+        **sections,
+        "versions": versions(),
+    }
 
 
 def write_model_dir(

@@ -12,10 +12,9 @@ from nmtcli.checksums import file_sha256
 from nmtcli.data.text import SPM_FILE
 from nmtcli.errors import NmtError
 from nmtcli.files import read_json
-from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, average_weights, write_model_dir
+from nmtcli.card import local_card
+from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, average_weights, model_dir_config, write_model_dir
 from nmtcli.model.config import ModelConfig
-from nmtcli.model.transformer import count_parameters
-from nmtcli.provenance import versions
 from nmtcli.training.trainer import checkpoint_dirs, read_run_config
 
 
@@ -61,45 +60,17 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
     state = average_weights([c / WEIGHTS_FILE for c in checkpoints], broken)
     steps = [int(c.name) for c in checkpoints if c.name.isdigit()]
     data = run_config["data"]
-    values = {
-        "format": "nmt-model",
-        "format_version": 1,
-        "model": config.to_dict(),
-        "languages": {"source": data["source_lang"], "target": data["target_lang"]},
-        "training": {
-            "run": runs[-1].name,
-            "preset": run_config["training"]["preset"],
-            "steps": max(steps) if steps else None,
-            "averaged_checkpoints": steps,
-            "data": data["name"],
-            "data_dir": data["dir"],
-            "train_pairs": data["train_pairs"],
-            "settings": run_config["training"],
-        },
-        "versions": versions(),
+    training = {
+        "run": runs[-1].name,
+        "preset": run_config["training"]["preset"],
+        "steps": max(steps) if steps else None,
+        "averaged_checkpoints": steps,
+        "data": data["name"],
+        "data_dir": data["dir"],
+        "train_pairs": data["train_pairs"],
+        "settings": run_config["training"],
     }
-    write_model_dir(out_dir, state, values, {SPM_FILE: runs[-1] / SPM_FILE}, model_card(values))
+    values = model_dir_config(config, data["source_lang"], data["target_lang"], training=training)
+    write_model_dir(out_dir, state, values, {SPM_FILE: runs[-1] / SPM_FILE}, local_card(values))
     return values
 
-
-def model_card(values: dict[str, Any]) -> str:
-    m, t, lang = values["model"], values["training"], values["languages"]
-    params = count_parameters(ModelConfig.from_dict(m))
-    steps = ", ".join(str(s) for s in t["averaged_checkpoints"])
-    return f"""# Transformer {lang['source']}-{lang['target']} ({t['preset']})
-
-A Transformer translation model ("Attention Is All You Need", Vaswani et al., 2017) trained with
-[nmt](https://pypi.org/project/nmtcli/).
-
-- Languages: {lang['source']} -> {lang['target']}
-- Architecture: {m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads,
-  {m['norm']}-norm, {m['activation']}, shared {m['vocab_size']:,}-piece sentencepiece BPE vocabulary; {params:,} parameters
-- Training data: {t['data']} ({t['train_pairs']:,} sentence pairs after cleaning)
-- Training: {t['steps']} steps; this model averages the checkpoints of steps {steps}
-
-## Use
-
-```
-cat input.{lang['source']} | nmt translate -m THIS_DIR > output.{lang['target']}
-```
-"""

@@ -1,10 +1,12 @@
 """Label-smoothed cross entropy (sec. 5.4: eps_ls = 0.1), with the backward pass written out by hand.
 
-Two entry points compute the same numbers:
-- `output_loss` (training) takes the decoder's hidden states and does the pre-softmax projection
-  with the shared embedding matrix (sec. 3.4) itself, a chunk of rows at a time, so that neither
-  the tokens x vocabulary logits nor a float32 buffer of that size ever exists;
-- `label_smoothed_loss` takes logits that already exist (the reference the tests compare against).
+`output_loss` takes the decoder's hidden states and does the pre-softmax projection with the shared
+embedding matrix (sec. 3.4) itself, a chunk of rows at a time, so that neither the tokens x vocabulary
+logits nor a float32 buffer of that size ever exists. The smoothed target puts 1 - eps on the reference
+token and spreads eps uniformly over the vocabulary: loss = (1 - eps) * NLL + eps * mean_v(-log p_v).
+With log p_v = z_v - logsumexp(z), NLL = lse - z_target and mean_v(-log p_v) = lse - mean_v(z), so the
+log-probabilities never need to exist either. (tests/reference_loss.py computes the same loss over full
+logits; the tests compare the two, value and gradients.)
 """
 
 from __future__ import annotations
@@ -19,56 +21,10 @@ from torch import Tensor
 CHUNK_LOGITS = {"cuda": 1 << 27, "cpu": 1 << 25}
 
 
-def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float, pad_id: int) -> tuple[Tensor, Tensor]:
-    """Summed over non-pad target tokens: (smoothed loss to optimize, plain NLL for perplexity).
-
-    The smoothed target puts 1 - eps on the reference token and spreads eps uniformly over the
-    vocabulary: loss = (1 - eps) * NLL + eps * mean_v(-log p_v). With log p_v = z_v - logsumexp(z),
-    NLL = lse - z_target and mean_v(-log p_v) = lse - mean_v(z), so the (tokens x vocabulary)
-    log-probabilities never need to exist.
-    """
-    vocab = logits.size(-1)
-    loss, nll = _SmoothedCrossEntropy.apply(logits.reshape(-1, vocab), target.reshape(-1), target.reshape(-1) != pad_id, smoothing)
-    return loss, nll
-
-
-class _SmoothedCrossEntropy(torch.autograd.Function):
-    """Forward reads the logits twice (logsumexp, mean); backward writes the gradient in one buffer.
-
-    d loss / d z_v = g * (softmax(z)_v - eps / V - (1 - eps) [v = target]) for a token with weight g
-    (0 at padding). Autograd through log_softmax, mean, gather and masking would make several
-    tokens-x-vocabulary temporaries; at a 37k vocabulary those passes over memory cost as much as a
-    few layers of the model on a CPU.
-    """
-
-    @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, mask: Tensor, smoothing: float):
-        z = logits.float()
-        lse = torch.logsumexp(z, dim=-1)
-        weight = mask.to(lse.dtype)
-        nll = (lse - z.gather(-1, target.unsqueeze(-1)).squeeze(-1)) * weight
-        uniform = (lse - z.mean(dim=-1)) * weight
-        loss = ((1.0 - smoothing) * nll + smoothing * uniform).sum()
-        ctx.save_for_backward(logits, lse, target, weight)
-        ctx.smoothing = smoothing
-        nll_sum = nll.sum()
-        ctx.mark_non_differentiable(nll_sum)
-        return loss, nll_sum
-
-    @staticmethod
-    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        logits, lse, target, weight = ctx.saved_tensors
-        eps, vocab = ctx.smoothing, logits.size(-1)
-        g = (grad_loss * weight).unsqueeze(-1)
-        grad = torch.sub(logits, lse.unsqueeze(-1)).exp_()  # softmax, in float32
-        grad.mul_(g).sub_(g * (eps / vocab))
-        grad.scatter_add_(-1, target.unsqueeze(-1), (g * -(1.0 - eps)).to(grad.dtype))
-        return grad.to(logits.dtype), None, None, None
-
-
 def output_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, smoothing: float, pad_id: int,
                 tokens: int | None = None) -> tuple[Tensor, Tensor]:
-    """`label_smoothed_loss(F.linear(hidden, weight, bias), ...)` without the logits: (loss, NLL) summed.
+    """The label-smoothed loss of the logits F.linear(hidden, weight, bias), without the logits: (loss, NLL)
+    summed over the non-pad target tokens.
 
     hidden: (..., d) decoder output; weight: (V, d) the shared embedding matrix; bias: Marian's
     final_logits_bias or None; target: (...) ids. Rows whose target is padding are dropped before
@@ -110,17 +66,17 @@ def first_true(mask: Tensor, count: int) -> Tensor:
 
 def _autocast_dtype(device_type: str) -> torch.dtype | None:
     """The dtype autocast gives matrix products on this device type right now, or None when it is off."""
-    try:
-        return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-    except (AttributeError, TypeError):  # PyTorch before 2.4
-        if device_type == "cpu":
-            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
-        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
 class _ChunkedOutputLoss(torch.autograd.Function):
-    """logits = hidden W^T + b for a chunk of rows, then the loss and d loss / d logits of that chunk
-    (the formula of `_SmoothedCrossEntropy`), then d hidden = g W and d W += g^T hidden: per chunk."""
+    """logits = hidden W^T + b for a chunk of rows, then the loss and d loss / d logits of that chunk,
+    then d hidden = g W and d W += g^T hidden: per chunk.
+
+    d loss / d z_v = g * (softmax(z)_v - eps / V - (1 - eps) [v = target]) for a token with weight g (0 at
+    padding): one buffer the size of the chunk's logits, where autograd through log_softmax, mean, gather
+    and masking would make several.
+    """
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, mask: Tensor | None,

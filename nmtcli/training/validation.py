@@ -1,8 +1,8 @@
 """Validation during training: perplexity of the valid split and, optionally, its BLEU.
 
 BLEU goes through the same path as `nmt translate` + `nmt score`: sentencepiece-encode the plain-text
-valid source, beam search (sec. 6.1: beam 4, alpha 0.6, max length input + 50), decode, and score
-with sacreBLEU against the plain-text reference. Both are split over the ranks and summed (loss) or
+valid source, beam search (sec. 6.1: beam 4, alpha 0.6, max length input + 50) through the translator's
+`translate_ids`, decode to one line each, and score with sacreBLEU against the plain-text reference. Both are split over the ranks and summed (loss) or
 gathered (translations), so every rank ends with the same numbers and takes the same decisions.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from nmtcli.data.batching import ParallelData, make_batches
-from nmtcli.inference.beam import beam_search
+from nmtcli.inference.translator import BatchBudget, SearchSettings, encode_lines, one_line, translate_ids
 from nmtcli.model.transformer import Transformer
 from nmtcli.scoring import score
 from nmtcli.training import distributed
@@ -61,30 +61,12 @@ def valid_bleu(model: Transformer, sp, sources: list[str], references: list[str]
     if not sources:
         return {}
     model.eval()
-    cfg = model.config
     mine = list(range(ranks.rank, len(sources), ranks.world_size))
-    ids = sp.encode([sources[i] if sources[i].strip() else "" for i in mine])
     # Too-long lines are cut to the position table, as `nmt translate` does; empty lines stay empty.
-    ids = [x[: cfg.max_positions - 1] for x in ids]
-    order = sorted((k for k in range(len(mine)) if ids[k]), key=lambda k: len(ids[k]))
-    out: dict[int, str] = {i: "" for i in mine}
-    start = 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and (len(ids[order[end]]) + 1) * (end - start + 1) <= settings.batch_tokens:
-            end += 1
-        group = order[start:end]
-        width = max(len(ids[k]) for k in group) + 1
-        src = torch.full((len(group), width), cfg.pad_id, dtype=torch.long)
-        for row, k in enumerate(group):
-            src[row, : len(ids[k])] = torch.tensor(ids[k])
-            src[row, len(ids[k])] = cfg.eos_id
-        with autocast():
-            hyps = beam_search(model, src.to(device), settings.beam, settings.alpha, settings.max_len_a,
-                               settings.max_len_b, 1, "gnmt")
-        for k, h in zip(group, hyps):
-            out[mine[k]] = sp.decode(h[0].tokens).replace("\r", " ").replace("\n", " ") if h else ""
-        start = end
+    ids = encode_lines(sp.encode, [sources[i] for i in mine], model.config.max_positions - 1)
+    search = SearchSettings(beam=settings.beam, alpha=settings.alpha, max_len_a=settings.max_len_a, max_len_b=settings.max_len_b)
+    hyps = translate_ids(model, ids, search, BatchBudget(settings.batch_tokens), device, autocast)
+    out = {i: one_line(sp.decode(h[0].tokens)) if h else "" for i, h in zip(mine, hyps)}
     translations: dict[int, str] = {}
     for part in distributed.all_gather(out):
         translations.update(part)

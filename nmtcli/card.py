@@ -1,0 +1,160 @@
+"""Model cards: the README.md of a model dir, written from its `config.json` values.
+
+Two readers, two cards. `nmt average` writes a short card for the person who trained the model
+(`local_card`: languages, architecture, data, the checkpoints averaged, how to run it). The Hub card
+(`hub_card`) is what `nmt push` uploads and `nmt import` writes: YAML metadata the Hub indexes
+(languages, license, tags, datasets, BLEU with its sacreBLEU signature), then the same facts as prose.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nmtcli.model.config import ModelConfig
+from nmtcli.model.transformer import count_parameters
+
+
+def local_card(values: dict[str, Any]) -> str:
+    """README.md of a model dir written by `nmt average`."""
+    m, t, lang = values["model"], values["training"], values["languages"]
+    params = count_parameters(ModelConfig.from_dict(m))
+    steps = ", ".join(str(s) for s in t["averaged_checkpoints"])
+    return f"""# Transformer {lang['source']}-{lang['target']} ({t['preset']})
+
+A Transformer translation model ("Attention Is All You Need", Vaswani et al., 2017) trained with
+[nmt](https://pypi.org/project/nmtcli/).
+
+- Languages: {lang['source']} -> {lang['target']}
+- Architecture: {m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads,
+  {m['norm']}-norm, {m['activation']}, shared {m['vocab_size']:,}-piece sentencepiece BPE vocabulary; {params:,} parameters
+- Training data: {t['data']} ({t['train_pairs']:,} sentence pairs after cleaning)
+- Training: {t['steps']} steps; this model averages the checkpoints of steps {steps}
+
+## Use
+
+```
+cat input.{lang['source']} | nmt translate -m THIS_DIR > output.{lang['target']}
+```
+"""
+
+
+def hub_card(values: dict[str, Any], repo_id: str, scores: dict[str, Any], license: str | None = None) -> str:
+    """README.md for the Hub: YAML metadata (languages, license, tags, datasets, BLEU with its signature), then prose."""
+    lang = values.get("languages", {})
+    src, tgt = lang.get("source", "?"), lang.get("target", "?")
+    training = values.get("training", {})
+    imported = values.get("imported_from")
+    license = license or values.get("license") or "apache-2.0"
+    name = repo_id.split("/")[-1]
+    lines = [
+        _metadata(src, tgt, license, training.get("datasets") or [], name, scores),
+        "",
+        f"# {name}",
+        "",
+        f"A Transformer translation model ({src} -> {tgt}) in the format of [nmt](https://pypi.org/project/nmtcli/), "
+        'the toolkit for the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).',
+        "",
+        "## Architecture",
+        "",
+        _architecture(values["model"]),
+        "",
+    ]
+    if imported:
+        lines += ["## Origin", "", f"Converted with `nmt import {imported.get('kind', '')}` from `{imported.get('source', '')}`"
+                  + (f" (revision {imported['revision']})" if imported.get("revision") else "") + ". Its training data and recipe are those of the original model.", ""]
+    if training:
+        lines += _training(training)
+    if scores:
+        lines += ["## Evaluation", "", "| test set | metric | score | sacreBLEU signature |", "|---|---|---|---|"]
+        for label, metrics in scores.items():
+            for metric, v in metrics.items():
+                lines.append(f"| {label} | {metric} | {v['score']:.1f} | `{v.get('signature', '')}` |")
+        lines.append("")
+    lines += [
+        "## Use it with nmt",
+        "",
+        "```",
+        "pip install nmtcli",
+        f"cat input.{src} | nmt translate -m {repo_id} > output.{tgt}",
+        f"nmt pull {repo_id} -o models/{name}    # or keep a local copy",
+        "```",
+        "",
+    ]
+    versions = values.get("versions")
+    if versions:
+        lines += ["Written with " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".", ""]
+    return "\n".join(lines)
+
+
+def _yaml_string(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid YAML flow scalar
+
+
+def _metadata(src: str, tgt: str, license: str, datasets: list[str], name: str, scores: dict[str, Any]) -> str:
+    """The card's YAML header, between `---` lines."""
+    meta = ["---", "language:"]
+    meta += [f"- {_yaml_string(code)}" for code in dict.fromkeys([src, tgt]) if code != "?"]
+    meta += [f"license: {_yaml_string(license)}", "library_name: nmt", "pipeline_tag: translation", "tags:", "- translation", "- nmt", "- transformer"]
+    if datasets:
+        meta += ["datasets:"] + [f"- {_yaml_string(d)}" for d in datasets]
+    results = _model_index_results(src, tgt, scores)
+    if results:
+        meta += ["model-index:", f"- name: {_yaml_string(name)}", "  results:", *results]
+    meta.append("---")
+    return "\n".join(meta)
+
+
+def _model_index_results(src: str, tgt: str, scores: dict[str, Any]) -> list[str]:
+    """The `model-index` results the Hub shows as evaluation: one per test set, each metric with its signature."""
+    results = []
+    for label, metrics in scores.items():
+        entries = []
+        for metric, v in metrics.items():
+            entries += [
+                f"      - type: {_yaml_string(metric.lower())}",
+                f"        name: {_yaml_string(metric)}",
+                f"        value: {float(v['score'])}",
+                "        verified: false",
+                "        args:",
+                f"          signature: {_yaml_string(v.get('signature', ''))}",
+            ]
+        results += [
+            "  - task:",
+            "      type: translation",
+            f"      name: {_yaml_string(f'Translation {src}-{tgt}')}",
+            "    dataset:",
+            f"      name: {_yaml_string(label)}",
+            f"      type: {_yaml_string(label.split('/')[0])}",
+            "    metrics:",
+            *entries,
+        ]
+    return results
+
+
+def _architecture(m: dict[str, Any]) -> str:
+    params = count_parameters(ModelConfig.from_dict(m))
+    variants = []
+    if m.get("positions", "interleaved") != "interleaved":
+        variants.append(f"{m['positions']} positional encodings")
+    if m.get("final_logits_bias"):
+        variants.append("a final logits bias")
+    return (
+        f"{m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads, "
+        f"{m['norm']}-norm, {m['activation']}, dropout {m['dropout']}, vocabulary {m['vocab_size']:,} "
+        f"(one matrix for source, target and output); {params:,} parameters"
+        + (f"; {', '.join(variants)}" if variants else "")
+    )
+
+
+def _training(training: dict[str, Any]) -> list[str]:
+    """The sections on training data and recipe."""
+    datasets = training.get("datasets") or []
+    lines = ["## Training data", "", f"{training.get('data', 'unknown')} ({training.get('train_pairs', 0):,} sentence pairs after cleaning)."
+             + (f" Datasets: {', '.join(datasets)}." if datasets else ""), ""]
+    settings = training.get("settings", {})
+    recipe = [f"preset {training.get('preset')}", f"{training.get('steps')} steps"]
+    recipe += [f"{k} {settings[k]}" for k in ("max_tokens", "update_freq", "warmup", "label_smoothing", "seed") if k in settings]
+    averaged = training.get("averaged_checkpoints") or []
+    lines += ["## Training recipe", "", ", ".join(str(r) for r in recipe) + (f"; the weights average the checkpoints of steps {', '.join(map(str, averaged))}." if averaged else "."), ""]
+    return lines

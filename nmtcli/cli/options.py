@@ -1,0 +1,58 @@
+"""The search flags `nmt translate` and `nmt serve` share, declared once: name, bounds and help.
+
+Each function gives the `typer.Option` of one flag, for a signature's `Annotated[type, options.beam()]`;
+the signature gives the default (the paper's, as in `SearchSettings`). Where one command says more about
+a flag than the other (serve: a request may ask for another beam; translate: CTranslate2's engine), it
+passes those words in.
+"""
+
+from __future__ import annotations
+
+import typer
+from typer.models import OptionInfo
+
+
+def beam(also: str = "") -> OptionInfo:
+    return typer.Option(help=f"Beam size (sec. 6.1: 4); 1 is greedy search.{also}", min=1)
+
+
+def alpha(also: str = "") -> OptionInfo:
+    return typer.Option(help=f"Length penalty exponent (sec. 6.1: 0.6){also}.", min=0.0)
+
+
+def length_penalty(also: str = "") -> OptionInfo:
+    return typer.Option(help=f"gnmt: ((5+|Y|)/6)^alpha, the paper's; power: |Y|^alpha{also}.")
+
+
+def max_len_a(also: str = "") -> OptionInfo:
+    return typer.Option(help=f"Output length limit a*|x|+b: the a{also}.", min=0.0)
+
+
+def max_len_b(also: str = "") -> OptionInfo:
+    return typer.Option(help=f"Output length limit a*|x|+b: the b{also}.", min=0)
+
+
+def batch_tokens(batch: str = "batch", also: str = "") -> OptionInfo:
+    return typer.Option(help=f"Padded source tokens per {batch}. Default: 1024 on a CPU, 65536 on a GPU{also}.", min=1)
+
+
+def device() -> OptionInfo:
+    return typer.Option(help="auto, cpu, cuda or cuda:N.")
+
+
+def dtype() -> OptionInfo:
+    return typer.Option(help="fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ "
+                             "where candidates are close); on a GPU bf16 / fp16.")
+
+
+def threads(chosen_by: str = "PyTorch's") -> OptionInfo:
+    return typer.Option(help=f"CPU threads (default: {chosen_by} choice, usually the physical cores).", min=1)
+
+
+def check_length_penalty(value: str) -> None:
+    """Refuse a --length-penalty the search does not know (one error line, exit 2)."""
+    from nmtcli.errors import NmtError
+    from nmtcli.inference.beam import LENGTH_PENALTIES
+
+    if value not in LENGTH_PENALTIES:
+        raise NmtError(f"unknown --length-penalty {value!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)
