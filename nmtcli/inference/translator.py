@@ -217,15 +217,17 @@ def translate_ids(
     """
     warn = warn or (lambda message: None)
     results: list[list[Hypothesis]] = [[] for _ in sentences]
-    encoded = sorted(((pos, ids) for pos, ids in enumerate(sentences) if ids), key=lambda item: len(item[1]))
-    for batch in _batches(encoded, budget):
+    for batch in length_sorted_batches(sentences, budget):
         for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn)):
             results[pos] = hyps
     return results
 
 
-def _batches(encoded: list[tuple[int, list[int]]], budget: BatchBudget) -> Iterator[list[tuple[int, list[int]]]]:
-    # Reads the budget at every sentence: after running out of memory the next batch is already smaller.
+def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget) -> Iterator[list[tuple[int, list[int]]]]:
+    """The non-empty sentences as (position, ids), shortest first (which keeps padding low), in batches of at
+    most `budget.tokens` padded tokens with EOS. The budget is read at every sentence: after running out of
+    memory the next batch is already smaller."""
+    encoded = sorted(((pos, ids) for pos, ids in enumerate(sentences) if ids), key=lambda item: len(item[1]))
     batch: list[tuple[int, list[int]]] = []
     for item in encoded:
         longest = len(item[1]) + 1  # sorted ascending: the newest item is the longest

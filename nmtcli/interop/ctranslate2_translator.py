@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import load_tokenizer
-from nmtcli.inference.translator import LINE_BREAKS, SearchSettings, Warn, batching_for
+from nmtcli.inference.translator import BatchBudget, SearchSettings, Warn, batching_for, encode_lines, length_sorted_batches, one_line
 from nmtcli.interop.ctranslate2 import NMT_FILE, require_ctranslate2
 
 
@@ -52,35 +52,25 @@ class CTranslate2Translator:
     def _translate_chunk(self, chunk: list[tuple[int, str]]) -> list[str]:
         results = [""] * len(chunk)  # empty or blank lines translate to empty lines
         limit = self.max_positions - 1
-        encoded = []
-        for pos, ((number, text), ids) in enumerate(zip(chunk, self.tokenizer.encode([t if t.strip() else "" for _, t in chunk]))):
-            if not ids:
-                continue
-            if len(ids) > limit:
-                self.warn(f"line {number}: {len(ids)} tokens, truncated to the model's {limit}")
-                ids = ids[:limit]
-            encoded.append((pos, ids))
-        encoded.sort(key=lambda item: len(item[1]))
+
+        def truncated(index: int, tokens: int) -> None:
+            self.warn(f"line {chunk[index][0]}: {tokens} tokens, truncated to the model's {limit}")
+
+        sentences = encode_lines(self.tokenizer.encode, [line for _, line in chunk], limit, truncated)
         s = self.settings
         suppress = [[self.pieces[i]] for i in dict.fromkeys((self.pad_id, self.bos_id))]
-        batch: list[tuple[int, list[int]]] = []
-        for item in encoded + [None]:
-            if item is not None and not (batch and (len(item[1]) + 1) * (len(batch) + 1) > self.batch_tokens):
-                batch.append(item)
-                continue
-            if batch:
-                # Output tokens before EOS are at most a*|x| + b (sec. 6.1), capped by the position table.
-                limits = [min(int(s.max_len_a * len(ids) + s.max_len_b), self.max_positions - 2) for _, ids in batch]
-                out = self.translator.translate_batch(
-                    [[self.pieces[i] for i in ids] + [self.pieces[self.eos_id]] for _, ids in batch],
-                    beam_size=s.beam,
-                    length_penalty=s.alpha if s.beam > 1 else 0.0,
-                    max_decoding_length=max(limits) + 1,
-                    suppress_sequences=suppress,
-                    return_end_token=False,
-                )
-                for (pos, _), result, cap in zip(batch, out, limits):
-                    ids = [self.piece_id[p] for p in result.hypotheses[0]][:cap]
-                    results[pos] = self.tokenizer.decode(ids).translate(LINE_BREAKS)
-            batch = [item] if item is not None else []
+        for batch in length_sorted_batches(sentences, BatchBudget(self.batch_tokens)):
+            # Output tokens before EOS are at most a*|x| + b (sec. 6.1), capped by the position table.
+            limits = [min(int(s.max_len_a * len(ids) + s.max_len_b), self.max_positions - 2) for _, ids in batch]
+            out = self.translator.translate_batch(
+                [[self.pieces[i] for i in ids] + [self.pieces[self.eos_id]] for _, ids in batch],
+                beam_size=s.beam,
+                length_penalty=s.alpha if s.beam > 1 else 0.0,
+                max_decoding_length=max(limits) + 1,
+                suppress_sequences=suppress,
+                return_end_token=False,
+            )
+            for (pos, _), result, cap in zip(batch, out, limits):
+                ids = [self.piece_id[p] for p in result.hypotheses[0]][:cap]
+                results[pos] = one_line(self.tokenizer.decode(ids))
         return results
