@@ -16,7 +16,7 @@ from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, average_weights, 
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import count_parameters
 from nmtcli.provenance import versions
-from nmtcli.training.trainer import checkpoint_dirs, read_run_config
+from nmtcli.training.rundir import checkpoint_dirs, read_run_config
 
 
 def last_checkpoints(run_dir: Path, last: int) -> list[Path]:
