@@ -35,7 +35,7 @@ import numpy as np
 
 from nmtcli.model.config import PRESETS
 from nmtcli.training.flops import PEAK_FLOPS, LengthStats, training_flops
-from nmtcli.training.trainer import TRAIN_PRESETS
+from nmtcli.training.settings import TRAIN_PRESETS
 
 TOKENS_PER_STEP = 25_000  # target tokens, sec. 5.1
 VOCAB = 37_000  # sec. 5.1, the shared BPE vocabulary of WMT14 en-de

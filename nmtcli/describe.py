@@ -184,7 +184,7 @@ def describe_run_dir(run_dir: Path, average_last: int, progress: Progress | None
     checkpoints are listed with their size and time, not hashed (trainer.pt holds twice the weights).
     """
     from nmtcli.training.metrics import read_metrics
-    from nmtcli.training.trainer import BEST, checkpoint_dirs, read_run_config
+    from nmtcli.training.rundir import BEST, checkpoint_dirs, read_run_config
 
     run_dir = Path(run_dir)
     values = read_run_config(run_dir)

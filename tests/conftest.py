@@ -47,7 +47,8 @@ def prepared(corpus, tmp_path_factory) -> Path:
 def trained_model(prepared, tmp_path_factory) -> Path:
     """A tiny model trained for a few hundred CPU steps and averaged into a model dir."""
     from nmtcli.training.average import average_checkpoints, last_checkpoints
-    from nmtcli.training.trainer import Trainer, train_settings_for
+    from nmtcli.training.settings import train_settings_for
+    from nmtcli.training.trainer import Trainer
 
     root = tmp_path_factory.mktemp("trained")
     config, settings = train_settings_for("tiny", max_steps=200, save_every=100, valid_every=100, log_every=50, device="cpu")

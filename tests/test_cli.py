@@ -159,7 +159,8 @@ def test_info_reports_parameters_and_training(trained_model):
 
 
 def test_averaging_checkpoints_of_different_shapes_is_refused(prepared, tmp_path):
-    from nmtcli.training.trainer import Trainer, train_settings_for
+    from nmtcli.training.settings import train_settings_for
+    from nmtcli.training.trainer import Trainer
 
     config, settings = train_settings_for("tiny", max_steps=1, max_tokens=300, device="cpu")
     Trainer(tmp_path / "a", prepared, config, settings).run()

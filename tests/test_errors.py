@@ -119,7 +119,8 @@ def hidden(directory: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def run_dir(prepared, tmp_path_factory) -> Path:
     """A tiny run with one complete checkpoint (checkpoints/1), trained in-process."""
-    from nmtcli.training.trainer import Trainer, train_settings_for
+    from nmtcli.training.settings import train_settings_for
+    from nmtcli.training.trainer import Trainer
 
     run = tmp_path_factory.mktemp("errors-run") / "run"
     config, settings = train_settings_for("tiny", max_steps=1, max_tokens=300, save_every=1, device="cpu")

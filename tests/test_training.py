@@ -12,8 +12,10 @@ from reference_loss import label_smoothed_loss
 from nmtcli.errors import NmtError
 from nmtcli.model.checkpoint import load_weights
 from nmtcli.training.loss import output_loss
+from nmtcli.training.rundir import checkpoint_dirs
 from nmtcli.training.schedule import inverse_sqrt_lr
-from nmtcli.training.trainer import Trainer, checkpoint_dirs, train_settings_for
+from nmtcli.training.settings import train_settings_for
+from nmtcli.training.trainer import Trainer
 
 
 def test_schedule_is_equation_3():
@@ -226,6 +228,8 @@ def test_tokens_per_step_chooses_the_accumulation_and_normalizes_by_the_true_tok
 
 
 def test_an_explicit_update_freq_replaces_the_token_target():
+    from nmtcli.cli.train import settings_from_flags
+
     _, settings = train_settings_for("base", update_freq=4)
     assert settings.update_freq == 4 and settings.tokens_per_step is None
     _, settings = train_settings_for("base")
@@ -233,7 +237,7 @@ def test_an_explicit_update_freq_replaces_the_token_target():
     _, settings = train_settings_for("base", save_every=500)
     assert settings.save_every == 500 and settings.save_minutes == 0.0
     with pytest.raises(NmtError, match="precision"):
-        train_settings_for("tiny", precision="fp8")
+        settings_from_flags("tiny", {"precision": "fp8"})
 
 
 def test_fp16_skips_a_step_whose_gradients_overflow_and_lowers_the_scale(prepared, tmp_path):
@@ -444,7 +448,7 @@ def test_compile_builds_one_graph_per_length_bucket_not_one_per_batch(prepared, 
 
 def test_tokens_per_step_lowers_the_batch_when_one_batch_per_rank_is_already_more(prepared):
     from nmtcli.data.batching import ParallelData
-    from nmtcli.training.trainer import choose_batch
+    from nmtcli.training.batch_size import choose_batch
 
     data = ParallelData(prepared, "train", "en", "de", 1000)
     fits = choose_batch(data, 300, 1200, 2, 1)  # 2 ranks x ~220 tokens: accumulate 3 batches

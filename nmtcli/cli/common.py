@@ -91,7 +91,7 @@ def default_data_dir() -> Path:
 
 
 def default_run_dir() -> Path:
-    from nmtcli.training.trainer import checkpoint_dirs
+    from nmtcli.training.rundir import checkpoint_dirs
 
     runs = []
     for run, _ in _stamped(RUNS_ROOT, "config.json"):

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say
 from nmtcli.errors import NmtError
+
+if TYPE_CHECKING:
+    from nmtcli.model.config import ModelConfig
+    from nmtcli.training import distributed
+    from nmtcli.training.settings import TrainSettings
 
 NAME = "train"
 
@@ -80,7 +86,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
             values.pop(derived, None)
     from dataclasses import fields
 
-    from nmtcli.training.trainer import TrainSettings
+    from nmtcli.training.settings import TrainSettings
 
     known = {f.name for f in fields(TrainSettings)} | set(RUN_KEYS)
     values = {k.replace("-", "_"): v for k, v in values.items()}
@@ -147,11 +153,64 @@ def command(
     if gpus is not None and not ranks.distributed:
         _launch(gpus, values, restart)
         return
-    _train(values, restart, ranks)
+    run_dir, data_dir, model_config, settings = _resolve(values)
+    _train(run_dir, data_dir, model_config, settings, restart, ranks)
+
+
+def _resolve(values: dict[str, Any]) -> tuple[Path, Path, ModelConfig, TrainSettings]:
+    """The run dir, data dir, model and training settings that the flags' `values` ask for."""
+    from nmtcli.data.prepare import read_manifest
+
+    preset = values.pop("preset", None) or "base"
+    data_dir = Path(values.pop("data")) if values.get("data") else default_data_dir()
+    manifest = read_manifest(data_dir)
+    output = values.pop("output", None)
+    run_dir = Path(output) if output else RUNS_ROOT / f"{preset}-{manifest['name']}"
+    norm = values.pop("norm", None)
+    model_config, settings = settings_from_flags(preset, values, norm)
+    return run_dir, data_dir, model_config, settings
+
+
+def settings_from_flags(preset: str, values: dict[str, Any], norm: str | None = None) -> tuple[ModelConfig, TrainSettings]:
+    """The preset's model and recipe with the flags' `values` (None: the preset's) applied, each checked as its flag."""
+    from nmtcli.model.config import PRESETS
+    from nmtcli.training.settings import train_settings_for
+
+    if preset not in PRESETS:
+        raise NmtError(f"unknown preset {preset!r}", f"choose one of {', '.join(PRESETS)}")
+    if values.get("update_freq") is not None and values.get("tokens_per_step") is not None:
+        raise NmtError("--update-freq and --tokens-per-step both set the batches per step", "pass one of them", exit_code=2)
+    model_config, settings = train_settings_for(preset, **values)
+    _check_settings(settings)
+    if norm is not None:
+        if norm not in ("post", "pre"):
+            raise NmtError(f"unknown --norm {norm!r}", "choose post (the paper's) or pre", exit_code=2)
+        model_config = model_config.replace(norm=norm)
+    return model_config, settings
+
+
+def _check_settings(settings: TrainSettings) -> None:
+    from nmtcli.training.precision import PRECISIONS
+
+    for name in ("max_steps", "max_tokens", "warmup", "save_every", "keep_last", "valid_every", "log_every"):
+        if getattr(settings, name) < 1:
+            raise NmtError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(settings, name)}", "pass a positive number", exit_code=2)
+    for name in ("update_freq", "tokens_per_step"):
+        if getattr(settings, name) is not None and getattr(settings, name) < 1:
+            raise NmtError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(settings, name)}", "pass a positive number", exit_code=2)
+    if settings.update_freq is None and settings.tokens_per_step is None:
+        raise NmtError("neither --update-freq nor --tokens-per-step is set", "pass one of them", exit_code=2)
+    if settings.patience < 0 or settings.valid_bleu < -1 or settings.save_minutes < 0 or settings.max_minutes < 0:
+        raise NmtError("--patience, --valid-bleu and --save-every must not be negative (--valid-bleu -1: all lines)",
+                       "pass 0 to turn them off", exit_code=2)
+    if not math.isfinite(settings.lr_scale) or settings.lr_scale <= 0:
+        raise NmtError("--lr-scale must be a positive number", "1.0 is the paper's schedule", exit_code=2)
+    if settings.precision not in PRECISIONS:
+        raise NmtError(f"unknown precision {settings.precision!r}", f"choose one of {', '.join(PRECISIONS)}", exit_code=2)
 
 
 def _launch(gpus: int, values: dict[str, Any], restart: bool) -> None:
-    """--gpus N: hand the resolved settings to N ranks through a config file."""
+    """--gpus N: hand the flags' values to N ranks through a config file (each rank checks them)."""
     import torch
 
     from nmtcli.cli import debug_enabled
@@ -160,6 +219,10 @@ def _launch(gpus: int, values: dict[str, Any], restart: bool) -> None:
     if not torch.cuda.is_available() and values.get("device") != "cpu":
         raise NmtError(f"--gpus {gpus} but no CUDA GPU is available", "pass --device cpu to run the ranks on the CPU", exit_code=2)
     say(f"starting {gpus} ranks with torchrun")
+    if gpus < 1:
+        raise NmtError(f"--gpus must be at least 1, not {gpus}", "pass the number of GPUs of this node", exit_code=2)
+    if torch.cuda.is_available() and gpus > torch.cuda.device_count():
+        raise NmtError(f"--gpus {gpus} but this node has {torch.cuda.device_count()} GPUs", "pass at most that many", exit_code=2)
     with tempfile.TemporaryDirectory(prefix="nmt-train-") as tmp:
         path = Path(tmp) / "config.json"
         resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in values.items()}
@@ -167,22 +230,11 @@ def _launch(gpus: int, values: dict[str, Any], restart: bool) -> None:
         distributed.launch(gpus, ["--config", str(path)], debug=debug_enabled())
 
 
-def _train(values: dict[str, Any], restart: bool, ranks) -> None:
-    from nmtcli.data.prepare import read_manifest
+def _train(run_dir: Path, data_dir: Path, model_config: ModelConfig, settings: TrainSettings, restart: bool,
+           ranks: distributed.Ranks) -> None:
     from nmtcli.training import distributed
-    from nmtcli.training.trainer import Trainer, train_settings_for
+    from nmtcli.training.trainer import Trainer
 
-    preset = values.pop("preset", None) or "base"
-    data_dir = Path(values.pop("data")) if values.get("data") else default_data_dir()
-    manifest = read_manifest(data_dir)
-    output = values.pop("output", None)
-    run_dir = Path(output) if output else RUNS_ROOT / f"{preset}-{manifest['name']}"
-    norm = values.pop("norm", None)
-    model_config, settings = train_settings_for(preset, **values)
-    if norm is not None:
-        if norm not in ("post", "pre"):
-            raise NmtError(f"unknown --norm {norm!r}", "choose post (the paper's) or pre", exit_code=2)
-        model_config = model_config.replace(norm=norm)
     main = ranks.is_main
     if main:
         announce("run", run_dir)

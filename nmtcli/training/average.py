@@ -8,14 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nmtcli.card import local_card
 from nmtcli.checksums import file_sha256
 from nmtcli.data.text import SPM_FILE
 from nmtcli.errors import NmtError
 from nmtcli.files import read_json
-from nmtcli.card import local_card
 from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, average_weights, model_dir_config, write_model_dir
 from nmtcli.model.config import ModelConfig
-from nmtcli.training.trainer import checkpoint_dirs, read_run_config
+from nmtcli.training.rundir import checkpoint_dirs, read_run_config
 
 
 def last_checkpoints(run_dir: Path, last: int) -> list[Path]:

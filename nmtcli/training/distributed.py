@@ -14,17 +14,23 @@ A rank that fails exits at once; torchrun then stops the others, so no rank wait
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import math
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from nmtcli.errors import NmtError
+
+if TYPE_CHECKING:
+    from nmtcli.model.transformer import Transformer
 
 # A collective that waits longer than this means a rank is gone or stuck; fail rather than hang.
 TIMEOUT = timedelta(minutes=15)
@@ -95,6 +101,11 @@ def all_gather(value: Any) -> list[Any]:
     return out
 
 
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
 def is_peer_failure(error: BaseException) -> bool:
     """True when `error` says another rank went away (its own message explains why), not this rank's fault."""
     if isinstance(error, getattr(dist, "DistError", ())):
@@ -105,11 +116,53 @@ def is_peer_failure(error: BaseException) -> bool:
     )
 
 
+# --- the model on several ranks ----------------------------------------------------------------
+
+
+def wrap(model: Transformer, device: torch.device) -> torch.nn.parallel.DistributedDataParallel:
+    """DDP around `model`: its gradients averaged over the ranks in buckets, during the backward."""
+    with warnings.catch_warnings():
+        # Newer PyTorch renames broadcast_buffers; the old name still means what we want here.
+        warnings.simplefilter("ignore", FutureWarning)
+        return torch.nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[device] if device.type == "cuda" else None,
+            broadcast_buffers=False,  # the only buffer is the fixed positional-encoding table
+            gradient_as_bucket_view=True,
+            bucket_cap_mb=gradient_bucket_mb(model),
+        )
+
+
+def gradient_bucket_mb(model: Transformer) -> int:
+    """DDP's gradient bucket: about one decoder layer's gradients (base 17 MB, big 65 MB), so that each
+    layer's all-reduce starts when its backward is done and overlaps the backward of the layers below."""
+    layer = sum(p.numel() * p.element_size() for p in model.decoder.layers[0].parameters())
+    return max(1, math.ceil(layer / 2**20))
+
+
+def parameter_fingerprint(model: torch.nn.Module) -> str:
+    """sha256 of every parameter's bytes: equal on two ranks exactly when their weights are identical."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def agreed_fingerprints(model: torch.nn.Module, step: int) -> list[str]:
+    """Every rank's parameter fingerprint, in rank order; ranks whose weights differ are an error (a bug)."""
+    fingerprints = all_gather(parameter_fingerprint(model))
+    if len(set(fingerprints)) > 1:
+        raise NmtError(f"the ranks' weights diverged at step {step}", "this is a bug; please report it with the run's config.json")
+    return fingerprints
+
+
 # --- `nmt train --gpus N`: torchrun on the user's behalf ------------------------------------------
 
 
 def launch(nproc: int, argv: list[str], debug: bool = False) -> None:
-    """Run `python -m nmtcli train ARGV` as `nproc` ranks on this node, like torchrun --standalone.
+    """Run `python -m nmtcli train ARGV` as `nproc` ranks on this node, like torchrun --standalone
+    (`nproc` at least 1 and at most the node's GPUs: `nmt train --gpus` checks it).
 
     Each rank prints its own `nmt: error:` line; this returns normally when all ranks succeed and
     raises SystemExit with the failing rank's exit code otherwise (or an NmtError when a rank died
@@ -118,10 +171,6 @@ def launch(nproc: int, argv: list[str], debug: bool = False) -> None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
-    if nproc < 1:
-        raise NmtError(f"--gpus must be at least 1, not {nproc}", "pass the number of GPUs of this node", exit_code=2)
-    if torch.cuda.is_available() and nproc > torch.cuda.device_count():
-        raise NmtError(f"--gpus {nproc} but this node has {torch.cuda.device_count()} GPUs", "pass at most that many", exit_code=2)
     # torchrun's agent logs every worker's exit in detail; the ranks' own messages say it better.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
     args = get_args_parser().parse_args(

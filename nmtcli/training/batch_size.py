@@ -1,0 +1,78 @@
+"""How big a step is: batches of at most max_tokens per rank, update_freq of them (sec. 5.1: ~25,000 target tokens)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nmtcli.data.batching import ParallelData, make_batches
+from nmtcli.errors import NmtError
+from nmtcli.training.settings import TrainSettings
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """How a step is made: batches of at most `max_tokens` (per rank), `update_freq` of them per rank."""
+
+    max_tokens: int
+    update_freq: int
+    mean_target_tokens: float | None = None  # of a batch, in the first epoch's order (when measured)
+    lowered_from: int | None = None  # --max-tokens, when one batch per rank was already more than a step
+    unlowered_step_tokens: float | None = None  # what a step of one batch per rank would have held
+
+    def describe(self, world_size: int, tokens_per_step: int | None) -> dict[str, Any]:
+        """The step's make-up for the start event."""
+        about = {"update_freq": self.update_freq, "world_size": world_size, "max_tokens": self.max_tokens,
+                 "tokens_per_step": tokens_per_step}
+        if self.mean_target_tokens:
+            about["mean_batch_target_tokens"] = round(self.mean_target_tokens)
+            about["expected_step_target_tokens"] = round(self.mean_target_tokens * self.update_freq * world_size)
+        return about
+
+
+def mean_batch_target_tokens(data: ParallelData, max_tokens: int, seed: int) -> float:
+    """The mean target tokens of a batch of at most `max_tokens` tokens in the first epoch's order."""
+    batches = make_batches(data.src.lengths, data.tgt.lengths, max_tokens, seed, 1)
+    return sum(int(data.tgt.lengths[b].sum()) + len(b) for b in batches) / max(len(batches), 1)
+
+
+def choose_batch(data: ParallelData, max_tokens: int, tokens_per_step: int, world_size: int, seed: int) -> BatchChoice:
+    """Batches per rank per step so that a step holds about `tokens_per_step` target tokens.
+
+    Gradient accumulation can only add batches: when one batch on every rank already holds more than
+    `tokens_per_step` (many GPUs, or a --max-tokens above the step), the batches are made smaller
+    instead, in proportion, so that one batch per rank makes the step the user asked for.
+    """
+    mean = mean_batch_target_tokens(data, max_tokens, seed)
+    lowered_from = unlowered = None
+    if world_size * mean > tokens_per_step:
+        lowered_from, unlowered = max_tokens, world_size * mean
+        max_tokens = max(1, int(max_tokens * tokens_per_step / unlowered))
+        mean = mean_batch_target_tokens(data, max_tokens, seed)
+    update_freq = max(1, round(tokens_per_step / (world_size * max(mean, 1.0))))
+    return BatchChoice(max_tokens, update_freq, mean, lowered_from, unlowered)
+
+
+def batch_for_run(settings: TrainSettings, world_size: int, data: ParallelData, previous: dict[str, Any],
+                  run_dir: Path) -> BatchChoice:
+    """The batch of a new run (`previous` empty) or of a resumed one (`previous`: its trainer state)."""
+    s, world = settings, world_size
+    previous_batches_per_step = previous.get("batches_per_step")
+    if previous_batches_per_step:
+        # A resumed run keeps its global batch: the batches it was made of (their order depends on
+        # their size) and how many make a step; with an automatic update_freq it may change GPU count.
+        max_tokens = int(previous.get("batch_max_tokens", s.max_tokens))
+        if s.update_freq is None and previous_batches_per_step % world == 0:
+            return BatchChoice(max_tokens, previous_batches_per_step // world)
+        if (s.update_freq or 0) * world != previous_batches_per_step:
+            raise NmtError(
+                f"{run_dir} was trained with {previous_batches_per_step} batches per step, "
+                f"not {world} ranks x {s.update_freq} batches",
+                "resume with a number of ranks (and --update-freq) that keeps ranks x update_freq the same",
+            )
+        return BatchChoice(max_tokens, s.update_freq)
+    if s.update_freq:
+        return BatchChoice(s.max_tokens, s.update_freq)
+    assert s.tokens_per_step is not None
+    return choose_batch(data, s.max_tokens, s.tokens_per_step, world, s.seed)

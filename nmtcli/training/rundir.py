@@ -1,0 +1,171 @@
+"""A run dir: its config.json, its checkpoints (listed, saved, loaded) and the checks before resuming it.
+
+  config.json                the resolved model, training settings and data it was started with
+  sentencepiece.model        copied from the data dir, so the run is self-contained
+  checkpoints/<step>/        model.safetensors + config.json + trainer.pt (optimizer, scaler, data position, ...)
+  checkpoints/best/          the weights that scored best on the valid split (model.safetensors + config.json)
+  metrics.jsonl              one JSON object per logged step and per validation (`training/metrics.py`)
+  tensorboard/               the same numbers as TensorBoard events, where tensorboard is installed
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmtcli import faults
+from nmtcli.data.text import SPM_FILE
+from nmtcli.errors import FileSystemError, NmtError, file_system_error
+from nmtcli.files import atomic_copy, atomic_write_json, read_json, staged_dir
+from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_state, load_weights, save_weights
+from nmtcli.model.config import ModelConfig
+from nmtcli.provenance import versions
+from nmtcli.training import distributed
+from nmtcli.training.settings import FIXED_ON_RESUME, TrainSettings
+
+TRAINER_STATE = "trainer.pt"
+STAGE_PREFIX = ".tmp-"  # checkpoints/.tmp-STEP/: a checkpoint being written; one left by a crash is removed on start
+BEST = "best"
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.name.isdigit() and (p / TRAINER_STATE).is_file() and (p / WEIGHTS_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name))
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    missing = (f"{run_dir} is not a run dir (no {CONFIG_FILE})", "pass a dir written by `nmt train`")
+    return read_json(Path(run_dir) / CONFIG_FILE, missing, "start the run again with --restart")
+
+
+def run_config(config: ModelConfig, settings: TrainSettings, data_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """What config.json records: the model, the training settings and the data a run was started with."""
+    return {
+        "format": "nmt-run",
+        "format_version": 2,
+        "model": config.to_dict(),
+        "training": asdict(settings),
+        "data": {
+            "dir": str(Path(data_dir).resolve()),
+            "name": manifest["name"],
+            "source_lang": manifest["source_lang"],
+            "target_lang": manifest["target_lang"],
+            "train_pairs": manifest["splits"]["train"]["pairs"],
+            "sentencepiece_sha256": manifest["files"][SPM_FILE],
+        },
+        "versions": versions(),
+    }
+
+
+def start(run_dir: Path, data_dir: Path, config: dict[str, Any] | None) -> None:
+    """Rank 0, before the first step: config.json and the vocabulary of a new run (`config` None when
+    resuming), and no stage left by a checkpoint write that was interrupted."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        atomic_write_json(run_dir / CONFIG_FILE, config)
+        atomic_copy(data_dir / SPM_FILE, run_dir / SPM_FILE)
+    for stale in (run_dir / "checkpoints").glob(f"{STAGE_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+# --- resume --------------------------------------------------------------------------------------
+
+
+def agreed_resume_point(run_dir: Path, ranks: distributed.Ranks) -> Path | None:
+    """The newest checkpoint as rank 0 sees it; every rank must see the same one."""
+    found = checkpoint_dirs(run_dir)
+    newest = found[-1].name if found else None
+    if not ranks.distributed:
+        return found[-1] if found else None
+    chosen = distributed.all_gather(newest)[0]
+    if chosen is None:
+        return None
+    path = run_dir / "checkpoints" / chosen
+    if not (path / TRAINER_STATE).is_file():
+        raise NmtError(
+            f"rank {ranks.rank} cannot see {path}, which rank 0 resumes from",
+            "on several nodes the run dir must be on a filesystem that every node shares",
+        )
+    return path
+
+
+def check_resumable(run_dir: Path, previous: dict[str, Any], now: dict[str, Any], config: ModelConfig,
+                    settings: TrainSettings) -> None:
+    """Refuse to resume a run (config.json `previous`) as something else: another model, data or recipe.
+    `now` is the run config this invocation would write (`run_config`)."""
+    hint = f"train into a new dir with -o, or pass --restart to discard {run_dir}"
+    if previous.get("format_version", 1) < 2:
+        raise NmtError(f"{run_dir} was written by an older nmt whose checkpoints cannot be resumed", hint)
+    if previous.get("model") != config.to_dict():
+        before = previous.get("model", {})
+        changed = sorted(k for k, v in config.to_dict().items() if before.get(k) != v)
+        there = ", ".join(f"{k} {before.get(k)}" for k in changed)
+        shape = ", ".join(f"{k} {getattr(config, k)}" for k in changed)
+        preset = previous.get("training", {}).get("preset")
+        raise NmtError(f"{run_dir} was trained with a different model shape ({there} there; {shape} now)",
+                       (f"resume it with --preset {preset}, " if preset else "") + hint)
+    if previous["data"]["sentencepiece_sha256"] != now["data"]["sentencepiece_sha256"]:
+        raise NmtError(f"{run_dir} was trained on other data ({previous['data']['dir']})", hint)
+    if previous["data"].get("train_pairs") != now["data"]["train_pairs"]:
+        raise NmtError(f"{run_dir} was trained on other data ({previous['data']['dir']})", hint)
+    for key in FIXED_ON_RESUME:
+        if previous["training"].get(key, getattr(TrainSettings(), key)) != getattr(settings, key):
+            raise NmtError(
+                f"{run_dir} was trained with {key}={previous['training'].get(key)}, not {getattr(settings, key)}",
+                hint,
+            )
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module) -> dict[str, Any]:
+    """The checkpoint's weights into `model`; returns its trainer state (optimizer, step, data position, ...)."""
+    broken = f"delete {path} to resume from the checkpoint before it, or pass --restart to start over"
+    load_state(model, load_weights(path / WEIGHTS_FILE, broken), path / WEIGHTS_FILE)
+    # weights_only: a run dir is data, never code; this refuses anything but tensors and primitives.
+    try:
+        return torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated, corrupt, or a pickle that is more than tensors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]  # torch's messages run long
+        raise NmtError(f"{path / TRAINER_STATE} cannot be loaded: {first}", broken) from e
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def save_checkpoint(run_dir: Path, step: int, weights: dict[str, torch.Tensor], info: dict[str, Any],
+                    state: dict[str, Any], keep_last: int) -> Path:
+    """Write checkpoints/<step>/ as a whole: built in a hidden dir, then renamed into place; then only
+    the newest `keep_last` checkpoints are kept. `info` is its config.json, `state` its trainer.pt."""
+    final = run_dir / "checkpoints" / str(step)
+    try:
+        with staged_dir(final, stage_name=f"{STAGE_PREFIX}{step}") as stage:
+            save_weights(stage / WEIGHTS_FILE, weights, {"step": str(step)})
+            faults.point("checkpoint-half-written", step=step)
+            atomic_write_json(stage / CONFIG_FILE, info)
+            with open(stage / TRAINER_STATE, "wb") as f:  # a Python file: a failed write keeps its OSError (errno)
+                torch.save(state, f)
+    except BaseException as e:
+        previous = [c for c in checkpoint_dirs(run_dir) if c != final]
+        resume = f"it resumes from {previous[-1]}, which is intact" if previous else "no checkpoint of this run was written yet"
+        error = file_system_error(e.__cause__ if isinstance(e, FileSystemError) else e, f"checkpoint {final}", intact=resume)
+        if isinstance(e, Exception) and error is not None:
+            raise error from e
+        raise
+    for old in checkpoint_dirs(run_dir)[:-keep_last]:
+        shutil.rmtree(old)
+    return final
+
+
+def save_best(run_dir: Path, step: int, weights: dict[str, torch.Tensor], config: ModelConfig, best: dict[str, Any]) -> Path:
+    """checkpoints/best/: the weights of the best validation so far (each file replaced atomically)."""
+    path = run_dir / "checkpoints" / BEST
+    save_weights(path / WEIGHTS_FILE, weights, {"step": str(step)})
+    atomic_write_json(path / CONFIG_FILE, {"model": config.to_dict(), "step": step, "best": best})
+    return path

@@ -1,0 +1,73 @@
+"""Training settings: everything about a run but the model's shape, the presets' recipes (sec. 5, 6.1).
+
+The checks that name `nmt train` flags are the command's (`cli/train.py: settings_from_flags`); this
+module only merges a preset with what was given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from nmtcli.model.config import PRESETS, ModelConfig
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything about a run but the model's shape. Defaults come from the preset (TRAIN_PRESETS)."""
+
+    preset: str = "base"
+    max_steps: int = 100_000  # sec. 5.2: base 100k steps, big 300k
+    max_minutes: float = 0.0  # > 0: also stop after this much training time in this invocation
+    max_tokens: int = 25_000  # padded tokens per batch (per GPU) on the longer side
+    tokens_per_step: int | None = 25_000  # sec. 5.1: ~25,000 target tokens per step; None: use update_freq
+    update_freq: int | None = None  # batches per rank per step; None: chosen from tokens_per_step
+    warmup: int = 4000  # sec. 5.3
+    lr_scale: float = 1.0
+    label_smoothing: float = 0.1  # sec. 5.4
+    adam_beta1: float = 0.9  # sec. 5.3
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    save_every: int = 1000  # steps between checkpoints (when save_minutes is 0)
+    save_minutes: float = 0.0  # > 0: a checkpoint every this many minutes instead (the paper: 10)
+    keep_last: int = 5  # sec. 6.1: base averages the last 5 checkpoints, big the last 20
+    valid_every: int = 1000
+    valid_bleu: int = 0  # BLEU on the first N valid lines at each validation (0: off, -1: all)
+    patience: int = 0  # stop after this many validations without improvement (0: never)
+    log_every: int = 100
+    seed: int = 1
+    device: str = "auto"
+    precision: str = "auto"  # auto: bf16 on a GPU that has it, fp32 otherwise; or fp32, bf16, fp16
+    compile: bool = False  # torch.compile the model
+    peak_tflops: float | None = None  # the device's peak, for MFU where nmt does not know it
+
+
+TRAIN_PRESETS: dict[str, TrainSettings] = {
+    # tiny: a short warmup and a small batch so that ~1000 CPU steps learn a toy task.
+    "tiny": TrainSettings(preset="tiny", max_steps=1000, max_tokens=2048, tokens_per_step=None, update_freq=1,
+                          warmup=200, save_every=250, keep_last=5, valid_every=250, log_every=25),
+    "base": TrainSettings(preset="base", save_minutes=10.0),  # sec. 6.1: "checkpoints written at 10-minute intervals"
+    "big": TrainSettings(preset="big", max_steps=300_000, keep_last=20, save_minutes=10.0),
+}
+
+# Settings that fix what a run is; resuming with a different value would silently train something else.
+FIXED_ON_RESUME = ("preset", "max_tokens", "tokens_per_step", "update_freq", "seed", "label_smoothing", "warmup", "lr_scale")
+
+
+def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, TrainSettings]:
+    """The preset's model and recipe with `overrides` (None: keep the preset's value) applied.
+
+    An explicit update_freq replaces the preset's token target, tokens_per_step the preset's fixed
+    accumulation, and save_every in steps the preset's checkpoints every 10 minutes.
+    """
+    known = {f.name for f in fields(TrainSettings)}
+    given = {k: v for k, v in overrides.items() if k in known and v is not None}
+    if "update_freq" in given and "tokens_per_step" in given:
+        raise ValueError("update_freq and tokens_per_step both set the batches per step; pass one of them")
+    if "update_freq" in given:
+        given["tokens_per_step"] = None
+    elif "tokens_per_step" in given:
+        given["update_freq"] = None
+    if "save_every" in given and "save_minutes" not in given:
+        given["save_minutes"] = 0.0
+    return PRESETS[preset], replace(TRAIN_PRESETS[preset], **given)
