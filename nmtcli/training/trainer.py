@@ -240,22 +240,6 @@ class Trainer:
             self.bad_validations += 1
         return better
 
-    def _improved(self, values: dict[str, float]) -> bool:
-        """Track the best validation (BLEU if computed, else perplexity); count validations without progress."""
-        metric = "valid_bleu" if "valid_bleu" in values else "valid_nll"
-        if metric not in values:
-            return False
-        value = values[metric]
-        better = self.best is None or self.best["metric"] != metric or (
-            value > self.best["value"] if metric == "valid_bleu" else value < self.best["value"]
-        )
-        if better:
-            self.best = {"metric": metric, "value": value, "step": self.step}
-            self.bad_validations = 0
-        else:
-            self.bad_validations += 1
-        return better
-
     # --- checkpoints -----------------------------------------------------------------------------
 
     def save_checkpoint(self) -> Path | None:
