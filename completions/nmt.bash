@@ -17,7 +17,7 @@ __nmt_subcommands() {
 __nmt_options() {
     case $1 in
         '') REPLY='--debug --version --help -h' ;;
-        'quickstart') REPLY='--minutes --preset --device --examples --dir -C --help -h' ;;
+        'quickstart') REPLY='--minutes --max-steps --preset --device --examples --dir -C --help -h' ;;
         'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-size --spm-sentences --seed --max-tokens --max-ratio --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
         'train') REPLY='--data --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --output -o --help -h' ;;
@@ -40,6 +40,7 @@ __nmt_options() {
 __nmt_option_value() {
     case "$1 $2" in
         'quickstart --minutes') REPLY='text' ;;
+        'quickstart --max-steps') REPLY='text' ;;
         'quickstart --preset') REPLY='choices tiny base big' ;;
         'quickstart --device') REPLY='choices auto cpu cuda' ;;
         'quickstart --examples') REPLY='text' ;;

@@ -18,7 +18,7 @@ end
 function __nmt_value_options
     switch "$argv"
         case 'quickstart'
-            printf '%s\n' --minutes --preset --device --examples --dir -C
+            printf '%s\n' --minutes --max-steps --preset --device --examples --dir -C
         case 'prepare'
             printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-size --spm-sentences --seed --max-tokens --max-ratio --revision --workers --chunk-pairs --output -o
         case 'train'
@@ -152,6 +152,7 @@ complete -c nmt -n "__nmt_using ''" -l help -s h -d 'Show this message and exit'
 
 # nmt quickstart
 complete -c nmt -n "__nmt_using 'quickstart'" -l minutes -x -d 'Wall-clock budget for the whole run; training gets what preparing and scoring leave'
+complete -c nmt -n "__nmt_using 'quickstart'" -l max-steps -x -d 'Train for this many steps instead of the time left: the same model on any machine (with --minutes too, whichever comes first)'
 complete -c nmt -n "__nmt_using 'quickstart'" -l preset -x -a '(__nmt_values_preset)' -d 'Model and recipe to train (tiny fits a CPU; base wants a GPU)'
 complete -c nmt -n "__nmt_using 'quickstart'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'quickstart'" -l examples -x -d 'Held-out sentences shown next to their references'

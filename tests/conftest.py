@@ -1,11 +1,31 @@
-"""Shared fixtures: a prepared synthetic corpus and a briefly trained tiny model, made once per session."""
+"""Shared fixtures, each made once per test run and shared read-only (a test that changes one copies it first).
+
+- `workspace`: the one `nmt prepare -> nmt train -> nmt average` pipeline of the run, through the
+  installed command with the workspace defaults (data/en-de, runs/tiny-en-de, models/tiny-en-de), on the
+  synthetic corpus of corpus.py. Each step runs when a test first needs it: `prepared` is its data dir,
+  `trained_model` its averaged model (300 tiny CPU steps). test_end_to_end checks what each step said.
+- `untrained_model`: the same pipeline stopped after one step, built in-process: the baseline a
+  trained model must beat.
+- `random_model`: an untrained, seeded tiny model dir made in a second, for what needs a model but not
+  a good one.
+
+`run_nmt` runs the installed `nmt` in a subprocess: for exit codes, signals, pipes and start-up.
+`nmt_main` (or `nmt_in_process`) runs the same `main()` in this process, with the same stdout, stderr
+and exit code, without paying for Python and torch starting again: for everything else.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import traceback
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -15,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from corpus import write_corpus  # noqa: E402
 
 NMT = str(Path(sys.executable).with_name("nmt"))
+COLUMNS = "200"  # wide enough that no message is wrapped
 
 
 def run_nmt(*args: str, cwd: Path | None = None, input: str | bytes | None = None, env: dict | None = None, check: bool = True):
@@ -22,38 +43,214 @@ def run_nmt(*args: str, cwd: Path | None = None, input: str | bytes | None = Non
     text = not isinstance(input, bytes)
     result = subprocess.run(
         [NMT, *args], cwd=cwd, input=input, capture_output=True, text=text,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        env={**os.environ, "COLUMNS": COLUMNS, **(env or {})},
     )
     if check and result.returncode != 0:
         raise AssertionError(f"nmt {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
     return result
 
 
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory) -> dict[str, Path]:
-    return write_corpus(tmp_path_factory.mktemp("corpus"), {"train": 3000, "valid": 100, "test": 100})
+# --- `nmt` in this process ------------------------------------------------------------------------
+
+
+class _KeptBytes(io.BytesIO):
+    """A BytesIO whose contents survive close() (a command may close the stream it was given)."""
+
+    def close(self) -> None:
+        self.kept = self.getvalue()
+        super().close()
+
+    def value(self) -> bytes:
+        return self.kept if self.closed else self.getvalue()
+
+
+def _as_text(data: bytes) -> str:
+    """Decode as subprocess.run(text=True) does: UTF-8 with universal newlines."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline=None).read()
+
+
+def nmt_in_process(*args: str, cwd: Path | None = None, input: str | bytes | None = None, env: dict | None = None,
+                   check: bool = True) -> subprocess.CompletedProcess:
+    """`nmt ARGS` as run_nmt runs it, but through nmtcli.cli.main in this process.
+
+    The same main() the `nmt` script calls, with stdin (sys.stdin and file descriptor 0), stdout and
+    stderr replaced by buffers, the environment, working dir, argv and warning filters of a fresh process,
+    and its SystemExit turned into the return code (an uncaught exception prints its traceback and gives
+    1, as Python does).
+    What the command changes in the process (environment, working dir, torch's thread count, the
+    --debug switch) is put back afterwards. Returns a CompletedProcess like run_nmt's.
+    """
+    import nmtcli.cli as cli
+    from nmtcli.cli.common import console
+
+    binary = isinstance(input, bytes)
+    data = input if binary else (input or "").encode("utf-8")
+    stdin = _KeptBytes(data)
+    stdout, stderr = _KeptBytes(), _KeptBytes()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_streams, saved_argv = (sys.stdin, sys.stdout, sys.stderr), sys.argv
+    saved_console = console._width, console._force_terminal, console._color_system
+    saved_debug = cli._debug["on"]
+    torch = sys.modules.get("torch")
+    saved_threads = torch.get_num_threads() if torch is not None else None
+    code = 0
+    # File descriptor 0 too, for what reads /dev/stdin (`nmt score -`).
+    stdin_file = tempfile.TemporaryFile()
+    stdin_file.write(data)
+    stdin_file.seek(0)
+    saved_fd0 = os.dup(0)
+    os.dup2(stdin_file.fileno(), 0)
+    try:
+        os.environ.update({"COLUMNS": COLUMNS, **(env or {})})
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.argv = ["nmt", *args]
+        sys.stdin = io.TextIOWrapper(stdin, encoding="utf-8")
+        sys.stdout = io.TextIOWrapper(stdout, encoding="utf-8", write_through=True)
+        sys.stderr = io.TextIOWrapper(stderr, encoding="utf-8", errors="backslashreplace", write_through=True)
+        # The console was made when nmtcli was imported, in pytest's environment: as it is made in `nmt`.
+        console._width, console._force_terminal, console._color_system = int(COLUMNS), None, None
+        cli._debug["on"] = bool(os.environ.get("NMT_DEBUG"))  # read once, when `nmt` starts
+        with warnings.catch_warnings():
+            warnings.resetwarnings()  # a fresh interpreter's filters, printing to stderr
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.showwarning = warnings._showwarning_orig
+            try:
+                cli.main(list(args))
+            except SystemExit as e:
+                if e.code is None or isinstance(e.code, int):
+                    code = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+                    code = 1
+            except BaseException:  # noqa: BLE001 - what Python prints and returns for an uncaught exception
+                traceback.print_exc()
+                code = 1
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(ValueError):
+                stream.flush()
+    finally:
+        os.dup2(saved_fd0, 0)
+        os.close(saved_fd0)
+        stdin_file.close()
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        console._width, console._force_terminal, console._color_system = saved_console
+        cli._debug["on"] = saved_debug
+        if saved_threads is not None and torch.get_num_threads() != saved_threads:
+            torch.set_num_threads(saved_threads)
+    out, err = stdout.value(), stderr.value()
+    result = subprocess.CompletedProcess(["nmt", *args], code, out if binary else _as_text(out), err if binary else _as_text(err))
+    if check and code != 0:
+        raise AssertionError(f"nmt {' '.join(args)} (in-process) exited {code}:\n{_as_text(err)}")
+    return result
+
+
+@pytest.fixture
+def nmt_main():
+    """nmt_main(*argv, cwd=, input=, env=, check=): `nmt ARGV` run in this process (see nmt_in_process)."""
+    return nmt_in_process
+
+
+# --- the session's data and models ------------------------------------------------------------------
+
+# The split sizes of the synthetic corpus; 300 tiny steps on it reach BLEU ~96 on the test split.
+CORPUS_LINES = {"train": 5000, "valid": 200, "test": 200}
+TRAIN_STEPS, SAVE_EVERY = 300, 100
+
+
+@dataclass
+class Workspace:
+    """The test run's one `nmt prepare -> nmt train -> nmt average` in a workspace dir, with the defaults.
+
+    Each step runs (through the installed `nmt`) when a test first needs it; `steps` keeps each step's
+    CompletedProcess so that test_end_to_end can check what it said. Read-only for the tests.
+    """
+
+    root: Path
+    corpus: dict[str, Path]
+    steps: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data" / "en-de"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "runs" / "tiny-en-de"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "models" / "tiny-en-de"
+
+    def _run(self, step: str, *args: str) -> None:
+        if step not in self.steps:
+            self.steps[step] = run_nmt(*args, cwd=self.root)
+
+    def prepare(self) -> Path:
+        c = self.corpus
+        self._run("prepare", "prepare", "--train", str(c["train"]), "--valid", str(c["valid"]), "--test", str(c["test"]),
+                  "--vocab-size", "1000")
+        return self.data_dir
+
+    def train(self) -> Path:
+        self.prepare()
+        self._run("train", "train", "--preset", "tiny", "--max-steps", str(TRAIN_STEPS), "--save-every", str(SAVE_EVERY),
+                  "--valid-every", str(SAVE_EVERY), "--device", "cpu")
+        return self.run_dir
+
+    def average(self) -> Path:
+        self.train()
+        self._run("average", "average")
+        return self.model_dir
 
 
 @pytest.fixture(scope="session")
-def prepared(corpus, tmp_path_factory) -> Path:
-    from nmtcli.data.prepare import PrepareSettings, prepare_files
-
-    out = tmp_path_factory.mktemp("data") / "en-de"
-    prepare_files(out, corpus["train"], corpus["valid"], corpus["test"], PrepareSettings("en", "de", vocab_size=1000), "en-de")
-    return out
+def workspace(tmp_path_factory) -> Workspace:
+    root = tmp_path_factory.mktemp("workspace")
+    return Workspace(root, write_corpus(root / "corpus", CORPUS_LINES))
 
 
 @pytest.fixture(scope="session")
-def trained_model(prepared, tmp_path_factory) -> Path:
-    """A tiny model trained for a few hundred CPU steps and averaged into a model dir."""
+def corpus(workspace) -> dict[str, Path]:
+    """The synthetic corpus' prefixes (train, valid, test): PREFIX.en and PREFIX.de."""
+    return workspace.corpus
+
+
+@pytest.fixture(scope="session")
+def prepared(workspace) -> Path:
+    """The prepared data dir (vocabulary of 1,000 pieces) of the session's workspace."""
+    return workspace.prepare()
+
+
+@pytest.fixture(scope="session")
+def trained_model(workspace) -> Path:
+    """A tiny model trained for 300 CPU steps and its last 3 checkpoints averaged (runs/tiny-en-de beside it)."""
+    return workspace.average()
+
+
+@pytest.fixture(scope="session")
+def trained_run(workspace) -> Path:
+    """The run dir the trained model was averaged from: checkpoints 100, 200, 300 and metrics.jsonl."""
+    workspace.average()
+    return workspace.run_dir
+
+
+@pytest.fixture(scope="session")
+def untrained_model(prepared, tmp_path_factory) -> Path:
+    """The pipeline stopped after one step (`nmt train --preset tiny --max-steps 1` then `nmt average`), in-process."""
     from nmtcli.training.average import average_checkpoints, last_checkpoints
     from nmtcli.training.settings import train_settings_for
     from nmtcli.training.trainer import Trainer
 
-    root = tmp_path_factory.mktemp("trained")
-    config, settings = train_settings_for("tiny", max_steps=200, save_every=100, valid_every=100, log_every=50, device="cpu")
+    root = tmp_path_factory.mktemp("untrained")
+    config, settings = train_settings_for("tiny", max_steps=1, device="cpu")
     Trainer(root / "run", prepared, config, settings).run()
-    average_checkpoints(last_checkpoints(root / "run", 2), root / "model")
+    average_checkpoints(last_checkpoints(root / "run", 5), root / "model")
     return root / "model"
 
 

@@ -1,4 +1,8 @@
-"""The `nmt` command as a user meets it: help, scores that match sacreBLEU, line-exact translation, errors."""
+"""The `nmt` command as a user meets it: help, scores that match sacreBLEU, line-exact translation, errors.
+
+Most tests run `nmt` in-process (`nmt_main`); start-up (`nmt --help`, `--version`) and streaming through a
+pipe run the installed command.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +34,8 @@ COMMANDS = {
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_every_command_explains_its_flags(command):
-    result = run_nmt(*command.split(), "--help")
+def test_every_command_explains_its_flags(command, nmt_main):
+    result = nmt_main(*command.split(), "--help")
     for flag in COMMANDS[command]:
         assert flag in result.stdout, f"{command} --help lacks {flag}"
 
@@ -43,7 +47,7 @@ def test_top_level_help_lists_every_command():
     assert run_nmt("--version").stdout.startswith("nmt ")
 
 
-def test_bleu_equals_sacrebleu_to_the_digit(tmp_path):
+def test_bleu_equals_sacrebleu_to_the_digit(tmp_path, nmt_main):
     ref = ["The cat sat on the mat.", "A quick brown fox jumps.", "Hello, world!", "It is raining today in Berlin."]
     hyp = ["The cat sat on a mat.", "A fast brown fox jumps.", "Hello world!", "It rains today in Berlin."]
     (tmp_path / "ref.txt").write_text("\n".join(ref) + "\n")
@@ -52,47 +56,47 @@ def test_bleu_equals_sacrebleu_to_the_digit(tmp_path):
     for metric in ("bleu", "chrf", "ter"):
         theirs = subprocess.run([sacrebleu, str(tmp_path / "ref.txt"), "-i", str(tmp_path / "hyp.txt"), "-m", metric, "-f", "text"],
                                 capture_output=True, text=True, check=True).stdout
-        ours = run_nmt("score", str(tmp_path / "hyp.txt"), "--ref", str(tmp_path / "ref.txt"), "--metrics", metric).stdout
+        ours = nmt_main("score", str(tmp_path / "hyp.txt"), "--ref", str(tmp_path / "ref.txt"), "--metrics", metric).stdout
         assert ours == theirs
-    piped = run_nmt("score", "-", "--ref", str(tmp_path / "ref.txt"), "--json", input="\n".join(hyp) + "\n")
+    piped = nmt_main("score", "-", "--ref", str(tmp_path / "ref.txt"), "--json", input="\n".join(hyp) + "\n")
     scores = json.loads(piped.stdout)["scores"]
     assert [s["name"] for s in scores] == ["BLEU", "chrF2"]
     assert 0 < scores[0]["score"] < 100
 
 
-def test_translation_keeps_every_line_in_order(trained_model, corpus, tmp_path):
+def test_translation_keeps_every_line_in_order(trained_model, corpus, tmp_path, nmt_main):
     lines = (corpus["test"].parent / "test.en").read_text().splitlines()[:20]
-    straight = run_nmt("translate", "-m", str(trained_model), input="\n".join(lines) + "\n").stdout.splitlines()
+    straight = nmt_main("translate", "-m", str(trained_model), input="\n".join(lines) + "\n").stdout.splitlines()
     assert len(straight) == 20
-    reordered = run_nmt("translate", "-m", str(trained_model), input="\n".join(reversed(lines)) + "\n").stdout.splitlines()
+    reordered = nmt_main("translate", "-m", str(trained_model), input="\n".join(reversed(lines)) + "\n").stdout.splitlines()
     assert list(reversed(reordered)) == straight
 
 
-def test_awkward_input_gives_exactly_one_line_per_line(trained_model, tmp_path):
+def test_awkward_input_gives_exactly_one_line_per_line(trained_model, tmp_path, nmt_main):
     long_line = "the dog sees the cat " * 400  # 2,000 tokens: beyond the model's 1,024 positions
     raw = b"\xef\xbb\xbfthe dog sees a cat\r\n\n   \nbad \xff byte\n" + long_line.encode() + b"\nlast line without newline"
     # Characters Python's str.splitlines() would split on, NUL, tabs, a lone CR and a second BOM.
     raw = raw.replace(b"last line", b"a\x00nul\n\t \t\n\r\nthe\xe2\x80\xa8cat\x0bsees\x0c\x1c\x85 a dog\n\xef\xbb\xbfbom\nlast line")
-    result = run_nmt("translate", "-m", str(trained_model), input=raw)
+    result = nmt_main("translate", "-m", str(trained_model), input=raw)
     out = result.stdout.decode().split("\n")
     assert out[-1] == "" and len(out) - 1 == 11 == raw.count(b"\n") + 1
     assert out[6] == out[7] == ""  # whitespace-only and lone-CR lines stay empty
     assert out[1] == "" and out[2] == ""  # empty and blank lines stay empty
-    # Lines 4 and 6 must get their lines (and line 4 a warning); what a 200-step model of the toy
+    # Lines 4 and 6 must get their lines (and line 4 a warning); what a 300-step model of the toy
     # corpus makes of "bad \ufffd byte" or out-of-vocabulary words may legitimately be empty.
     assert out[0] and out[4]
     stderr = result.stderr.decode()
     assert "line 4: invalid UTF-8" in stderr and "line 5:" in stderr and "truncated" in stderr
 
 
-def test_translate_writes_an_output_file(trained_model, tmp_path):
+def test_translate_writes_an_output_file(trained_model, tmp_path, nmt_main):
     (tmp_path / "in.txt").write_text("the dog sees a cat\nthe red car visits every house\n")
-    run_nmt("translate", "-m", str(trained_model), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"))
+    nmt_main("translate", "-m", str(trained_model), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"))
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
 
 
-def test_user_errors_are_one_line_without_traceback(tmp_path):
+def test_user_errors_are_one_line_without_traceback(tmp_path, nmt_main):
     (tmp_path / "a.txt").write_text("one\ntwo\n")
     (tmp_path / "b.txt").write_text("one\n")
     cases = [
@@ -105,73 +109,73 @@ def test_user_errors_are_one_line_without_traceback(tmp_path):
         (["train", "--data", str(tmp_path)], "not a prepared data dir"),
     ]
     for args, message in cases:
-        result = run_nmt(*args, cwd=tmp_path, check=False)
+        result = nmt_main(*args, cwd=tmp_path, check=False)
         assert result.returncode == 1, args
         assert "Traceback" not in result.stderr
         error_lines = [line for line in result.stderr.splitlines() if line.startswith("nmt: error:")]
         assert len(error_lines) == 1 and message in error_lines[0], result.stderr
-    debug = run_nmt("--debug", "info", str(tmp_path), check=False)
+    debug = nmt_main("--debug", "info", str(tmp_path), check=False)
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
-def test_no_gpu_is_a_clear_error(trained_model):
+def test_no_gpu_is_a_clear_error(trained_model, nmt_main):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    result = run_nmt("translate", "-m", str(trained_model), "--device", "cuda", input="x\n", check=False)
+    result = nmt_main("translate", "-m", str(trained_model), "--device", "cuda", input="x\n", check=False)
     assert result.returncode == 1 and "no CUDA GPU is available" in result.stderr
 
 
-def test_corrupt_weights_are_detected(trained_model, tmp_path):
+def test_corrupt_weights_are_detected(trained_model, tmp_path, nmt_main):
     broken = tmp_path / "model"
     shutil.copytree(trained_model, broken)
     data = (broken / "model.safetensors").read_bytes()
     (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
-    result = run_nmt("translate", "-m", str(broken), input="x\n", check=False)
+    result = nmt_main("translate", "-m", str(broken), input="x\n", check=False)
     assert result.returncode == 1 and "not a readable safetensors file" in result.stderr
 
 
-def test_workspace_defaults_pick_the_newest_and_stop_when_it_is_ambiguous(trained_model, tmp_path):
+def test_workspace_defaults_pick_the_newest_and_stop_when_it_is_ambiguous(trained_model, tmp_path, nmt_main):
     models = tmp_path / "models"
     for name in ("first", "second"):
         shutil.copytree(trained_model, models / name)
     os.utime(models / "first" / "config.json", (1_000_000_000, 1_000_000_000))
-    picked = run_nmt("translate", cwd=tmp_path, input="the dog sees a cat\n")
+    picked = nmt_main("translate", cwd=tmp_path, input="the dog sees a cat\n")
     assert "using model models/second (newest of 2: models/first)" in picked.stderr
     os.utime(models / "second" / "config.json", (1_000_000_000, 1_000_000_000))
-    tied = run_nmt("translate", cwd=tmp_path, input="x\n", check=False)
+    tied = nmt_main("translate", cwd=tmp_path, input="x\n", check=False)
     assert tied.returncode == 1 and "equally recent" in tied.stderr and "models/first" in tied.stderr
-    chosen = run_nmt("translate", cwd=tmp_path, input="x\n", env={"NMT_MODEL": str(models / "first")})
+    chosen = nmt_main("translate", cwd=tmp_path, input="x\n", env={"NMT_MODEL": str(models / "first")})
     assert "from $NMT_MODEL" in chosen.stderr
-    empty = run_nmt("translate", cwd=tmp_path / "models", input="x\n", check=False)
+    empty = nmt_main("translate", cwd=tmp_path / "models", input="x\n", check=False)
     assert empty.returncode == 1 and "run `nmt average` first" in empty.stderr
 
 
-def test_info_reports_parameters_and_training(trained_model):
-    preset = json.loads(run_nmt("info", "--preset", "base", "--json").stdout)
+def test_info_reports_parameters_and_training(trained_model, nmt_main):
+    preset = json.loads(nmt_main("info", "--preset", "base", "--json").stdout)
     assert 63e6 < preset["parameters"] < 66e6
-    info = json.loads(run_nmt("info", str(trained_model), "--json").stdout)
-    assert info["training"]["steps"] == 200 and info["training"]["averaged_checkpoints"] == [100, 200]
+    info = json.loads(nmt_main("info", str(trained_model), "--json").stdout)
+    assert info["training"]["steps"] == 300 and info["training"]["averaged_checkpoints"] == [100, 200, 300]
     assert info["languages"] == {"source": "en", "target": "de"}
     weights = load_file(str(trained_model / "model.safetensors"))
     assert info["parameters"] == sum(t.numel() for t in weights.values())
 
 
-def test_averaging_checkpoints_of_different_shapes_is_refused(prepared, tmp_path):
+def test_averaging_checkpoints_of_different_shapes_is_refused(prepared, tmp_path, nmt_main):
     from nmtcli.training.settings import train_settings_for
     from nmtcli.training.trainer import Trainer
 
     config, settings = train_settings_for("tiny", max_steps=1, max_tokens=300, device="cpu")
     Trainer(tmp_path / "a", prepared, config, settings).run()
     Trainer(tmp_path / "b", prepared, config.replace(d_ff=256), settings).run()
-    result = run_nmt("average", str(tmp_path / "a/checkpoints/1"), str(tmp_path / "b/checkpoints/1"), "-o", str(tmp_path / "m"), check=False)
+    result = nmt_main("average", str(tmp_path / "a/checkpoints/1"), str(tmp_path / "b/checkpoints/1"), "-o", str(tmp_path / "m"), check=False)
     assert result.returncode == 1 and "different model configs" in result.stderr
     assert not (tmp_path / "m").exists()
 
 
-def test_json_output_carries_scores_tokens_and_nbest(trained_model):
-    result = run_nmt("translate", "-m", str(trained_model), "--nbest", "3", "--output-format", "json",
+def test_json_output_carries_scores_tokens_and_nbest(trained_model, nmt_main):
+    result = nmt_main("translate", "-m", str(trained_model), "--nbest", "3", "--output-format", "json",
                      input="the dog sees a cat\n\nthe red car visits every house\n")
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(records) == 3
@@ -182,17 +186,17 @@ def test_json_output_carries_scores_tokens_and_nbest(trained_model):
         scores = [n["score"] for n in record["nbest"]]
         assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
         assert "".join(record["tokens"]).replace("\u2581", " ").strip() == record["translation"]
-    text = run_nmt("translate", "-m", str(trained_model), input="the dog sees a cat\n").stdout.strip()
+    text = nmt_main("translate", "-m", str(trained_model), input="the dog sees a cat\n").stdout.strip()
     assert records[0]["translation"] == text
 
 
-def test_int8_translates_every_line_in_order(trained_model):
+def test_int8_translates_every_line_in_order(trained_model, nmt_main):
     text = "the dog sees a cat\n\nthe red car visits every house\n"
-    int8 = run_nmt("translate", "-m", str(trained_model), "--device", "cpu", "--dtype", "int8", input=text).stdout.splitlines()
+    int8 = nmt_main("translate", "-m", str(trained_model), "--device", "cpu", "--dtype", "int8", input=text).stdout.splitlines()
     assert len(int8) == 3 and int8[1] == "" and int8[0] and int8[2] and int8[0] != int8[2]
 
 
-def test_search_flags_that_cannot_work_are_refused(trained_model):
+def test_search_flags_that_cannot_work_are_refused(trained_model, nmt_main):
     cases = [
         (["--nbest", "2"], "--nbest above 1 needs --output-format json"),
         (["--nbest", "5", "--beam", "4", "--output-format", "json"], "exceeds --beam"),
@@ -200,7 +204,7 @@ def test_search_flags_that_cannot_work_are_refused(trained_model):
         (["--length-penalty", "linear"], "unknown --length-penalty"),
     ]
     for flags, message in cases:
-        result = run_nmt("translate", "-m", str(trained_model), *flags, input="x\n", check=False)
+        result = nmt_main("translate", "-m", str(trained_model), *flags, input="x\n", check=False)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, flags
 
 

@@ -1,11 +1,11 @@
-"""`nmt export ctranslate2` and `nmt translate --engine ctranslate2` against the native engine."""
+"""`nmt export ctranslate2` and `nmt translate --engine ctranslate2` against the native engine (`nmt` in-process)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from conftest import run_nmt
+from conftest import nmt_in_process
 
 pytest.importorskip("ctranslate2")
 
@@ -22,16 +22,16 @@ TEXT = "\n".join(LINES) + "\n"
 
 
 def _native(model_dir, *flags):
-    return run_nmt("translate", "-m", str(model_dir), *flags, input=TEXT).stdout
+    return nmt_in_process("translate", "-m", str(model_dir), *flags, input=TEXT).stdout
 
 
 def _ct2(ct2_dir, *flags):
-    return run_nmt("translate", "--engine", "ctranslate2", "-m", str(ct2_dir), *flags, input=TEXT).stdout
+    return nmt_in_process("translate", "--engine", "ctranslate2", "-m", str(ct2_dir), *flags, input=TEXT).stdout
 
 
 def test_greedy_output_equals_native_engine_on_a_random_model(random_model, tmp_path):
     out = tmp_path / "ct2"
-    assert run_nmt("export", "ctranslate2", str(random_model), str(out)).stdout.strip() == str(out)
+    assert nmt_in_process("export", "ctranslate2", str(random_model), str(out)).stdout.strip() == str(out)
     assert {"model.bin", "nmt.json", "sentencepiece.model"} <= {p.name for p in out.iterdir()}
     meta = json.loads((out / "nmt.json").read_text())
     assert meta["format"] == "nmt-ctranslate2" and "ctranslate2" in meta["versions"]
@@ -42,23 +42,23 @@ def test_greedy_output_equals_native_engine_on_a_random_model(random_model, tmp_
 
 def test_imported_marian_model_exports_with_its_switches(marian_dir, tmp_path):
     # swish, sines-first positions, the logits bias and the pad-token decoder start all reach CTranslate2.
-    run_nmt("import", "marian", str(marian_dir), "-o", str(tmp_path / "model"))
-    run_nmt("export", "ctranslate2", str(tmp_path / "model"), str(tmp_path / "ct2"))
+    nmt_in_process("import", "marian", str(marian_dir), "-o", str(tmp_path / "model"))
+    nmt_in_process("export", "ctranslate2", str(tmp_path / "model"), str(tmp_path / "ct2"))
     native = _native(tmp_path / "model", "--beam", "1")
     assert len(set(native.splitlines())) >= 5  # outputs depend on the input: the comparison means something
     assert _ct2(tmp_path / "ct2", "--beam", "1") == native
     # int8 weights change the numbers a little, never the one-line-per-line contract.
-    run_nmt("export", "ctranslate2", str(tmp_path / "model"), str(tmp_path / "int8"), "--quantization", "int8")
+    nmt_in_process("export", "ctranslate2", str(tmp_path / "model"), str(tmp_path / "int8"), "--quantization", "int8")
     assert len(_ct2(tmp_path / "int8", "--beam", "4", "--length-penalty", "power").splitlines()) == len(LINES)
 
 
 def test_engine_errors_are_one_line(random_model, tmp_path):
     out = tmp_path / "ct2"
-    run_nmt("export", "ctranslate2", str(random_model), str(out))
-    again = run_nmt("export", "ctranslate2", str(random_model), str(out), check=False)
+    nmt_in_process("export", "ctranslate2", str(random_model), str(out))
+    again = nmt_in_process("export", "ctranslate2", str(random_model), str(out), check=False)
     assert again.returncode == 1 and "already exists (pass --force" in again.stderr
-    run_nmt("export", "ctranslate2", str(random_model), str(out), "--force")
-    gnmt = run_nmt("translate", "--engine", "ctranslate2", "-m", str(out), input=TEXT, check=False)
+    nmt_in_process("export", "ctranslate2", str(random_model), str(out), "--force")
+    gnmt = nmt_in_process("translate", "--engine", "ctranslate2", "-m", str(out), input=TEXT, check=False)
     assert gnmt.returncode == 1 and gnmt.stderr.strip().endswith("(pass --length-penalty power, or --beam 1)")
-    not_ct2 = run_nmt("translate", "--engine", "ctranslate2", "-m", str(random_model), input=TEXT, check=False)
+    not_ct2 = nmt_in_process("translate", "--engine", "ctranslate2", "-m", str(random_model), input=TEXT, check=False)
     assert "is not a CTranslate2 model written by nmt" in not_ct2.stderr and "Traceback" not in not_ct2.stderr

@@ -24,9 +24,9 @@ def write_pair(directory, prefix, src_lines, tgt_lines):
 def test_prepare_records_counts_checksums_and_the_vocabulary(prepared, corpus):
     manifest = read_manifest(prepared)
     assert manifest["source_lang"] == "en" and manifest["target_lang"] == "de"
-    assert manifest["splits"]["train"]["input_pairs"] == 3000
-    assert manifest["splits"]["train"]["pairs"] == 3000  # the synthetic corpus is clean
-    assert manifest["splits"]["valid"]["pairs"] == 100
+    assert manifest["splits"]["train"]["input_pairs"] == 5000
+    assert manifest["splits"]["train"]["pairs"] == 5000  # the synthetic corpus is clean
+    assert manifest["splits"]["valid"]["pairs"] == 200
     assert manifest["vocab_size"] == load_sentencepiece(prepared / "sentencepiece.model").get_piece_size()
     assert set(manifest["files"]) >= {"sentencepiece.model", "train.en.bin", "train.en.idx", "valid.de.bin", "test.en", "test.de"}
     assert manifest["versions"]["nmt"]
@@ -39,7 +39,7 @@ def test_binarized_training_data_decodes_back_to_the_text(prepared, corpus):
     data = ParallelData(prepared, "train", "en", "de", sp.get_piece_size())
     source = list(read_lines(corpus["train"].parent / "train.en"))
     target = list(read_lines(corpus["train"].parent / "train.de"))
-    for i in (0, 1, 1234, 2999):
+    for i in (0, 1, 1234, 4999):
         assert sp.decode(data.src[i].tolist()) == source[i]
         assert sp.decode(data.tgt[i].tolist()) == target[i]
 

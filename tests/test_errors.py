@@ -1,10 +1,16 @@
 """Every row of docs/errors.md: a mistake a user (or the machine) can make, and the one line `nmt` says.
 
-Each row runs the installed `nmt` in a subprocess and checks what the table promises: the exit code,
-that stderr ends with exactly one `nmt: error: ...` line and holds no traceback, and that this line
-is the table's message (where `…` stands for a path, a number or a port that varies). Rows that
-write also check that nothing written before was damaged and no temporary file is left behind.
-`test_the_table_and_the_tests_agree` keeps docs/errors.md and this file in step.
+Each row runs `nmt` and checks what the table promises: the exit code, that stderr ends with exactly
+one `nmt: error: ...` line and holds no traceback, and that this line is the table's message (where `…`
+stands for a path, a number or a port that varies). Rows that write also check that nothing written
+before was damaged and no temporary file is left behind. `test_the_table_and_the_tests_agree` keeps
+docs/errors.md and this file in step.
+
+A row runs `nmt`'s main() in-process (conftest.nmt_in_process: the same exit code, stdout and stderr)
+unless what it tests needs a process of its own: a file size limit, a stdout that is /dev/full, an
+environment read when the process starts (the Hub's, inductor's, PYTHONPATH), or a server. Those run the
+installed command (`Case.process`), and `test_a_row_in_process_is_what_the_installed_command_gives`
+runs a sample of the other rows both ways and compares.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import NMT
+from conftest import NMT, nmt_in_process
 
 DOCS = Path(__file__).parents[1] / "docs" / "errors.md"
 ROWS: dict[str, Callable[[Case], subprocess.CompletedProcess]] = {}
@@ -77,11 +83,17 @@ def _file_size_limit(size: int) -> Callable[[], None]:
 
 
 class Case:
-    """What a row gets: a scratch dir, the session's fixtures on demand, and `nmt` to run."""
+    """What a row gets: a scratch dir, the session's fixtures on demand, and `nmt` to run.
 
-    def __init__(self, request, tmp_path: Path):
+    `nmt` runs in-process, or as the installed command when `as_process` is set (to compare the two);
+    `process` always runs the installed command.
+    """
+
+    def __init__(self, request, tmp_path: Path, as_process: bool = False):
         self.request = request
         self.tmp = tmp_path
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.as_process = as_process
 
     def fixture(self, name: str):
         return self.request.getfixturevalue(name)
@@ -97,8 +109,15 @@ class Case:
         path.write_bytes(data if isinstance(data, bytes) else data.encode())
         return path
 
-    def nmt(self, *args: str, env: dict | None = None, input: str | None = None, file_size: int | None = None,
-            stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    def nmt(self, *args: str, env: dict | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+        """`nmt ARGS` in the scratch dir, in-process (stdin empty unless `input` is given)."""
+        if self.as_process:
+            return self.process(*args, env=env, input=input)
+        return nmt_in_process(*args, cwd=self.tmp, input=input if input is not None else "", env=env, check=False)
+
+    def process(self, *args: str, env: dict | None = None, input: str | None = None, file_size: int | None = None,
+                stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+        """The installed `nmt ARGS` in a subprocess, writing at most `file_size` bytes a file, its stdout to `stdout`."""
         return subprocess.run(
             [NMT, *args], cwd=self.tmp, input=input if input is not None else "", stdout=stdout, stderr=subprocess.PIPE,
             text=True, env={**os.environ, "COLUMNS": "200", **(env or {})},
@@ -363,12 +382,12 @@ def _(c: Case):
 @row("hub-id-not-found")
 def _(c: Case):
     hub = c.fixture("hub")
-    return c.nmt("pull", "owner/missing", env=hub_env(c, hub.endpoint))
+    return c.process("pull", "owner/missing", env=hub_env(c, hub.endpoint))
 
 
 @row("hub-no-network")
 def _(c: Case):
-    return c.nmt("translate", "-m", "owner/model", env=hub_env(c, "http://127.0.0.1:9"), input="the dog\n")  # port 9: nothing listens
+    return c.process("translate", "-m", "owner/model", env=hub_env(c, "http://127.0.0.1:9"), input="the dog\n")  # port 9: nothing listens
 
 
 @row("hub-unsafe-file-name")
@@ -379,7 +398,7 @@ def _(c: Case):
     files = {p.name: p.read_bytes() for p in c.fixture("random_model").iterdir()}
     files["../escaped.model"] = b"written outside the Hub cache"  # matches the *.model pattern of a model dir
     hub.repos["owner/evil"] = Repo(branches={"main": "e" * 40}, commits={"e" * 40: files})
-    result = c.nmt("pull", "owner/evil", "-o", "pulled", env=hub_env(c, hub.endpoint))
+    result = c.process("pull", "owner/evil", "-o", "pulled", env=hub_env(c, hub.endpoint))
     assert not list(c.tmp.rglob("escaped.model")) and not (c.tmp / "pulled").exists()
     return result
 
@@ -400,7 +419,7 @@ def _(c: Case):
 def _(c: Case):
     # No C++ compiler: inductor cannot build CPU code (a fresh cache, so nothing compiled before is reused).
     env = {"CXX": str(c.tmp / "no-such-compiler"), "TORCHINDUCTOR_CACHE_DIR": str(c.tmp / "inductor-cache")}
-    return c.nmt("train", "--data", str(c.fixture("prepared")), "-o", "run", *TRAIN, "--max-steps", "1", "--compile", env=env)
+    return c.process("train", "--data", str(c.fixture("prepared")), "-o", "run", *TRAIN, "--max-steps", "1", "--compile", env=env)
 
 
 @row("gpu-out-of-memory")
@@ -441,7 +460,7 @@ def _(c: Case):
     c.write("in.txt", "the dog sees a cat\nthe red car\n")
     c.nmt("translate", "-m", model, "-i", "in.txt", "-o", "out.txt", "--beam", "1")
     before = (c.tmp / "out.txt").read_bytes()
-    result = c.nmt("translate", "-m", model, "-i", "in.txt", "-o", "out.txt", "--beam", "1", file_size=1)
+    result = c.process("translate", "-m", model, "-i", "in.txt", "-o", "out.txt", "--beam", "1", file_size=1)
     assert (c.tmp / "out.txt").read_bytes() == before and hidden(c.tmp) == []
     return result
 
@@ -449,14 +468,14 @@ def _(c: Case):
 @row("disk-full-stdout")
 def _(c: Case):
     with open("/dev/full", "w") as full:  # every write: ENOSPC
-        return c.nmt("translate", "-m", str(c.fixture("random_model")), "--beam", "1", input="the dog sees a cat\n", stdout=full)
+        return c.process("translate", "-m", str(c.fixture("random_model")), "--beam", "1", input="the dog sees a cat\n", stdout=full)
 
 
 @row("disk-full-average")
 def _(c: Case):
     model = c.copy(c.fixture("random_model"), "model")  # an earlier model in the place averaging writes to
     before = snapshot(model)
-    result = c.nmt("average", str(c.fixture("run_dir") / "checkpoints" / "1"), "-o", "model", file_size=100_000)
+    result = c.process("average", str(c.fixture("run_dir") / "checkpoints" / "1"), "-o", "model", file_size=100_000)
     assert snapshot(model) == before and hidden(c.tmp) == []
     return result
 
@@ -466,7 +485,7 @@ def _(c: Case):
     run = c.copy(c.fixture("run_dir"), "run")
     before = snapshot(run / "checkpoints" / "1")
     # Step 2 writes a checkpoint (--save-every 2) before step 3 would validate; its weights are > 1 MB.
-    result = c.nmt("train", "--data", str(c.fixture("prepared")), "-o", "run", *TRAIN, "--max-steps", "3", "--save-every", "2",
+    result = c.process("train", "--data", str(c.fixture("prepared")), "-o", "run", *TRAIN, "--max-steps", "3", "--save-every", "2",
                    file_size=1_000_000)
     assert snapshot(run / "checkpoints" / "1") == before
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["1", "best"]  # no 2, no .tmp-2
@@ -478,7 +497,7 @@ def _(c: Case):
     train = c.fixture("corpus")["train"]
     largest = max(Path(f"{train}.{lang}").stat().st_size for lang in ("en", "de"))
     # Room for the cleaned text (never longer than its input), not for the ~250 kB sentencepiece model.
-    result = c.nmt("prepare", "--train", str(train), "--valid", str(c.fixture("corpus")["valid"]), "-o", "data",
+    result = c.process("prepare", "--train", str(train), "--valid", str(c.fixture("corpus")["valid"]), "-o", "data",
                    "--vocab-size", "1000", file_size=largest + 1000)
     assert hidden(c.tmp / "data") == [".work"]  # what a second run resumes from; no temporary file
     return result
@@ -489,7 +508,7 @@ def _(c: Case):
     blocked = c.tmp / "blocked"
     blocked.mkdir()
     (blocked / "starlette.py").write_text("raise ImportError('not installed here')\n")  # as if the extra were missing
-    return c.nmt("serve", "-m", str(c.fixture("random_model")), "--port", "0", env={"PYTHONPATH": str(blocked)})
+    return c.process("serve", "-m", str(c.fixture("random_model")), "--port", "0", env={"PYTHONPATH": str(blocked)})
 
 
 @row("serve-port-in-use")
@@ -499,7 +518,7 @@ def _(c: Case):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        return c.nmt("serve", "-m", str(c.fixture("random_model")), "--port", str(taken.getsockname()[1]))
+        return c.process("serve", "-m", str(c.fixture("random_model")), "--port", str(taken.getsockname()[1]))
 
 
 # --- the tests -----------------------------------------------------------------------------------------
@@ -541,8 +560,27 @@ def test_debug_shows_the_traceback(tmp_path):
 
 def test_help_and_bare_groups_still_print_help(tmp_path):
     for args in ([], ["import"]):
-        result = Case(None, tmp_path).nmt(*args)
+        result = Case(None, tmp_path).process(*args)
         assert result.returncode == 2 and "Usage" in result.stdout and "nmt: error" not in result.stderr
+
+
+# Rows that run in-process, one or more per exit code and kind of command, with stdin, a model, a
+# training run and an injected fault among them.
+COMPARED_ROWS = ["usage-unknown-option", "usage-flags-that-cannot-work", "file-missing", "model-weights-truncated",
+                 "average-different-vocabularies", "gpu-out-of-memory", "out-of-memory-one-line"]
+
+
+@pytest.mark.parametrize("row_id", COMPARED_ROWS)
+def test_a_row_in_process_is_what_the_installed_command_gives(row_id, request, tmp_path):
+    """The rows' in-process runs stand for the installed command: it gives the same exit code, stdout and stderr."""
+    in_process = ROWS[row_id](Case(request, tmp_path / "run"))
+    as_process = ROWS[row_id](Case(request, tmp_path / "RUN", as_process=True))
+    def alike(text: str, run_dir: str) -> str:  # the same but for the scratch dir and the times a progress bar shows
+        return re.sub(r"\d+:\d\d:\d\d", "H:MM:SS", text.replace(run_dir, "<tmp>"))
+
+    assert as_process.returncode == in_process.returncode == doc_rows()[row_id].exit_code
+    assert alike(as_process.stdout, str(tmp_path / "RUN")) == alike(in_process.stdout, str(tmp_path / "run"))
+    assert alike(as_process.stderr, str(tmp_path / "RUN")) == alike(in_process.stderr, str(tmp_path / "run"))
 
 
 def test_the_table_and_the_tests_agree():

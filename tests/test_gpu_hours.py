@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
@@ -35,8 +34,10 @@ def test_a_step_costs_six_flops_per_parameter_and_token_plus_attention(gpu_hours
         gpu_hours.estimate("base", gpu_hours.assumed_lengths(25)).total_flops / 5e14 / 3600)
 
 
-def test_the_script_prints_the_table_and_the_papers_utilization():
-    out = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, check=True).stdout
+def test_the_script_prints_the_table_and_the_papers_utilization(gpu_hours, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT)])  # `python benchmarks/gpu_hours.py`, run in-process
+    gpu_hours.main()
+    out = capsys.readouterr().out
     assert out.startswith("Estimated, not measured:")
     assert "| base | 100,000 | 9.52e+17 | H100 SXM (989 TFLOP/s) |" in out
     assert "| big | 300,000 | 9.67e+18 | A100 (312 TFLOP/s) |" in out

@@ -1,7 +1,9 @@
 """`nmt push`, `nmt pull`, `-m OWNER/NAME` and `nmt import marian OWNER/NAME` against a Hub on 127.0.0.1.
 
 The real huggingface_hub client talks to tests/hub_server.py through $HF_ENDPOINT; each test has its
-own $HF_HOME, so the Hub cache and the stored login start empty.
+own $HF_HOME, so the Hub cache and the stored login start empty. Commands that talk to the Hub run the
+installed `nmt` (huggingface_hub reads $HF_* when it is imported); the local ones they are compared with
+run in-process.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ import json
 import socket
 
 import pytest
-from conftest import run_nmt
+from conftest import nmt_in_process, run_nmt
 from hub_server import FakeHub
 
 TOKEN = "hf_test_alice"
 FILES = ["config.json", "model.safetensors", "sentencepiece.model", "scores.json"]
+SHORT = ["--max-len-b", "10"]  # a random model writes to the length limit: source length + 10 keeps it short
 
 
 @pytest.fixture
@@ -61,8 +64,8 @@ def test_push_then_pull_round_trips_a_model_byte_for_byte(random_model, hub, env
     assert not [p for p in paths if "xet" in p.lower() or "lfs" in p.lower()]
     # The pulled dir is a model dir nmt can use, and translates like the original.
     lines = "the small dog sees a red ball\n\na king helps the old woman\n"
-    assert run_nmt("translate", "-m", str(pulled), "--beam", "2", input=lines).stdout == \
-        run_nmt("translate", "-m", str(random_model), "--beam", "2", input=lines).stdout
+    assert nmt_in_process("translate", "-m", str(pulled), "--beam", "2", *SHORT, input=lines).stdout == \
+        nmt_in_process("translate", "-m", str(random_model), "--beam", "2", *SHORT, input=lines).stdout
 
 
 def test_pull_of_a_revision_pins_it(random_model, hub, env, tmp_path):
@@ -88,15 +91,15 @@ def test_pull_of_a_revision_pins_it(random_model, hub, env, tmp_path):
 def test_translate_resolves_a_hub_id_and_works_offline_from_the_cache(random_model, hub, env):
     run_nmt("push", str(random_model), "alice/tiny-en-de", env=env)
     lines = "the small dog sees a red ball\na king helps the old woman\n"
-    local = run_nmt("translate", "-m", str(random_model), "--beam", "1", input=lines).stdout
-    online = run_nmt("translate", "-m", "alice/tiny-en-de", "--beam", "1", input=lines, env=env)
+    local = nmt_in_process("translate", "-m", str(random_model), "--beam", "1", *SHORT, input=lines).stdout
+    online = run_nmt("translate", "-m", "alice/tiny-en-de", "--beam", "1", *SHORT, input=lines, env=env)
     assert online.stdout == local and "from the Hub cache" in online.stderr
     info = json.loads(run_nmt("info", "alice/tiny-en-de", "--json", env=env).stdout)
     assert info["scores"]["en-de/test"]["BLEU"]["score"] == 12.3
 
     hub.__exit__(None, None, None)  # the Hub is gone; the cache is all there is
     offline = {**env, "HF_HUB_OFFLINE": "1"}
-    assert run_nmt("translate", "-m", "alice/tiny-en-de", "--beam", "1", input=lines, env=offline).stdout == local
+    assert run_nmt("translate", "-m", "alice/tiny-en-de", "--beam", "1", *SHORT, input=lines, env=offline).stdout == local
     result = run_nmt("translate", "-m", "alice/never-pulled", input=lines, env=offline, check=False)
     assert _error_line(result) == ("nmt: error: alice/never-pulled is not in the Hub cache and HF_HUB_OFFLINE is set "
                                    "(unset HF_HUB_OFFLINE, or `nmt pull` it while online)")
@@ -155,7 +158,7 @@ def test_import_marian_from_a_hub_id(marian_dir, hub, env, tmp_path):
     hub.tokens["hf_helsinki"] = "Helsinki-NLP"
     api.create_repo("Helsinki-NLP/opus-mt-en-de")
     api.upload_folder(folder_path=str(marian_dir), repo_id="Helsinki-NLP/opus-mt-en-de")
-    run_nmt("import", "marian", str(marian_dir), "-o", str(tmp_path / "local"))
+    nmt_in_process("import", "marian", str(marian_dir), "-o", str(tmp_path / "local"))
     result = run_nmt("import", "marian", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "hub"), env=env)
     assert str(tmp_path / "hub") in result.stdout
     from safetensors.torch import load_file
@@ -166,5 +169,5 @@ def test_import_marian_from_a_hub_id(marian_dir, hub, env, tmp_path):
     assert values["imported_from"]["source"] == "Helsinki-NLP/opus-mt-en-de"
     assert values["imported_from"]["revision"] == hub.repos["Helsinki-NLP/opus-mt-en-de"].branches["main"]
     lines = "the small dog sees a red ball\n"
-    assert run_nmt("translate", "-m", str(tmp_path / "hub"), input=lines).stdout == \
-        run_nmt("translate", "-m", str(tmp_path / "local"), input=lines).stdout
+    assert nmt_in_process("translate", "-m", str(tmp_path / "hub"), input=lines).stdout == \
+        nmt_in_process("translate", "-m", str(tmp_path / "local"), input=lines).stdout

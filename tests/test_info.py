@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_nmt
+from conftest import nmt_in_process, run_nmt
 from hub_server import FakeHub
 from safetensors.torch import load_file
 
@@ -25,7 +25,13 @@ def sha256(path: Path) -> str:
 
 
 def info(*args: str, **kwargs) -> dict:
-    return json.loads(run_nmt("info", *args, "--json", **kwargs).stdout)
+    """`nmt info ARGS --json`, in-process."""
+    return json.loads(nmt_in_process("info", *args, "--json", **kwargs).stdout)
+
+
+def hub_info(*args: str, env: dict) -> dict:
+    """`nmt info ARGS --json` against the loopback Hub: a process of its own (huggingface_hub reads $HF_* when imported)."""
+    return json.loads(run_nmt("info", *args, "--json", env=env).stdout)
 
 
 def error_line(result) -> str:
@@ -37,9 +43,9 @@ def error_line(result) -> str:
 
 @pytest.fixture(scope="module")
 def run_dir(prepared, tmp_path_factory) -> Path:
-    """4 tiny steps, a checkpoint and a validation (perplexity and BLEU on 2 lines) every 2: a few seconds."""
+    """4 tiny steps, a checkpoint and a validation (perplexity and BLEU on 2 lines) every 2: a few seconds, in-process."""
     run = tmp_path_factory.mktemp("info-run") / "run"
-    run_nmt("train", "--data", str(prepared), "--preset", "tiny", "--max-steps", "4", "--save-every", "2", "--valid-every", "2",
+    nmt_in_process("train", "--data", str(prepared), "--preset", "tiny", "--max-steps", "4", "--save-every", "2", "--valid-every", "2",
             "--valid-bleu", "2", "--log-every", "2", "--max-tokens", "512", "--device", "cpu", "-o", str(run))
     return run
 
@@ -47,8 +53,8 @@ def run_dir(prepared, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def model_info(random_model) -> tuple[dict, str, str]:
     """(JSON report, table, stderr of the JSON run) of `nmt info` on the random model dir."""
-    result = run_nmt("info", str(random_model), "--json")
-    return json.loads(result.stdout), run_nmt("info", str(random_model)).stdout, result.stderr
+    result = nmt_in_process("info", str(random_model), "--json")
+    return json.loads(result.stdout), nmt_in_process("info", str(random_model)).stdout, result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +108,7 @@ def test_large_files_get_a_progress_bar(random_model, model_info, tmp_path):
     shutil.copytree(random_model, model)
     with open(model / "big.bin", "wb") as f:
         f.truncate(33 << 20)  # sparse: 33 MiB of zeros without writing them
-    result = run_nmt("info", str(model), "--json")
+    result = nmt_in_process("info", str(model), "--json")
     assert "sha256 big.bin" in result.stderr and "33/33" in result.stderr
     assert json.loads(result.stdout)["sha256"]["big.bin"] == sha256(model / "big.bin")
     assert "sha256" not in model_info[2]  # small files: no bar
@@ -113,11 +119,11 @@ def test_no_argument_describes_the_default_model(random_model, tmp_path):
     for name in ("old", "new"):
         shutil.copytree(random_model, models / name)
     os.utime(models / "old" / "config.json", (1_000_000_000, 1_000_000_000))
-    picked = run_nmt("info", "--json", cwd=tmp_path)
+    picked = nmt_in_process("info", "--json", cwd=tmp_path)
     assert json.loads(picked.stdout)["model_dir"] == "models/new" and "using model models/new" in picked.stderr
-    chosen = run_nmt("info", "--json", cwd=tmp_path, env={"NMT_MODEL": str(models / "old")})
+    chosen = nmt_in_process("info", "--json", cwd=tmp_path, env={"NMT_MODEL": str(models / "old")})
     assert json.loads(chosen.stdout)["model_dir"] == str(models / "old") and "from $NMT_MODEL" in chosen.stderr
-    empty = run_nmt("info", cwd=models / "new", check=False)
+    empty = nmt_in_process("info", cwd=models / "new", check=False)
     assert "no model found" in error_line(empty) and "pass a model dir, a run dir or a Hub id" in error_line(empty)
 
 
@@ -134,9 +140,9 @@ def test_what_is_neither_model_run_nor_hub_id_is_one_clear_error(prepared, rando
         (str(tmp_path / "foreign"), "config.json is not nmt's"),
     ]
     for target, message in cases:
-        line = error_line(run_nmt("info", target, check=False))
+        line = error_line(nmt_in_process("info", target, check=False))
         assert message in line and expected in line, line
-    line = error_line(run_nmt("info", str(random_model), "--revision", "v1", check=False))
+    line = error_line(nmt_in_process("info", str(random_model), "--revision", "v1", check=False))
     assert "--revision needs a Hub id" in line
 
 
@@ -162,7 +168,7 @@ def test_run_dir_shows_steps_checkpoints_and_validation(run_dir, run_info, prepa
     assert {k: report["best"][k] for k in ("metric", "value", "step")} == best
     for name in ("config.json", "sentencepiece.model", "metrics.jsonl"):
         assert report["sha256"][name] == sha256(run_dir / name)
-    table = run_nmt("info", str(run_dir)).stdout
+    table = nmt_in_process("info", str(run_dir)).stdout
     assert "4 of 4 done, finished" in table and f"valid ppl {validations[-1]['valid_ppl']:.2f}" in table
 
 
@@ -176,12 +182,12 @@ def test_run_dir_says_what_average_would_pick_and_how_to_resume(run_dir, run_inf
     shutil.copytree(run_dir, run)
     command = info(str(run))["resume"]["command"].split()
     assert command[:2] == ["nmt", "train"]
-    resumed = run_nmt(*command[1:], "--max-steps", "6")
+    resumed = nmt_in_process(*command[1:], "--max-steps", "6")
     assert f"resuming from {run}/checkpoints/4" in resumed.stderr
     after = info(str(run))
     assert after["steps"]["done"] == 6 and [c["step"] for c in after["checkpoints"]] == [2, 4, 6]
     assert after["average"]["checkpoints"] == [2, 4, 6]
-    run_nmt("average", str(run), "-o", str(tmp_path / "model"))
+    nmt_in_process("average", str(run), "-o", str(tmp_path / "model"))
     assert json.loads((tmp_path / "model" / "config.json").read_text())["training"]["averaged_checkpoints"] == [2, 4, 6]
 
 
@@ -219,7 +225,7 @@ def hub_env(tmp_path):
 def test_hub_model_files_are_checked_against_the_hubs_own_checksums(random_model, model_info, hub_env):
     hub, env = hub_env
     run_nmt("push", str(random_model), "alice/tiny-en-de", env=env)
-    report = info("alice/tiny-en-de", env=env)
+    report = hub_info("alice/tiny-en-de", env=env)
     checked = report["hub"]
     assert report["kind"] == "hub_model" and checked["source"] == "hub" and checked["match"] is True
     assert checked["commit"] == hub.repos["alice/tiny-en-de"].branches["main"]
@@ -269,4 +275,4 @@ def test_a_corrupted_copy_in_the_hub_cache_is_reported_as_mismatching(random_mod
     blob.unlink()
     run_nmt("pull", "alice/tiny-en-de", env=env)
     assert blob.read_bytes() == (random_model / "model.safetensors").read_bytes()
-    assert info("alice/tiny-en-de", env=env)["hub"]["match"] is True
+    assert hub_info("alice/tiny-en-de", env=env)["hub"]["match"] is True

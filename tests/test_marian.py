@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_nmt
+from conftest import nmt_in_process
 
 transformers = pytest.importorskip("transformers")
 
@@ -34,7 +34,7 @@ MAX_NEW_TOKENS = 30  # transformers counts EOS among the new tokens; nmt's a*|x|
 @pytest.fixture(scope="module")
 def imported(marian_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("imported") / "model"
-    run_nmt("import", "marian", str(marian_dir), "-o", str(out))
+    nmt_in_process("import", "marian", str(marian_dir), "-o", str(out))
     return out
 
 
@@ -83,7 +83,7 @@ def test_import_records_marian_switches_and_files(imported, marian_dir):
     assert values["tokenizer"]["kind"] == "marian" and values["languages"] == {"source": "en", "target": "de"}
     for name in ("source.spm", "target.spm", "vocab.json"):
         assert (imported / name).read_bytes() == (marian_dir / name).read_bytes()
-    info = json.loads(run_nmt("info", str(imported), "--json").stdout)
+    info = json.loads(nmt_in_process("info", str(imported), "--json").stdout)
     # transformers stores both sinusoid tables as parameters and the logits bias as a buffer; nmt the reverse.
     theirs = sum(p.numel() for p in transformers.MarianMTModel.from_pretrained(marian_dir).parameters())
     assert info["parameters"] == theirs - 2 * hf_config["max_position_embeddings"] * hf_config["d_model"] + hf_config["vocab_size"]
@@ -135,7 +135,7 @@ def test_greedy_output_equals_generate_num_beams_1(imported, hf):
     assert len({tuple(t) for t in theirs}) >= 5 and all(0 < len(t) < MAX_NEW_TOKENS for t in theirs[:6])
     # The command line gives the same text, line for line.
     _, tokenizer = hf
-    text = run_nmt("translate", "-m", str(imported), "--beam", "1", "--max-len-a", "0", "--max-len-b", str(MAX_NEW_TOKENS - 1),
+    text = nmt_in_process("translate", "-m", str(imported), "--beam", "1", "--max-len-a", "0", "--max-len-b", str(MAX_NEW_TOKENS - 1),
                    input="\n".join(SENTENCES) + "\n").stdout.splitlines()
     assert text == [tokenizer.decode(t, skip_special_tokens=True) for t in theirs]
 
@@ -191,7 +191,7 @@ def test_import_of_an_incomplete_dir_is_a_one_line_error(marian_dir, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(marian_dir, broken)
     (broken / "vocab.json").unlink()
-    result = run_nmt("import", "marian", str(broken), "-o", str(tmp_path / "out"), check=False)
+    result = nmt_in_process("import", "marian", str(broken), "-o", str(tmp_path / "out"), check=False)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("nmt: error: ") and "vocab.json" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out" / "config.json").exists()
@@ -204,7 +204,7 @@ def test_import_reads_pytorch_model_bin_without_unpickling_code(marian_dir, tmp_
     shutil.copytree(marian_dir, legacy)
     torch.save(load_file(str(legacy / "model.safetensors")), legacy / "pytorch_model.bin")
     (legacy / "model.safetensors").unlink()
-    run_nmt("import", "marian", str(legacy), "-o", str(tmp_path / "out"))
+    nmt_in_process("import", "marian", str(legacy), "-o", str(tmp_path / "out"))
     assert _nmt_tokens(tmp_path / "out", hf, beam=1) == _generate(hf, num_beams=1)
 
     class Payload:  # a pickle that would run code when loaded without weights_only
@@ -212,7 +212,7 @@ def test_import_reads_pytorch_model_bin_without_unpickling_code(marian_dir, tmp_
             return (print, ("executed",))
 
     torch.save({"model.shared.weight": Payload()}, legacy / "pytorch_model.bin")
-    result = run_nmt("import", "marian", str(legacy), "-o", str(tmp_path / "evil"), check=False)
+    result = nmt_in_process("import", "marian", str(legacy), "-o", str(tmp_path / "evil"), check=False)
     assert result.returncode == 1 and "executed" not in result.stdout
     assert "nmt: error: cannot read" in result.stderr
 

@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -79,8 +80,8 @@ def reference(wmt_files, tmp_path_factory) -> Path:
     return root / "data" / "wmt14-en-de"
 
 
-def test_list_shows_every_recipe_with_size_source_and_license():
-    out = run_nmt("prepare", "--list").stdout
+def test_list_shows_every_recipe_with_size_source_and_license(nmt_main):
+    out = nmt_main("prepare", "--list").stdout
     for name in ("wmt14-en-de", "wmt14-de-en", "wmt14-en-fr", "demo"):
         assert name in out
     assert "4.5M" in out and "wmt/wmt14" in out and "BSD" in out
@@ -229,9 +230,18 @@ def test_offline_mode_uses_the_cache_and_says_what_is_missing(reference, wmt_fil
     assert data_files(tmp_path / "data" / "wmt14-en-de") == data_files(reference)
 
 
-@pytest.mark.slow  # huggingface_hub retries a refused connection with backoff for about 25 s
+# `nmt` with huggingface_hub's waits between retries skipped: it retries a refused connection five times,
+# waiting 1 + 2 + 4 + 8 + 8 s, and no setting turns that off. The attempts still happen, against a port
+# that refuses them; the process reads its environment at start-up as the installed `nmt` does.
+NMT_WITHOUT_RETRY_WAITS = ("import types, huggingface_hub.utils._http as http\n"
+                           "http.time = types.SimpleNamespace(sleep=lambda seconds: None)\n"
+                           "from nmtcli.cli import main\n"
+                           "main()\n")
+
+
 def test_an_unreachable_hub_is_a_one_line_error(tmp_path):
-    result = run_nmt("prepare", "wmt14-en-de", cwd=tmp_path, env=hub_env(None, tmp_path / "hf"), check=False)
+    result = subprocess.run([sys.executable, "-c", NMT_WITHOUT_RETRY_WAITS, "prepare", "wmt14-en-de"], cwd=tmp_path, capture_output=True,
+                            text=True, env={**os.environ, "COLUMNS": "200", **hub_env(None, tmp_path / "hf")})
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("nmt: error: cannot download wmt/wmt14: de-en/train-00000-of-00003.parquet: http://127.0.0.1:9 cannot be reached")
 
@@ -292,12 +302,12 @@ def test_demo_is_shipped_with_its_license_and_prepares_offline(tmp_path):
     assert "train:" in result.stderr
 
 
-def test_recipe_and_file_arguments_are_checked(tmp_path):
+def test_recipe_and_file_arguments_are_checked(tmp_path, nmt_main):
     for args, message in (
         (["prepare", "wmt15-xx"], "nmt: error: no recipe named 'wmt15-xx'"),
         (["prepare", "demo", "--train", "x", "--valid", "y"], "nmt: error: both a corpus name"),
         (["prepare"], "nmt: error: nothing to prepare"),
         (["prepare", "demo", "-s", "fr"], "nmt: error: demo translates en->de, not -s fr"),
     ):
-        result = run_nmt(*args, cwd=tmp_path, check=False)
+        result = nmt_main(*args, cwd=tmp_path, check=False)
         assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith(message), result.stderr

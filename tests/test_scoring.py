@@ -19,7 +19,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_nmt
 from sacrebleu.metrics import BLEU
 
 from nmtcli.errors import NmtError
@@ -102,7 +101,7 @@ def test_paper_bleu_refuses_a_language_the_tokenizer_does_not_know():
     assert error.value.exit_code == 2
 
 
-# --- through the installed `nmt` ---------------------------------------------------------------
+# --- through `nmt score` (in-process) --------------------------------------------------------------
 
 HYP = ["Der Fahrer-Schutz ist gut.", "Das ist ein Fahrer-Schutzsystem für alle Autos."]
 REF = ["Der Fahrer-Schutz ist sehr gut.", "Das ist ein Fahrer-Schutz-System für alle Autos."]
@@ -115,8 +114,8 @@ def files(tmp_path) -> dict[str, Path]:
     return {"hyp": tmp_path / "hyp.de", "ref": tmp_path / "ref.de"}
 
 
-def test_paper_line_says_what_it_is(files):
-    result = run_nmt("score", str(files["hyp"]), "--ref", str(files["ref"]), "--compat", "paper")
+def test_paper_line_says_what_it_is(files, nmt_main):
+    result = nmt_main("score", str(files["hyp"]), "--ref", str(files["ref"]), "--compat", "paper")
     # Tokenized and split, line 1 has 7 tokens against 8 ("sehr" missing): 7/7 unigrams, 5/6 bigrams, 3/5
     # trigrams, 2/4 4-grams. Line 2, 10 against 12 ("Schutzsystem" for "Schutz ##AT##-##AT## System"):
     # 9/10, 7/9, 5/8, 3/7. multi-bleu.perl printed BLEU = 56.78, 94.1/80.0/61.5/45.5 (BP=0.838, ratio=0.850).
@@ -130,8 +129,8 @@ def test_paper_line_says_what_it_is(files):
     assert "not comparable with sacreBLEU" in result.stderr
 
 
-def test_both_conventions_in_one_json_and_they_differ_on_hyphenated_text(files):
-    result = run_nmt("score", str(files["hyp"]), "--ref", str(files["ref"]), "--compat", "sacrebleu,paper", "--json")
+def test_both_conventions_in_one_json_and_they_differ_on_hyphenated_text(files, nmt_main):
+    result = nmt_main("score", str(files["hyp"]), "--ref", str(files["ref"]), "--compat", "sacrebleu,paper", "--json")
     scores = json.loads(result.stdout)["scores"]
     assert [s["name"] for s in scores] == ["BLEU", "chrF2", PAPER_BLEU]
     sacre, paper = scores[0], scores[2]
@@ -139,18 +138,18 @@ def test_both_conventions_in_one_json_and_they_differ_on_hyphenated_text(files):
     assert abs(paper["score"] - sacre["score"]) > 1
     assert paper["signature"].startswith("nrefs:1|case:mixed|tok:moses-de|compound:atat|smooth:none")
     # The default stays sacreBLEU's, unchanged.
-    default = run_nmt("score", str(files["hyp"]), "--ref", str(files["ref"]), "--json")
+    default = nmt_main("score", str(files["hyp"]), "--ref", str(files["ref"]), "--json")
     assert json.loads(default.stdout)["scores"] == scores[:2]
 
 
-def test_target_language_comes_from_the_flag_when_the_suffix_is_not_one(files, tmp_path):
+def test_target_language_comes_from_the_flag_when_the_suffix_is_not_one(files, tmp_path, nmt_main):
     plain = tmp_path / "ref.txt"
     shutil.copy(files["ref"], plain)
-    refused = run_nmt("score", str(files["hyp"]), "--ref", str(plain), "--compat", "paper", check=False)
+    refused = nmt_main("score", str(files["hyp"]), "--ref", str(plain), "--compat", "paper", check=False)
     assert refused.returncode == 2
     assert "nmt: error: --compat paper needs the target language" in refused.stderr and "--target-lang" in refused.stderr
-    given = run_nmt("score", str(files["hyp"]), "--ref", str(plain), "--compat", "paper", "-t", "de")
-    assert given.stdout == run_nmt("score", str(files["hyp"]), "--ref", str(files["ref"]), "--compat", "paper").stdout
+    given = nmt_main("score", str(files["hyp"]), "--ref", str(plain), "--compat", "paper", "-t", "de")
+    assert given.stdout == nmt_main("score", str(files["hyp"]), "--ref", str(files["ref"]), "--compat", "paper").stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -158,20 +157,24 @@ def test_target_language_comes_from_the_flag_when_the_suffix_is_not_one(files, t
     (["--compat", "paper", "--metrics", "chrf"], "--compat paper scores BLEU only"),
     (["--compat", "paper", "-t", "german"], "does not know the language 'german'"),
 ])
-def test_bad_compat_flags_exit_2_with_one_line(files, args, message):
-    result = run_nmt("score", str(files["hyp"]), "--ref", str(files["ref"]), *args, check=False)
+def test_bad_compat_flags_exit_2_with_one_line(files, args, message, nmt_main):
+    result = nmt_main("score", str(files["hyp"]), "--ref", str(files["ref"]), *args, check=False)
     assert result.returncode == 2
     assert result.stderr.startswith("nmt: error: ") and message in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_scoring_a_model_records_paper_bleu_beside_sacrebleus(random_model, prepared, tmp_path):
+def test_scoring_a_model_records_paper_bleu_beside_sacrebleus(random_model, prepared, tmp_path, nmt_main):
     model = tmp_path / "model"
     shutil.copytree(random_model, model)
     config = json.loads((model / "config.json").read_text())
-    config["training"] = {"data_dir": str(prepared)}
+    # The prepared data with its test split cut to 20 lines: a random model writes every line to the length limit.
+    data = shutil.copytree(prepared, tmp_path / "data")
+    for lang in ("en", "de"):
+        (data / f"test.{lang}").write_text("".join((prepared / f"test.{lang}").read_text().splitlines(keepends=True)[:20]))
+    config["training"] = {"data_dir": str(data)}
     (model / "config.json").write_text(json.dumps(config))
-    result = run_nmt("score", "-m", str(model), "--compat", "paper", "--device", "cpu")
+    result = nmt_main("score", "-m", str(model), "--compat", "paper", "--device", "cpu")
     assert result.stdout.startswith("BLEU (paper: moses -l de, compound-split, multi-bleu) = ")
     assert "Moses-tokenized as de (the model's target language)" in result.stderr
     recorded = json.loads((model / "scores.json").read_text())["en-de/test"]

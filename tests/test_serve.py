@@ -26,7 +26,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import NMT
+from conftest import NMT, nmt_in_process
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -231,9 +231,9 @@ def test_translate_answers_libretranslate_clients_in_json_and_forms(server):
 
 def test_one_line_out_per_line_in_the_same_as_nmt_translate(server, models, tmp_path):
     """Both endpoints against `nmt translate --output-format json --nbest 2` with the server's settings (beam 4, alpha 0.6, max_len_b 10)."""
-    records = [json.loads(line) for line in subprocess.run(
-        [NMT, "translate", "-m", str(models["en-de"]), "--threads", "1", "--output-format", "json", "--nbest", "2", *SHORT],
-        input="\n".join(LINES) + "\n", capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split("\n")[:-1]]
+    records = [json.loads(line) for line in nmt_in_process(
+        "translate", "-m", str(models["en-de"]), "--threads", "1", "--output-format", "json", "--nbest", "2", *SHORT,
+        input="\n".join(LINES) + "\n", cwd=tmp_path).stdout.split("\n")[:-1]]
     assert len(records) == len(LINES) and records[1]["nbest"] == []
     best = [r["translation"] for r in records]
     second = [r["nbest"][1]["translation"] if r["nbest"] else "" for r in records]

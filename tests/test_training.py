@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -134,11 +135,11 @@ def test_the_rows_of_real_targets_are_found_without_a_device_wait():
     assert torch.equal(first_true(mask, int(mask.sum())), mask.nonzero().squeeze(1))
 
 
-def test_training_learns(trained_model):
-    metrics = [json.loads(line) for line in (trained_model.parent / "run" / "metrics.jsonl").read_text().splitlines()]
+def test_training_learns(trained_model, trained_run):
+    metrics = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
     valid = [m["valid_ppl"] for m in metrics if "valid_ppl" in m]
     vocab = json.loads((trained_model / "config.json").read_text())["model"]["vocab_size"]
-    assert len(valid) == 2
+    assert len(valid) == 3  # steps 100, 200, 300
     assert valid[-1] < valid[0] < vocab / 10  # far below the uniform guess over the vocabulary
     assert valid[-1] < 3.0
 
@@ -292,9 +293,7 @@ def test_flop_count_matches_pytorchs_flop_counter():
     assert mfu(989.4e12, 2.0, 989.4e12, 1) == 0.5
 
 
-def test_validation_bleu_is_what_nmt_translate_and_nmt_score_give(trained_model, prepared, tmp_path):
-    from conftest import run_nmt
-
+def test_validation_bleu_is_what_nmt_translate_and_nmt_score_give(trained_model, prepared, tmp_path, nmt_main):
     from nmtcli.data.text import load_sentencepiece
     from nmtcli.model.checkpoint import load_model
     from nmtcli.training.distributed import Ranks
@@ -308,8 +307,8 @@ def test_validation_bleu_is_what_nmt_translate_and_nmt_score_give(trained_model,
                       resolve("fp32", torch.device("cpu")).autocast, torch.device("cpu"), Ranks())
     (tmp_path / "src.txt").write_text("\n".join(sources[:30]) + "\n")
     (tmp_path / "ref.txt").write_text("\n".join(references[:30]) + "\n")
-    run_nmt("translate", "-m", str(trained_model), "-i", str(tmp_path / "src.txt"), "-o", str(tmp_path / "hyp.txt"))
-    scored = json.loads(run_nmt("score", str(tmp_path / "hyp.txt"), "--ref", str(tmp_path / "ref.txt"), "--json").stdout)
+    nmt_main("translate", "-m", str(trained_model), "-i", str(tmp_path / "src.txt"), "-o", str(tmp_path / "hyp.txt"))
+    scored = json.loads(nmt_main("score", str(tmp_path / "hyp.txt"), "--ref", str(tmp_path / "ref.txt"), "--json").stdout)
     assert ours["valid_bleu"] == pytest.approx(scored["scores"][0]["score"], abs=1e-9)
     assert ours["valid_bleu"] > 20
 
@@ -331,40 +330,42 @@ def test_early_stopping_keeps_the_best_checkpoint(prepared, tmp_path):
     assert again.run()["step"] == 4
 
 
-def test_config_file_with_flags_overriding_it(prepared, tmp_path):
-    from conftest import run_nmt
-
+def test_config_file_with_flags_overriding_it(prepared, tmp_path, nmt_main):
     (tmp_path / "train.json").write_text(json.dumps({
         "preset": "tiny", "max-steps": 3, "max_tokens": 300, "save_every": "2", "valid_every": 100, "log_every": 1,
         "device": "cpu", "data": str(prepared), "output": str(tmp_path / "run"),
     }))
-    run_nmt("train", "--config", str(tmp_path / "train.json"), "--max-steps", "2")
+    nmt_main("train", "--config", str(tmp_path / "train.json"), "--max-steps", "2")
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["training"]
     assert saved["max_steps"] == 2 and saved["max_tokens"] == 300 and saved["save_every"] == 2
     # The run's own config.json reruns the same recipe (and so resumes it).
-    again = run_nmt("train", "--config", str(tmp_path / "run" / "config.json"), "--data", str(prepared), "-o", str(tmp_path / "run"),
+    again = nmt_main("train", "--config", str(tmp_path / "run" / "config.json"), "--data", str(prepared), "-o", str(tmp_path / "run"),
                     "--max-steps", "4")
     assert "resuming from" in again.stderr
     (tmp_path / "bad.toml").write_text('max_step = 3\n')
-    bad = run_nmt("train", "--config", str(tmp_path / "bad.toml"), check=False)
+    bad = nmt_main("train", "--config", str(tmp_path / "bad.toml"), check=False)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("nmt: error: --config")
     assert "max_step" in bad.stderr and "Traceback" not in bad.stderr
-    assert run_nmt("train", "--save-every", "ten", "--data", str(prepared), check=False).returncode == 2
+    assert nmt_main("train", "--save-every", "ten", "--data", str(prepared), check=False).returncode == 2
 
 
-def test_max_time_stops_training_validated_and_checkpointed(prepared, tmp_path):
-    import time
+def test_max_time_stops_training_validated_and_checkpointed(prepared, tmp_path, monkeypatch):
+    from types import SimpleNamespace
 
     from nmtcli.cli.train import parse_duration
+    from nmtcli.training import trainer as trainer_module
 
     assert [parse_duration(v) for v in ("90s", "5m", "1.5h", "2")] == [1.5, 5.0, 90.0, 2.0]
     with pytest.raises(NmtError):
         parse_duration("0s")
+    # The trainer's clock advances 0.25 s each time it is read (every step reads it at least once), whatever
+    # the machine's speed: a 1.5-second budget is spent within 6 steps.
+    readings = iter(range(1_000_000))
+    monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=lambda: 0.25 * next(readings)))
     config, settings = small_settings(max_steps=1_000_000, max_minutes=1.5 / 60, save_every=1_000_000, valid_every=1_000_000)
     events = []
-    started = time.perf_counter()
     done = Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda kind, v: events.append((kind, v))).run()
-    assert time.perf_counter() - started < 30
+    assert 0 < done["step"] <= 6  # stopped as soon as its clock said the time was up
     assert done["time_limit_reached"] and 0 < done["step"] < 1_000_000
     kinds = [kind for kind, _ in events]
     assert kinds[-3:] == ["checkpoint", "time_limit", "done"] and "valid" in kinds
@@ -390,7 +391,7 @@ def test_a_loss_that_is_not_finite_stops_training_before_the_next_checkpoint(pre
     assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["2"]
 
 
-@pytest.mark.slow  # about three minutes on 2 shared CPU cores: tracing a graph takes seconds
+@pytest.mark.slow  # tracing a graph takes seconds on 2 shared CPU cores, and this traces about 30
 def test_compile_builds_one_graph_per_length_bucket_not_one_per_batch(prepared, tmp_path, monkeypatch):
     """--compile pads batch lengths to a few buckets and leaves the row count dynamic, and compiles each
     kind of layer once per shape: a graph per source length (encoder) and per length pair (decoder)."""
@@ -434,13 +435,13 @@ def test_compile_builds_one_graph_per_length_bucket_not_one_per_batch(prepared, 
     torch._dynamo.reset()
     counter = CompileCounter()
     monkeypatch.setattr(compiling, "BACKEND", counter)
-    config, settings = small_settings(max_steps=40, max_tokens=300, save_every=40, valid_every=40, log_every=10,
+    config, settings = small_settings(max_steps=10, max_tokens=300, save_every=10, valid_every=10, log_every=10,
                                       compile=True)
     trainer = Trainer(tmp_path / "run", prepared, config, settings)
     checked = counter.frame_count  # the start-up check compiles a one-line function
     trainer.run()
     stream = BatchStream(trainer.train_data, 300, settings.seed)
-    batches = [trainer.train_data.batch(stream.next_indices()) for _ in range(40)]
+    batches = [trainer.train_data.batch(stream.next_indices()) for _ in range(10)]
     pairs = {(compiling.bucket_length(b.src.size(1)), compiling.bucket_length(b.tgt_in.size(1))) for b in batches}
     assert counter.frame_count - checked == graphs(pairs)
     torch._dynamo.reset()
@@ -459,15 +460,46 @@ def test_tokens_per_step_lowers_the_batch_when_one_batch_per_rank_is_already_mor
     assert abs(4 * lowered.mean_target_tokens - 600) < 0.15 * 600  # one batch per rank is now about the step
 
 
-@pytest.mark.slow  # inductor compiles C++ for the CPU: 1.5 to 5 minutes on 2 shared cores
-def test_compiled_training_computes_what_eager_training_computes(prepared, tmp_path):
-    """`--compile` for real (inductor): with dropout off, the first steps' losses are eager's, to float rounding."""
+@pytest.fixture(scope="module")
+def one_bucket_data(corpus, tmp_path_factory) -> Path:
+    """Prepared data whose training batches all pad to one length bucket pair: pairs of 9 to 14 words a side.
+
+    With this corpus' few dozen words each word is one piece: source (+ EOS) and target (BOS +) lengths of
+    10 to 15 tokens, all in the bucket of 16.
+    """
+    from nmtcli.data.prepare import PrepareSettings, prepare_files
+    from nmtcli.data.text import read_lines
+
+    root = tmp_path_factory.mktemp("one-bucket")
+    for split in ("train", "valid"):
+        pairs = [(s, t) for s, t in zip(read_lines(Path(f"{corpus[split]}.en")), read_lines(Path(f"{corpus[split]}.de")))
+                 if 9 <= len(s.split()) <= 14 and 9 <= len(t.split()) <= 14]
+        (root / f"{split}.en").write_text("".join(s + "\n" for s, _ in pairs))
+        (root / f"{split}.de").write_text("".join(t + "\n" for _, t in pairs))
+    prepare_files(root / "data", root / "train", root / "valid", None, PrepareSettings("en", "de", vocab_size=1000, max_tokens=15), "t")
+    return root / "data"
+
+
+@pytest.mark.slow  # inductor compiles C++ for the CPU: a minute or more on 2 shared cores
+def test_compiled_training_computes_what_eager_training_computes(one_bucket_data, tmp_path):
+    """`--compile` for real (inductor): with dropout off, the first steps' losses are eager's, to float rounding.
+
+    On batches of one length bucket, so that inductor compiles each kind of layer once (the graphs per
+    bucket are counted by test_compile_builds_one_graph_per_length_bucket_not_one_per_batch)."""
+    from nmtcli.data.batching import BatchStream
+    from nmtcli.training import compiling
+
     losses = {}
     for compiled in (False, True):
         config, settings = small_settings(max_steps=4, save_every=4, valid_every=4, compile=compiled)
         run = tmp_path / ("compiled" if compiled else "eager")
-        Trainer(run, prepared, config.replace(dropout=0.0), settings).run()
+        trainer = Trainer(run, one_bucket_data, config.replace(dropout=0.0), settings)
+        trainer.run()
         losses[compiled] = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    stream = BatchStream(trainer.train_data, settings.max_tokens, settings.seed)
+    batches = [trainer.train_data.batch(stream.next_indices()) for _ in range(4)]
+    assert {(compiling.bucket_length(b.src.size(1)), compiling.bucket_length(b.tgt_in.size(1))) for b in batches} == {(16, 16)}
+    assert len({b.src.shape for b in batches}) > 1  # batches of several shapes all the same
     assert len(losses[True]) == 4
     assert losses[True] == pytest.approx(losses[False], abs=2e-3)
     torch._dynamo.reset()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from conftest import run_nmt
 
 from nmtcli.inference.translator import DEVICE_DEFAULTS, SearchSettings, Translator, batching_for
 from nmtcli.model.checkpoint import WEIGHTS_FILE, load_model, load_weights
@@ -38,7 +37,7 @@ def test_batches_default_to_the_size_that_suits_the_device():
 
 def test_running_out_of_memory_halves_the_batch_and_loses_no_line(random_model, tmp_path, monkeypatch):
     warnings: list[str] = []
-    settings = SearchSettings(batch_tokens=100_000)
+    settings = SearchSettings(batch_tokens=100_000, max_len_a=0, max_len_b=10)  # a random model writes to the length limit
     expected = list(Translator(random_model, settings=settings).translate(LINES))
     # A GPU out of memory cannot be had on demand: the fault makes every batch of more than 5 lines
     # raise torch's OutOfMemoryError, as a full GPU would.
@@ -51,7 +50,7 @@ def test_running_out_of_memory_halves_the_batch_and_loses_no_line(random_model, 
     assert "continuing with --batch-tokens" in warnings[0]
 
 
-def test_translate_reports_its_speed_when_done(random_model):
-    result = run_nmt("translate", "-m", str(random_model), "--beam", "2", input="\n".join(LINES[:6]) + "\n")
+def test_translate_reports_its_speed_when_done(random_model, nmt_main):
+    result = nmt_main("translate", "-m", str(random_model), "--beam", "2", "--max-len-b", "10", input="\n".join(LINES[:6]) + "\n")
     assert len(result.stdout.splitlines()) == 6
     assert "translated 6 line(s) in " in result.stderr and " lines/s; the first after " in result.stderr

@@ -11,7 +11,7 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -29,8 +29,8 @@ NORM, WARMUP = "pre", 100
 # Checkpoints are saved every 1/SAVES of the training time and the last CHECKPOINTS averaged: the
 # last quarter of training, late enough that no early, untrained checkpoint pulls the average down.
 SAVES = 20
-# The time budget decides when training stops; the step limit only has to be out of its way (and out
-# of the way of a resumed, longer run).
+# Without --max-steps the time budget decides when training stops; the step limit only has to be out of
+# its way (and out of the way of a resumed, longer run).
 MAX_STEPS = 1_000_000
 # Seconds kept back from training for averaging, translating the 500 test sentences and the table.
 RESERVE_S = 12.0
@@ -38,7 +38,8 @@ MIN_TRAIN_S = 15.0
 
 
 def command(
-    minutes: Annotated[float, typer.Option(help="Wall-clock budget for the whole run; training gets what preparing and scoring leave.", min=0.5)] = 5.0,
+    minutes: Annotated[Optional[float], typer.Option(help="Wall-clock budget for the whole run; training gets what preparing and scoring leave. Default: 5, or none with --max-steps.", min=0.5, show_default=False)] = None,
+    max_steps: Annotated[Optional[int], typer.Option(help="Train for this many steps instead of the time left: the same model on any machine (with --minutes too, whichever comes first).", min=1)] = None,
     preset: Annotated[str, typer.Option(help="Model and recipe to train (tiny fits a CPU; base wants a GPU).")] = "tiny",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     examples: Annotated[int, typer.Option(help="Held-out sentences shown next to their references.", min=0)] = 8,
@@ -47,8 +48,8 @@ def command(
     """Prepare the bundled demo corpus, train, average, translate and score: the whole pipeline in minutes.
 
     Runs [bold]nmt prepare demo[/bold], [bold]nmt train --preset tiny[/bold] for what is left of
-    --minutes, [bold]nmt average[/bold] and [bold]nmt score[/bold], showing each command before it runs
-    so you can re-run any step by hand, then shows held-out sentences with their reference
+    --minutes (or for --max-steps steps), [bold]nmt average[/bold] and [bold]nmt score[/bold], showing
+    each command before it runs so you can re-run any step by hand, then shows held-out sentences with their reference
     translations and the model's. The demo corpus is 4,200 short UI strings (en->de), so expect
     a model that gets short, frequent phrases right ("Insert image" -> "Bild einfügen") and
     long sentences wrong: BLEU around 10-20 after five minutes on a laptop CPU.
@@ -56,7 +57,7 @@ def command(
     from nmtcli.cli import average, prepare, score, train
 
     started = time.perf_counter()
-    budget = minutes * 60
+    budget = None if minutes is None and max_steps is not None else (minutes or 5.0) * 60
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir, run_dir, model_dir = DATA_ROOT / CORPUS, RUNS_ROOT / f"{preset}-{CORPUS}", MODELS_ROOT / f"{preset}-{CORPUS}"
     with _inside(workdir):
@@ -64,14 +65,20 @@ def command(
               ["prepare", CORPUS, "-o", str(data_dir)])
         prepare.command(name=CORPUS, output=data_dir)
 
-        train_s = max(MIN_TRAIN_S, budget - (time.perf_counter() - started) - RESERVE_S)
-        save_every = f"{max(1, round(train_s / SAVES))}s"
-        max_time = f"{round(train_s)}s"
-        _step(2, f"train the {preset} preset for {_duration(train_s)}, a checkpoint every {save_every}",
+        train_s = None if budget is None else max(MIN_TRAIN_S, budget - (time.perf_counter() - started) - RESERVE_S)
+        max_time = None if train_s is None else f"{round(train_s)}s"
+        if max_steps is None:
+            steps, save_every = MAX_STEPS, f"{max(1, round(train_s / SAVES))}s"
+            what = f"for {_duration(train_s)}"
+        else:  # checkpoints by steps: the same ones on any machine
+            steps, save_every = max_steps, str(max(1, max_steps // SAVES))
+            what = f"for {max_steps} steps" + ("" if max_time is None else f" (at most {_duration(train_s)})")
+        _step(2, f"train the {preset} preset {what}, a checkpoint every {save_every}{'' if max_steps is None else ' steps'}",
               ["train", "--data", str(data_dir), "--preset", preset, "--norm", NORM, "--warmup", str(WARMUP), "-o", str(run_dir),
-               "--max-time", max_time, "--max-steps", str(MAX_STEPS), "--save-every", save_every, "--device", device, "--restart"])
+               *(["--max-time", max_time] if max_time is not None else []), "--max-steps", str(steps), "--save-every", save_every,
+               "--device", device, "--restart"])
         train.command(data=data_dir, preset=preset, norm=NORM, warmup=WARMUP, output=run_dir, max_time=max_time,
-                      max_steps=MAX_STEPS, save_every=save_every, device=device, restart=True)
+                      max_steps=steps, save_every=save_every, device=device, restart=True)
 
         _step(3, f"average the last {CHECKPOINTS} checkpoints into a model dir (sec. 6.1)",
               ["average", str(run_dir), "--last", str(CHECKPOINTS), "-o", str(model_dir)])
@@ -85,7 +92,8 @@ def command(
         _show_examples(data_dir, model_dir, device, examples)
     console.print(f"\n[bold]done in {_duration(time.perf_counter() - started)}.[/bold] Translate your own text:")
     console.print(f"  echo 'Insert image' | {_command_line(['translate', '-m', str(workdir / model_dir)])}")
-    console.print("Train longer by re-running step 2 without --restart and with a larger --max-time (it resumes);"
+    longer = "--max-time" if max_steps is None else "--max-steps"
+    console.print(f"Train longer by re-running step 2 without --restart and with a larger {longer} (it resumes);"
                   " `nmt prepare --list` shows the real corpora.")
 
 
