@@ -88,7 +88,7 @@ def staged_dir(out_dir: Path, last: str | None = None, stage_name: str | None = 
         try:
             yield stage
             for name in os.listdir(stage):
-                with open(stage / name, "rb") as f:
+                with file_system_errors(stage / name), open(stage / name, "rb") as f:
                     os.fsync(f.fileno())
         except FileSystemError as e:  # name the file the user asked for, not the hidden one
             target = out_dir / Path(e.path).name if e.path is not None else out_dir

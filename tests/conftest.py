@@ -268,15 +268,13 @@ def random_model(prepared, tmp_path_factory) -> Path:
     """An untrained tiny model dir (seeded) with the prepared vocabulary and a scores.json: made in a second."""
     import torch
 
-    from nmtcli.model.checkpoint import write_model_dir
+    from nmtcli.model.checkpoint import model_dir_config, write_model_dir
     from nmtcli.model.config import PRESETS
     from nmtcli.model.transformer import Transformer
-    from nmtcli.provenance import versions
 
     torch.manual_seed(0)
     config = PRESETS["tiny"].replace(vocab_size=1000, d_model=64, d_ff=128, heads=2, max_positions=256)
-    values = {"format": "nmt-model", "format_version": 1, "model": config.to_dict(),
-              "languages": {"source": "en", "target": "de"}, "versions": versions()}
+    values = model_dir_config(config, "en", "de")
     out = tmp_path_factory.mktemp("random") / "tiny-en-de"
     write_model_dir(out, Transformer(config).state_dict(), values, {"sentencepiece.model": prepared / "sentencepiece.model"}, "# tiny-en-de\n")
     scores = {"en-de/test": {"BLEU": {"score": 12.3, "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"},
