@@ -150,6 +150,24 @@ def nmt_in_process(*args: str, cwd: Path | None = None, input: str | bytes | Non
     return result
 
 
+def nmt_forked(*args: str, cwd: Path | None = None, input: str | bytes | None = None, env: dict | None = None,
+               check: bool = True) -> subprocess.CompletedProcess:
+    """`nmt ARGS` as run_nmt runs it, in a fresh process forked from one that has imported torch (forked_nmt.py).
+
+    For commands that need a process of their own (what they import reads the environment: the Hub
+    client) but not the shell's start-up: ~0.3 s instead of ~2.5 s on 2 cores.
+    """
+    from forked_nmt import run_forked
+
+    binary = isinstance(input, bytes)
+    data = input if binary else (input or "").encode("utf-8")
+    code, out, err = run_forked(args, cwd, data, {**os.environ, "COLUMNS": COLUMNS, **(env or {})})
+    result = subprocess.CompletedProcess(["nmt", *args], code, out if binary else _as_text(out), err if binary else _as_text(err))
+    if check and code != 0:
+        raise AssertionError(f"nmt {' '.join(args)} (forked) exited {code}:\n{_as_text(err)}")
+    return result
+
+
 @pytest.fixture
 def nmt_main():
     """nmt_main(*argv, cwd=, input=, env=, check=): `nmt ARGV` run in this process (see nmt_in_process)."""

@@ -1,9 +1,9 @@
 """`nmt push`, `nmt pull`, `-m OWNER/NAME` and `nmt import marian OWNER/NAME` against a Hub on 127.0.0.1.
 
 The real huggingface_hub client talks to tests/hub_server.py through $HF_ENDPOINT; each test has its
-own $HF_HOME, so the Hub cache and the stored login start empty. Commands that talk to the Hub run the
-installed `nmt` (huggingface_hub reads $HF_* when it is imported); the local ones they are compared with
-run in-process.
+own $HF_HOME, so the Hub cache and the stored login start empty. Commands that talk to the Hub run in a
+process of their own (`nmt_forked`: huggingface_hub reads $HF_* when it is imported); the local ones they
+are compared with run in-process.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import socket
 
 import pytest
-from conftest import nmt_in_process, run_nmt
+from conftest import nmt_forked, nmt_in_process
 from hub_server import FakeHub
 
 TOKEN = "hf_test_alice"
@@ -45,10 +45,10 @@ def _error_line(result) -> str:
 
 
 def test_push_then_pull_round_trips_a_model_byte_for_byte(random_model, hub, env, tmp_path):
-    pushed = run_nmt("push", str(random_model), "alice/tiny-en-de", "--message", "first model", env=env)
+    pushed = nmt_forked("push", str(random_model), "alice/tiny-en-de", "--message", "first model", env=env)
     assert pushed.stdout.strip().startswith(f"{hub.endpoint}/alice/tiny-en-de/commit/")
     pulled = tmp_path / "pulled"
-    run_nmt("pull", "alice/tiny-en-de", "-o", str(pulled), env=env)
+    nmt_forked("pull", "alice/tiny-en-de", "-o", str(pulled), env=env)
     for name in FILES:
         assert (pulled / name).read_bytes() == (random_model / name).read_bytes(), name
         assert not (pulled / name).is_symlink()
@@ -71,36 +71,36 @@ def test_push_then_pull_round_trips_a_model_byte_for_byte(random_model, hub, env
 def test_pull_of_a_revision_pins_it(random_model, hub, env, tmp_path):
     import shutil
 
-    run_nmt("push", str(random_model), "alice/tiny-en-de", env=env)
+    nmt_forked("push", str(random_model), "alice/tiny-en-de", env=env)
     first = hub.repos["alice/tiny-en-de"].branches["main"]
     changed = tmp_path / "changed"
     shutil.copytree(random_model, changed)
     (changed / "scores.json").write_text(json.dumps({"en-de/test": {"BLEU": {"score": 30.0, "signature": "nrefs:1"}}}))
-    run_nmt("push", str(changed), "alice/tiny-en-de", "--revision", "v2", env=env)
-    run_nmt("push", str(changed), "alice/tiny-en-de", env=env)  # main moves on too
+    nmt_forked("push", str(changed), "alice/tiny-en-de", "--revision", "v2", env=env)
+    nmt_forked("push", str(changed), "alice/tiny-en-de", env=env)  # main moves on too
     assert hub.repos["alice/tiny-en-de"].branches["main"] != first
 
     for revision, expected in ((first, random_model), ("v2", changed), ("main", changed)):
         out = tmp_path / f"pull-{revision[:8]}"
-        run_nmt("pull", "alice/tiny-en-de", "--revision", revision, "-o", str(out), env=env)
+        nmt_forked("pull", "alice/tiny-en-de", "--revision", revision, "-o", str(out), env=env)
         assert (out / "scores.json").read_bytes() == (expected / "scores.json").read_bytes(), revision
-    result = run_nmt("pull", "alice/tiny-en-de", "--revision", "no-such-branch", env=env, check=False)
+    result = nmt_forked("pull", "alice/tiny-en-de", "--revision", "no-such-branch", env=env, check=False)
     assert _error_line(result) == "nmt: error: alice/tiny-en-de has no revision 'no-such-branch' (pass an existing branch, tag or commit to --revision)"
 
 
 def test_translate_resolves_a_hub_id_and_works_offline_from_the_cache(random_model, hub, env):
-    run_nmt("push", str(random_model), "alice/tiny-en-de", env=env)
+    nmt_forked("push", str(random_model), "alice/tiny-en-de", env=env)
     lines = "the small dog sees a red ball\na king helps the old woman\n"
     local = nmt_in_process("translate", "-m", str(random_model), "--beam", "1", *SHORT, input=lines).stdout
-    online = run_nmt("translate", "-m", "alice/tiny-en-de", "--beam", "1", *SHORT, input=lines, env=env)
+    online = nmt_forked("translate", "-m", "alice/tiny-en-de", "--beam", "1", *SHORT, input=lines, env=env)
     assert online.stdout == local and "from the Hub cache" in online.stderr
-    info = json.loads(run_nmt("info", "alice/tiny-en-de", "--json", env=env).stdout)
+    info = json.loads(nmt_forked("info", "alice/tiny-en-de", "--json", env=env).stdout)
     assert info["scores"]["en-de/test"]["BLEU"]["score"] == 12.3
 
     hub.__exit__(None, None, None)  # the Hub is gone; the cache is all there is
     offline = {**env, "HF_HUB_OFFLINE": "1"}
-    assert run_nmt("translate", "-m", "alice/tiny-en-de", "--beam", "1", *SHORT, input=lines, env=offline).stdout == local
-    result = run_nmt("translate", "-m", "alice/never-pulled", input=lines, env=offline, check=False)
+    assert nmt_forked("translate", "-m", "alice/tiny-en-de", "--beam", "1", *SHORT, input=lines, env=offline).stdout == local
+    result = nmt_forked("translate", "-m", "alice/never-pulled", input=lines, env=offline, check=False)
     assert _error_line(result) == ("nmt: error: alice/never-pulled is not in the Hub cache and HF_HUB_OFFLINE is set "
                                    "(unset HF_HUB_OFFLINE, or `nmt pull` it while online)")
     assert result.stdout == ""
@@ -108,31 +108,31 @@ def test_translate_resolves_a_hub_id_and_works_offline_from_the_cache(random_mod
 
 def test_network_error_gives_a_clear_message(env, tmp_path):
     down = {**env, "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}"}
-    result = run_nmt("pull", "alice/tiny-en-de", env=down, check=False)
+    result = nmt_forked("pull", "alice/tiny-en-de", env=down, check=False)
     assert _error_line(result).startswith("nmt: error: cannot reach http://127.0.0.1:")
     assert "check the network connection or $HF_ENDPOINT" in result.stderr
-    result = run_nmt("push", str(tmp_path), "alice/x", env=down, check=False)  # not a model dir: says so first
+    result = nmt_forked("push", str(tmp_path), "alice/x", env=down, check=False)  # not a model dir: says so first
     assert "has no config.json" in _error_line(result)
 
 
 def test_push_needs_a_valid_token(random_model, hub, env):
     no_token = {k: v for k, v in env.items() if k != "HF_TOKEN"}
-    result = run_nmt("push", str(random_model), "alice/tiny-en-de", env=no_token, check=False)
+    result = nmt_forked("push", str(random_model), "alice/tiny-en-de", env=no_token, check=False)
     assert _error_line(result) == "nmt: error: no Hugging Face token found (log in with `hf auth login` or set $HF_TOKEN)"
-    result = run_nmt("push", str(random_model), "alice/tiny-en-de", env={**env, "HF_TOKEN": "hf_wrong"}, check=False)
+    result = nmt_forked("push", str(random_model), "alice/tiny-en-de", env={**env, "HF_TOKEN": "hf_wrong"}, check=False)
     assert _error_line(result).startswith("nmt: error: the Hub refused the token for alice/tiny-en-de (HTTP 401)")
-    result = run_nmt("push", str(random_model), "bob/tiny-en-de", env=env, check=False)  # alice cannot write to bob
+    result = nmt_forked("push", str(random_model), "bob/tiny-en-de", env=env, check=False)  # alice cannot write to bob
     assert "(HTTP 403)" in _error_line(result)
     assert "alice/tiny-en-de" not in hub.repos and "bob/tiny-en-de" not in hub.repos
 
 
 def test_private_repo_is_invisible_without_its_token(random_model, hub, env):
-    run_nmt("push", str(random_model), "alice/secret", "--private", env=env)
+    nmt_forked("push", str(random_model), "alice/secret", "--private", env=env)
     assert hub.repos["alice/secret"].private
     anonymous = {k: v for k, v in env.items() if k != "HF_TOKEN"}
-    result = run_nmt("pull", "alice/secret", env=anonymous, check=False)
+    result = nmt_forked("pull", "alice/secret", env=anonymous, check=False)
     assert _error_line(result).startswith("nmt: error: alice/secret was not found on http://127.0.0.1:")
-    assert run_nmt("pull", "alice/secret", env=env).stdout.strip()
+    assert nmt_forked("pull", "alice/secret", env=env).stdout.strip()
 
 
 def test_pull_refuses_a_repo_that_is_not_an_nmt_model(hub, env, tmp_path):
@@ -143,7 +143,7 @@ def test_pull_refuses_a_repo_that_is_not_an_nmt_model(hub, env, tmp_path):
     api.upload_file(path_or_fileobj=b'{"model_type": "bert"}', path_in_repo="config.json", repo_id="alice/bert")
     api.upload_file(path_or_fileobj=b"pickle", path_in_repo="pytorch_model.bin", repo_id="alice/bert")
     api.upload_file(path_or_fileobj=b"not really safetensors", path_in_repo="model.safetensors", repo_id="alice/bert")
-    result = run_nmt("pull", "alice/bert", env=env, check=False)
+    result = nmt_forked("pull", "alice/bert", env=env, check=False)
     assert _error_line(result) == ("nmt: error: alice/bert is not an nmt model repo (its config.json is not nmt's) "
                                    "(for an OPUS-MT (Marian) model run `nmt import marian alice/bert` first)")
     # Nothing but the listed model files is ever downloaded: no pickle reaches the cache.
@@ -159,7 +159,7 @@ def test_import_marian_from_a_hub_id(marian_dir, hub, env, tmp_path):
     api.create_repo("Helsinki-NLP/opus-mt-en-de")
     api.upload_folder(folder_path=str(marian_dir), repo_id="Helsinki-NLP/opus-mt-en-de")
     nmt_in_process("import", "marian", str(marian_dir), "-o", str(tmp_path / "local"))
-    result = run_nmt("import", "marian", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "hub"), env=env)
+    result = nmt_forked("import", "marian", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "hub"), env=env)
     assert str(tmp_path / "hub") in result.stdout
     from safetensors.torch import load_file
 

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import nmt_in_process, run_nmt
+from conftest import nmt_forked, nmt_in_process
 from hub_server import FakeHub
 from safetensors.torch import load_file
 
@@ -31,7 +31,7 @@ def info(*args: str, **kwargs) -> dict:
 
 def hub_info(*args: str, env: dict) -> dict:
     """`nmt info ARGS --json` against the loopback Hub: a process of its own (huggingface_hub reads $HF_* when imported)."""
-    return json.loads(run_nmt("info", *args, "--json", env=env).stdout)
+    return json.loads(nmt_forked("info", *args, "--json", env=env).stdout)
 
 
 def error_line(result) -> str:
@@ -224,7 +224,7 @@ def hub_env(tmp_path):
 
 def test_hub_model_files_are_checked_against_the_hubs_own_checksums(random_model, model_info, hub_env):
     hub, env = hub_env
-    run_nmt("push", str(random_model), "alice/tiny-en-de", env=env)
+    nmt_forked("push", str(random_model), "alice/tiny-en-de", env=env)
     report = hub_info("alice/tiny-en-de", env=env)
     checked = report["hub"]
     assert report["kind"] == "hub_model" and checked["source"] == "hub" and checked["match"] is True
@@ -237,14 +237,14 @@ def test_hub_model_files_are_checked_against_the_hubs_own_checksums(random_model
     for name in ("model.safetensors", "sentencepiece.model", "scores.json", "config.json"):
         assert report["sha256"][name] == sha256(random_model / name)
     assert report["parameters"] == model_info[0]["parameters"] and report["scores"] == model_info[0]["scores"]
-    table = run_nmt("info", "alice/tiny-en-de", env=env).stdout
+    table = nmt_forked("info", "alice/tiny-en-de", env=env).stdout
     assert "every file matches (the Hub's listing)" in table and "ok (LFS sha256)" in table and "ok (git blob id)" in table
 
 
 def test_a_corrupted_copy_in_the_hub_cache_is_reported_as_mismatching(random_model, hub_env, tmp_path):
     hub, env = hub_env
-    run_nmt("push", str(random_model), "alice/tiny-en-de", env=env)
-    run_nmt("pull", "alice/tiny-en-de", env=env)  # into the Hub cache: snapshots/<commit>/ links to blobs/<ETag>
+    nmt_forked("push", str(random_model), "alice/tiny-en-de", env=env)
+    nmt_forked("pull", "alice/tiny-en-de", env=env)  # into the Hub cache: snapshots/<commit>/ links to blobs/<ETag>
     commit = hub.repos["alice/tiny-en-de"].branches["main"]
     link = tmp_path / "hf-home" / "hub" / "models--alice--tiny-en-de" / "snapshots" / commit / "model.safetensors"
     blob = link.resolve()
@@ -253,7 +253,7 @@ def test_a_corrupted_copy_in_the_hub_cache_is_reported_as_mismatching(random_mod
     blob.chmod(0o644)
     blob.write_bytes(bytes(data))
 
-    result = run_nmt("info", "alice/tiny-en-de", "--json", env=env, check=False)
+    result = nmt_forked("info", "alice/tiny-en-de", "--json", env=env, check=False)
     assert result.returncode == 1
     checked = json.loads(result.stdout)["hub"]  # the whole report comes before the error
     assert checked["source"] == "hub" and checked["match"] is False
@@ -265,7 +265,7 @@ def test_a_corrupted_copy_in_the_hub_cache_is_reported_as_mismatching(random_mod
     assert f"1 file(s) in the Hub cache do not match alice/tiny-en-de@{commit[:12]}" in line and f"delete {blob} and run `nmt pull" in line
 
     # Offline, the ETags the cache recorded at download time catch it all the same.
-    offline = run_nmt("info", "alice/tiny-en-de", "--json", env={**env, "HF_HUB_OFFLINE": "1"}, check=False)
+    offline = nmt_forked("info", "alice/tiny-en-de", "--json", env={**env, "HF_HUB_OFFLINE": "1"}, check=False)
     assert offline.returncode == 1 and "not with the Hub (HF_HUB_OFFLINE is set)" in offline.stderr
     checked = json.loads(offline.stdout)["hub"]
     assert checked["source"] == "hub cache" and checked["files"]["model.safetensors"]["match"] is False
@@ -273,6 +273,6 @@ def test_a_corrupted_copy_in_the_hub_cache_is_reported_as_mismatching(random_mod
 
     # Doing what the error says repairs the cache.
     blob.unlink()
-    run_nmt("pull", "alice/tiny-en-de", env=env)
+    nmt_forked("pull", "alice/tiny-en-de", env=env)
     assert blob.read_bytes() == (random_model / "model.safetensors").read_bytes()
     assert hub_info("alice/tiny-en-de", env=env)["hub"]["match"] is True

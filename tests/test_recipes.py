@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from conftest import NMT, run_nmt
+from conftest import NMT, nmt_forked
 from corpus import parquet_bytes, sentence_pair
 from hub_server import FakeHub, Repo
 
@@ -76,7 +76,7 @@ def reference(wmt_files, tmp_path_factory) -> Path:
     """An uninterrupted `nmt prepare wmt14-en-de` against the loopback Hub."""
     root = tmp_path_factory.mktemp("reference")
     with wmt_hub(wmt_files) as hub:
-        run_nmt("prepare", "wmt14-en-de", *FAST, cwd=root, env=hub_env(hub, root / "hf"))
+        nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=root, env=hub_env(hub, root / "hf"))
     return root / "data" / "wmt14-en-de"
 
 
@@ -121,7 +121,7 @@ def test_a_finished_prepare_reruns_in_seconds_without_downloading(reference, wmt
     shutil.copytree(reference.parent.parent, work)
     with wmt_hub(wmt_files) as hub:
         started = time.time()
-        result = run_nmt("prepare", "wmt14-en-de", *FAST, cwd=work, env=hub_env(hub, work / "hf"))
+        result = nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=work, env=hub_env(hub, work / "hf"))
         assert time.time() - started < 30
         assert hub.downloads() == []  # the cache answered; only HEADs
     assert "already prepared" in result.stderr
@@ -131,7 +131,7 @@ def test_a_finished_prepare_reruns_in_seconds_without_downloading(reference, wmt
 def test_the_same_inputs_give_byte_identical_data_whatever_the_chunks_and_workers(reference, wmt_files, tmp_path):
     # The reference encoded 50-pair chunks in-process; this run encodes 7,000-pair chunks in a pool of 2 workers.
     with wmt_hub(wmt_files) as hub:
-        run_nmt("prepare", "wmt14-en-de", "--vocab-size", "600", "--chunk-pairs", "7000", "--workers", "2", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
+        nmt_forked("prepare", "wmt14-en-de", "--vocab-size", "600", "--chunk-pairs", "7000", "--workers", "2", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
     assert data_files(tmp_path / "data" / "wmt14-en-de") == data_files(reference)
 
 
@@ -155,7 +155,7 @@ def test_killed_mid_download_keeps_finished_files_and_gives_identical_output(ref
         [partial] = list((tmp_path / "hf").rglob("*.incomplete"))
         assert partial.stat().st_size == HF_PIECE
         os.utime(partial, (time.time() - 7200, time.time() - 7200))  # a leftover from two hours ago
-        run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
+        nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
         # huggingface_hub 2.x restarts a file whose process was killed; the finished one is kept.
         assert hub.gets(TRAIN_FILES[0]) == [None]
         assert hub.gets(TRAIN_FILES[1]) == [None, None]
@@ -166,7 +166,7 @@ def test_killed_mid_download_keeps_finished_files_and_gives_identical_output(ref
 def test_a_dropped_connection_resumes_with_a_range_request(reference, wmt_files, tmp_path):
     with wmt_hub(wmt_files) as hub:
         hub.drop_after[TRAIN_FILES[1]] = HF_PIECE + 1000
-        run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
+        nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
         assert hub.gets(TRAIN_FILES[1]) == [None, f"bytes={HF_PIECE}-"]
     assert data_files(tmp_path / "data" / "wmt14-en-de") == data_files(reference)
 
@@ -186,7 +186,7 @@ def test_killed_mid_encoding_resumes_and_gives_identical_output(reference, wmt_f
         done = sorted(p.name for p in out.glob(".work/encode-*/train-*.npz"))
         assert len(done) >= 21
         before = len(hub.requests)
-        run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
+        nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
         assert hub.downloads(since=before) == []  # nothing downloaded twice
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stages"] == {"text": "reused", "sentencepiece": "reused", "encode": "resumed"}
@@ -198,7 +198,7 @@ def test_a_corrupt_download_is_detected_and_fetched_again(reference, wmt_files, 
     with wmt_hub(wmt_files) as hub:
         env = hub_env(hub, tmp_path / "hf")
         hub.corrupt[VALID_FILE] = 1
-        run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
+        nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
         assert len(hub.gets(VALID_FILE)) == 2
         assert data_files(tmp_path / "data" / "wmt14-en-de") == data_files(reference)
 
@@ -206,7 +206,7 @@ def test_a_corrupt_download_is_detected_and_fetched_again(reference, wmt_files, 
         blob = next(p for p in (tmp_path / "hf").rglob("blobs/*") if p.read_bytes() == wmt_files[TEST_FILE])
         blob.write_bytes(blob.read_bytes()[:-100])
         (tmp_path / "data" / "wmt14-en-de" / "manifest.json").unlink()
-        run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
+        nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=env)
         assert len(hub.gets(TEST_FILE)) == 2
     assert data_files(tmp_path / "data" / "wmt14-en-de") == data_files(reference)
 
@@ -214,19 +214,19 @@ def test_a_corrupt_download_is_detected_and_fetched_again(reference, wmt_files, 
 def test_a_file_that_stays_corrupt_is_a_one_line_error(wmt_files, tmp_path):
     with wmt_hub(wmt_files) as hub:
         hub.corrupt[TEST_FILE] = 2
-        result = run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"), check=False)
+        result = nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"), check=False)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(f"nmt: error: {REPO}: {TEST_FILE} is corrupt even after downloading it again")
     assert "Traceback" not in result.stderr
 
 
 def test_offline_mode_uses_the_cache_and_says_what_is_missing(reference, wmt_files, tmp_path):
-    result = run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"), check=False)
+    result = nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"), check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "not in the Hub cache and HF_HUB_OFFLINE is set" in result.stderr
     with wmt_hub(wmt_files) as hub:  # fill the cache
-        run_nmt("prepare", "wmt14-en-de", *FAST, "-o", "first", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
-    run_nmt("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"))
+        nmt_forked("prepare", "wmt14-en-de", *FAST, "-o", "first", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
+    nmt_forked("prepare", "wmt14-en-de", *FAST, cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"))
     assert data_files(tmp_path / "data" / "wmt14-en-de") == data_files(reference)
 
 
@@ -248,13 +248,13 @@ def test_an_unreachable_hub_is_a_one_line_error(tmp_path):
 
 def test_an_unknown_revision_is_a_one_line_error(wmt_files, tmp_path):
     with wmt_hub(wmt_files) as hub:
-        result = run_nmt("prepare", "wmt14-en-de", "--revision", "v9", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"), check=False)
+        result = nmt_forked("prepare", "wmt14-en-de", "--revision", "v9", cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"), check=False)
     assert result.returncode == 1 and "nmt: error: wmt/wmt14 has no revision v9" in result.stderr
 
 
 def test_the_other_direction_and_a_pinned_revision(wmt_files, tmp_path):
     with wmt_hub(wmt_files) as hub:
-        run_nmt("prepare", "wmt14-de-en", *FAST, "--revision", COMMIT, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
+        nmt_forked("prepare", "wmt14-de-en", *FAST, "--revision", COMMIT, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
     out = tmp_path / "data" / "wmt14-de-en"
     manifest = json.loads((out / "manifest.json").read_text())
     assert (manifest["source_lang"], manifest["target_lang"]) == ("de", "en")
@@ -273,12 +273,12 @@ def test_en_fr_finds_its_files_by_listing_the_repository(tmp_path):
         "de-en/test-00000-of-00001.parquet": b"not this one",
     }
     with wmt_hub(files) as hub:
-        run_nmt("prepare", "wmt14-en-fr", *FAST, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
+        nmt_forked("prepare", "wmt14-en-fr", *FAST, cwd=tmp_path, env=hub_env(hub, tmp_path / "hf"))
         assert not hub.gets("de-en/test-00000-of-00001.parquet")
     manifest = json.loads((tmp_path / "data" / "wmt14-en-fr" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["input_pairs"] == 800
     # Offline, the listing comes from the cache.
-    run_nmt("prepare", "wmt14-en-fr", *FAST, "-o", "offline", cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"))
+    nmt_forked("prepare", "wmt14-en-fr", *FAST, "-o", "offline", cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"))
     assert data_files(tmp_path / "offline") == data_files(tmp_path / "data" / "wmt14-en-fr")
     assert sorted(manifest["source"]["files"]) == sorted(n for n in files if n.startswith("fr-en/"))
     assert manifest["splits"]["test"]["lines"] == 60
@@ -292,7 +292,7 @@ def test_demo_is_shipped_with_its_license_and_prepares_offline(tmp_path):
     assert {line.split("\t")[0] for line in lines} == {"train", "valid", "test"}
     assert "BSD-3-Clause" in demo.joinpath("PROVENANCE.md").read_text(encoding="utf-8")
 
-    result = run_nmt("prepare", "demo", cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"))
+    result = nmt_forked("prepare", "demo", cwd=tmp_path, env=hub_env(None, tmp_path / "hf", HF_HUB_OFFLINE="1"))
     out = tmp_path / "data" / "demo"
     manifest = json.loads((out / "manifest.json").read_text())
     test_split = [p for line, p in zip(lines, pairs) if line.startswith("test\t")]
