@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from nmtcli import faults
-from nmtcli.device import is_out_of_memory
+from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
@@ -245,7 +245,7 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
     try:
         faults.point("translate-batch", lines=len(batch))
         src = _pad(model, [ids for _, ids in batch], device)
-        with autocast():
+        with on_device(device), autocast():  # cuda:N current: the graphs' streams and captures are on it
             if s.beam == 1:
                 return greedy_search(model, src, s.max_len_a, s.max_len_b)
             return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs)
@@ -255,6 +255,8 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
         if len(batch) == 1:
             raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {device}",
                            "use a smaller --beam, or a device with more memory") from None
+    if graphs is not None:
+        graphs.release()  # the failed search's graphs: their pool must not be in use when the cache is emptied
     if device.type == "cuda":
         torch.cuda.empty_cache()
     longest = len(batch[-1][1]) + 1

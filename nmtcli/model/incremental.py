@@ -69,7 +69,9 @@ class DecoderCache:
 
     def begin_step(self) -> None:
         if self.fixed_span is not None:
-            visible = torch.arange(self.fixed_span, device=self.position.device) <= self.position
+            # (1, 1, 1, span), as every attention kernel takes a mask: broadcastable to (rows, h, 1, span).
+            # (A 1-d mask broadcasts in the math but not in the backends' checks: cuDNN's reads size(-2).)
+            visible = (torch.arange(self.fixed_span, device=self.position.device) <= self.position).view(1, 1, 1, -1)
             self.mask = torch.zeros(visible.shape, dtype=self.keys[0].dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
         else:
             self.mask = None
@@ -205,14 +207,21 @@ def memory_attention_step(attention: MultiHeadAttention, x: Tensor, k: Tensor, v
     return attention.out_proj(out.transpose(1, 2).reshape(rows, 1, -1))
 
 
+def fused_attention(device: torch.device) -> bool:
+    """Whether a decoding step's attention runs in `scaled_dot_product_attention` (a GPU) or in two
+    matrix products (a CPU). The tests switch it on for a CPU, to run the GPU's calls there."""
+    return device.type != "cpu"
+
+
 def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     """softmax(Q K^T / sqrt(d_k) + mask) V for the few queries of a decoding step (sec. 3.2.1).
 
+    q: (B, h, Lq, d_k), k and v: (B, h, Lk, d_k); mask: additive, 4-d, broadcastable to (B, h, Lq, Lk).
     On a CPU two batched matrix products are faster than `scaled_dot_product_attention`, whose blocked
     kernel is made for long queries, not for the one query per row (or `beam` per sentence) of a step;
     on a GPU the fused kernel is the right one.
     """
-    if q.device.type != "cpu":
+    if fused_attention(q.device):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     weights = torch.matmul(q, k.transpose(-1, -2)).mul_(q.size(-1) ** -0.5)
     if mask is not None:

@@ -1,0 +1,223 @@
+"""The GPU's code paths run on a CPU: the attention calls a GPU makes, CUDA graph capture and its failures,
+the memory a GPU batch needs. What stays GPU-only (the kernels themselves, a real capture, speed) is
+listed in docs/architecture.md, "What the CPU tests cover of a GPU"."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_beam import SENTENCES, _as_lists, _batch, tiny_model
+
+from nmtcli import faults
+from nmtcli.inference.beam import beam_search
+from nmtcli.inference.graphs import StepGraphs
+from nmtcli.inference.precision import autocast, to_half
+from nmtcli.inference.translator import BatchBudget, SearchSettings, translate_ids
+from nmtcli.model import incremental
+from nmtcli.model.incremental import DecoderCache
+
+
+@pytest.fixture
+def sdpa_calls(monkeypatch):
+    """Decoding steps attend through scaled_dot_product_attention as on a GPU; every call's mask is checked
+    where it is made: 4-d, broadcastable to (B, h, Lq, Lk), and accepted by the backend choice (whose
+    cuDNN check reads mask.size(-2)) in the call's own dtype."""
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def checked(q, k, v, attn_mask=None, **kwargs):
+        if attn_mask is not None:
+            full = (q.size(0), q.size(1), q.size(2), k.size(2))
+            assert attn_mask.dim() == 4 and torch.broadcast_shapes(attn_mask.shape, full) == full, attn_mask.shape
+        torch._fused_sdp_choice(q, k, v, attn_mask)  # raises where a backend cannot read the mask
+        calls.append((q.dtype, None if attn_mask is None else tuple(attn_mask.shape)))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", checked)
+    monkeypatch.setattr(incremental, "fused_attention", lambda device: True)
+    return calls
+
+
+def test_a_one_dimensional_mask_is_what_the_backend_choice_rejects():
+    # The check the fixture makes is the one that fails: the mask fixed spans had before (span,).
+    q, k = torch.zeros(4, 2, 1, 8), torch.zeros(4, 2, 16, 8)
+    with pytest.raises(IndexError):
+        torch._fused_sdp_choice(q, k, k, torch.zeros(16))
+    torch._fused_sdp_choice(q, k, k, torch.zeros(1, 1, 1, 16))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_gpu_attention_calls_of_every_search_equal_the_cpu_search(sdpa_calls, monkeypatch, dtype):
+    model = tiny_model(8, vocab_size=30)
+    src = _batch(SENTENCES)
+    monkeypatch.setattr(incremental, "fused_attention", lambda device: False)
+    if dtype == "bf16":
+        to_half(model, "bf16")
+    with autocast(torch.device("cpu"), dtype):
+        reference = beam_search(model, src, beam=4, nbest=2, max_len_b=9)
+        monkeypatch.setattr(incremental, "fused_attention", lambda device: True)
+        eager = beam_search(model, src, beam=4, nbest=2, max_len_b=9)
+        fixed = beam_search(model, src, beam=4, nbest=2, max_len_b=9, sync_every=4, graphs=StepGraphs(bucket=4, capture=False))
+    tokens = [[h.tokens for h in s] for s in reference]
+    assert [[h.tokens for h in s] for s in eager] == tokens == [[h.tokens for h in s] for s in fixed]
+    close = 1e-4 if dtype == "fp32" else 0.05
+    for ours, theirs in zip(fixed, reference):
+        assert all(abs(a.score - b.score) < close for a, b in zip(ours, theirs))
+    expected = torch.float32 if dtype == "fp32" else torch.bfloat16
+    assert {d for d, _ in sdpa_calls} == {expected}
+    spans = {shape for _, shape in sdpa_calls if shape and shape[:3] == (1, 1, 1)}
+    assert spans >= {(1, 1, 1, 4), (1, 1, 1, 8)}, "the fixed-span masks never reached the kernel"
+    assert any(shape and shape[1:3] == (1, 1) and shape[0] > 1 for _, shape in sdpa_calls), "no source mask seen"
+
+
+def test_teacher_forced_attention_takes_masks_every_backend_accepts(sdpa_calls):
+    model = tiny_model(3, vocab_size=30).train()
+    src = _batch(SENTENCES)
+    model(src, src[:, :4]).sum().backward()
+    assert len(sdpa_calls) == 3 * model.config.layers  # encoder self, decoder self (causal), cross
+
+
+# --- CUDA graphs, recorded as Python ---------------------------------------------------------------
+
+
+class Recorder:
+    """CUDA graphs as a CPU can have them. A capture runs the step's host side and none of its device
+    side (its tensors are put back), as a real capture does; a replay runs the recorded step and none of
+    its host side. A replay checks what a real one would silently get wrong: the tensors must still be
+    at the addresses they had when recorded, and the host must count the positions the device has."""
+
+    def __init__(self):
+        self.recorded = self.replayed = self.released = 0
+
+    def warm_up(self, step):
+        step()
+
+    def record(self, step):
+        search = step.__self__
+        before = search.snapshot()
+        step()
+        search.restore(before)
+        self.recorded += 1
+        return Replay(self, search, step)
+
+    def release(self):
+        self.released += 1
+
+
+class Replay:
+    def __init__(self, recorder: Recorder, search, step):
+        self.recorder, self.search, self.step = recorder, search, step
+        self.addresses = _addresses(search)
+
+    def replay(self):
+        cache = self.search.state.cache
+        assert _addresses(self.search) == self.addresses, "a graph replayed on tensors that moved"
+        length = cache.length
+        self.step()
+        cache.length = length  # a replay runs nothing on the host
+        self.recorder.replayed += 1
+
+
+def _addresses(search) -> dict[str, int]:
+    return {name: t.data_ptr() for name, t in search.step_tensors().items()}
+
+
+@pytest.fixture
+def positions_agree(monkeypatch):
+    """Every decoder step starts where the host thinks it does."""
+    begin = DecoderCache.begin_step
+
+    def checked(self):
+        assert self.length == int(self.position), f"host at {self.length}, device at {int(self.position)}"
+        begin(self)
+
+    monkeypatch.setattr(DecoderCache, "begin_step", checked)
+
+
+def _search_lines(backend=None, budget_tokens=1000):
+    """Three copies of SENTENCES (15 lines) translated through translate_ids, with step graphs on `backend`
+    (None: no graphs): (the lines' n-best lists, warnings, the batch budget after, the graphs)."""
+    model = tiny_model(8, vocab_size=30)
+    warnings = []
+    graphs = StepGraphs(bucket=4, backend=backend, warn=warnings.append) if backend is not None else None
+    budget = BatchBudget(budget_tokens)
+    hyps = translate_ids(model, SENTENCES * 3, SearchSettings(beam=4, nbest=2, max_len_b=9), budget, torch.device("cpu"),
+                         graphs=graphs, warn=warnings.append)
+    return _as_lists(hyps), warnings, budget, graphs
+
+
+@pytest.fixture(scope="module")
+def eager_lines():
+    lines = _search_lines()[0]
+    assert len({len(h[0][0]) for h in lines}) > 1, "every line has the same length: the tests prove little"
+    return lines
+
+
+def _fault(monkeypatch, spec: str | None):
+    faults._reached.clear()
+    if spec:
+        monkeypatch.setenv("NMT_TEST_FAULT", spec)
+
+
+def test_recorded_graphs_replay_the_eager_search(positions_agree, eager_lines):
+    recorder = Recorder()
+    lines, warnings, _, graphs = _search_lines(recorder)
+    assert lines == eager_lines and warnings == []
+    assert graphs.enabled and graphs.checked and recorder.recorded >= 3 and recorder.replayed > 10
+
+
+@pytest.mark.parametrize("phase", ["warm-up", "capture", "replay"])
+def test_out_of_memory_in_a_graph_halves_the_batch_and_keeps_graphs_on(monkeypatch, positions_agree, eager_lines, phase):
+    _fault(monkeypatch, f"graph-oom:{phase}:1")
+    recorder = Recorder()
+    lines, warnings, budget, graphs = _search_lines(recorder)
+    assert lines == eager_lines
+    assert len(warnings) == 1 and warnings[0].startswith("out of memory with a batch of 15 lines"), warnings
+    assert budget.tokens < 1000 and graphs.enabled and recorder.released >= 1
+    assert recorder.replayed > 0, "graphs were not used after the failure"
+
+
+@pytest.mark.parametrize("phase", ["warm-up", "capture", "replay"])
+def test_any_other_graph_failure_turns_graphs_off_and_changes_no_line(monkeypatch, positions_agree, eager_lines, phase):
+    _fault(monkeypatch, f"graph-error:{phase}:1")
+    recorder = Recorder()
+    lines, warnings, budget, graphs = _search_lines(recorder)
+    assert lines == eager_lines
+    assert len(warnings) == 1 and warnings[0].startswith("CUDA graphs are off") and "RuntimeError" in warnings[0], warnings
+    assert not graphs.enabled and budget.tokens == 1000
+
+
+def test_a_replay_that_differs_from_the_eager_step_keeps_the_eager_result(monkeypatch, positions_agree, eager_lines):
+    class Wrong(Recorder):
+        def record(self, step):
+            replay = super().record(step)
+            search = step.__self__
+            right = replay.step
+
+            def wrong_step():  # the replay writes a wrong score
+                right()
+                search.scores.add_(1.0)
+
+            replay.step = wrong_step
+            return replay
+
+    lines, warnings, _, graphs = _search_lines(Wrong())
+    assert lines == eager_lines and not graphs.enabled
+    assert len(warnings) == 1 and "differs from the eager step in scores" in warnings[0]
+
+
+def test_the_graph_check_copies_only_the_span_a_step_reads():
+    # The check clones what a step changes; the decoder cache is by far the largest part, and a step
+    # reads and reorders only its span: at the first capture a sixteenth of a cache of 256 positions.
+    from nmtcli.inference.beam import BeamSearch
+
+    model = tiny_model(8, vocab_size=30)
+    with torch.inference_mode():
+        search = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 0.0, 255, 1, "gnmt", 0)
+        search.step()
+        cache = search.state.cache
+        cache.fixed_span = 16
+        copied = sum(t.numel() * t.element_size() for name, t in search.snapshot().items() if "keys" in name or "values" in name)
+    whole = sum(t.numel() * t.element_size() for t in (*cache.keys, *cache.values))
+    assert cache.capacity == 256 and copied * 16 == whole
