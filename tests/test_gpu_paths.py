@@ -221,3 +221,61 @@ def test_the_graph_check_copies_only_the_span_a_step_reads():
         copied = sum(t.numel() * t.element_size() for name, t in search.snapshot().items() if "keys" in name or "values" in name)
     whole = sum(t.numel() * t.element_size() for t in (*cache.keys, *cache.values))
     assert cache.capacity == 256 and copied * 16 == whole
+
+
+# --- memory arithmetic ----------------------------------------------------------------------------
+
+
+def test_the_memory_arithmetic_is_that_of_the_tensors_a_search_allocates():
+    # The decoder's real allocations, on the meta device (shapes, no memory): a base model, fp32.
+    from nmtcli.inference.memory import positions, search_bytes
+    from nmtcli.model.config import ModelConfig
+    from nmtcli.model.incremental import decode_step, start_decoding
+    from nmtcli.model.transformer import skeleton
+
+    config = ModelConfig()
+    model = skeleton(config).eval()
+    model.embedding.positions = model.embedding.positions.to("meta")
+    n, longest, beam = 24, 30, 4
+    with torch.inference_mode():
+        memory = torch.empty(n, longest + 1, config.d_model, device="meta")
+        state = start_decoding(model, memory, torch.ones(n, 1, 1, longest + 1, dtype=torch.bool, device="meta"), beam,
+                               capacity=positions(config, longest))
+        state.cache.start_with(n)
+        decode_step(model, torch.ones(n, dtype=torch.long, device="meta"), state)
+        state.reorder(torch.zeros(n * beam, dtype=torch.long, device="meta"))  # makes the spare set
+        logits = decode_step(model, torch.ones(n * beam, dtype=torch.long, device="meta"), state)
+        cache = state.cache
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+    nbytes = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
+    estimate = search_bytes(config, n, longest, beam, dtype_bytes=4)
+    assert estimate["keys/values"] == nbytes([*cache._buffers[0], *cache._buffers[1], *cache._spare[0], *cache._spare[1]])
+    assert estimate["encoder keys/values"] == nbytes([t for kv in state.memory_kv for t in kv])
+    assert estimate["logits"] == 3 * nbytes([log_probs])  # fp32: the projection, its float() (a copy under autocast), log-probs
+    span = 16
+    assert estimate["graph check"] == 2 * nbytes([b[:, :, :span] for b in (*cache.keys, *cache.values)])
+
+
+@pytest.mark.parametrize("card_gb, dtype_bytes", [(80, 4), (80, 2), (24, 4), (24, 2)])
+def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtype_bytes):
+    from nmtcli.inference.memory import GB, gpu_batch, search_bytes, worst_case
+    from nmtcli.inference.translator import DEVICE_DEFAULTS
+    from nmtcli.model.config import ModelConfig
+
+    config = ModelConfig()  # base: 37k vocabulary, d_model 512, 6 layers
+    card = card_gb * GB * 0.93  # what a card of that name reports, less the CUDA context
+    batch_tokens, sentences = gpu_batch(card)
+    if card_gb == 80:
+        assert batch_tokens == DEVICE_DEFAULTS["cuda"][0]
+    used, longest = worst_case(config, batch_tokens, sentences, dtype_bytes)
+    assert used < 0.8 * card, f"{used / GB:.1f} GB for sentences of {longest} tokens"
+    # Without the sentence cap, 1-token lines alone would need many cards' worth.
+    assert sum(search_bytes(config, batch_tokens // 2, 1, dtype_bytes=dtype_bytes).values()) > 3 * card
+
+
+def test_a_gpu_batch_is_capped_in_sentences_and_the_cap_halves_with_the_tokens():
+    from nmtcli.inference.translator import length_sorted_batches
+
+    budget = BatchBudget(10_000, sentences=4)
+    batches = list(length_sorted_batches([[5]] * 10, budget))
+    assert [len(b) for b in batches] == [4, 4, 2]
