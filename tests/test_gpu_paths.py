@@ -279,3 +279,42 @@ def test_a_gpu_batch_is_capped_in_sentences_and_the_cap_halves_with_the_tokens()
     budget = BatchBudget(10_000, sentences=4)
     batches = list(length_sorted_batches([[5]] * 10, budget))
     assert [len(b) for b in batches] == [4, 4, 2]
+
+
+# --- the training loss's GPU path -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_loss_of_a_gpu_batch_weighting_rows_by_a_mask_equals_the_full_loss(monkeypatch, precision):
+    # On a GPU without the token count, padded rows stay in and are weighted 0 (nothing waits for the
+    # device); on a CPU they are dropped. Large logits (a sharp model) too: the loss reads log p, not p.
+    from reference_loss import label_smoothed_loss
+
+    from nmtcli.training import loss as loss_module
+
+    monkeypatch.setattr(loss_module, "_target_rows", lambda mask, tokens: None)
+    monkeypatch.setitem(loss_module.CHUNK_LOGITS, "cpu", 16 * 300)
+    torch.manual_seed(4)
+    hidden = (torch.randn(70, 32) * 3).requires_grad_()
+    weight = (torch.randn(300, 32) * 2).requires_grad_()
+    bias = torch.randn(300, requires_grad=True)
+    target = torch.randint(4, 300, (70,))
+    target[50:] = 0
+    leaves = (hidden, weight, bias)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    results = []
+    for fused in (True, False):
+        with autocast:
+            if fused:
+                loss, nll = loss_module.output_loss(hidden, weight, bias, target, 0.1, pad_id=0)
+            else:
+                loss, nll = label_smoothed_loss(F.linear(hidden, weight, bias), target, 0.1, pad_id=0)
+        (loss * 0.5).backward()
+        results.append((loss.detach(), nll, *(t.grad.clone() for t in leaves)))
+        for t in leaves:
+            t.grad = None
+    tolerance = {"rtol": 1e-5, "atol": 1e-4} if precision == "fp32" else {"rtol": 2e-2, "atol": 2e-2}
+    assert results[1][0] > 1000  # sharp: some tokens cost far more than log V
+    for ours, reference in zip(*results):
+        torch.testing.assert_close(ours.float(), reference.float(), **tolerance)
+    assert torch.all(results[0][2][50:] == 0)  # padding gets no gradient
