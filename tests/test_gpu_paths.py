@@ -318,3 +318,101 @@ def test_the_loss_of_a_gpu_batch_weighting_rows_by_a_mask_equals_the_full_loss(m
     for ours, reference in zip(*results):
         torch.testing.assert_close(ours.float(), reference.float(), **tolerance)
     assert torch.all(results[0][2][50:] == 0)  # padding gets no gradient
+
+
+# --- the varlen kernel under --compile ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_varlen():
+    """PyTorch's varlen attention ops (CUDA kernels only) with CPU kernels for this process: the kernel's
+    contract (tests/test_model.py: reference_varlen_attention) sequence by sequence. TorchDynamo traces
+    the ops through their own fake kernels, as on a GPU."""
+    import torch.nn.attention.varlen as varlen
+
+    def sequences(cu_q, cu_k):
+        for i in range(len(cu_q) - 1):
+            yield slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
+
+    def probabilities(q, k, causal):  # (h, Lq, d_k), (h, Lk, d_k) -> softmax(Q K^T / sqrt(d_k)) (sec. 3.2.1)
+        scores = q @ k.transpose(1, 2) * q.size(-1) ** -0.5
+        if causal:
+            scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+        return scores.softmax(-1)
+
+    def forward(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, *rest):
+        out = torch.zeros_like(query)
+        for qs, ks in sequences(cu_seq_q, cu_seq_k):
+            q, k, v = (t.transpose(0, 1) for t in (query[qs], key[ks], value[ks]))
+            out[qs] = (probabilities(q, k, is_causal) @ v).transpose(0, 1)
+        return out, torch.zeros(query.size(1), query.size(0)), torch.zeros(2, dtype=torch.uint64)
+
+    def backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, is_causal, *rest):
+        # A kernel runs below autograd: the attention's gradient by hand. Key rows past the real ones: 0.
+        dq, dk, dv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
+        for qs, ks in sequences(cu_seq_q, cu_seq_k):
+            q, k, v, do = (t.transpose(0, 1) for t in (query[qs], key[ks], value[ks], grad_out[qs]))
+            p = probabilities(q, k, is_causal)
+            dp = do @ v.transpose(1, 2)
+            ds = p * (dp - (dp * p).sum(-1, keepdim=True)) * q.size(-1) ** -0.5
+            dq[qs], dk[ks], dv[ks] = ((ds @ k).transpose(0, 1), (ds.transpose(1, 2) @ q).transpose(0, 1),
+                                      (p.transpose(1, 2) @ do).transpose(0, 1))
+        return dq, dk, dv
+
+    varlen._varlen_attn.register_kernel("cpu")(forward)
+    varlen._varlen_attn_backward.register_kernel("cpu")(backward)
+
+
+def wmt_shaped_batches(count: int, seed: int = 0):
+    """(src, tgt_in) batches of 2,000 padded tokens, sentence lengths drawn like WMT's (log-normal, median ~22
+    tokens, a long tail), targets about as long as their sources, lengths padded to the compile buckets."""
+    import random
+
+    from nmtcli.data.batching import collate
+    from nmtcli.training import compiling
+    from nmtcli.training.loader import pad_lengths
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        longest = min(120, max(2, round(rng.lognormvariate(3.1, 0.55))))
+        rows = max(1, 400 // longest)
+        src = [torch.randint(4, 100, (rng.randint(1, longest),)).numpy() for _ in range(rows)]
+        tgt = [torch.randint(4, 100, (max(1, round(len(s) * rng.uniform(0.8, 1.25))),)).numpy() for s in src]
+        batch = pad_lengths(collate(src, tgt), compiling.bucket_length)
+        yield batch.src, batch.tgt_in
+
+
+@pytest.mark.slow  # TorchDynamo traces a layer with symbolic shapes: a minute on 2 shared cores
+def test_compiled_layers_with_packed_attention_make_two_graphs_no_break_and_eager_gradients(cpu_varlen, monkeypatch):
+    import copy
+
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters
+
+    from nmtcli.model import packed_attention
+    from nmtcli.model.config import PRESETS
+    from nmtcli.model.transformer import Transformer
+    from nmtcli.training import compiling
+
+    torch._dynamo.reset()
+    counters.clear()
+    counter = CompileCounter()
+    monkeypatch.setattr(compiling, "BACKEND", counter)
+    monkeypatch.setattr(packed_attention, "applies", lambda model, src: True)  # the GPU's bf16 training path
+    monkeypatch.setattr(packed_attention, "VARLEN_ATTENTION", packed_attention._load_varlen())
+    torch.manual_seed(0)
+    eager = Transformer(PRESETS["tiny"].replace(vocab_size=100, layers=2, dropout=0.0, attention_dropout=0.0))
+    compiled = copy.deepcopy(eager)
+    compiling.compile_layers(compiled)
+    shapes = set()
+    for src, tgt_in in wmt_shaped_batches(6):
+        shapes.add((*src.shape, tgt_in.size(1)))
+        for model in (eager, compiled):
+            model.zero_grad()
+            model(src, tgt_in, hidden=True).square().mean().backward()
+        for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert len(shapes) == 6
+    assert counter.frame_count == 2, f"{counter.frame_count} graphs (recompiles) for {len(shapes)} shapes"
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    torch._dynamo.reset()
