@@ -416,3 +416,31 @@ def test_compiled_layers_with_packed_attention_make_two_graphs_no_break_and_eage
     assert counter.frame_count == 2, f"{counter.frame_count} graphs (recompiles) for {len(shapes)} shapes"
     assert not counters["graph_break"], dict(counters["graph_break"])
     torch._dynamo.reset()
+
+
+# --- device settings ------------------------------------------------------------------------------
+
+
+def test_fp32_training_on_a_gpu_multiplies_in_tf32_and_a_cpu_is_left_alone():
+    from nmtcli.training.precision import resolve
+
+    backends = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    before = [b.fp32_precision for b in backends]
+    try:
+        for b in backends:
+            b.fp32_precision = "ieee"
+        resolve("fp32", torch.device("cpu"))
+        assert [b.fp32_precision for b in backends] == ["ieee", "ieee"]
+        resolve("fp32", torch.device("cuda", 1))  # resolving fp32 asks nothing of the GPU itself
+        assert [b.fp32_precision for b in backends] == ["tf32", "tf32"]
+    finally:
+        for b, value in zip(backends, before):
+            b.fp32_precision = value
+
+
+def test_a_search_on_cuda_n_makes_n_the_current_device():
+    from nmtcli.device import on_device
+
+    context = on_device(torch.device("cuda", 2))
+    assert isinstance(context, torch.cuda.device) and context.idx == 2
+    assert not isinstance(on_device(torch.device("cpu")), torch.cuda.device)
