@@ -104,27 +104,30 @@ class Recorder:
 
     def record(self, step):
         search = step.__self__
-        before = search.snapshot()
+        cache = search.state.cache
+        host, before, addresses = cache.host_state(), search.snapshot(), _addresses(search)
         step()
+        after = cache.host_state()
+        cache.set_host_state(host)  # the tensors back where the step found them; the host's side as the step left it
         search.restore(before)
+        cache.set_host_state(after)
         self.recorded += 1
-        return Replay(self, search, step)
+        return Replay(self, search, step, addresses)
 
     def release(self):
         self.released += 1
 
 
 class Replay:
-    def __init__(self, recorder: Recorder, search, step):
-        self.recorder, self.search, self.step = recorder, search, step
-        self.addresses = _addresses(search)
+    def __init__(self, recorder: Recorder, search, step, addresses: dict[str, int]):
+        self.recorder, self.search, self.step, self.addresses = recorder, search, step, addresses
 
     def replay(self):
         cache = self.search.state.cache
         assert _addresses(self.search) == self.addresses, "a graph replayed on tensors that moved"
-        length = cache.length
+        host = cache.host_state()
         self.step()
-        cache.length = length  # a replay runs nothing on the host
+        cache.set_host_state(host)  # a replay runs nothing on the host
         self.recorder.replayed += 1
 
 
@@ -452,3 +455,43 @@ def test_a_search_on_cuda_n_makes_n_the_current_device():
     context = on_device(torch.device("cuda", 2))
     assert isinstance(context, torch.cuda.device) and context.idx == 2
     assert not isinstance(on_device(torch.device("cpu")), torch.cuda.device)
+
+
+def test_a_captured_step_moves_each_key_and_value_once(positions_agree):
+    # The reorder of a fixed-span step selects rows from one set of buffers into the other (no temporary
+    # copied back), so the sets take turns and each span gets a graph per set.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from nmtcli.inference.beam import BeamSearch
+
+    class Writes(TorchDispatchMode):
+        def __init__(self, buffers):
+            super().__init__()
+            self.buffers, self.calls = {b.data_ptr() for b in buffers}, []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = kwargs.get("out", args[0] if args and func._schema.is_mutable else None)
+            if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() in self.buffers:
+                self.calls.append(func.__name__.split(".")[0])
+            return func(*args, **kwargs)
+
+    model = tiny_model(8, vocab_size=30)
+    with torch.inference_mode():
+        search = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 0.0, 30, 1, "gnmt", 0)
+        search.step()
+        cache = search.state.cache
+        cache.clear_unwritten()
+        cache.fixed_span = 16
+        first = cache.keys[0].data_ptr()
+        buffers = [b for sets in (cache._buffers, cache._spare) for kv in sets for b in kv]
+        with Writes(buffers) as writes:
+            search.step()
+        assert cache.keys[0].data_ptr() != first
+        search.step()
+        assert cache.keys[0].data_ptr() == first
+    layers = model.config.layers
+    assert sorted(writes.calls) == sorted(["index_copy_"] * 2 * layers + ["index_select"] * 2 * layers), writes.calls
+    recorder = Recorder()
+    _search_lines(recorder)
+    assert recorder.recorded <= 2 * 4 * 3  # at most two graphs per span of 4 (spans 4 to 16) for each of 3 generations

@@ -12,6 +12,10 @@ self-attention reads grow with every step, so a graph reads a span of `bucket` p
 needs and masks the ones beyond the current step (DecoderCache.fixed_span): one graph serves
 `bucket` consecutive steps.
 
+A step reorders the decoder cache's keys/values from one set of buffers into the other (each byte
+moves once), so the two sets take turns and a span has two graphs, one for each (`cache.advance()`
+does on the host what a replayed step did there: a position more, the other set current).
+
 What can fail, and what happens then (the host's count of decoded positions, `cache.length`, always
 ends equal to the device's, `cache.position`):
 - running out of memory, anywhere: the graphs and their memory pool are let go and the error goes on
@@ -136,23 +140,25 @@ class StepGraphs:
         if owner != self._owner:  # new tensors: the old graphs point at memory that is gone
             self.release()
             self._owner = owner
-        graph = self._graphs.get(span)
+        cache = search.state.cache
+        key = (span, cache.keys[0].data_ptr())  # the decoder cache's two sets of buffers take turns: a graph for each
+        graph = self._graphs.get(key)
         if graph is None:
             graph = self._record(search)
             if graph is None:  # graphs are off now; the state is untouched: this step runs eagerly
                 search.step()
                 return
-            self._graphs[span] = graph
+            self._graphs[key] = graph
         if not self.checked:
             self._check(search, graph)
             return
         self._guarded(search, "replay", lambda: _replay_with_fault_point(graph))
-        search.state.cache.length += 1  # the host's count: a replay changes nothing on the host
+        cache.advance()  # a replay changes nothing on the host: its count of positions, its current buffers
 
     def _record(self, search: BeamSearch):
         """The step captured as a graph; None if it cannot be (graphs are then off)."""
         cache = search.state.cache
-        length = cache.length
+        host = cache.host_state()
         try:
             graph = self.backend.record(search.step)
             faults.point("cuda-graph", phase="capture")  # after the step's host side ran: the hardest place to fail
@@ -163,7 +169,7 @@ class StepGraphs:
             self._give_up(f"CUDA graphs are off ({type(e).__name__}: {e}); decoding goes on without them")
             return None
         finally:
-            cache.length = length  # the captured step ran its host side (end_step counted a position), not its device side
+            cache.set_host_state(host)  # the captured step ran its host side (a position counted, buffers swapped), not its device side
         self.captured += 1
         return graph
 
@@ -186,15 +192,15 @@ class StepGraphs:
         the step reads (its span), not the whole cache; the replayed state is compared in place.
         """
         cache = search.state.cache
-        length = cache.length
+        host = cache.host_state()
         before = search.snapshot()
         search.step()
         eager = search.snapshot()
+        cache.set_host_state(host)
         search.restore(before)
         del before
-        cache.length = length
         self._guarded(search, "replay", lambda: _replay_with_fault_point(graph))
-        cache.length = length + 1
+        cache.advance()
         self.checked = True
         differ = [name for name, t in search.step_tensors().items() if not _same(eager[name], t)]
         if differ:
