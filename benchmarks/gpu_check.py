@@ -77,7 +77,7 @@ def stage_env(args) -> dict:
         info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
     from nmtcli.model import packed_attention
 
-    info["varlen_attention"] = packed_attention.VARLEN_ATTENTION is not None
+    info["varlen_attention"] = packed_attention.varlen_attention() is not None  # loads it: the global starts as a sentinel
     try:
         info["nvidia_smi"] = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
@@ -127,7 +127,8 @@ def stage_check(args) -> dict:
         out[f"loss_{precision}"] = {"loss": relative_error(a, b), "grad_hidden": relative_error(ga, gb),
                                     "grad_weight": relative_error(wa, wb)}
     config = (PRESETS["base"] if not args.smoke else PRESETS["tiny"]).replace(vocab_size=vocab, dropout=0.0)
-    if device.type != "cuda" or packed_attention.VARLEN_ATTENTION is None:
+    kernel = packed_attention.varlen_attention()
+    if device.type != "cuda" or kernel is None:
         out["packed_attention"] = "skipped: no varlen flash kernel here (a CPU, or PyTorch before 2.10)"
         return out
     model = transformer.Transformer(config).to(device)
@@ -138,19 +139,29 @@ def stage_check(args) -> dict:
     tgt = torch.randint(4, vocab, (64, 40), device=device)
     results = []
     applies = packed_attention.applies
+    calls = []
+
+    def counted(*args, **kwargs):  # the kernel's calls, counted: whether it ran, not whether it would
+        calls.append(1)
+        return kernel(*args, **kwargs)
+
     for packed in (True, False):
         packed_attention.applies = applies if packed else (lambda model, src: False)
+        packed_attention.VARLEN_ATTENTION = counted
         try:
             model.zero_grad()
+            calls.clear()
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                used = packed_attention.applies(model, src)
                 hidden = model(src, tgt, hidden=True)
             hidden.float().square().mean().backward()
-            results.append((used, hidden.detach().float(), model.encoder.layers[0].self_attn.qkv_proj.weight.grad.clone()))
+            results.append((len(calls), hidden.detach().float(), model.encoder.layers[0].self_attn.qkv_proj.weight.grad.clone()))
         finally:
             packed_attention.applies = applies
-    (used, a, ga), (_, b, gb) = results
-    out["packed_attention"] = {"used_packed_kernel": used, "hidden": relative_error(a, b), "grad_qkv_layer0": relative_error(ga, gb)}
+            packed_attention.VARLEN_ATTENTION = kernel
+    (used, a, ga), (unpacked_calls, b, gb) = results
+    assert unpacked_calls == 0, "the varlen kernel ran where packed attention was off"
+    out["packed_attention"] = {"varlen_kernel_calls": used, "used_packed_kernel": used == 2 * config.layers,
+                               "hidden": relative_error(a, b), "grad_qkv_layer0": relative_error(ga, gb)}
     return out
 
 

@@ -299,16 +299,33 @@ class Nmt:
         self.describe = ", ".join(["same weights (imported)", *notes, *(["CUDA graphs"] if self.graphs[self.dtypes[0]] else [])])
 
     def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:
+        from nmtcli.device import is_out_of_memory, on_device
         from nmtcli.inference.beam import beam_search
         from nmtcli.inference.precision import autocast
 
         # Fixed: length - 1 tokens, then the EOS step (nmt's search always ends with one).
         limits = {"max_len_a": 0.0, "max_len_b": length - 1, "min_len": length - 1} if fixed else {"max_len_a": 1.0, "max_len_b": 50}
         tokens = 0
-        with autocast(self.device, run.dtype):
+        graphs = self.graphs[run.dtype]
+
+        def search(batch):
+            """The batch's hypotheses; out of memory (fp32 at 3,003 sentences wants ~51 GB of keys/values on
+            a GPU), its halves', as `nmt translate` does (inference/translator.py)."""
+            try:
+                return beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=graphs, **limits)
+            except (RuntimeError, MemoryError) as e:
+                if not is_out_of_memory(e) or len(batch) == 1:
+                    raise
+            if graphs is not None:
+                graphs.release()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            print(f"  nmt {run.dtype}: out of memory at {len(batch)} sentences, searching halves", file=sys.stderr, flush=True)
+            return search(batch[: len(batch) // 2]) + search(batch[len(batch) // 2 :])
+
+        with on_device(self.device), autocast(self.device, run.dtype):
             for batch in batches:
-                hyps = beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=self.graphs[run.dtype], **limits)
-                tokens += sum(len(h[0].tokens) + fixed for h in hyps)  # fixed: the EOS step counts
+                tokens += sum(len(h[0].tokens) + fixed for h in search(batch))  # fixed: the EOS step counts
         return tokens
 
 

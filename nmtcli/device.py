@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from nmtcli.errors import NmtError
@@ -41,3 +43,12 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if name != "cpu":
         raise NmtError(f"unknown device {name!r}", "use auto, cpu, cuda or cuda:N")
     return torch.device("cpu")
+
+
+def on_device(device: torch.device):
+    """A context in which `device` is the current CUDA device (for cuda:N, N > 0: the streams, CUDA graphs
+    and kernels that PyTorch puts on "the current device" go to N, not to 0); nothing for a CPU."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
+

@@ -11,6 +11,9 @@ NMT_TEST_FAULT (read here only, so it also reaches the `nmt` processes the tests
   kill-after-rename:N        SIGKILL right after the N-th file this process renames into place
                              (every model dir write: import, average, pull -o)
   serve-slow-lines           `nmt serve` holds a batch for S seconds on a line "<slow S>"
+  graph-oom:PHASE:N          a GPU's out-of-memory error the N-th time a CUDA graph PHASE (warm-up,
+                             capture, replay) is reached (translation)
+  graph-error:PHASE:N        the same with another error (an operation that cannot be captured)
 
 Never set it otherwise. Unset, as it always is outside the tests, a point is one dictionary look-up.
 """
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 _renamed = 0
+_reached: dict[str, int] = {}  # CUDA graph phase -> times reached while a graph-* fault was set
 
 
 def point(name: str, **where: Any) -> None:
@@ -71,6 +75,23 @@ def _oom_above(value: str, lines: int) -> None:
         raise OUT_OF_MEMORY(f"NMT_TEST_FAULT: {lines} lines")
 
 
+def _graph_fault(error: Callable[[str], BaseException]) -> Callable[..., None]:
+    def strike(value: str, phase: str) -> None:
+        at_phase, _, at = value.partition(":")
+        if at_phase == phase:
+            _reached[phase] = _reached.get(phase, 0) + 1
+            if _reached[phase] == int(at or 1):
+                raise error(f"NMT_TEST_FAULT: CUDA graph {phase}")
+
+    return strike
+
+
+def _oom(message: str) -> BaseException:
+    from nmtcli.device import OUT_OF_MEMORY
+
+    return OUT_OF_MEMORY(message)
+
+
 def _slow_lines(value: str, lines: list[str]) -> None:
     for line in lines:
         if found := re.fullmatch(r"<slow ([0-9.]+)>", line):
@@ -89,4 +110,6 @@ _FAULTS: dict[tuple[str, str], Callable[..., None]] = {
     ("train-step", "oom"): _oom_at_step,
     ("translate-batch", "oom-above"): _oom_above,
     ("serve-batch", "serve-slow-lines"): _slow_lines,
+    ("cuda-graph", "graph-oom"): _graph_fault(_oom),
+    ("cuda-graph", "graph-error"): _graph_fault(RuntimeError),
 }

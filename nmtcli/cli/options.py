@@ -33,7 +33,7 @@ def max_len_b(also: str = "") -> OptionInfo:
 
 
 def batch_tokens(batch: str = "batch", also: str = "") -> OptionInfo:
-    return typer.Option(help=f"Padded source tokens per {batch}. Default: 1024 on a CPU, 65536 on a GPU{also}.", min=1)
+    return typer.Option(help=f"Padded source tokens per {batch}. Default: 1024 on a CPU, 65536 on a GPU of 70 GB or more, 16384 on a smaller one (a GPU also takes at most 2048 or 512 sentences){also}.", min=1)
 
 
 def device() -> OptionInfo:

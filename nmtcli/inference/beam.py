@@ -26,6 +26,11 @@ LENGTH_PENALTIES = ("gnmt", "power")
 _GENERATIONS = itertools.count()  # tells apart the tensors of every search state of the process
 
 
+class GraphsOff(Exception):
+    """The step graphs (inference/graphs.py) failed in a way that leaves the search's state untrusted and
+    turned themselves off: the batch is searched again from its start without them."""
+
+
 @dataclass
 class Hypothesis:
     tokens: list[int]  # without BOS and EOS
@@ -111,8 +116,15 @@ def beam_search(
     if alpha < 0:
         raise ValueError(f"alpha must be >= 0, not {alpha}")
     length_penalty(1, alpha, penalty)  # an unknown kind fails here, before any work
+    sync_every = sync_every or default_sync_every(src.device)
     search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len)
-    return search.run(sync_every or default_sync_every(src.device), graphs, default_leave_fraction(src.device))
+    try:
+        return search.run(sync_every, graphs, default_leave_fraction(src.device))
+    except GraphsOff:
+        pass  # outside the handler, the failed search's memory can go before the new search's is taken
+    del search
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len)
+    return search.run(sync_every, None, default_leave_fraction(src.device))
 
 
 class BeamSearch:
@@ -264,21 +276,24 @@ class BeamSearch:
     _STEP_STATE = ("last", "history", "scores", "finished_score", "finished_log_prob", "finished_tokens",
                    "finished_length", "done")
 
-    def _step_tensors(self) -> dict[str, Tensor]:
+    def step_tensors(self) -> dict[str, Tensor]:
+        """Everything the next step changes: the search state, and of the decoder cache the positions it
+        reads (its span: a step writes one of them and reorders them all), as views."""
         cache = self.state.cache
         tensors = {name: getattr(self, name) for name in self._STEP_STATE}
         tensors["position"] = cache.position
+        span = cache.span()
         for i, (k, v) in enumerate(zip(cache.keys, cache.values)):
-            tensors[f"keys.{i}"], tensors[f"values.{i}"] = k, v
+            tensors[f"keys.{i}"], tensors[f"values.{i}"] = k[:, :, :span], v[:, :, :span]
         return tensors
 
     def snapshot(self) -> dict[str, Tensor]:
-        """Copies of everything a step changes."""
-        return {name: t.clone() for name, t in self._step_tensors().items()}
+        """Copies of everything the next step changes."""
+        return {name: t.clone() for name, t in self.step_tensors().items()}
 
     def restore(self, snapshot: dict[str, Tensor]) -> None:
         """Back to a snapshot, in place: the tensors keep their addresses."""
-        for name, t in self._step_tensors().items():
+        for name, t in self.step_tensors().items():
             t.copy_(snapshot[name])
 
     def _collect(self, which: list[int]) -> None:

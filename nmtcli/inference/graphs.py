@@ -12,10 +12,23 @@ self-attention reads grow with every step, so a graph reads a span of `bucket` p
 needs and masks the ones beyond the current step (DecoderCache.fixed_span): one graph serves
 `bucket` consecutive steps.
 
-Before the first graph is used, its replay is checked against the same step run eagerly; any
-failure or difference turns graphs off for the rest of the run, with a warning, and decoding goes on
-eagerly. `StepGraphs(capture=False)` runs the same fixed-span steps eagerly, which is how the CPU
-tests check everything a graph replays but the capture itself.
+A step reorders the decoder cache's keys/values from one set of buffers into the other (each byte
+moves once), so the two sets take turns and a span has two graphs, one for each (`cache.advance()`
+does on the host what a replayed step did there: a position more, the other set current).
+
+What can fail, and what happens then (the host's count of decoded positions, `cache.length`, always
+ends equal to the device's, `cache.position`):
+- running out of memory, anywhere: the graphs and their memory pool are let go and the error goes on
+  to the caller, which halves the batch (inference/translator.py) and keeps using graphs;
+- a capture that fails otherwise (an operation this build cannot capture): graphs are off for the
+  rest of the run, with a warning, and the step runs eagerly (a capture runs nothing on the device);
+- a warm-up step or a replay that fails otherwise: graphs are off, and the batch is searched again
+  from its start without them (`GraphsOff`): the state such a failure leaves is not trusted;
+- the first replay differs from the same step run eagerly: the eager result is kept, graphs are off.
+
+`CudaGraphs` is the CUDA side (warm-up on a side stream, capture, replay); the tests put a recorder
+in its place that records the step's Python function and replays it, which runs on a CPU.
+`StepGraphs(capture=False)` runs the same fixed-span steps eagerly.
 """
 
 from __future__ import annotations
@@ -25,15 +38,65 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from nmtcli.inference.beam import BeamSearch
+from nmtcli import faults
+from nmtcli.device import is_out_of_memory
+from nmtcli.inference.beam import BeamSearch, GraphsOff
 
 WARMUP_STEPS = 2  # eager steps before the first capture: lazy initialisation (cuBLAS, kernels) must not be captured
 
 
+class CudaGraphs:
+    """Warm-up, capture and replay on the current CUDA device, every graph in one memory pool."""
+
+    def __init__(self):
+        self._pool = None
+        self._stream: torch.cuda.Stream | None = None
+
+    def _side_stream(self) -> torch.cuda.Stream:
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        return self._stream
+
+    def warm_up(self, step: Callable[[], None]) -> None:
+        """Run `step` eagerly on the side stream that captures will use."""
+        side = self._side_stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def record(self, step: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        """`step` captured, not run. Unlike `torch.cuda.graph`, without synchronizing the device and
+        emptying the allocator's cache before every capture: the graphs of a search share one pool."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        side = self._side_stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            graph.capture_begin(pool=self._pool)
+            try:
+                step()
+            except BaseException:
+                try:
+                    graph.capture_end()  # end the stream's capture mode; the capture itself is lost
+                except RuntimeError:
+                    pass
+                raise
+            graph.capture_end()
+        torch.cuda.current_stream().wait_stream(side)
+        return graph
+
+    def release(self) -> None:
+        """Let go of the pool: with the graphs gone too, the allocator can reuse or free its memory."""
+        self._pool = None
+
+
 class StepGraphs:
-    def __init__(self, bucket: int = 16, capture: bool = True, warn: Callable[[str], None] | None = None):
+    def __init__(self, bucket: int = 16, capture: bool = True, warn: Callable[[str], None] | None = None, backend=None):
         self.bucket = bucket
         self.capture = capture
+        self.backend = backend if backend is not None else (CudaGraphs() if capture else None)
         self.warn = warn or (lambda message: None)
         self.enabled = True
         self.checked = False
@@ -41,8 +104,7 @@ class StepGraphs:
         self.captured = 0  # graphs recorded so far (for the log and the tests)
         self._owner: int | None = None  # the generation of search state tensors the graphs belong to
         self._cleared: int | None = None  # the generation whose cache had its unwritten positions zeroed
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._pool = None
+        self._graphs: dict[int, object] = {}
 
     def step(self, search: BeamSearch) -> None:
         if not self.enabled:
@@ -58,72 +120,102 @@ class StepGraphs:
             if not self.capture:
                 search.step()
             elif self.warmed_up < WARMUP_STEPS:
-                self._warm_up(search)
+                self._guarded(search, "warm-up", lambda: (self.backend.warm_up(search.step), faults.point("cuda-graph", phase="warm-up")))
+                self.warmed_up += 1
             else:
                 self._replay(search, span)
         finally:
             cache.fixed_span = None
 
-    def _warm_up(self, search: BeamSearch) -> None:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            search.step()
-        torch.cuda.current_stream().wait_stream(side)
-        self.warmed_up += 1
+    def release(self) -> None:
+        """Drop every graph and the pool they share (before emptying the allocator's cache: a graph's
+        memory must not be handed out while the graph may still be replayed)."""
+        self._graphs.clear()
+        self._owner = None
+        if self.backend is not None:
+            self.backend.release()
 
     def _replay(self, search: BeamSearch, span: int) -> None:
         owner = search.generation
         if owner != self._owner:  # new tensors: the old graphs point at memory that is gone
-            self._graphs.clear()
+            self.release()
             self._owner = owner
-        graph = self._graphs.get(span)
+        cache = search.state.cache
+        key = (span, cache.keys[0].data_ptr())  # the decoder cache's two sets of buffers take turns: a graph for each
+        graph = self._graphs.get(key)
         if graph is None:
-            try:
-                graph = self._record(search)
-            except Exception as e:  # an op that cannot be captured on this build or GPU
-                self._give_up(f"CUDA graphs are off ({type(e).__name__}: {e}); decoding goes on without them")
+            graph = self._record(search)
+            if graph is None:  # graphs are off now; the state is untouched: this step runs eagerly
                 search.step()
                 return
-            self._graphs[span] = graph
+            self._graphs[key] = graph
         if not self.checked:
             self._check(search, graph)
             return
-        graph.replay()
-        search.state.cache.length += 1  # the host's count: a replay changes nothing on the host
+        self._guarded(search, "replay", lambda: _replay_with_fault_point(graph))
+        cache.advance()  # a replay changes nothing on the host: its count of positions, its current buffers
 
-    def _record(self, search: BeamSearch) -> torch.cuda.CUDAGraph:
+    def _record(self, search: BeamSearch):
+        """The step captured as a graph; None if it cannot be (graphs are then off)."""
         cache = search.state.cache
-        length = cache.length
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            search.step()  # recorded, not run
-        cache.length = length
+        host = cache.host_state()
+        try:
+            graph = self.backend.record(search.step)
+            faults.point("cuda-graph", phase="capture")  # after the step's host side ran: the hardest place to fail
+        except Exception as e:
+            if is_out_of_memory(e):
+                self.release()
+                raise
+            self._give_up(f"CUDA graphs are off ({type(e).__name__}: {e}); decoding goes on without them")
+            return None
+        finally:
+            cache.set_host_state(host)  # the captured step ran its host side (a position counted, buffers swapped), not its device side
         self.captured += 1
         return graph
 
-    def _check(self, search: BeamSearch, graph: torch.cuda.CUDAGraph) -> None:
-        """Run the step eagerly and as the graph from the same state; keep the eager result if they differ."""
+    def _guarded(self, search: BeamSearch, phase: str, run: Callable[[], None]) -> None:
+        """Run a warm-up step or a replay. Out of memory: the caller halves the batch. Otherwise the state
+        is not trusted: graphs off, and the batch starts over without them."""
+        try:
+            run()
+        except Exception as e:
+            if is_out_of_memory(e):
+                self.release()
+                raise
+            self._give_up(f"CUDA graphs are off (a {phase} step failed: {type(e).__name__}: {e}); the batch is searched again without them")
+            raise GraphsOff(phase) from e
+
+    def _check(self, search: BeamSearch, graph) -> None:
+        """Run the step eagerly and as the graph from the same state; keep the eager result if they differ.
+
+        The copies hold what a step changes: the search's state and the positions of the decoder cache
+        the step reads (its span), not the whole cache; the replayed state is compared in place.
+        """
+        cache = search.state.cache
+        host = cache.host_state()
         before = search.snapshot()
         search.step()
         eager = search.snapshot()
+        cache.set_host_state(host)
         search.restore(before)
-        search.state.cache.length -= 1
-        graph.replay()
-        search.state.cache.length += 1
-        replayed = search.snapshot()
+        del before
+        self._guarded(search, "replay", lambda: _replay_with_fault_point(graph))
+        cache.advance()
         self.checked = True
-        differ = [name for name in eager if not _same(eager[name], replayed[name])]
+        differ = [name for name, t in search.step_tensors().items() if not _same(eager[name], t)]
         if differ:
             search.restore(eager)
             self._give_up(f"a CUDA graph's replay differs from the eager step in {', '.join(differ)}; decoding goes on without graphs")
 
     def _give_up(self, message: str) -> None:
         self.enabled = False
-        self._graphs.clear()
+        self.release()
         self.warn(message)
+
+
+def _replay_with_fault_point(graph) -> None:
+    faults.point("cuda-graph", phase="replay")
+    graph.replay()
 
 
 def _same(a: Tensor, b: Tensor) -> bool:

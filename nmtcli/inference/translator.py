@@ -22,12 +22,13 @@ from pathlib import Path
 import torch
 
 from nmtcli import faults
-from nmtcli.device import is_out_of_memory
+from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
+from nmtcli.inference.memory import gpu_batch
 from nmtcli.inference import precision
 from nmtcli.inference.precision import HALF, to_half
 from nmtcli.inference.tokenizer import load_tokenizer
@@ -55,7 +56,7 @@ class SearchSettings:
     cuda_graphs: bool = True  # replay beam search steps as CUDA graphs on a GPU (inference/graphs.py)
 
 
-# (batch_tokens, window) by device type. On a CPU a step's logits (rows x vocabulary) should stay near the
+# (batch_tokens, window) by device type (a GPU's batch_tokens depends on its memory: inference/memory.py). On a CPU a step's logits (rows x vocabulary) should stay near the
 # size of the last-level cache: 1,024 padded tokens is some 36 natural-length lines (144 beam rows), and
 # larger batches only make every step slower. A GPU decoding step costs about the same for 100 sentences
 # as for 2,000, so it takes them all.
@@ -128,7 +129,11 @@ class Translator:
         self.pieces = self.tokenizer.pieces()
         self.device = device
         batch_tokens, self.window = batching_for(settings, device.type)
-        self.budget = BatchBudget(batch_tokens)
+        sentences = None
+        if device.type == "cuda":  # the card's default batch, capped in sentences too (inference/memory.py)
+            tokens, sentences = gpu_batch(torch.cuda.get_device_properties(device).total_memory)
+            batch_tokens = settings.batch_tokens or tokens
+        self.budget = BatchBudget(batch_tokens, sentences)
         self.settings = settings
         self.warn = warn or (lambda message: None)
         self.graphs = StepGraphs(warn=self.warn) if device.type == "cuda" and settings.cuda_graphs else None
@@ -194,9 +199,11 @@ def encode_lines(encode: Callable[[list[str]], list[list[int]]], lines: Sequence
 
 @dataclass
 class BatchBudget:
-    """Padded source tokens per search batch; running out of memory lowers it for every later batch."""
+    """Padded source tokens per search batch, and on a GPU sentences per batch (inference/memory.py);
+    running out of memory lowers them for every later batch."""
 
     tokens: int
+    sentences: int | None = None
 
 
 def translate_ids(
@@ -225,13 +232,13 @@ def translate_ids(
 
 def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget) -> Iterator[list[tuple[int, list[int]]]]:
     """The non-empty sentences as (position, ids), shortest first (which keeps padding low), in batches of at
-    most `budget.tokens` padded tokens with EOS. The budget is read at every sentence: after running out of
+    most `budget.tokens` padded tokens with EOS (and at most `budget.sentences` sentences). The budget is read at every sentence: after running out of
     memory the next batch is already smaller."""
     encoded = sorted(((pos, ids) for pos, ids in enumerate(sentences) if ids), key=lambda item: len(item[1]))
     batch: list[tuple[int, list[int]]] = []
     for item in encoded:
         longest = len(item[1]) + 1  # sorted ascending: the newest item is the longest
-        if batch and longest * (len(batch) + 1) > budget.tokens:
+        if batch and (longest * (len(batch) + 1) > budget.tokens or len(batch) >= (budget.sentences or len(batch) + 1)):
             yield batch
             batch = []
         batch.append(item)
@@ -245,7 +252,7 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
     try:
         faults.point("translate-batch", lines=len(batch))
         src = _pad(model, [ids for _, ids in batch], device)
-        with autocast():
+        with on_device(device), autocast():  # cuda:N current: the graphs' streams and captures are on it
             if s.beam == 1:
                 return greedy_search(model, src, s.max_len_a, s.max_len_b)
             return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs)
@@ -255,10 +262,14 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
         if len(batch) == 1:
             raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {device}",
                            "use a smaller --beam, or a device with more memory") from None
+    if graphs is not None:
+        graphs.release()  # the failed search's graphs: their pool must not be in use when the cache is emptied
     if device.type == "cuda":
         torch.cuda.empty_cache()
     longest = len(batch[-1][1]) + 1
     budget.tokens = max(longest, min(budget.tokens, longest * len(batch)) // 2)
+    if budget.sentences is not None:
+        budget.sentences = max(1, min(budget.sentences, len(batch)) // 2)
     warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {budget.tokens:,}")
     half = len(batch) // 2
     return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn)

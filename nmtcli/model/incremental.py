@@ -62,14 +62,34 @@ class DecoderCache:
         return self.fixed_span if self.fixed_span is not None else self.length + 1
 
     def clear_unwritten(self) -> None:
-        """Zero the positions not written yet. A fixed span reads them (masked; but empty memory can hold
-        NaN, and NaN * 0 is NaN): call before fixed-span steps on buffers that are new to them."""
-        for buffer in (*self.keys, *self.values):
-            buffer[:, :, self.length:].zero_()
+        """Zero the positions not written yet, in both sets of buffers. A fixed span reads them (masked; but
+        empty memory can hold NaN, and NaN * 0 is NaN): call before fixed-span steps on buffers that are
+        new to them, and not within a captured step (the spare set may be made here)."""
+        if self._spare is None:
+            self._spare = tuple([torch.empty_like(b) for b in buffers] for buffers in self._buffers)
+        for buffers in (self._buffers, self._spare):
+            for buffer in (*buffers[0], *buffers[1]):
+                buffer[: self.rows, :, self.length:].zero_()
+
+    def host_state(self) -> tuple:
+        """What the host knows of the cache: the positions written and which set of buffers is current.
+        A captured step changes it as it runs; a replay does not (see advance)."""
+        return self.length, self._buffers, self._spare, self.keys, self.values
+
+    def set_host_state(self, state: tuple) -> None:
+        self.length, self._buffers, self._spare, self.keys, self.values = state
+
+    def advance(self) -> None:
+        """What a fixed-span step does on the host, for a replay of it: one position more, and the set
+        the step reordered into is the current one."""
+        self.length += 1
+        self._use_spare(self.rows)
 
     def begin_step(self) -> None:
         if self.fixed_span is not None:
-            visible = torch.arange(self.fixed_span, device=self.position.device) <= self.position
+            # (1, 1, 1, span), as every attention kernel takes a mask: broadcastable to (rows, h, 1, span).
+            # (A 1-d mask broadcasts in the math but not in the backends' checks: cuDNN's reads size(-2).)
+            visible = (torch.arange(self.fixed_span, device=self.position.device) <= self.position).view(1, 1, 1, -1)
             self.mask = torch.zeros(visible.shape, dtype=self.keys[0].dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
         else:
             self.mask = None
@@ -90,14 +110,14 @@ class DecoderCache:
         """Continue with `rows` of the current rows (beam search: each survivor's parent); after
         start_with, more rows than there were.
 
-        Eager: copied into the spare buffers, which are then swapped in; a captured step copies back in
-        place, since its buffers must keep their addresses.
+        Copied into the spare buffers, which are then swapped in: each key/value byte moves once. A
+        captured step copies its whole span and keeps the number of rows, so the two sets take turns
+        (two graphs per span, one for each set: inference/graphs.py).
         """
         if self.fixed_span is not None:
             if rows.numel() != self.rows:
                 raise ValueError("a captured step cannot change the number of rows")
-            for buffer in (*self.keys, *self.values):
-                buffer[:, :, :self.fixed_span] = buffer[:, :, :self.fixed_span].index_select(0, rows)
+            self._swap(rows, self.fixed_span)
             return
         self._swap(rows)
 
@@ -106,16 +126,20 @@ class DecoderCache:
         buffers, which are swapped in; nothing is allocated."""
         self._swap(rows)
 
-    def _swap(self, rows: Tensor) -> None:
+    def _swap(self, rows: Tensor, span: int | None = None) -> None:
+        """Rows `rows` of the first `span` positions (default: those written) into the spare set, swapped in."""
         if self._spare is None:  # the second set of buffers, made at the first reorder
             self._spare = tuple([torch.empty_like(b) for b in buffers] for buffers in self._buffers)
-        span, count = self.length, rows.numel()
+        span = self.length if span is None else span
+        count = rows.numel()
         # The first `count` rows of a buffer are a contiguous view of it.
-        spare_keys, spare_values = ([b[:count] for b in buffers] for buffers in self._spare)
-        for old, new in zip((*self.keys, *self.values), (*spare_keys, *spare_values)):
-            torch.index_select(old[:, :, :span], 0, rows, out=new[:, :, :span])
+        for old, new in zip((*self.keys, *self.values), (*self._spare[0], *self._spare[1])):
+            torch.index_select(old[:, :, :span], 0, rows, out=new[:count, :, :span])
+        self._use_spare(count)
+
+    def _use_spare(self, rows: int) -> None:
         self._buffers, self._spare = self._spare, self._buffers
-        self.keys, self.values = spare_keys, spare_values
+        self.keys, self.values = ([b[:rows] for b in buffers] for buffers in self._buffers)
 
 
 class DecoderState:
@@ -205,14 +229,21 @@ def memory_attention_step(attention: MultiHeadAttention, x: Tensor, k: Tensor, v
     return attention.out_proj(out.transpose(1, 2).reshape(rows, 1, -1))
 
 
+def fused_attention(device: torch.device) -> bool:
+    """Whether a decoding step's attention runs in `scaled_dot_product_attention` (a GPU) or in two
+    matrix products (a CPU). The tests switch it on for a CPU, to run the GPU's calls there."""
+    return device.type != "cpu"
+
+
 def cached_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     """softmax(Q K^T / sqrt(d_k) + mask) V for the few queries of a decoding step (sec. 3.2.1).
 
+    q: (B, h, Lq, d_k), k and v: (B, h, Lk, d_k); mask: additive, 4-d, broadcastable to (B, h, Lq, Lk).
     On a CPU two batched matrix products are faster than `scaled_dot_product_attention`, whose blocked
     kernel is made for long queries, not for the one query per row (or `beam` per sentence) of a step;
     on a GPU the fused kernel is the right one.
     """
-    if q.device.type != "cpu":
+    if fused_attention(q.device):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     weights = torch.matmul(q, k.transpose(-1, -2)).mul_(q.size(-1) ** -0.5)
     if mask is not None:

@@ -2,11 +2,12 @@
 
 torch.compile builds a graph per input shape when shapes are static (dynamic=False), and batches of
 sentences come in every length. Two things keep the graphs few:
-- sequence lengths are padded up to a short ladder of sizes (`bucket_length`), so a batch's
-  (source, target) lengths fall on one of a handful of pairs. Extra padding changes no real position:
-  source padding is masked, target padding comes after the real tokens under the causal mask, and
-  the loss skips it;
-- the number of sentences in a batch is marked dynamic, so one graph serves every row count.
+- the rows and the lengths of a layer's inputs are marked dynamic (`_varying`): one graph per kind of
+  layer serves every batch (tests/test_training.py counts them over WMT-like batches: two);
+- sequence lengths are still padded up to a short ladder of sizes (`bucket_length`), so that no length
+  is 1 (which a compiler specializes) and the kernels meet few distinct sizes. Extra padding changes
+  no real position: source padding is masked, target padding comes after the real tokens under the
+  causal mask, and the loss skips it.
 Only the encoder and decoder layers are compiled ("regional" compilation): all layers of a kind
 share one compiled graph, so a new shape costs the compile time of one layer, not of twelve. The
 embeddings and the loss (training/loss.py, already a few large matrix products) stay eager.
@@ -58,7 +59,7 @@ def check_compile_works(device: torch.device) -> None:
 
 def compile_layers(model: Transformer) -> None:
     """Compile each encoder and decoder layer in place (state_dict keys do not change)."""
-    limit = 8 * len(LENGTH_BUCKETS)  # one graph per source length (encoder) or length pair (decoder)
+    limit = 8 * len(LENGTH_BUCKETS)  # room for recompiles (a batch of one row), far more than the two graphs
     for name in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
@@ -78,7 +79,15 @@ def _training_forward(layer: nn.Module, compiled):
             return eager(*args)
         for arg in args:
             for t in arg if isinstance(arg, KeyPadding) else (arg,):
-                torch._dynamo.maybe_mark_dynamic(t, 0)  # rows: any number of sentences, one graph
+                for dim in _varying(t):
+                    torch._dynamo.maybe_mark_dynamic(t, dim)
         return compiled(layer, *args)
 
     return forward
+
+
+def _varying(t: torch.Tensor) -> tuple[int, ...]:
+    """The dimensions of a layer's input that differ between batches, compiled as symbols: the rows and the
+    length of (B, L, d) activations and of a (B, 1, 1, S) source mask; the one dimension of KeyPadding's
+    index tensors."""
+    return {3: (0, 1), 4: (0, 3)}.get(t.dim(), (0,))

@@ -5,7 +5,8 @@ embedding matrix (sec. 3.4) itself, a chunk of rows at a time, so that neither t
 logits nor a float32 buffer of that size ever exists. The smoothed target puts 1 - eps on the reference
 token and spreads eps uniformly over the vocabulary: loss = (1 - eps) * NLL + eps * mean_v(-log p_v).
 With log p_v = z_v - logsumexp(z), NLL = lse - z_target and mean_v(-log p_v) = lse - mean_v(z), so the
-log-probabilities never need to exist either. (tests/reference_loss.py computes the same loss over full
+log-probabilities never need to exist either; see _ChunkedOutputLoss for the few passes over the
+logits that remain. (tests/reference_loss.py computes the same loss over full
 logits; the tests compare the two, value and gradients.)
 """
 
@@ -74,8 +75,11 @@ class _ChunkedOutputLoss(torch.autograd.Function):
     then d hidden = g W and d W += g^T hidden: per chunk.
 
     d loss / d z_v = g * (softmax(z)_v - eps / V - (1 - eps) [v = target]) for a token with weight g (0 at
-    padding): one buffer the size of the chunk's logits, where autograd through log_softmax, mean, gather
-    and masking would make several.
+    padding). Only softmax(z) is a (rows x V) term: the constant and the target's term go into the
+    products as rank-one and per-row corrections (eps / V * sum_v W_v, (1 - eps) W_target), and
+    mean_v(z) = h . mean_v(W) + mean_v(b) is a product with one vector. So the logits are read and
+    written by three passes: the projection, one fused log_softmax, its exp in place (for the
+    gradient); the loss needs no other pass (NLL = -log p_target, lse = z_target - log p_target).
     """
 
     @staticmethod
@@ -83,42 +87,61 @@ class _ChunkedOutputLoss(torch.autograd.Function):
                 smoothing: float, needs_grad: bool):
         dtype = _autocast_dtype(hidden.device.type) or hidden.dtype
         exact = torch.promote_types(dtype, torch.float32)  # the softmax and the sums: float32 at least
+        eps = smoothing
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
             b = bias.to(dtype) if bias is not None else None
             n, vocab = h.size(0), w.size(0)
+            w_mean = w.mean(0, dtype=exact)  # mean_v(z) = h . w_mean + b_mean
+            b_mean = b.mean(dtype=exact) if b is not None else 0.0
             loss = torch.zeros((), dtype=exact, device=h.device)
             nll = torch.zeros((), dtype=exact, device=h.device)
             if needs_grad:
                 grad_h = torch.empty_like(h)
                 grad_w = torch.zeros(w.shape, dtype=exact, device=w.device)
                 grad_b = torch.zeros(vocab, dtype=exact, device=w.device) if b is not None else None
+                h_sum = torch.zeros(h.size(1), dtype=exact, device=h.device)  # sum of g * h over the rows
+                smoothing_row = (eps * w_mean).to(dtype)  # eps / V * sum_v W_v
             step = max(1, CHUNK_LOGITS.get(h.device.type, CHUNK_LOGITS["cuda"]) // vocab)
             for start in range(0, n, step):
                 hc, tc = h[start : start + step], target[start : start + step].unsqueeze(-1)
-                z = F.linear(hc, w, b).to(exact)  # no copy when the product is already float32
-                lse = torch.logsumexp(z, dim=-1)
-                nll_c = lse - z.gather(-1, tc).squeeze(-1)
-                uniform_c = lse - z.mean(dim=-1)
-                row_weight = mask[start : start + step].to(lse.dtype) if mask is not None else None
+                z = F.linear(hc, w, b)
+                z_target = z.gather(-1, tc).squeeze(-1).to(exact)
+                log_p = torch.log_softmax(z, dim=-1, dtype=exact)  # one pass: max, sum of exp, write
+                del z
+                nll_c = -log_p.gather(-1, tc).squeeze(-1)
+                uniform_c = z_target + nll_c - (hc.to(exact) @ w_mean + b_mean)  # lse - mean_v(z)
+                row_weight = mask[start : start + step].to(exact) if mask is not None else None
                 if row_weight is not None:
                     nll_c, uniform_c = nll_c * row_weight, uniform_c * row_weight
-                loss += ((1.0 - smoothing) * nll_c + smoothing * uniform_c).sum()
+                loss += ((1.0 - eps) * nll_c + eps * uniform_c).sum()
                 nll += nll_c.sum()
                 if not needs_grad:
                     continue
-                g = z.sub_(lse.unsqueeze(-1)).exp_().sub_(smoothing / vocab)  # d loss / d z, in place of z
-                g.scatter_add_(-1, tc, torch.full(tc.shape, -(1.0 - smoothing), dtype=g.dtype, device=g.device))
-                if row_weight is not None:
-                    g.mul_(row_weight.unsqueeze(-1))
+                p = log_p.exp_()  # softmax, in place
+                hg = hc if row_weight is None else hc * row_weight.unsqueeze(-1).to(dtype)  # g * h
                 if b is not None:
-                    grad_b += g.sum(0)
-                g = g.to(dtype)
-                torch.mm(g, w, out=grad_h[start : start + step])
+                    grad_b += p.sum(0) if row_weight is None else row_weight @ p
+                    grad_b.index_add_(0, tc.squeeze(-1), row_weight if row_weight is not None else
+                                      torch.ones(tc.size(0), dtype=exact, device=p.device), alpha=-(1.0 - eps))
+                p = p.to(dtype)
+                # g W = softmax W - eps / V sum_v W_v - (1 - eps) W_target, in one product with its correction
+                correction = w.index_select(0, tc.squeeze(-1)).mul_(-(1.0 - eps)).sub_(smoothing_row)
+                out = grad_h[start : start + step]
+                torch.addmm(correction, p, w, out=out)
+                if row_weight is not None:
+                    out.mul_(row_weight.unsqueeze(-1).to(dtype))
+                # g^T h = softmax^T (g h) - eps / V (sum of g h) on every row - (1 - eps) (g h) on the target's row
                 if dtype == exact:
-                    grad_w.addmm_(g.t(), hc)
+                    grad_w.addmm_(p.t(), hg)
                 else:
-                    grad_w += (g.t() @ hc).to(exact)
+                    grad_w += (p.t() @ hg).to(exact)
+                grad_w.index_add_(0, tc.squeeze(-1), hg.to(exact), alpha=-(1.0 - eps))
+                h_sum += hg.sum(0, dtype=exact)
+            if needs_grad:
+                grad_w -= (eps / vocab) * h_sum
+                if grad_b is not None:
+                    grad_b -= eps / vocab * (mask.sum() if mask is not None else n)
         ctx.mark_non_differentiable(nll)
         if needs_grad:
             ctx.save_for_backward(grad_h, grad_w, grad_b)

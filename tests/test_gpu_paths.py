@@ -1,0 +1,497 @@
+"""The GPU's code paths run on a CPU: the attention calls a GPU makes, CUDA graph capture and its failures,
+the memory a GPU batch needs. What stays GPU-only (the kernels themselves, a real capture, speed) is
+listed in docs/architecture.md, "What the CPU tests cover of a GPU"."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_beam import SENTENCES, _as_lists, _batch, tiny_model
+
+from nmtcli import faults
+from nmtcli.inference.beam import beam_search
+from nmtcli.inference.graphs import StepGraphs
+from nmtcli.inference.precision import autocast, to_half
+from nmtcli.inference.translator import BatchBudget, SearchSettings, translate_ids
+from nmtcli.model import incremental
+from nmtcli.model.incremental import DecoderCache
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The models here are tiny: one thread runs them fastest, and waits for no other on a loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def sdpa_calls(monkeypatch):
+    """Decoding steps attend through scaled_dot_product_attention as on a GPU; every call's mask is checked
+    where it is made: 4-d, broadcastable to (B, h, Lq, Lk), and accepted by the backend choice (whose
+    cuDNN check reads mask.size(-2)) in the call's own dtype."""
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def checked(q, k, v, attn_mask=None, **kwargs):
+        if attn_mask is not None:
+            full = (q.size(0), q.size(1), q.size(2), k.size(2))
+            assert attn_mask.dim() == 4 and torch.broadcast_shapes(attn_mask.shape, full) == full, attn_mask.shape
+        torch._fused_sdp_choice(q, k, v, attn_mask)  # raises where a backend cannot read the mask
+        calls.append((q.dtype, None if attn_mask is None else tuple(attn_mask.shape)))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", checked)
+    monkeypatch.setattr(incremental, "fused_attention", lambda device: True)
+    return calls
+
+
+def test_a_one_dimensional_mask_is_what_the_backend_choice_rejects():
+    # The check the fixture makes is the one that fails: the mask fixed spans had before (span,).
+    q, k = torch.zeros(4, 2, 1, 8), torch.zeros(4, 2, 16, 8)
+    with pytest.raises(IndexError):
+        torch._fused_sdp_choice(q, k, k, torch.zeros(16))
+    torch._fused_sdp_choice(q, k, k, torch.zeros(1, 1, 1, 16))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_gpu_attention_calls_of_every_search_equal_the_cpu_search(sdpa_calls, monkeypatch, dtype):
+    model = tiny_model(8, vocab_size=30)
+    src = _batch(SENTENCES)
+    monkeypatch.setattr(incremental, "fused_attention", lambda device: False)
+    if dtype == "bf16":
+        to_half(model, "bf16")
+    with autocast(torch.device("cpu"), dtype):
+        reference = beam_search(model, src, beam=4, nbest=2, max_len_b=9)
+        monkeypatch.setattr(incremental, "fused_attention", lambda device: True)
+        eager = beam_search(model, src, beam=4, nbest=2, max_len_b=9)
+        fixed = beam_search(model, src, beam=4, nbest=2, max_len_b=9, sync_every=4, graphs=StepGraphs(bucket=4, capture=False))
+    tokens = [[h.tokens for h in s] for s in reference]
+    assert [[h.tokens for h in s] for s in eager] == tokens == [[h.tokens for h in s] for s in fixed]
+    close = 1e-4 if dtype == "fp32" else 0.05
+    for ours, theirs in zip(fixed, reference):
+        assert all(abs(a.score - b.score) < close for a, b in zip(ours, theirs))
+    expected = torch.float32 if dtype == "fp32" else torch.bfloat16
+    assert {d for d, _ in sdpa_calls} == {expected}
+    spans = {shape for _, shape in sdpa_calls if shape and shape[:3] == (1, 1, 1)}
+    assert spans >= {(1, 1, 1, 4), (1, 1, 1, 8)}, "the fixed-span masks never reached the kernel"
+    assert any(shape and shape[1:3] == (1, 1) and shape[0] > 1 for _, shape in sdpa_calls), "no source mask seen"
+
+
+def test_teacher_forced_attention_takes_masks_every_backend_accepts(sdpa_calls):
+    model = tiny_model(3, vocab_size=30).train()
+    src = _batch(SENTENCES)
+    model(src, src[:, :4]).sum().backward()
+    assert len(sdpa_calls) == 3 * model.config.layers  # encoder self, decoder self (causal), cross
+
+
+# --- CUDA graphs, recorded as Python ---------------------------------------------------------------
+
+
+class Recorder:
+    """CUDA graphs as a CPU can have them. A capture runs the step's host side and none of its device
+    side (its tensors are put back), as a real capture does; a replay runs the recorded step and none of
+    its host side. A replay checks what a real one would silently get wrong: the tensors must still be
+    at the addresses they had when recorded, and the host must count the positions the device has."""
+
+    def __init__(self):
+        self.recorded = self.replayed = self.released = 0
+
+    def warm_up(self, step):
+        step()
+
+    def record(self, step):
+        search = step.__self__
+        cache = search.state.cache
+        host, before, addresses = cache.host_state(), search.snapshot(), _addresses(search)
+        step()
+        after = cache.host_state()
+        cache.set_host_state(host)  # the tensors back where the step found them; the host's side as the step left it
+        search.restore(before)
+        cache.set_host_state(after)
+        self.recorded += 1
+        return Replay(self, search, step, addresses)
+
+    def release(self):
+        self.released += 1
+
+
+class Replay:
+    def __init__(self, recorder: Recorder, search, step, addresses: dict[str, int]):
+        self.recorder, self.search, self.step, self.addresses = recorder, search, step, addresses
+
+    def replay(self):
+        cache = self.search.state.cache
+        assert _addresses(self.search) == self.addresses, "a graph replayed on tensors that moved"
+        host = cache.host_state()
+        self.step()
+        cache.set_host_state(host)  # a replay runs nothing on the host
+        self.recorder.replayed += 1
+
+
+def _addresses(search) -> dict[str, int]:
+    return {name: t.data_ptr() for name, t in search.step_tensors().items()}
+
+
+@pytest.fixture
+def positions_agree(monkeypatch):
+    """Every decoder step starts where the host thinks it does."""
+    begin = DecoderCache.begin_step
+
+    def checked(self):
+        assert self.length == int(self.position), f"host at {self.length}, device at {int(self.position)}"
+        begin(self)
+
+    monkeypatch.setattr(DecoderCache, "begin_step", checked)
+
+
+def _search_lines(backend=None, budget_tokens=1000):
+    """Two copies of SENTENCES (10 lines) translated through translate_ids, with step graphs on `backend`
+    (None: no graphs): (the lines' n-best lists, warnings, the batch budget after, the graphs)."""
+    model = tiny_model(8, vocab_size=30)
+    warnings = []
+    graphs = StepGraphs(bucket=4, backend=backend, warn=warnings.append) if backend is not None else None
+    budget = BatchBudget(budget_tokens)
+    hyps = translate_ids(model, SENTENCES * 2, SearchSettings(beam=4, nbest=2, max_len_b=7), budget, torch.device("cpu"),
+                         graphs=graphs, warn=warnings.append)
+    return _as_lists(hyps), warnings, budget, graphs
+
+
+@pytest.fixture(scope="module")
+def eager_lines():
+    lines = _search_lines()[0]
+    assert len({len(h[0][0]) for h in lines}) > 1, "every line has the same length: the tests prove little"
+    return lines
+
+
+def _fault(monkeypatch, spec: str | None):
+    faults._reached.clear()
+    if spec:
+        monkeypatch.setenv("NMT_TEST_FAULT", spec)
+
+
+def test_recorded_graphs_replay_the_eager_search(positions_agree, eager_lines):
+    recorder = Recorder()
+    lines, warnings, _, graphs = _search_lines(recorder)
+    assert lines == eager_lines and warnings == []
+    assert graphs.enabled and graphs.checked and recorder.recorded >= 3 and recorder.replayed > 10
+
+
+@pytest.mark.parametrize("phase", ["warm-up", "capture", "replay"])
+def test_out_of_memory_in_a_graph_halves_the_batch_and_keeps_graphs_on(monkeypatch, positions_agree, eager_lines, phase):
+    _fault(monkeypatch, f"graph-oom:{phase}:1")
+    recorder = Recorder()
+    lines, warnings, budget, graphs = _search_lines(recorder)
+    assert lines == eager_lines
+    assert len(warnings) == 1 and warnings[0].startswith("out of memory with a batch of 10 lines"), warnings
+    assert budget.tokens < 1000 and graphs.enabled and recorder.released >= 1
+    assert recorder.replayed > 0, "graphs were not used after the failure"
+
+
+@pytest.mark.parametrize("phase", ["warm-up", "capture", "replay"])
+def test_any_other_graph_failure_turns_graphs_off_and_changes_no_line(monkeypatch, positions_agree, eager_lines, phase):
+    _fault(monkeypatch, f"graph-error:{phase}:1")
+    recorder = Recorder()
+    lines, warnings, budget, graphs = _search_lines(recorder)
+    assert lines == eager_lines
+    assert len(warnings) == 1 and warnings[0].startswith("CUDA graphs are off") and "RuntimeError" in warnings[0], warnings
+    assert not graphs.enabled and budget.tokens == 1000
+
+
+def test_a_replay_that_differs_from_the_eager_step_keeps_the_eager_result(monkeypatch, positions_agree, eager_lines):
+    class Wrong(Recorder):
+        def record(self, step):
+            replay = super().record(step)
+            search = step.__self__
+            right = replay.step
+
+            def wrong_step():  # the replay writes a wrong score
+                right()
+                search.scores.add_(1.0)
+
+            replay.step = wrong_step
+            return replay
+
+    lines, warnings, _, graphs = _search_lines(Wrong())
+    assert lines == eager_lines and not graphs.enabled
+    assert len(warnings) == 1 and "differs from the eager step in scores" in warnings[0]
+
+
+def test_the_graph_check_copies_only_the_span_a_step_reads():
+    # The check clones what a step changes; the decoder cache is by far the largest part, and a step
+    # reads and reorders only its span: at the first capture a sixteenth of a cache of 256 positions.
+    from nmtcli.inference.beam import BeamSearch
+
+    model = tiny_model(8, vocab_size=30)
+    with torch.inference_mode():
+        search = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 0.0, 255, 1, "gnmt", 0)
+        search.step()
+        cache = search.state.cache
+        cache.fixed_span = 16
+        copied = sum(t.numel() * t.element_size() for name, t in search.snapshot().items() if "keys" in name or "values" in name)
+    whole = sum(t.numel() * t.element_size() for t in (*cache.keys, *cache.values))
+    assert cache.capacity == 256 and copied * 16 == whole
+
+
+# --- memory arithmetic ----------------------------------------------------------------------------
+
+
+def test_the_memory_arithmetic_is_that_of_the_tensors_a_search_allocates():
+    # The decoder's real allocations, on the meta device (shapes, no memory): a base model, fp32.
+    from nmtcli.inference.memory import positions, search_bytes
+    from nmtcli.model.config import ModelConfig
+    from nmtcli.model.incremental import decode_step, start_decoding
+    from nmtcli.model.transformer import skeleton
+
+    config = ModelConfig()
+    model = skeleton(config).eval()
+    model.embedding.positions = model.embedding.positions.to("meta")
+    n, longest, beam = 24, 30, 4
+    with torch.inference_mode():
+        memory = torch.empty(n, longest + 1, config.d_model, device="meta")
+        state = start_decoding(model, memory, torch.ones(n, 1, 1, longest + 1, dtype=torch.bool, device="meta"), beam,
+                               capacity=positions(config, longest))
+        state.cache.start_with(n)
+        decode_step(model, torch.ones(n, dtype=torch.long, device="meta"), state)
+        state.reorder(torch.zeros(n * beam, dtype=torch.long, device="meta"))  # makes the spare set
+        logits = decode_step(model, torch.ones(n * beam, dtype=torch.long, device="meta"), state)
+        cache = state.cache
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+    nbytes = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
+    estimate = search_bytes(config, n, longest, beam, dtype_bytes=4)
+    assert estimate["keys/values"] == nbytes([*cache._buffers[0], *cache._buffers[1], *cache._spare[0], *cache._spare[1]])
+    assert estimate["encoder keys/values"] == nbytes([t for kv in state.memory_kv for t in kv])
+    assert estimate["logits"] == 3 * nbytes([log_probs])  # fp32: the projection, its float() (a copy under autocast), log-probs
+    span = 16
+    assert estimate["graph check"] == 2 * nbytes([b[:, :, :span] for b in (*cache.keys, *cache.values)])
+
+
+@pytest.mark.parametrize("card_gb, dtype_bytes", [(80, 4), (80, 2), (24, 4), (24, 2)])
+def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtype_bytes):
+    from nmtcli.inference.memory import GB, gpu_batch, search_bytes, worst_case
+    from nmtcli.inference.translator import DEVICE_DEFAULTS
+    from nmtcli.model.config import ModelConfig
+
+    config = ModelConfig()  # base: 37k vocabulary, d_model 512, 6 layers
+    card = card_gb * GB * 0.93  # what a card of that name reports, less the CUDA context
+    batch_tokens, sentences = gpu_batch(card)
+    if card_gb == 80:
+        assert batch_tokens == DEVICE_DEFAULTS["cuda"][0]
+    used, longest = worst_case(config, batch_tokens, sentences, dtype_bytes)
+    assert used < 0.8 * card, f"{used / GB:.1f} GB for sentences of {longest} tokens"
+    # Without the sentence cap, 1-token lines alone would need many cards' worth.
+    assert sum(search_bytes(config, batch_tokens // 2, 1, dtype_bytes=dtype_bytes).values()) > 3 * card
+
+
+def test_a_gpu_batch_is_capped_in_sentences_and_the_cap_halves_with_the_tokens():
+    from nmtcli.inference.translator import length_sorted_batches
+
+    budget = BatchBudget(10_000, sentences=4)
+    batches = list(length_sorted_batches([[5]] * 10, budget))
+    assert [len(b) for b in batches] == [4, 4, 2]
+
+
+# --- the training loss's GPU path -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_loss_of_a_gpu_batch_weighting_rows_by_a_mask_equals_the_full_loss(monkeypatch, precision):
+    # On a GPU without the token count, padded rows stay in and are weighted 0 (nothing waits for the
+    # device); on a CPU they are dropped. Large logits (a sharp model) too: the loss reads log p, not p.
+    from reference_loss import label_smoothed_loss
+
+    from nmtcli.training import loss as loss_module
+
+    monkeypatch.setattr(loss_module, "_target_rows", lambda mask, tokens: None)
+    monkeypatch.setitem(loss_module.CHUNK_LOGITS, "cpu", 16 * 300)
+    torch.manual_seed(4)
+    hidden = (torch.randn(70, 32) * 3).requires_grad_()
+    weight = (torch.randn(300, 32) * 2).requires_grad_()
+    bias = torch.randn(300, requires_grad=True)
+    target = torch.randint(4, 300, (70,))
+    target[50:] = 0
+    leaves = (hidden, weight, bias)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    results = []
+    for fused in (True, False):
+        with autocast:
+            if fused:
+                loss, nll = loss_module.output_loss(hidden, weight, bias, target, 0.1, pad_id=0)
+            else:
+                loss, nll = label_smoothed_loss(F.linear(hidden, weight, bias), target, 0.1, pad_id=0)
+        (loss * 0.5).backward()
+        results.append((loss.detach(), nll, *(t.grad.clone() for t in leaves)))
+        for t in leaves:
+            t.grad = None
+    tolerance = {"rtol": 1e-5, "atol": 1e-4} if precision == "fp32" else {"rtol": 2e-2, "atol": 2e-2}
+    assert results[1][0] > 1000  # sharp: some tokens cost far more than log V
+    for ours, reference in zip(*results):
+        torch.testing.assert_close(ours.float(), reference.float(), **tolerance)
+    assert torch.all(results[0][2][50:] == 0)  # padding gets no gradient
+
+
+# --- the varlen kernel under --compile ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_varlen():
+    """PyTorch's varlen attention ops (CUDA kernels only) with CPU kernels for this process: the kernel's
+    contract (tests/test_model.py: reference_varlen_attention) sequence by sequence. TorchDynamo traces
+    the ops through their own fake kernels, as on a GPU."""
+    import torch.nn.attention.varlen as varlen
+
+    def sequences(cu_q, cu_k):
+        for i in range(len(cu_q) - 1):
+            yield slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
+
+    def probabilities(q, k, causal):  # (h, Lq, d_k), (h, Lk, d_k) -> softmax(Q K^T / sqrt(d_k)) (sec. 3.2.1)
+        scores = q @ k.transpose(1, 2) * q.size(-1) ** -0.5
+        if causal:
+            scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+        return scores.softmax(-1)
+
+    def forward(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, *rest):
+        out = torch.zeros_like(query)
+        for qs, ks in sequences(cu_seq_q, cu_seq_k):
+            q, k, v = (t.transpose(0, 1) for t in (query[qs], key[ks], value[ks]))
+            out[qs] = (probabilities(q, k, is_causal) @ v).transpose(0, 1)
+        return out, torch.zeros(query.size(1), query.size(0)), torch.zeros(2, dtype=torch.uint64)
+
+    def backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, is_causal, *rest):
+        # A kernel runs below autograd: the attention's gradient by hand. Key rows past the real ones: 0.
+        dq, dk, dv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
+        for qs, ks in sequences(cu_seq_q, cu_seq_k):
+            q, k, v, do = (t.transpose(0, 1) for t in (query[qs], key[ks], value[ks], grad_out[qs]))
+            p = probabilities(q, k, is_causal)
+            dp = do @ v.transpose(1, 2)
+            ds = p * (dp - (dp * p).sum(-1, keepdim=True)) * q.size(-1) ** -0.5
+            dq[qs], dk[ks], dv[ks] = ((ds @ k).transpose(0, 1), (ds.transpose(1, 2) @ q).transpose(0, 1),
+                                      (p.transpose(1, 2) @ do).transpose(0, 1))
+        return dq, dk, dv
+
+    varlen._varlen_attn.register_kernel("cpu")(forward)
+    varlen._varlen_attn_backward.register_kernel("cpu")(backward)
+
+
+def wmt_shaped_batches(count: int, seed: int = 0):
+    """(src, tgt_in) batches of 2,000 padded tokens, sentence lengths drawn like WMT's (log-normal, median ~22
+    tokens, a long tail), targets about as long as their sources, lengths padded to the compile buckets."""
+    import random
+
+    from nmtcli.data.batching import collate
+    from nmtcli.training import compiling
+    from nmtcli.training.loader import pad_lengths
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        longest = min(120, max(2, round(rng.lognormvariate(3.1, 0.55))))
+        rows = max(1, 400 // longest)
+        src = [torch.randint(4, 100, (rng.randint(1, longest),)).numpy() for _ in range(rows)]
+        tgt = [torch.randint(4, 100, (max(1, round(len(s) * rng.uniform(0.8, 1.25))),)).numpy() for s in src]
+        batch = pad_lengths(collate(src, tgt), compiling.bucket_length)
+        yield batch.src, batch.tgt_in
+
+
+def test_compiled_layers_with_packed_attention_make_two_graphs_no_break_and_eager_gradients(cpu_varlen, monkeypatch):
+    import copy
+
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters
+
+    from nmtcli.model import packed_attention
+    from nmtcli.model.config import PRESETS
+    from nmtcli.model.transformer import Transformer
+    from nmtcli.training import compiling
+
+    torch._dynamo.reset()
+    counters.clear()
+    counter = CompileCounter()
+    monkeypatch.setattr(compiling, "BACKEND", counter)
+    monkeypatch.setattr(packed_attention, "applies", lambda model, src: True)  # the GPU's bf16 training path
+    monkeypatch.setattr(packed_attention, "VARLEN_ATTENTION", packed_attention._load_varlen())
+    torch.manual_seed(0)
+    eager = Transformer(PRESETS["tiny"].replace(vocab_size=100, layers=2, dropout=0.0, attention_dropout=0.0))
+    compiled = copy.deepcopy(eager)
+    compiling.compile_layers(compiled)
+    shapes = set()
+    for src, tgt_in in wmt_shaped_batches(6):
+        shapes.add((*src.shape, tgt_in.size(1)))
+        for model in (eager, compiled):
+            model.zero_grad()
+            model(src, tgt_in, hidden=True).square().mean().backward()
+        for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert len(shapes) == 6
+    assert counter.frame_count == 2, f"{counter.frame_count} graphs (recompiles) for {len(shapes)} shapes"
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    torch._dynamo.reset()
+
+
+# --- device settings ------------------------------------------------------------------------------
+
+
+def test_fp32_training_on_a_gpu_multiplies_in_tf32_and_a_cpu_is_left_alone():
+    from nmtcli.training.precision import resolve
+
+    backends = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    before = [b.fp32_precision for b in backends]
+    try:
+        for b in backends:
+            b.fp32_precision = "ieee"
+        resolve("fp32", torch.device("cpu"))
+        assert [b.fp32_precision for b in backends] == ["ieee", "ieee"]
+        resolve("fp32", torch.device("cuda", 1))  # resolving fp32 asks nothing of the GPU itself
+        assert [b.fp32_precision for b in backends] == ["tf32", "tf32"]
+    finally:
+        for b, value in zip(backends, before):
+            b.fp32_precision = value
+
+
+def test_a_search_on_cuda_n_makes_n_the_current_device():
+    from nmtcli.device import on_device
+
+    context = on_device(torch.device("cuda", 2))
+    assert isinstance(context, torch.cuda.device) and context.idx == 2
+    assert not isinstance(on_device(torch.device("cpu")), torch.cuda.device)
+
+
+def test_a_captured_step_moves_each_key_and_value_once(positions_agree):
+    # The reorder of a fixed-span step selects rows from one set of buffers into the other (no temporary
+    # copied back), so the sets take turns and each span gets a graph per set.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from nmtcli.inference.beam import BeamSearch
+
+    class Writes(TorchDispatchMode):
+        def __init__(self, buffers):
+            super().__init__()
+            self.buffers, self.calls = {b.data_ptr() for b in buffers}, []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = kwargs.get("out", args[0] if args and func._schema.is_mutable else None)
+            if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() in self.buffers:
+                self.calls.append(func.__name__.split(".")[0])
+            return func(*args, **kwargs)
+
+    model = tiny_model(8, vocab_size=30)
+    with torch.inference_mode():
+        search = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 0.0, 30, 1, "gnmt", 0)
+        search.step()
+        cache = search.state.cache
+        cache.clear_unwritten()
+        cache.fixed_span = 16
+        first = cache.keys[0].data_ptr()
+        buffers = [b for sets in (cache._buffers, cache._spare) for kv in sets for b in kv]
+        with Writes(buffers) as writes:
+            search.step()
+        assert cache.keys[0].data_ptr() != first
+        search.step()
+        assert cache.keys[0].data_ptr() == first
+    layers = model.config.layers
+    assert sorted(writes.calls) == sorted(["index_copy_"] * 2 * layers + ["index_select"] * 2 * layers), writes.calls
+    recorder = Recorder()
+    _search_lines(recorder)
+    assert recorder.recorded <= 2 * 4 * 3  # at most two graphs per span of 4 (spans 4 to 16) for each of 3 generations
