@@ -96,7 +96,7 @@ def command(
         settings = PrepareSettings(recipe.source_lang, recipe.target_lang, vocab_size or recipe.vocab_size,
                                    spm_sentences=spm_sentences or recipe.spm_sentences, max_ratio=max_ratio or recipe.max_ratio, **options)
         out = output or DATA_ROOT / name
-        announce("prepared data", out)
+        _announce(out, settings, vocabulary)
         with progress_bar() as progress:
             manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary)
     else:
@@ -105,10 +105,18 @@ def command(
         src, tgt = source_lang or "en", target_lang or "de"
         settings = PrepareSettings(src, tgt, vocab_size or 37000, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, **options)
         out = output or DATA_ROOT / f"{src}-{tgt}"
-        announce("prepared data", out)
+        _announce(out, settings, vocabulary)
         with progress_bar() as progress:
             manifest = prepare_files(out, train, valid, test, settings, f"{src}-{tgt}", progress, vocabulary)
     _report(out, manifest)
+
+
+def _announce(out: Path, settings, vocabulary) -> None:
+    if vocabulary is not None:  # before anything is written: data in the other direction is no use to the model
+        from nmtcli.data.vocabulary import check_languages
+
+        check_languages(vocabulary, settings.source_lang, settings.target_lang)
+    announce("prepared data", out)
 
 
 def _vocabulary(spec: str, vocab_size: int | None, spm_sentences: int | None):
