@@ -21,6 +21,8 @@ def local_card(values: dict[str, Any]) -> str:
     params = count_parameters(ModelConfig.from_dict(m))
     steps = ", ".join(str(s) for s in t["averaged_checkpoints"])
     base = _base_model(t)
+    vocabulary = (f"Marian's source and target sentencepiece models over one {m['vocab_size']:,}-piece vocabulary"
+                  if (values.get("tokenizer") or {}).get("kind") == "marian" else f"shared {m['vocab_size']:,}-piece sentencepiece BPE vocabulary")
     title = f"fine-tuned from {base}" if base else t["preset"]
     start = f"\n- Started from: {base} (`nmt train --init`), its weights at step 0" if base else ""
     return f"""# Transformer {lang['source']}-{lang['target']} ({title})
@@ -30,7 +32,7 @@ A Transformer translation model ("Attention Is All You Need", Vaswani et al., 20
 
 - Languages: {lang['source']} -> {lang['target']}
 - Architecture: {m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads,
-  {m['norm']}-norm, {m['activation']}, shared {m['vocab_size']:,}-piece sentencepiece BPE vocabulary; {params:,} parameters
+  {m['norm']}-norm, {m['activation']}, {vocabulary}; {params:,} parameters
 - Training data: {t['data']} ({t['train_pairs']:,} sentence pairs after cleaning)
 - Training: {t['steps']} steps; this model averages the checkpoints of steps {steps}{start}
 
