@@ -223,3 +223,33 @@ def test_continued_training_of_an_nmt_model_is_the_same_command(random_model, pr
     nmt_in_process("average", str(run), "-o", str(tmp_path / "model"))
     out = nmt_in_process("translate", "-m", str(tmp_path / "model"), "--device", "cpu", "--max-len-b", "5", input="the dog sees a cat\n")
     assert len(out.stdout.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_hub_ids_for_vocab_from_and_init_are_recorded_and_the_pushed_card_names_base_and_data(opus, tmp_path):
+    from conftest import run_nmt
+    from hub_server import FakeHub, Repo
+
+    token = "hf_test_alice"
+    with FakeHub({token: "alice"}) as hub:
+        commit = "c0ffee" * 6 + "c0ff"
+        hub.repos["alice/opus-mt-en-de"] = Repo.at(commit, {p.name: p.read_bytes() for p in opus["model"].iterdir()})
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf-home"), "HF_TOKEN": token, "OMP_NUM_THREADS": "1",
+               "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        corpus, data, run = opus["corpus"], tmp_path / "data", tmp_path / "run"
+        run_nmt("prepare", "--vocab-from", "alice/opus-mt-en-de", "--train", str(corpus), "--valid", str(corpus.with_name("valid")),
+                "--max-ratio", "3", "-o", str(data), env=env)
+        manifest = json.loads((data / "manifest.json").read_text())
+        assert manifest["vocab_from"]["model"] == "alice/opus-mt-en-de" and manifest["vocab_from"]["revision"] == commit
+        # The same vocabulary as the local copy's: the local prepare's data trains the Hub model too.
+        assert manifest["vocab_from"]["files"] == json.loads((opus["data"] / "manifest.json").read_text())["vocab_from"]["files"]
+        run_nmt("train", "--init", "alice/opus-mt-en-de", "--data", str(data), "-o", str(run), "--max-steps", "2",
+                "--valid-bleu", "0", *TRAIN, env=env)
+        assert json.loads((run / "config.json").read_text())["init"]["revision"] == commit
+        nmt_in_process("average", str(run), "-o", str(tmp_path / "model"))
+        run_nmt("push", str(tmp_path / "model"), "alice/opus-mt-en-de-verbs", env=env)
+        pushed = hub.repos["alice/opus-mt-en-de-verbs"]
+        card = pushed.commits[pushed.branches["main"]]["README.md"].decode()
+    assert 'base_model: "alice/opus-mt-en-de"' in card and "base_model_relation: finetune" in card
+    assert f"Fine-tuned from `alice/opus-mt-en-de` (revision {commit})" in card
+    assert "Fine-tuning data: en-de (" in card
