@@ -28,11 +28,18 @@ FINETUNE_STEPS = 150
 TRAIN = ["--device", "cpu", "--log-every", "25"]
 
 
-def one_error_line(result: subprocess.CompletedProcess) -> str:
+def one_error_line(result: subprocess.CompletedProcess, row: str | None = None) -> str:
+    """The one line on stderr, `nmt: error: ...`; with `row`, the message and exit code docs/errors.md give it."""
+    from test_errors import doc_rows, matches
+
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nmt: error: "), result.stderr
+    if row is not None:
+        documented = doc_rows()[row]
+        assert matches(documented.message, lines[0]), f"\n   docs: {documented.message}\n actual: {lines[0]}"
+        assert result.returncode == documented.exit_code
     return lines[0]
 
 
@@ -180,7 +187,7 @@ def test_resume_after_a_kill_is_bit_exact(opus, tmp_path):
 def test_wrong_vocabulary_language_pair_missing_weights_and_preset_are_one_line_errors(opus, prepared, tmp_path):
     model, data = opus["model"], opus["data"]
     # Data with nmt's own vocabulary, not the model's: the error names the prepare to run.
-    line = one_error_line(nmt_in_process("train", "--init", str(model), "--data", str(prepared), *TRAIN, check=False))
+    line = one_error_line(nmt_in_process("train", "--init", str(model), "--data", str(prepared), *TRAIN, check=False), "init-wrong-vocabulary")
     assert f"{prepared} was not prepared with the vocabulary of {model.resolve()}" in line
     assert f"nmt prepare --vocab-from {model.resolve()} --train " in line
     # The same vocabulary but the model translates the other way.
@@ -189,18 +196,20 @@ def test_wrong_vocabulary_language_pair_missing_weights_and_preset_are_one_line_
     values = json.loads((reverse / "config.json").read_text())
     values["languages"] = {"source": "de", "target": "en"}
     (reverse / "config.json").write_text(json.dumps(values))
-    line = one_error_line(nmt_in_process("train", "--init", str(reverse), "--data", str(data), *TRAIN, check=False))
+    line = one_error_line(nmt_in_process("train", "--init", str(reverse), "--data", str(data), *TRAIN, check=False), "init-wrong-language-pair")
     assert "translates de->en, but" in line and "holds en->de data" in line
     corpus = opus["corpus"]
     line = one_error_line(nmt_in_process("prepare", "--vocab-from", str(model), "-s", "de", "-t", "en", "--train", str(corpus),
-                                         "--valid", str(corpus.with_name("valid")), "-o", str(tmp_path / "x"), check=False))
-    assert "translates en->de, not de->en" in line
+                                         "--valid", str(corpus.with_name("valid")), "-o", str(tmp_path / "x"), check=False),
+                          "vocab-from-wrong-language-pair")
+    assert "translates en->de, not de->en" in line and not (tmp_path / "x").exists()
     # A model dir without weights.
     (reverse / "model.safetensors").unlink()
-    line = one_error_line(nmt_in_process("train", "--init", str(reverse), "--data", str(data), *TRAIN, check=False))
+    line = one_error_line(nmt_in_process("train", "--init", str(reverse), "--data", str(data), *TRAIN, check=False), "init-without-weights")
     assert f"{reverse} has no model.safetensors" in line
     # --preset contradicting the model's shape.
-    line = one_error_line(nmt_in_process("train", "--init", str(model), "--data", str(data), "--preset", "base", *TRAIN, check=False))
+    line = one_error_line(nmt_in_process("train", "--init", str(model), "--data", str(data), "--preset", "base", *TRAIN, check=False),
+                          "init-preset-contradicts")
     assert "--preset base contradicts --init" in line
     # --vocab-size with --vocab-from.
     line = one_error_line(nmt_in_process("prepare", "--vocab-from", str(model), "--vocab-size", "500", "--train", str(corpus),

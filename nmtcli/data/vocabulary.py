@@ -117,4 +117,5 @@ def check_languages(vocabulary: ModelVocabulary, source_lang: str, target_lang: 
     if "" in model or model == ("src", "tgt") or model == (source_lang, target_lang):
         return
     raise NmtError(f"{vocabulary.origin.get('model', vocabulary.model_dir)} translates {model[0]}->{model[1]}, not {source_lang}->{target_lang}",
-                   f"prepare {model[0]}->{model[1]} data (-s {model[0]} -t {model[1]}, the default with --vocab-from), or take a model for {source_lang}->{target_lang}")
+                   f"prepare {model[0]}->{model[1]} data (-s {model[0]} -t {model[1]}, the default with --vocab-from), or take a model for {source_lang}->{target_lang}",
+                   exit_code=2)

@@ -122,7 +122,7 @@ def finetune_settings(init: InitModel, manifest: dict[str, Any], preset: str | N
         if any(getattr(theirs, k) != getattr(init.config, k) for k in shape):
             there = ", ".join(f"{k} {getattr(init.config, k)}" for k in shape)
             raise NmtError(f"--preset {preset} contradicts --init {init.origin['model']} ({there})",
-                           "leave out --preset: the model's config.json fixes its shape, and fine-tuning has its own recipe")
+                           "leave out --preset: the model's config.json fixes its shape, and fine-tuning has its own recipe", exit_code=2)
         return with_overrides(TRAIN_PRESETS[preset], **values)
     recipe = with_overrides(FINETUNE, **values)
     if recipe.lr is None:
