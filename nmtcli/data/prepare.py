@@ -399,6 +399,10 @@ def prepare(
                                                   lambda: vocabulary.copy_into(out_dir))
         vocab_size = vocabulary.size
         seconds["vocabulary"], clock = round(time.time() - clock, 2), time.time()
+    # The tokenizer files of another layout, left by an earlier prepare into this dir, describe nothing here.
+    kept = set(tokenizer_files(vocabulary.tokenizer if vocabulary else None).values())
+    for stale in {SPM_FILE, *tokenizer_files({"kind": "marian"}).values()} - kept:
+        (out_dir / stale).unlink(missing_ok=True)
 
     encoded = [out_dir / f"{split}.{lang}.{ext}" for split in ("train", "valid") for lang in (src, tgt) for ext in ("bin", "idx")]
     if (marker := _read_marker(work, "encode", encode_key)) is None or not all(p.is_file() for p in encoded):
