@@ -18,8 +18,8 @@ __nmt_options() {
     case $1 in
         '') REPLY='--debug --version --help -h' ;;
         'quickstart') REPLY='--minutes --max-steps --preset --device --examples --dir -C --help -h' ;;
-        'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-size --spm-sentences --seed --max-tokens --max-ratio --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
-        'train') REPLY='--data --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
+        'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
+        'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --output -o --help -h' ;;
         'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --cuda-graphs --no-cuda-graphs --engine --help -h' ;;
         'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --access-log --no-access-log --help -h' ;;
@@ -50,6 +50,7 @@ __nmt_option_value() {
         'prepare --test') REPLY='files' ;;
         'prepare --source-lang'|'prepare -s') REPLY='text' ;;
         'prepare --target-lang'|'prepare -t') REPLY='text' ;;
+        'prepare --vocab-from') REPLY='text' ;;
         'prepare --vocab-size') REPLY='text' ;;
         'prepare --spm-sentences') REPLY='text' ;;
         'prepare --seed') REPLY='text' ;;
@@ -60,6 +61,7 @@ __nmt_option_value() {
         'prepare --chunk-pairs') REPLY='text' ;;
         'prepare --output'|'prepare -o') REPLY='files' ;;
         'train --data') REPLY='files' ;;
+        'train --init') REPLY='text' ;;
         'train --preset') REPLY='choices tiny base big' ;;
         'train --output'|'train -o') REPLY='files' ;;
         'train --norm') REPLY='text' ;;
@@ -72,6 +74,7 @@ __nmt_option_value() {
         'train --update-freq') REPLY='text' ;;
         'train --warmup') REPLY='text' ;;
         'train --lr-scale') REPLY='text' ;;
+        'train --lr') REPLY='text' ;;
         'train --label-smoothing') REPLY='text' ;;
         'train --seed') REPLY='text' ;;
         'train --save-every') REPLY='text' ;;

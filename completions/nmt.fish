@@ -20,9 +20,9 @@ function __nmt_value_options
         case 'quickstart'
             printf '%s\n' --minutes --max-steps --preset --device --examples --dir -C
         case 'prepare'
-            printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-size --spm-sentences --seed --max-tokens --max-ratio --revision --workers --chunk-pairs --output -o
+            printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --revision --workers --chunk-pairs --output -o
         case 'train'
-            printf '%s\n' --data --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
+            printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
         case 'average'
             printf '%s\n' --last --output -o
         case 'translate'
@@ -166,6 +166,7 @@ complete -c nmt -n "__nmt_using 'prepare'" -l valid -r -F -d 'Validation files P
 complete -c nmt -n "__nmt_using 'prepare'" -l test -r -F -d 'Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`'
 complete -c nmt -n "__nmt_using 'prepare'" -l source-lang -s s -x -d 'Source language code (the file suffix)'
 complete -c nmt -n "__nmt_using 'prepare'" -l target-lang -s t -x -d 'Target language code (the file suffix)'
+complete -c nmt -n "__nmt_using 'prepare'" -l vocab-from -x -d 'Encode with this model\'s tokenizer instead of training a new one (a model dir or Hub id; nmt\'s own, or from `nmt import marian`), so that `nmt train --init MODEL` can fine-tune it on this data'
 complete -c nmt -n "__nmt_using 'prepare'" -l vocab-size -x -d 'Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14 en-de)'
 complete -c nmt -n "__nmt_using 'prepare'" -l spm-sentences -x -d 'Training pairs sampled (seeded) to train sentencepiece; each gives two lines'
 complete -c nmt -n "__nmt_using 'prepare'" -l seed -x -d 'Seed for sampling the sentencepiece training text'
@@ -184,6 +185,7 @@ complete -c nmt -n "__nmt_at_argument 'prepare' 0" -f -a '(__nmt_values_prepare_
 
 # nmt train
 complete -c nmt -n "__nmt_using 'train'" -l data -r -F -d 'Prepared data dir'
+complete -c nmt -n "__nmt_using 'train'" -l init -x -d 'Start from this model\'s config and weights (a model dir or Hub id, nmt\'s own or from `nmt import marian`): fine-tuning, or continued training'
 complete -c nmt -n "__nmt_using 'train'" -l preset -x -a '(__nmt_values_preset)' -d 'Model and recipe: tiny (CPU demo), base or big (Table 3)'
 complete -c nmt -n "__nmt_using 'train'" -l output -s o -r -F -d 'Run dir'
 complete -c nmt -n "__nmt_using 'train'" -l norm -x -d 'post: LayerNorm after each residual sum, the paper\'s (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs'
@@ -196,6 +198,7 @@ complete -c nmt -n "__nmt_using 'train'" -l tokens-per-step -x -d 'Target tokens
 complete -c nmt -n "__nmt_using 'train'" -l update-freq -x -d 'Batches accumulated per GPU per step, set by hand (replaces --tokens-per-step; tiny: 1)'
 complete -c nmt -n "__nmt_using 'train'" -l warmup -x -d 'Warmup steps of the learning-rate schedule (4,000; tiny 200)'
 complete -c nmt -n "__nmt_using 'train'" -l lr-scale -x -d 'Multiplies the learning-rate schedule (1.0 is the paper\'s)'
+complete -c nmt -n "__nmt_using 'train'" -l lr -x -d 'Peak learning rate, reached at the end of warmup, then 1/sqrt(step) decay'
 complete -c nmt -n "__nmt_using 'train'" -l label-smoothing -x -d 'Label smoothing epsilon (0.1, sec. 5.4)'
 complete -c nmt -n "__nmt_using 'train'" -l seed -x -d 'Seed for weights, data order and dropout'
 complete -c nmt -n "__nmt_using 'train'" -l save-every -x -d 'Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper, tiny 250 steps)'

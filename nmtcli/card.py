@@ -20,16 +20,21 @@ def local_card(values: dict[str, Any]) -> str:
     m, t, lang = values["model"], values["training"], values["languages"]
     params = count_parameters(ModelConfig.from_dict(m))
     steps = ", ".join(str(s) for s in t["averaged_checkpoints"])
-    return f"""# Transformer {lang['source']}-{lang['target']} ({t['preset']})
+    base = _base_model(t)
+    vocabulary = (f"Marian's source and target sentencepiece models over one {m['vocab_size']:,}-piece vocabulary"
+                  if (values.get("tokenizer") or {}).get("kind") == "marian" else f"shared {m['vocab_size']:,}-piece sentencepiece BPE vocabulary")
+    title = f"fine-tuned from {base}" if base else t["preset"]
+    start = f"\n- Started from: {base} (`nmt train --init`), its weights at step 0" if base else ""
+    return f"""# Transformer {lang['source']}-{lang['target']} ({title})
 
 A Transformer translation model ("Attention Is All You Need", Vaswani et al., 2017) trained with
 [nmt](https://pypi.org/project/nmtcli/).
 
 - Languages: {lang['source']} -> {lang['target']}
 - Architecture: {m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads,
-  {m['norm']}-norm, {m['activation']}, shared {m['vocab_size']:,}-piece sentencepiece BPE vocabulary; {params:,} parameters
+  {m['norm']}-norm, {m['activation']}, {vocabulary}; {params:,} parameters
 - Training data: {t['data']} ({t['train_pairs']:,} sentence pairs after cleaning)
-- Training: {t['steps']} steps; this model averages the checkpoints of steps {steps}
+- Training: {t['steps']} steps; this model averages the checkpoints of steps {steps}{start}
 
 ## Use
 
@@ -48,7 +53,7 @@ def hub_card(values: dict[str, Any], repo_id: str, scores: dict[str, Any], licen
     license = license or values.get("license") or "apache-2.0"
     name = repo_id.split("/")[-1]
     lines = [
-        _metadata(src, tgt, license, training.get("datasets") or [], name, scores),
+        _metadata(src, tgt, license, training.get("datasets") or [], name, scores, _base_model(training)),
         "",
         f"# {name}",
         "",
@@ -91,11 +96,28 @@ def _yaml_string(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid YAML flow scalar
 
 
-def _metadata(src: str, tgt: str, license: str, datasets: list[str], name: str, scores: dict[str, Any]) -> str:
+def _base_model(training: dict[str, Any]) -> str | None:
+    """The model a fine-tuned model started from (`nmt train --init`): its Hub id or path, with the
+    Hub id it was imported from where that is what the path holds."""
+    init = training.get("init") or {}
+    if not init:
+        return None
+    imported = (init.get("imported_from") or {}).get("source", "")
+    model = str(init.get("model", ""))
+    return model if _is_repo_id(model) or not _is_repo_id(imported) else imported
+
+
+def _is_repo_id(text: str) -> bool:
+    return text.count("/") == 1 and not text.startswith((".", "/"))
+
+
+def _metadata(src: str, tgt: str, license: str, datasets: list[str], name: str, scores: dict[str, Any], base: str | None = None) -> str:
     """The card's YAML header, between `---` lines."""
     meta = ["---", "language:"]
     meta += [f"- {_yaml_string(code)}" for code in dict.fromkeys([src, tgt]) if code != "?"]
     meta += [f"license: {_yaml_string(license)}", "library_name: nmt", "pipeline_tag: translation", "tags:", "- translation", "- nmt", "- transformer"]
+    if base and _is_repo_id(base):  # the Hub links the two ("Finetuned from") and lists it in the base model's tree
+        meta += [f"base_model: {_yaml_string(base)}", "base_model_relation: finetune"]
     if datasets:
         meta += ["datasets:"] + [f"- {_yaml_string(d)}" for d in datasets]
     results = _model_index_results(src, tgt, scores)
@@ -150,8 +172,15 @@ def _architecture(m: dict[str, Any]) -> str:
 def _training(training: dict[str, Any]) -> list[str]:
     """The sections on training data and recipe."""
     datasets = training.get("datasets") or []
-    lines = ["## Training data", "", f"{training.get('data', 'unknown')} ({training.get('train_pairs', 0):,} sentence pairs after cleaning)."
-             + (f" Datasets: {', '.join(datasets)}." if datasets else ""), ""]
+    lines = []
+    base = _base_model(training)
+    if base:
+        init = training["init"]
+        revision = f" (revision {init['revision']})" if init.get("revision") else ""
+        lines += ["## Base model", "", f"Fine-tuned from `{base}`{revision} with `nmt train --init`: training started from its weights "
+                  f"(safetensors sha256 {init.get('weights_sha256', '?')[:16]}...) and kept its vocabulary, on the data below.", ""]
+    lines += ["## Training data", "", f"{'Fine-tuning data: ' if base else ''}{training.get('data', 'unknown')} ({training.get('train_pairs', 0):,} sentence pairs after cleaning)."
+              + (f" Datasets: {', '.join(datasets)}." if datasets else ""), ""]
     settings = training.get("settings", {})
     recipe = [f"preset {training.get('preset')}", f"{training.get('steps')} steps"]
     recipe += [f"{k} {settings[k]}" for k in ("max_tokens", "update_freq", "warmup", "label_smoothing", "seed") if k in settings]

@@ -240,6 +240,9 @@ def _status(done: int, training: dict[str, Any], validations: list[dict[str, Any
 
 def _resume(run_dir: Path, values: dict[str, Any], done: int, status: str) -> dict[str, Any]:
     """Whether running `nmt train` on this dir again continues it, from which step, and the command that does."""
+    from nmtcli.data.vocabulary import data_vocabulary
+    from nmtcli.training.rundir import run_vocabulary
+
     data = values.get("data", {})
     if values.get("format_version", 1) < 2:
         return {"possible": False, "reason": "written by an older nmt whose checkpoints cannot be resumed"}
@@ -250,12 +253,12 @@ def _resume(run_dir: Path, values: dict[str, Any], done: int, status: str) -> di
     if not manifest.is_file():
         return {"possible": False, "reason": f"its data dir {data_dir} is gone (resuming needs the same prepared data)"}
     try:
-        now = json.loads(manifest.read_text(encoding="utf-8"))["files"][SPM_FILE]
-    except (ValueError, KeyError, TypeError):
+        now = data_vocabulary(json.loads(manifest.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError, AttributeError):
         now = None
-    if now != data.get("sentencepiece_sha256"):
-        return {"possible": False, "reason": f"its data dir {data_dir} now holds other data (another sentencepiece model)"}
-    # The run's own config.json as --config gives back every setting that must not change on resume.
+    if now != run_vocabulary(data):
+        return {"possible": False, "reason": f"its data dir {data_dir} now holds other data (another vocabulary)"}
+    # The run's own config.json as --config gives back every setting that must not change on resume (and its --init).
     command = " ".join(["nmt", "train", "--config", shlex.quote(str(run_dir / CONFIG_FILE)), "--data", shlex.quote(str(data_dir)),
                         "-o", shlex.quote(str(run_dir))])
     resume = {"possible": True, "from_step": done, "command": command}

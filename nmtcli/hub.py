@@ -104,6 +104,15 @@ def resolve_model(spec: str | Path, revision: str | None = None) -> Path:
     return snapshot
 
 
+def locate_model(spec: str | Path, revision: str | None = None) -> tuple[Path, dict[str, Any]]:
+    """`resolve_model`, and what names it for the record (`--init`, `--vocab-from`): {"model": the Hub id,
+    "revision": the commit the Hub cache holds} or {"model": the local dir's absolute path, "revision": None}."""
+    path = resolve_model(spec, revision)
+    if Path(str(spec)).is_dir() or not looks_like_repo_id(str(spec)):
+        return path, {"model": str(path.resolve()), "revision": None}
+    return path, {"model": str(spec), "revision": path.name}  # the cache keeps each snapshot in snapshots/<commit>/
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     """A file as the Hub lists it: size and git blob id, and for files stored with Git LFS the sha256 of the content."""

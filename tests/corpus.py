@@ -41,16 +41,19 @@ def _noun_phrase(rng: random.Random) -> tuple[list[str], list[str]]:
     return source, target
 
 
-def sentence_pair(rng: random.Random) -> tuple[str, str]:
+def sentence_pair(rng: random.Random, verb_second: bool = False) -> tuple[str, str]:
+    """One pair; `verb_second` is the "in-domain" variant the fine-tuning tests adapt to: the same
+    words, but the verb stays after the subject ("der hund klein sieht ein ball rot")."""
     subject_src, subject_tgt = _noun_phrase(rng)
     object_src, object_tgt = _noun_phrase(rng)
     verb = rng.choice(sorted(VERBS))
     source = [*subject_src, verb, *object_src]
-    target = [*subject_tgt, *object_tgt, VERBS[verb]]
+    target = [*subject_tgt, VERBS[verb], *object_tgt] if verb_second else [*subject_tgt, *object_tgt, VERBS[verb]]
     return " ".join(source), " ".join(target)
 
 
-def write_corpus(directory: Path, sizes: dict[str, int], seed: int = 0, src: str = "en", tgt: str = "de") -> dict[str, Path]:
+def write_corpus(directory: Path, sizes: dict[str, int], seed: int = 0, src: str = "en", tgt: str = "de",
+                 verb_second: bool = False) -> dict[str, Path]:
     """Write PREFIX.en / PREFIX.de for each split (disjoint sentences); returns {split: prefix}."""
     rng = random.Random(seed)
     seen: set[str] = set()
@@ -59,7 +62,7 @@ def write_corpus(directory: Path, sizes: dict[str, int], seed: int = 0, src: str
     for split, size in sizes.items():
         pairs = []
         while len(pairs) < size:
-            s, t = sentence_pair(rng)
+            s, t = sentence_pair(rng, verb_second)
             if s not in seen:
                 seen.add(s)
                 pairs.append((s, t))

@@ -173,6 +173,8 @@ def _overview(report: dict[str, Any]):
         training = report.get("training")
         if training:
             steps = ", ".join(str(s) for s in training.get("averaged_checkpoints") or [])
+            if training.get("init"):
+                _init_row(training["init"], row)
             row("training data", f"{training.get('data')} ({training.get('train_pairs', 0):,} pairs) from {training.get('data_dir')}")
             row("training", f"preset {training.get('preset')}, {training.get('steps')} steps (run {training.get('run')}); "
                 f"averages the checkpoints of steps {steps}")
@@ -187,9 +189,17 @@ def _overview(report: dict[str, Any]):
     return table
 
 
+def _init_row(init: dict[str, Any], row) -> None:
+    """`nmt train --init`: the model the weights started from."""
+    revision = f" at {init['revision']}" if init.get("revision") else ""
+    row("fine-tuned from", f"{init.get('model')}{revision} (weights sha256 {str(init.get('weights_sha256'))[:16]}...)")
+
+
 def _run_rows(report: dict[str, Any], row) -> None:
     training, data, steps = report.get("training", {}), report.get("data", {}), report["steps"]
     row("preset", f"{training.get('preset')}; settings in {report['run_dir']}/config.json")
+    if report.get("init"):
+        _init_row(report["init"], row)
     row("training data", f"{data.get('name')} ({data.get('train_pairs', 0):,} pairs) from {data.get('dir')}")
     status = {"finished": "finished", "early_stopped": "stopped early (patience)", "unfinished": "unfinished (interrupted, or still running)",
               "not_started": "no checkpoint yet"}[report["status"]]

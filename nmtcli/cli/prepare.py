@@ -39,6 +39,7 @@ def command(
     test: Annotated[Optional[Path], typer.Option(help="Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`.", metavar="PREFIX", rich_help_panel=FILES)] = None,
     source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="Source language code (the file suffix). Default: en, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
     target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="Target language code (the file suffix). Default: de, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
+    vocab_from: Annotated[Optional[str], typer.Option("--vocab-from", help="Encode with this model's tokenizer instead of training a new one (a model dir or Hub id; nmt's own, or from `nmt import marian`), so that `nmt train --init MODEL` can fine-tune it on this data. Languages default to the model's.", metavar="MODEL", show_default=False, rich_help_panel=VOCAB)] = None,
     vocab_size: Annotated[Optional[int], typer.Option(help="Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14 en-de). Default: the recipe's, or 37000; smaller corpora get what they support.", min=300, show_default=False, rich_help_panel=VOCAB)] = None,
     spm_sentences: Annotated[Optional[int], typer.Option(help="Training pairs sampled (seeded) to train sentencepiece; each gives two lines. Default: the recipe's, or 1,000,000.", min=1, show_default=False, rich_help_panel=VOCAB)] = None,
     seed: Annotated[int, typer.Option(help="Seed for sampling the sentencepiece training text.", rich_help_panel=VOCAB)] = 1,
@@ -77,6 +78,12 @@ def command(
     if name is None and (train is None or valid is None):
         raise NmtError("nothing to prepare", "name a corpus (`nmt prepare --list`) or pass --train PREFIX and --valid PREFIX")
 
+    vocabulary = None
+    if vocab_from is not None:
+        vocabulary = _vocabulary(vocab_from, vocab_size, spm_sentences)
+        vocab_size = vocabulary.size  # recorded as what it is: the model's
+        source_lang = source_lang or (name is None and vocabulary.source_lang) or None
+        target_lang = target_lang or (name is None and vocabulary.target_lang) or None
     options = dict(max_tokens=max_tokens, seed=seed, drop_duplicates=drop_duplicates, drop_markup=drop_markup,
                    drop_wrong_script=drop_wrong_script, workers=workers, chunk_pairs=chunk_pairs)
     if name is not None:
@@ -89,19 +96,43 @@ def command(
         settings = PrepareSettings(recipe.source_lang, recipe.target_lang, vocab_size or recipe.vocab_size,
                                    spm_sentences=spm_sentences or recipe.spm_sentences, max_ratio=max_ratio or recipe.max_ratio, **options)
         out = output or DATA_ROOT / name
-        announce("prepared data", out)
+        _announce(out, settings, vocabulary)
         with progress_bar() as progress:
-            manifest = prepare_recipe(name, out, settings, revision, progress)
+            manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary)
     else:
         if revision is not None:
             raise NmtError("--revision applies to named corpora only", "leave it out with --train/--valid")
         src, tgt = source_lang or "en", target_lang or "de"
         settings = PrepareSettings(src, tgt, vocab_size or 37000, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, **options)
         out = output or DATA_ROOT / f"{src}-{tgt}"
-        announce("prepared data", out)
+        _announce(out, settings, vocabulary)
         with progress_bar() as progress:
-            manifest = prepare_files(out, train, valid, test, settings, f"{src}-{tgt}", progress)
+            manifest = prepare_files(out, train, valid, test, settings, f"{src}-{tgt}", progress, vocabulary)
     _report(out, manifest)
+
+
+def _announce(out: Path, settings, vocabulary) -> None:
+    if vocabulary is not None:  # before anything is written: data in the other direction is no use to the model
+        from nmtcli.data.vocabulary import check_languages
+
+        check_languages(vocabulary, settings.source_lang, settings.target_lang)
+    announce("prepared data", out)
+
+
+def _vocabulary(spec: str, vocab_size: int | None, spm_sentences: int | None):
+    """--vocab-from MODEL: the model's tokenizer (through the Hub cache for an OWNER/NAME id)."""
+    from nmtcli import hub
+    from nmtcli.data.vocabulary import read_vocabulary
+
+    if vocab_size is not None or spm_sentences is not None:
+        raise NmtError("--vocab-size and --spm-sentences train a new vocabulary, which --vocab-from replaces",
+                       "leave them out: the model's vocabulary is used as it is", exit_code=2)
+    if hub.looks_like_repo_id(spec):
+        say(f"vocabulary of {spec} (from the Hub cache, or downloaded)")
+        model_dir, origin = hub.locate_model(spec)
+    else:
+        model_dir, origin = Path(spec), None
+    return read_vocabulary(model_dir, origin)
 
 
 def _report(out: Path, manifest: dict) -> None:
@@ -116,4 +147,6 @@ def _report(out: Path, manifest: dict) -> None:
             say(f"{split}: {counts['pairs']:,} of {counts['input_pairs']:,} pairs kept (dropped: {dropped})")
         else:
             say(f"{split}: {counts['lines']:,} lines of plain text for scoring")
-    say(f"vocabulary: {manifest['vocab_size']:,} pieces; done in {manifest['seconds']} s")
+    source = manifest.get("vocab_from")
+    whose = f" of {source['model']}" + (f" at {source['revision'][:12]}" if source.get("revision") else "") if source else ""
+    say(f"vocabulary{whose}: {manifest['vocab_size']:,} pieces; done in {manifest['seconds']} s")

@@ -18,12 +18,13 @@ from nmtcli.errors import NmtError
 if TYPE_CHECKING:
     from nmtcli.model.config import ModelConfig
     from nmtcli.training import distributed
+    from nmtcli.training.finetune import InitModel
     from nmtcli.training.settings import TrainSettings
 
 NAME = "train"
 
 # Keys a --config file may set: the flags' names (with - or _), i.e. every training setting plus these.
-RUN_KEYS = ("data", "output", "preset", "restart", "max_time", "norm")
+RUN_KEYS = ("data", "output", "preset", "restart", "max_time", "norm", "init")
 
 
 # A time is a number and a unit: "30s", "10m", "1.5h" (or the words: "10 minutes").
@@ -79,8 +80,13 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise NmtError(f"--config {path} must hold a table of settings", 'e.g. {"max_steps": 1000}', exit_code=2)
     if values.get("format") == "nmt-run":  # a run dir's config.json: rerun that recipe
         norm = values.get("model", {}).get("norm")
+        init = (values.get("init") or {}).get("model")
         values = {**values["training"], "preset": values["training"].get("preset")}
-        if norm is not None:
+        if init is not None:  # started from a model: the same --init, whose config fixes the shape
+            values["init"] = init
+            if values["preset"] == "finetune":
+                values.pop("preset")
+        elif norm is not None:
             values["norm"] = norm
         for derived in ("resolved_update_freq", "world_size"):
             values.pop(derived, None)
@@ -98,6 +104,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def command(
     data: Annotated[Optional[Path], typer.Option(help="Prepared data dir. Default: the newest under data/.")] = None,
+    init: Annotated[Optional[str], typer.Option("--init", help="Start from this model's config and weights (a model dir or Hub id, nmt's own or from `nmt import marian`): fine-tuning, or continued training. The data must be prepared with `nmt prepare --vocab-from MODEL`; the recipe is the fine-tuning one (docs/training.md).", metavar="MODEL")] = None,
     preset: Annotated[Optional[str], typer.Option(help="Model and recipe: tiny (CPU demo), base or big (Table 3). Default: base.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run dir. Default: runs/PRESET-DATA.")] = None,
     norm: Annotated[Optional[str], typer.Option(help="post: LayerNorm after each residual sum, the paper's (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs. Default: post.")] = None,
@@ -110,6 +117,7 @@ def command(
     update_freq: Annotated[Optional[int], typer.Option(help="Batches accumulated per GPU per step, set by hand (replaces --tokens-per-step; tiny: 1).", rich_help_panel="Batches and schedule")] = None,
     warmup: Annotated[Optional[int], typer.Option(help="Warmup steps of the learning-rate schedule (4,000; tiny 200).", rich_help_panel="Batches and schedule")] = None,
     lr_scale: Annotated[Optional[float], typer.Option(help="Multiplies the learning-rate schedule (1.0 is the paper's).", rich_help_panel="Batches and schedule")] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Peak learning rate, reached at the end of warmup, then 1/sqrt(step) decay. Default: the paper's d_model^-0.5 x warmup^-0.5; with --init d_model^-0.5 x 100000^-0.5 (1.4e-4 for d_model 512).", rich_help_panel="Batches and schedule")] = None,
     label_smoothing: Annotated[Optional[float], typer.Option(help="Label smoothing epsilon (0.1, sec. 5.4).", rich_help_panel="Batches and schedule")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed for weights, data order and dropout.", rich_help_panel="Batches and schedule")] = None,
     save_every: Annotated[Optional[str], typer.Option(help="Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper, tiny 250 steps).", rich_help_panel="Checkpoints and validation")] = None,
@@ -133,8 +141,8 @@ def command(
     from nmtcli.training import distributed
 
     flags = {
-        "data": data, "preset": preset, "output": output, "norm": norm, "max_steps": max_steps, "max_tokens": max_tokens,
-        "tokens_per_step": tokens_per_step, "update_freq": update_freq, "warmup": warmup, "lr_scale": lr_scale,
+        "data": data, "init": init, "preset": preset, "output": output, "norm": norm, "max_steps": max_steps, "max_tokens": max_tokens,
+        "tokens_per_step": tokens_per_step, "update_freq": update_freq, "warmup": warmup, "lr_scale": lr_scale, "lr": lr,
         "label_smoothing": label_smoothing, "seed": seed, "keep_last": keep_last, "valid_every": valid_every,
         "valid_bleu": valid_bleu, "patience": patience, "log_every": log_every, "device": device,
         "precision": precision, "compile": compile, "peak_tflops": peak_tflops,
@@ -153,22 +161,48 @@ def command(
     if gpus is not None and not ranks.distributed:
         _launch(gpus, values, restart)
         return
-    run_dir, data_dir, model_config, settings = _resolve(values)
-    _train(run_dir, data_dir, model_config, settings, restart, ranks)
+    run_dir, data_dir, model_config, settings, init_model = _resolve(values)
+    _train(run_dir, data_dir, model_config, settings, restart, ranks, init_model)
 
 
-def _resolve(values: dict[str, Any]) -> tuple[Path, Path, ModelConfig, TrainSettings]:
-    """The run dir, data dir, model and training settings that the flags' `values` ask for."""
+def _resolve(values: dict[str, Any]) -> tuple[Path, Path, ModelConfig, TrainSettings, InitModel | None]:
+    """The run dir, data dir, model, training settings and --init model that the flags' `values` ask for."""
     from nmtcli.data.prepare import read_manifest
 
-    preset = values.pop("preset", None) or "base"
     data_dir = Path(values.pop("data")) if values.get("data") else default_data_dir()
     manifest = read_manifest(data_dir)
+    if values.get("init"):
+        return _resolve_init(values, data_dir, manifest)
+    values.pop("init", None)
+    preset = values.pop("preset", None) or "base"
     output = values.pop("output", None)
     run_dir = Path(output) if output else RUNS_ROOT / f"{preset}-{manifest['name']}"
     norm = values.pop("norm", None)
     model_config, settings = settings_from_flags(preset, values, norm)
-    return run_dir, data_dir, model_config, settings
+    return run_dir, data_dir, model_config, settings, None
+
+
+def _resolve_init(values: dict[str, Any], data_dir: Path, manifest: dict[str, Any]) -> tuple[Path, Path, ModelConfig, TrainSettings, InitModel]:
+    """--init MODEL: the model's config, the fine-tuning recipe sized to the data, checked against the model and data."""
+    from nmtcli import hub
+    from nmtcli.model.config import PRESETS
+    from nmtcli.training.finetune import check_data, finetune_settings, read_init
+
+    spec = str(values.pop("init"))
+    model_dir, origin = hub.locate_model(spec)
+    init = read_init(model_dir, origin)
+    check_data(init, manifest, data_dir)
+    preset, norm, output = values.pop("preset", None), values.pop("norm", None), values.pop("output", None)
+    if preset is not None and preset not in PRESETS:
+        raise NmtError(f"unknown preset {preset!r}", f"choose one of {', '.join(PRESETS)}, or leave it out with --init")
+    if norm is not None and norm != init.config.norm:
+        raise NmtError(f"--norm {norm} contradicts --init {spec}, a {init.config.norm}-norm model", "leave out --norm: the model fixes it", exit_code=2)
+    if values.get("update_freq") is not None and values.get("tokens_per_step") is not None:
+        raise NmtError("--update-freq and --tokens-per-step both set the batches per step", "pass one of them", exit_code=2)
+    settings = finetune_settings(init, manifest, preset, values)
+    _check_settings(settings)
+    run_dir = Path(output) if output else RUNS_ROOT / f"{init.name}-{manifest['name']}"
+    return run_dir, data_dir, init.config, settings, init
 
 
 def settings_from_flags(preset: str, values: dict[str, Any], norm: str | None = None) -> tuple[ModelConfig, TrainSettings]:
@@ -205,6 +239,8 @@ def _check_settings(settings: TrainSettings) -> None:
                        "pass 0 to turn them off", exit_code=2)
     if not math.isfinite(settings.lr_scale) or settings.lr_scale <= 0:
         raise NmtError("--lr-scale must be a positive number", "1.0 is the paper's schedule", exit_code=2)
+    if settings.lr is not None and (not math.isfinite(settings.lr) or settings.lr <= 0):
+        raise NmtError("--lr must be a positive number", "e.g. 1e-4; leave it out for the default", exit_code=2)
     if settings.precision not in PRECISIONS:
         raise NmtError(f"unknown precision {settings.precision!r}", f"choose one of {', '.join(PRECISIONS)}", exit_code=2)
 
@@ -231,7 +267,7 @@ def _launch(gpus: int, values: dict[str, Any], restart: bool) -> None:
 
 
 def _train(run_dir: Path, data_dir: Path, model_config: ModelConfig, settings: TrainSettings, restart: bool,
-           ranks: distributed.Ranks) -> None:
+           ranks: distributed.Ranks, init: InitModel | None = None) -> None:
     from nmtcli.training import distributed
     from nmtcli.training.trainer import Trainer
 
@@ -241,7 +277,7 @@ def _train(run_dir: Path, data_dir: Path, model_config: ModelConfig, settings: T
     try:
         # With a time limit, which of the two limits comes first is unknown: the bar shows steps only.
         with _display(None if settings.max_minutes else settings.max_steps) if main else contextlib.nullcontext((lambda kind, v: None)) as on_event:
-            trainer = Trainer(run_dir, data_dir, model_config, settings, restart=restart, on_event=on_event, ranks=ranks)
+            trainer = Trainer(run_dir, data_dir, model_config, settings, restart=restart, on_event=on_event, ranks=ranks, init=init)
             trainer.run()
     except NmtError as e:
         if ranks.distributed:
@@ -284,7 +320,7 @@ def _display(max_steps: int | None):
                     f"~{v['step_target_tokens_before']:,} target tokens, over --tokens-per-step {v['tokens_per_step']:,}; "
                     f"batches of <= {v['max_tokens']:,} tokens instead")
             elif kind == "start":
-                where = f"resuming from {v['resumed_from']}" if v["resumed_from"] else "starting"
+                where = f"resuming from {v['resumed_from']}" if v["resumed_from"] else (f"starting from {v['init']}" if v.get("init") else "starting")
                 say(f"{where}: {v['parameters']:,} parameters, {v['train_pairs']:,} training pairs, "
                     f"device {v['device']}, {v['precision']}{', compiled' if v['compile'] else ''}")
                 batch = f"{v['world_size']} rank{'s' if v['world_size'] > 1 else ''} x {v['update_freq']} batch{'es' if v['update_freq'] > 1 else ''} of <= {v['max_tokens']:,} tokens"

@@ -31,33 +31,35 @@ class Batch:
 class ParallelData:
     """The binarized `<split>.<src>` / `<split>.<tgt>` pair of a prepared data dir."""
 
-    def __init__(self, data_dir: Path, split: str, src_lang: str, tgt_lang: str, vocab_size: int):
+    def __init__(self, data_dir: Path, split: str, src_lang: str, tgt_lang: str, vocab_size: int,
+                 pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
         self.src = Shard(Path(data_dir) / f"{split}.{src_lang}", vocab_size)
         self.tgt = Shard(Path(data_dir) / f"{split}.{tgt_lang}", vocab_size)
         if len(self.src) != len(self.tgt):
             raise ValueError(f"{split}: {len(self.src)} source but {len(self.tgt)} target sentences")
+        self.special_ids = (pad_id, bos_id, eos_id)  # nmt's own, or a model's of --vocab-from (Marian: EOS 0)
 
     def __len__(self) -> int:
         return len(self.src)
 
     def batch(self, indices: np.ndarray) -> Batch:
-        return collate([self.src[i] for i in indices], [self.tgt[i] for i in indices])
+        return collate([self.src[i] for i in indices], [self.tgt[i] for i in indices], *self.special_ids)
 
 
-def collate(src: list[np.ndarray], tgt: list[np.ndarray]) -> Batch:
+def collate(src: list[np.ndarray], tgt: list[np.ndarray], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> Batch:
     n = len(src)
     src_len = max(len(s) for s in src) + 1
     tgt_len = max(len(t) for t in tgt) + 1
-    src_ids = np.full((n, src_len), PAD_ID, dtype=np.int64)
-    tgt_in = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
-    tgt_out = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
+    src_ids = np.full((n, src_len), pad_id, dtype=np.int64)
+    tgt_in = np.full((n, tgt_len), pad_id, dtype=np.int64)
+    tgt_out = np.full((n, tgt_len), pad_id, dtype=np.int64)
     for i, (s, t) in enumerate(zip(src, tgt)):
         src_ids[i, : len(s)] = s
-        src_ids[i, len(s)] = EOS_ID
-        tgt_in[i, 0] = BOS_ID
+        src_ids[i, len(s)] = eos_id
+        tgt_in[i, 0] = bos_id
         tgt_in[i, 1 : len(t) + 1] = t
         tgt_out[i, : len(t)] = t
-        tgt_out[i, len(t)] = EOS_ID
+        tgt_out[i, len(t)] = eos_id
     target_tokens = int(sum(len(t) + 1 for t in tgt))
     return Batch(torch.from_numpy(src_ids), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), target_tokens)
 

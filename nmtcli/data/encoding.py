@@ -4,6 +4,10 @@ Kept apart from prepare.py so that the workers import only numpy and sentencepie
 they start in a fraction of a second and cost little memory. Each worker loads the model once and
 turns a slice of sentences into one flat token array plus the sentences' lengths; only numpy arrays
 travel back. The result does not depend on the number of workers or how the sentences are sliced.
+
+A model imported from OPUS-MT (`nmt prepare --vocab-from`) splits each side with its own
+sentencepiece model and maps the pieces to ids through its joint `vocab.json`, exactly as
+MarianTokenizer does (`marian_ids`, which the translator's tokenizer calls too).
 """
 
 from __future__ import annotations
@@ -11,21 +15,67 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import sentencepiece as spm
 
-_model: spm.SentencePieceProcessor | None = None
+# Multilingual OPUS-MT models select the output language with a leading token such as ">>fra<<";
+# it is a vocabulary entry of its own and must not go through sentencepiece.
+LANGUAGE_CODE = re.compile(r"^\s*(>>[^<>\s]+<<)\s*")
 
 
-def _load(model_path: str) -> None:
-    global _model
-    _model = spm.SentencePieceProcessor(model_file=model_path)
+def marian_ids(sp: spm.SentencePieceProcessor, piece_ids: dict[str, int], unk_id: int, text: str) -> list[int]:
+    """MarianTokenizer's ids of `text` (without EOS): a leading language code as itself, then the
+    sentencepiece pieces through `vocab.json`, a piece it lacks as the unknown id."""
+    ids = []
+    code = LANGUAGE_CODE.match(text)
+    if code:
+        ids.append(piece_ids.get(code.group(1), unk_id))
+        text = text[code.end() :]
+    ids.extend(piece_ids.get(p, unk_id) for p in sp.encode(text, out_type=str))
+    return ids
 
 
-def encode_flat(sp: spm.SentencePieceProcessor, sentences: Sequence[str], dtype: str) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class PieceMap:
+    """Marian's layout: pieces -> ids through `vocab.json` (see vocabulary.read_piece_ids)."""
+
+    vocab: str  # path of vocab.json
+    unk_id: int
+
+
+class _Model:
+    """One side's sentencepiece model, with or without Marian's piece -> id map."""
+
+    def __init__(self, model_path: str, pieces: PieceMap | None):
+        self.sp = spm.SentencePieceProcessor(model_file=model_path)
+        self.unk_id = pieces.unk_id if pieces else 0
+        if pieces is not None:
+            from nmtcli.data.vocabulary import read_piece_ids
+
+            self.piece_ids: dict[str, int] | None = read_piece_ids(Path(pieces.vocab))
+        else:
+            self.piece_ids = None
+
+    def encode(self, sentences: list[str]) -> list[list[int]]:
+        if self.piece_ids is None:
+            return self.sp.encode(sentences)
+        return [marian_ids(self.sp, self.piece_ids, self.unk_id, s) for s in sentences]
+
+
+_models: dict[str, _Model] = {}
+
+
+def _load(model_paths: dict[str, str], pieces: PieceMap | None) -> None:
+    _models.update({side: _Model(path, pieces) for side, path in model_paths.items()})
+
+
+def encode_flat(sp: spm.SentencePieceProcessor | _Model, sentences: Sequence[str], dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """(all ids back to back, the length of each sentence)."""
     ids = sp.encode(list(sentences))
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
@@ -33,29 +83,34 @@ def encode_flat(sp: spm.SentencePieceProcessor, sentences: Sequence[str], dtype:
     return flat, lengths
 
 
-def _work(sentences: list[str], dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    assert _model is not None
-    return encode_flat(_model, sentences, dtype)
+def _work(sentences: list[str], dtype: str, side: str) -> tuple[np.ndarray, np.ndarray]:
+    return encode_flat(_models[side], sentences, dtype)
 
 
 class Encoder:
-    """`encode(sentences) -> (flat ids, lengths)`, in this process (workers=1) or in a process pool."""
+    """`encode(sentences, side) -> (flat ids, lengths)`, in this process (workers=1) or in a process pool.
 
-    def __init__(self, model_path: str, dtype: np.dtype, workers: int = 0):
+    One sentencepiece model for both sides (nmt's joint vocabulary), or with `target_model` one per
+    side, whose pieces `pieces` maps to the model's ids (Marian's).
+    """
+
+    def __init__(self, model_path: str, dtype: np.dtype, workers: int = 0, target_model: str | None = None,
+                 pieces: PieceMap | None = None):
         self.dtype = np.dtype(dtype).str
         self.workers = workers or os.cpu_count() or 1
-        self._local = spm.SentencePieceProcessor(model_file=str(model_path))
+        paths = {"source": str(model_path), "target": str(target_model or model_path)}
+        self._local = {side: _Model(path, pieces) for side, path in paths.items()}
         self._pool = None
         if self.workers > 1:
             # spawn: a clean interpreter per worker, safe whatever threads the caller runs (progress bars).
-            self._pool = ProcessPoolExecutor(self.workers, multiprocessing.get_context("spawn"), initializer=_load, initargs=(str(model_path),))
+            self._pool = ProcessPoolExecutor(self.workers, multiprocessing.get_context("spawn"), initializer=_load, initargs=(paths, pieces))
 
-    def encode(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, sentences: Sequence[str], side: str = "source") -> tuple[np.ndarray, np.ndarray]:
         if self._pool is None or len(sentences) < 2_000:
-            return encode_flat(self._local, sentences, self.dtype)
+            return encode_flat(self._local[side], sentences, self.dtype)
         step = -(-len(sentences) // (2 * self.workers))  # two slices per worker evens out the load
         slices = [list(sentences[i : i + step]) for i in range(0, len(sentences), step)]
-        results = list(self._pool.map(_work, slices, [self.dtype] * len(slices)))
+        results = list(self._pool.map(_work, slices, [self.dtype] * len(slices), [side] * len(slices)))
         return np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
 
     def close(self) -> None:

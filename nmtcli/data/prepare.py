@@ -13,6 +13,7 @@ stage's output depends on:
   text            source pairs -> text filters (empty, markup, script, duplicates) -> .work/train.<lang>,
                   and the plain-text valid/test references
   sentencepiece   a seeded sample of the cleaned training pairs -> sentencepiece.model
+                  (with --vocab-from, the "vocabulary" stage instead: the model's tokenizer files copied)
   encode          cleaned pairs -> token filters (too long, length ratio) -> chunk files in .work/,
                   merged into the binarized arrays; valid likewise (no ratio filter)
 
@@ -39,10 +40,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from nmtcli.checksums import file_sha256
-from nmtcli.data.encoding import Encoder
+from nmtcli.data.encoding import Encoder, PieceMap
 from nmtcli.data.shards import OFFSET_DTYPE, token_dtype
 from nmtcli.data.sources import BundledTsv, ParquetFiles, TextFiles
 from nmtcli.data.text import MAX_RATIO, MAX_TOKENS, SPM_FILE, TextFilter, load_sentencepiece, read_lines, train_sentencepiece
+from nmtcli.data.vocabulary import ModelVocabulary, check_languages, tokenizer_files
 from nmtcli.errors import NmtError
 from nmtcli.files import atomic_copy, atomic_path, atomic_write_json, read_json
 from nmtcli.provenance import versions
@@ -199,8 +201,8 @@ def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, c
 
 def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: PrepareSettings, max_ratio: float | None) -> dict[str, np.ndarray]:
     """Encode a chunk on all cores, apply the token filters, return the kept ids and the drop counts."""
-    src_tokens, src_len = encoder.encode([s for s, _ in pairs])
-    tgt_tokens, tgt_len = encoder.encode([t for _, t in pairs])
+    src_tokens, src_len = encoder.encode([s for s, _ in pairs], "source")
+    tgt_tokens, tgt_len = encoder.encode([t for _, t in pairs], "target")
     # The same rules as text.keep_pair, in its order, for a whole chunk at once.
     empty = (src_len == 0) | (tgt_len == 0)
     too_long = ~empty & ((src_len > settings.max_tokens) | (tgt_len > settings.max_tokens))
@@ -285,10 +287,20 @@ def _encode_split(
     }
 
 
+def _encoder(out_dir: Path, vocab_size: int, workers: int, vocabulary: ModelVocabulary | None) -> Encoder:
+    """nmt's joint sentencepiece model, or the tokenizer files --vocab-from copied (Marian: one model per side)."""
+    if vocabulary is None or vocabulary.kind == "sentencepiece":
+        model = tokenizer_files(vocabulary.tokenizer if vocabulary else None)["model"]
+        return Encoder(out_dir / model, token_dtype(vocab_size), workers)
+    files = tokenizer_files(vocabulary.tokenizer)
+    pieces = PieceMap(str(out_dir / files["vocab"]), vocabulary.special_ids["unk_id"])
+    return Encoder(out_dir / files["source"], token_dtype(vocab_size), workers, out_dir / files["target"], pieces)
+
+
 def _encode_stage(out_dir: Path, parts_dir: Path, settings: PrepareSettings, vocab_size: int, text_counts: dict[str, Any],
-                  progress: Progress) -> tuple[dict[str, Any], int]:
+                  progress: Progress, vocabulary: ModelVocabulary | None = None) -> tuple[dict[str, Any], int]:
     """Cleaned training pairs and the valid split -> binarized arrays; returns (counts, chunks resumed)."""
-    with Encoder(out_dir / SPM_FILE, token_dtype(vocab_size), settings.workers) as encoder:
+    with _encoder(out_dir, vocab_size, settings.workers, vocabulary) as encoder:
         train = _encode_split(encoder, _read_text_pairs(out_dir / WORK, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
                               out_dir, "train", settings, settings.max_ratio, progress)
         # Validation keeps its natural length ratios: only empty and over-long pairs are dropped.
@@ -316,11 +328,13 @@ def _manifest_is_current(out_dir: Path, fingerprint: str) -> dict[str, Any] | No
     return manifest
 
 
-def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings) -> tuple[str, str, str]:
+def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocabulary: ModelVocabulary | None = None) -> tuple[str, str, str]:
     """The fingerprints of the text, sentencepiece and encode stages: each of everything its output depends on."""
     text_key = _fingerprint("text", {k: v.identity() for k, v in sorted(sources.items())}, settings.source_lang, settings.target_lang,
                             settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script)
     spm_key = _fingerprint("sentencepiece", text_key, settings.vocab_size, settings.spm_sentences, settings.seed)
+    if vocabulary is not None:  # the model's tokenizer files, by content, replace the trained sentencepiece model
+        spm_key = _fingerprint("vocabulary", text_key, vocabulary.tokenizer, vocabulary.files, vocabulary.special_ids, vocabulary.size)
     encode_key = _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
     return text_key, spm_key, encode_key
 
@@ -342,16 +356,20 @@ def prepare(
     progress: Progress = _no_progress,
     recipe: dict[str, Any] | None = None,
     origin: dict[str, Any] | None = None,
+    vocabulary: ModelVocabulary | None = None,
 ) -> dict[str, Any]:
     """Run (or resume, or skip) the three stages over `sources` (train, valid, optional test); returns the manifest.
 
+    With `vocabulary` (--vocab-from) the data is encoded with a model's tokenizer instead of a new one.
     The manifest gets `"reused": true` when a finished data dir matched and nothing was done.
     """
     src, tgt = settings.source_lang, settings.target_lang
     if src == tgt:
         raise NmtError(f"source and target language are both {src!r}", "pass two different codes with -s and -t")
+    if vocabulary is not None:
+        check_languages(vocabulary, src, tgt)
     out_dir = Path(out_dir)
-    text_key, spm_key, encode_key = _stage_keys(sources, settings)
+    text_key, spm_key, encode_key = _stage_keys(sources, settings, vocabulary)
     if (current := _manifest_is_current(out_dir, encode_key)) is not None:
         return {**current, "reused": True}
 
@@ -370,16 +388,26 @@ def prepare(
                                          lambda: _text_stage(out_dir, work, sources, settings, progress))
     seconds["text"], clock = round(time.time() - clock, 2), time.time()
 
-    spm_counts, stages["sentencepiece"] = _stage(
-        work, "sentencepiece", spm_key, [out_dir / SPM_FILE],
-        lambda: _sentencepiece_stage(out_dir, work, settings, text_counts["train"]["clean_pairs"], progress))
-    sp = load_sentencepiece(out_dir / SPM_FILE)
-    seconds["sentencepiece"], clock = round(time.time() - clock, 2), time.time()
+    if vocabulary is None:
+        spm_counts, stages["sentencepiece"] = _stage(
+            work, "sentencepiece", spm_key, [out_dir / SPM_FILE],
+            lambda: _sentencepiece_stage(out_dir, work, settings, text_counts["train"]["clean_pairs"], progress))
+        vocab_size = load_sentencepiece(out_dir / SPM_FILE).get_piece_size()
+        seconds["sentencepiece"], clock = round(time.time() - clock, 2), time.time()
+    else:
+        spm_counts, stages["vocabulary"] = _stage(work, "vocabulary", spm_key, [out_dir / name for name in vocabulary.files],
+                                                  lambda: vocabulary.copy_into(out_dir))
+        vocab_size = vocabulary.size
+        seconds["vocabulary"], clock = round(time.time() - clock, 2), time.time()
+    # The tokenizer files of another layout, left by an earlier prepare into this dir, describe nothing here.
+    kept = set(tokenizer_files(vocabulary.tokenizer if vocabulary else None).values())
+    for stale in {SPM_FILE, *tokenizer_files({"kind": "marian"}).values()} - kept:
+        (out_dir / stale).unlink(missing_ok=True)
 
     encoded = [out_dir / f"{split}.{lang}.{ext}" for split in ("train", "valid") for lang in (src, tgt) for ext in ("bin", "idx")]
     if (marker := _read_marker(work, "encode", encode_key)) is None or not all(p.is_file() for p in encoded):
-        encode_counts, resumed = _encode_stage(out_dir, work / f"encode-{encode_key[:16]}", settings, sp.get_piece_size(),
-                                               text_counts, progress)
+        encode_counts, resumed = _encode_stage(out_dir, work / f"encode-{encode_key[:16]}", settings, vocab_size,
+                                               text_counts, progress, vocabulary)
         _write_marker(work, "encode", encode_key, encode_counts)
         stages["encode"] = "resumed" if resumed else "done"
     else:
@@ -396,7 +424,7 @@ def prepare(
         "source": origin,
         "source_lang": src,
         "target_lang": tgt,
-        "vocab_size": sp.get_piece_size(),
+        "vocab_size": vocab_size,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 1),
         "stages": stages,
@@ -404,7 +432,7 @@ def prepare(
         "resumed_chunks": resumed if stages["encode"] != "reused" else 0,
         "inputs": {split: source.describe() for split, source in sources.items()},
         "settings": asdict(settings),
-        "sentencepiece": spm_counts,
+        **({"sentencepiece": spm_counts} if vocabulary is None else _vocabulary_entries(vocabulary)),
         "splits": splits,
         "fingerprint": encode_key,
         "files": {f: file_sha256(out_dir / f) for f in files if f != MANIFEST},
@@ -413,6 +441,12 @@ def prepare(
     atomic_write_json(out_dir / MANIFEST, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
+
+
+def _vocabulary_entries(vocabulary: ModelVocabulary) -> dict[str, Any]:
+    """The manifest's record of --vocab-from: the model (id, revision, tokenizer files' sha256), and the
+    tokenizer section and special ids training needs to read the data as that model does."""
+    return {"vocab_from": vocabulary.describe(), "tokenizer": vocabulary.tokenizer, "special_ids": vocabulary.special_ids}
 
 
 def _split_counts(text: dict[str, Any], encode: dict[str, Any], settings: PrepareSettings) -> dict[str, Any]:
@@ -452,6 +486,7 @@ def prepare_files(
     settings: PrepareSettings,
     name: str,
     progress: Progress = _no_progress,
+    vocabulary: ModelVocabulary | None = None,
 ) -> dict[str, Any]:
     """Prepare `PREFIX.<src>` / `PREFIX.<tgt>` files into `out_dir`; returns the manifest."""
     src, tgt = settings.source_lang, settings.target_lang
@@ -462,7 +497,7 @@ def prepare_files(
     lines = {split: s.count() for split, s in sources.items()}  # existence and alignment, before any work
     if lines["train"] == 0:
         raise NmtError(f"{sources['train'].src} is empty", "the training corpus needs at least one sentence pair")
-    return prepare(out_dir, sources, settings, name, progress)
+    return prepare(out_dir, sources, settings, name, progress, vocabulary=vocabulary)
 
 
 def prepare_recipe(
@@ -471,6 +506,7 @@ def prepare_recipe(
     settings: PrepareSettings | None = None,
     revision: str | None = None,
     progress: Progress = _no_progress,
+    vocabulary: ModelVocabulary | None = None,
 ) -> dict[str, Any]:
     """Download (or find in the Hub cache) a named corpus and prepare it; see recipes.py.
 
@@ -499,7 +535,7 @@ def prepare_recipe(
         origin["files"].update(blobs)
         sources[split] = ParquetFiles(tuple(paths), recipe.source_lang, recipe.target_lang,
                                       {"repo": recipe.repo, "commit": commit, "files": blobs})
-    return prepare(out_dir, sources, settings, recipe.name, progress, recipe=recipe.describe(), origin=origin)
+    return prepare(out_dir, sources, settings, recipe.name, progress, recipe=recipe.describe(), origin=origin, vocabulary=vocabulary)
 
 
 def read_manifest(data_dir: Path) -> dict[str, Any]:

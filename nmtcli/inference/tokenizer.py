@@ -8,20 +8,16 @@ that maps both sides' pieces to the model's ids; `config.json` says which layout
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
+from nmtcli.data.encoding import marian_ids
 from nmtcli.data.text import SPM_FILE, load_sentencepiece
+from nmtcli.data.vocabulary import read_piece_ids
 from nmtcli.errors import NmtError
 
 MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB = "source.spm", "target.spm", "vocab.json"
 WORD_BOUNDARY = "\u2581"  # "▁", sentencepiece's mark of a piece that starts a word
-
-# Multilingual OPUS-MT models select the output language with a leading token such as ">>fra<<";
-# it is a vocabulary entry of its own and must not go through sentencepiece.
-_LANGUAGE_CODE = re.compile(r"^\s*(>>[^<>\s]+<<)\s*")
 
 
 class Tokenizer:
@@ -70,12 +66,7 @@ class MarianVocabulary(Tokenizer):
     def __init__(self, source_spm: Path, target_spm: Path, vocab: Path, unk_id: int, special_ids: set[int]):
         self.source = load_sentencepiece(source_spm)
         self.target = load_sentencepiece(target_spm)
-        try:
-            mapping = json.loads(Path(vocab).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise NmtError(f"cannot read the vocabulary {vocab}: {e}", "re-import the model with `nmt import marian`") from None
-        if not isinstance(mapping, dict) or not all(isinstance(v, int) for v in mapping.values()):
-            raise NmtError(f"{vocab} is not a piece -> id mapping", "re-import the model with `nmt import marian`")
+        mapping = read_piece_ids(vocab)
         self.piece_to_id: dict[str, int] = mapping
         self.id_to_piece: dict[int, str] = {i: p for p, i in mapping.items()}
         self.unk_id = unk_id
@@ -83,16 +74,7 @@ class MarianVocabulary(Tokenizer):
         self.size = max(mapping.values()) + 1
 
     def encode(self, texts: list[str]) -> list[list[int]]:
-        out = []
-        for text in texts:
-            ids = []
-            code = _LANGUAGE_CODE.match(text)
-            if code:
-                ids.append(self.piece_to_id.get(code.group(1), self.unk_id))
-                text = text[code.end() :]
-            ids.extend(self.piece_to_id.get(p, self.unk_id) for p in self.source.encode(text, out_type=str))
-            out.append(ids)
-        return out
+        return [marian_ids(self.source, self.piece_to_id, self.unk_id, text) for text in texts]
 
     def decode(self, ids: list[int]) -> str:
         pieces = [self.id_to_piece[i] for i in ids if i not in self.special_ids and i in self.id_to_piece]

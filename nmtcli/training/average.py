@@ -10,12 +10,11 @@ from typing import Any
 
 from nmtcli.card import local_card
 from nmtcli.checksums import file_sha256
-from nmtcli.data.text import SPM_FILE
 from nmtcli.errors import NmtError
 from nmtcli.files import read_json
 from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, average_weights, model_dir_config, write_model_dir
 from nmtcli.model.config import ModelConfig
-from nmtcli.training.rundir import checkpoint_dirs, read_run_config
+from nmtcli.training.rundir import checkpoint_dirs, read_run_config, run_vocabulary
 
 
 def last_checkpoints(run_dir: Path, last: int) -> list[Path]:
@@ -47,15 +46,17 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
                            "only checkpoints of one architecture can be averaged: pass checkpoints of one run")
     # A checkpoint lives in RUN_DIR/checkpoints/STEP: the run dir holds the vocabulary and the recipe.
     runs = [c.resolve().parent.parent for c in checkpoints]
-    for r in runs:
-        if not (r / SPM_FILE).is_file():
-            raise NmtError(f"{r} has no {SPM_FILE}, so the checkpoints' vocabulary is unknown", "pass checkpoint dirs as `nmt train` wrote them: RUN_DIR/checkpoints/STEP")
-    spm_shas = {r: file_sha256(r / SPM_FILE) for r in runs}
-    if len(set(spm_shas.values())) > 1:
-        other = next(r for r in runs if spm_shas[r] != spm_shas[runs[0]])
-        raise NmtError(f"{runs[0]} and {other} have different vocabularies ({SPM_FILE} differs)",
-                       "their token ids mean different pieces, so their weights cannot be averaged: pass checkpoints of one run")
     run_config = read_run_config(runs[-1])
+    names = list(run_vocabulary(run_config["data"]))  # sentencepiece.model, or Marian's three files (--vocab-from)
+    for r in runs:
+        for name in names:
+            if not (r / name).is_file():
+                raise NmtError(f"{r} has no {name}, so the checkpoints' vocabulary is unknown", "pass checkpoint dirs as `nmt train` wrote them: RUN_DIR/checkpoints/STEP")
+    vocab_shas = {r: tuple(file_sha256(r / name) for name in names) for r in runs}
+    if len(set(vocab_shas.values())) > 1:
+        other = next(r for r in runs if vocab_shas[r] != vocab_shas[runs[0]])
+        raise NmtError(f"{runs[0]} and {other} have different vocabularies ({', '.join(names)} differ)",
+                       "their token ids mean different pieces, so their weights cannot be averaged: pass checkpoints of one run")
     config = ModelConfig.from_dict(configs[0])
     state = average_weights([c / WEIGHTS_FILE for c in checkpoints], broken)
     steps = [int(c.name) for c in checkpoints if c.name.isdigit()]
@@ -70,7 +71,14 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
         "train_pairs": data["train_pairs"],
         "settings": run_config["training"],
     }
-    values = model_dir_config(config, data["source_lang"], data["target_lang"], training=training)
-    write_model_dir(out_dir, state, values, {SPM_FILE: runs[-1] / SPM_FILE}, local_card(values))
+    sections: dict[str, Any] = {"training": training}
+    if data.get("tokenizer"):
+        sections = {"tokenizer": data["tokenizer"], **sections}
+    if run_config.get("init"):  # fine-tuned: the base model, and its license (the weights derive from it)
+        training["init"] = run_config["init"]
+        if run_config["init"].get("license"):
+            sections["license"] = run_config["init"]["license"]
+    values = model_dir_config(config, data["source_lang"], data["target_lang"], **sections)
+    write_model_dir(out_dir, state, values, {name: runs[-1] / name for name in names}, local_card(values))
     return values
 

@@ -39,7 +39,7 @@ def multiple_of_8(length: int) -> int:
     return length + (-length % 8)
 
 
-def pad_lengths(batch: Batch, padded: Callable[[int], int]) -> Batch:
+def pad_lengths(batch: Batch, padded: Callable[[int], int], pad_id: int = PAD_ID) -> Batch:
     """Pad the sequences of a batch to `padded(length)` tokens.
 
     Extra padding changes no real position: source padding is masked, target padding comes after
@@ -47,7 +47,7 @@ def pad_lengths(batch: Batch, padded: Callable[[int], int]) -> Batch:
     """
     def pad(t: torch.Tensor) -> torch.Tensor:
         extra = padded(t.size(1)) - t.size(1)
-        return F.pad(t, (0, extra), value=PAD_ID) if extra else t
+        return F.pad(t, (0, extra), value=pad_id) if extra else t
 
     return Batch(pad(batch.src), pad(batch.tgt_in), pad(batch.tgt_out), batch.target_tokens)
 
@@ -89,7 +89,7 @@ class StepLoader:
         for indices in mine:
             b = s.data.batch(indices)
             if self.pad_length is not None:
-                b = pad_lengths(b, self.pad_length)
+                b = pad_lengths(b, self.pad_length, s.data.special_ids[0])
             if self.on_gpu:
                 b = Batch(b.src.pin_memory(), b.tgt_in.pin_memory(), b.tgt_out.pin_memory(), b.target_tokens)
             batches.append(b)

@@ -1,7 +1,8 @@
 """A run dir: its config.json, its checkpoints (listed, saved, loaded) and the checks before resuming it.
 
   config.json                the resolved model, training settings and data it was started with
-  sentencepiece.model        copied from the data dir, so the run is self-contained
+  sentencepiece.model        copied from the data dir, so the run is self-contained (data prepared with
+                             --vocab-from of an OPUS-MT model: its source.spm, target.spm and vocab.json)
   checkpoints/<step>/        model.safetensors + config.json + trainer.pt (optimizer, scaler, data position, ...)
   checkpoints/best/          the weights that scored best on the valid split (model.safetensors + config.json)
   metrics.jsonl              one JSON object per logged step and per validation (`training/metrics.py`)
@@ -24,7 +25,9 @@ from nmtcli.files import atomic_copy, atomic_write_json, read_json, staged_dir
 from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_state, load_weights, save_weights
 from nmtcli.model.config import ModelConfig
 from nmtcli.provenance import versions
+from nmtcli.data.vocabulary import data_vocabulary
 from nmtcli.training import distributed
+from nmtcli.training.finetune import InitModel
 from nmtcli.training.settings import FIXED_ON_RESUME, TrainSettings
 
 TRAINER_STATE = "trainer.pt"
@@ -46,23 +49,31 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     return read_json(Path(run_dir) / CONFIG_FILE, missing, "start the run again with --restart")
 
 
-def run_config(config: ModelConfig, settings: TrainSettings, data_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """What config.json records: the model, the training settings and the data a run was started with."""
-    return {
-        "format": "nmt-run",
-        "format_version": 2,
-        "model": config.to_dict(),
-        "training": asdict(settings),
-        "data": {
-            "dir": str(Path(data_dir).resolve()),
-            "name": manifest["name"],
-            "source_lang": manifest["source_lang"],
-            "target_lang": manifest["target_lang"],
-            "train_pairs": manifest["splits"]["train"]["pairs"],
-            "sentencepiece_sha256": manifest["files"][SPM_FILE],
-        },
-        "versions": versions(),
+def run_config(config: ModelConfig, settings: TrainSettings, data_dir: Path, manifest: dict[str, Any],
+               init: InitModel | None = None) -> dict[str, Any]:
+    """What config.json records: the model, the training settings and the data a run was started with
+    (and with --init, the model it started from)."""
+    data = {
+        "dir": str(Path(data_dir).resolve()),
+        "name": manifest["name"],
+        "source_lang": manifest["source_lang"],
+        "target_lang": manifest["target_lang"],
+        "train_pairs": manifest["splits"]["train"]["pairs"],
     }
+    if SPM_FILE in manifest["files"]:
+        data["sentencepiece_sha256"] = manifest["files"][SPM_FILE]
+    if manifest.get("tokenizer"):  # --vocab-from: the model's tokenizer files (and their layout)
+        data["tokenizer"] = manifest["tokenizer"]
+        data["vocabulary"] = data_vocabulary(manifest)
+    values = {"format": "nmt-run", "format_version": 2, "model": config.to_dict(), "training": asdict(settings), "data": data}
+    if init is not None:
+        values["init"] = init.describe()
+    return {**values, "versions": versions()}
+
+
+def run_vocabulary(data: dict[str, Any]) -> dict[str, str]:
+    """The tokenizer files (name -> sha256) of the data a run config's "data" section describes."""
+    return data.get("vocabulary") or {SPM_FILE: data.get("sentencepiece_sha256")}
 
 
 def start(run_dir: Path, data_dir: Path, config: dict[str, Any] | None) -> None:
@@ -71,7 +82,8 @@ def start(run_dir: Path, data_dir: Path, config: dict[str, Any] | None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     if config is not None:
         atomic_write_json(run_dir / CONFIG_FILE, config)
-        atomic_copy(data_dir / SPM_FILE, run_dir / SPM_FILE)
+        for name in run_vocabulary(config["data"]):
+            atomic_copy(data_dir / name, run_dir / name)
     for stale in (run_dir / "checkpoints").glob(f"{STAGE_PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
 
@@ -104,6 +116,11 @@ def check_resumable(run_dir: Path, previous: dict[str, Any], now: dict[str, Any]
     hint = f"train into a new dir with -o, or pass --restart to discard {run_dir}"
     if previous.get("format_version", 1) < 2:
         raise NmtError(f"{run_dir} was written by an older nmt whose checkpoints cannot be resumed", hint)
+    before, after = previous.get("init"), now.get("init")
+    if (before or {}).get("weights_sha256") != (after or {}).get("weights_sha256"):
+        started = f"started from --init {before['model']}" if before else "trained from scratch"
+        raise NmtError(f"{run_dir} was {started}, not {'--init ' + after['model'] if after else 'from scratch'}",
+                       (f"resume it with --init {before['model']}, or " if before else "") + hint)
     if previous.get("model") != config.to_dict():
         before = previous.get("model", {})
         changed = sorted(k for k, v in config.to_dict().items() if before.get(k) != v)
@@ -112,7 +129,7 @@ def check_resumable(run_dir: Path, previous: dict[str, Any], now: dict[str, Any]
         preset = previous.get("training", {}).get("preset")
         raise NmtError(f"{run_dir} was trained with a different model shape ({there} there; {shape} now)",
                        (f"resume it with --preset {preset}, " if preset else "") + hint)
-    if previous["data"]["sentencepiece_sha256"] != now["data"]["sentencepiece_sha256"]:
+    if run_vocabulary(previous["data"]) != run_vocabulary(now["data"]):
         raise NmtError(f"{run_dir} was trained on other data ({previous['data']['dir']})", hint)
     if previous["data"].get("train_pairs") != now["data"]["train_pairs"]:
         raise NmtError(f"{run_dir} was trained on other data ({previous['data']['dir']})", hint)

@@ -24,6 +24,7 @@ class TrainSettings:
     update_freq: int | None = None  # batches per rank per step; None: chosen from tokens_per_step
     warmup: int = 4000  # sec. 5.3
     lr_scale: float = 1.0
+    lr: float | None = None  # the peak learning rate (at the end of warmup); None: the paper's d_model^-0.5 * warmup^-0.5
     label_smoothing: float = 0.1  # sec. 5.4
     adam_beta1: float = 0.9  # sec. 5.3
     adam_beta2: float = 0.98
@@ -51,7 +52,7 @@ TRAIN_PRESETS: dict[str, TrainSettings] = {
 }
 
 # Settings that fix what a run is; resuming with a different value would silently train something else.
-FIXED_ON_RESUME = ("preset", "max_tokens", "tokens_per_step", "update_freq", "seed", "label_smoothing", "warmup", "lr_scale")
+FIXED_ON_RESUME = ("preset", "max_tokens", "tokens_per_step", "update_freq", "seed", "label_smoothing", "warmup", "lr_scale", "lr")
 
 
 def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, TrainSettings]:
@@ -60,6 +61,11 @@ def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, Trai
     An explicit update_freq replaces the preset's token target, tokens_per_step the preset's fixed
     accumulation, and save_every in steps the preset's checkpoints every 10 minutes.
     """
+    return PRESETS[preset], with_overrides(TRAIN_PRESETS[preset], **overrides)
+
+
+def with_overrides(recipe: TrainSettings, **overrides: Any) -> TrainSettings:
+    """`recipe` with `overrides` (None: keep the recipe's value) applied, as train_settings_for says."""
     known = {f.name for f in fields(TrainSettings)}
     given = {k: v for k, v in overrides.items() if k in known and v is not None}
     if "update_freq" in given and "tokens_per_step" in given:
@@ -70,4 +76,4 @@ def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, Trai
         given["update_freq"] = None
     if "save_every" in given and "save_minutes" not in given:
         given["save_minutes"] = 0.0
-    return PRESETS[preset], replace(TRAIN_PRESETS[preset], **given)
+    return replace(recipe, **given)

@@ -22,17 +22,18 @@ import torch
 from nmtcli import faults
 from nmtcli.data.batching import BatchStream, ParallelData
 from nmtcli.data.prepare import read_manifest, reference_lines
-from nmtcli.data.text import SPM_FILE
 from nmtcli.device import OUT_OF_MEMORY, resolve_device
 from nmtcli.errors import NmtError
+from nmtcli.model.checkpoint import WEIGHTS_FILE, load_state
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer
 from nmtcli.training import compiling, distributed, flops, precision, rundir
 from nmtcli.training.batch_size import batch_for_run
+from nmtcli.training.finetune import InitModel, check_data
 from nmtcli.training.loader import StepBatches, StepLoader
 from nmtcli.training.loss import output_loss, perplexity
 from nmtcli.training.metrics import MetricsLog
-from nmtcli.training.schedule import inverse_sqrt_lr
+from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
 from nmtcli.training.settings import TrainSettings
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
@@ -79,6 +80,7 @@ class Trainer:
         restart: bool = False,
         on_event: OnEvent | None = None,
         ranks: distributed.Ranks | None = None,
+        init: InitModel | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.data_dir = Path(data_dir)
@@ -91,8 +93,12 @@ class Trainer:
         self.precision = precision.resolve(settings.precision, self.device)
         manifest = read_manifest(data_dir)
         self.src_lang, self.tgt_lang = manifest["source_lang"], manifest["target_lang"]
-        self.config = model_config.replace(vocab_size=manifest["vocab_size"])
-        self.run_config = rundir.run_config(self.config, settings, self.data_dir, manifest)
+        if init is not None:  # --init: the model's config as it is, on data in its token ids
+            check_data(init, manifest, self.data_dir)
+            model_config = init.config
+        # Data prepared with --vocab-from is in that model's ids, special ids included (Marian: EOS 0).
+        self.config = model_config.replace(vocab_size=manifest["vocab_size"], **manifest.get("special_ids", {}))
+        self.run_config = rundir.run_config(self.config, settings, self.data_dir, manifest, init)
         if restart and self.is_main and self.run_dir.exists():
             shutil.rmtree(self.run_dir)
         distributed.barrier()  # no rank looks for checkpoints while rank 0 may still be deleting them
@@ -101,7 +107,10 @@ class Trainer:
             rundir.check_resumable(self.run_dir, rundir.read_run_config(self.run_dir), self.run_config, self.config, settings)
 
         torch.manual_seed(settings.seed)  # the same seed gives the same initial weights on every rank
-        self.model = Transformer(self.config).to(self.device)
+        self.model = Transformer(self.config)
+        if init is not None and not resume:  # step 0 is the model's weights, exactly
+            load_state(self.model, init.weights(), init.model_dir / WEIGHTS_FILE)
+        self.model.to(self.device)
         # Fused Adam: one kernel for all parameters on a GPU (and a vectorized loop on a CPU).
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
@@ -110,8 +119,9 @@ class Trainer:
             eps=settings.adam_eps,
             fused=True,
         )
-        self.train_data = ParallelData(data_dir, "train", self.src_lang, self.tgt_lang, self.config.vocab_size)
-        self.valid_data = ParallelData(data_dir, "valid", self.src_lang, self.tgt_lang, self.config.vocab_size)
+        ids = (self.config.pad_id, self.config.bos_id, self.config.eos_id)
+        self.train_data = ParallelData(data_dir, "train", self.src_lang, self.tgt_lang, self.config.vocab_size, *ids)
+        self.valid_data = ParallelData(data_dir, "valid", self.src_lang, self.tgt_lang, self.config.vocab_size, *ids)
         self.step = 0
         self.best: dict[str, Any] | None = None  # {"metric", "value", "step"}
         self.bad_validations = 0
@@ -133,9 +143,10 @@ class Trainer:
         self.forward_model: torch.nn.Module = self.model if self.ddp is None else self.ddp
         self.peak = flops.device_peak_flops(self.device, self.precision.name, settings.peak_tflops)
         if settings.valid_bleu:
-            from nmtcli.data.text import load_sentencepiece
+            from nmtcli.inference.tokenizer import load_tokenizer
 
-            self.sp = load_sentencepiece(self.data_dir / SPM_FILE)
+            # The data dir's tokenizer: nmt's sentencepiece model, or the one --vocab-from copied (Marian's).
+            self.sp = load_tokenizer(self.data_dir, {"tokenizer": manifest.get("tokenizer"), "model": self.config.to_dict()})
             self.valid_sources = reference_lines(self.data_dir, "valid", self.src_lang)
             self.valid_references = reference_lines(self.data_dir, "valid", self.tgt_lang)
 
@@ -162,7 +173,8 @@ class Trainer:
         """One optimizer step over this rank's batches; the loss is divided by the whole step's target tokens."""
         self.model.train()
         s = self.settings
-        lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, s.warmup, s.lr_scale)
+        d_model = self.config.d_model
+        lr = inverse_sqrt_lr(self.step + 1, d_model, s.warmup, s.lr_scale * peak_scale(d_model, s.warmup, s.lr))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
@@ -296,6 +308,7 @@ class Trainer:
             "precision": self.precision.name,
             "compile": s.compile,
             "resumed_from": str(self.resumed_from) if self.resumed_from else None,
+            "init": (self.run_config.get("init") or {}).get("model"),
             "train_pairs": len(self.train_data),
             **self.batch.describe(self.ranks.world_size, s.tokens_per_step),
         })
