@@ -168,6 +168,20 @@ def nmt_forked(*args: str, cwd: Path | None = None, input: str | bytes | None = 
     return result
 
 
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """torch's intra-op threads set to `count` in this process for the block (a run in a subprocess with
+    OMP_NUM_THREADS=count sums in the same order: bit-equal weights need the same count)."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
 @pytest.fixture
 def nmt_main():
     """nmt_main(*argv, cwd=, input=, env=, check=): `nmt ARGV` run in this process (see nmt_in_process)."""

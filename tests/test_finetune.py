@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import NMT, nmt_in_process
+from conftest import NMT, nmt_in_process, torch_threads
 from corpus import write_corpus
 
 from nmtcli.model.checkpoint import load_weights
@@ -175,11 +175,14 @@ def test_the_finetuned_model_is_an_ordinary_model_dir_that_names_its_base(opus, 
 def test_resume_after_a_kill_is_bit_exact(opus, tmp_path):
     args = ["--init", str(opus["model"]), "--data", str(opus["data"]), "--max-steps", "4", "--save-every", "2",
             "--valid-every", "1000", "--valid-bleu", "0", *TRAIN]
-    nmt_in_process("train", *args, "-o", str(tmp_path / "straight"))
+    # One thread in all three runs (the killed one: OMP_NUM_THREADS=1): bit-equal weights need the same sums.
+    with torch_threads(1):
+        nmt_in_process("train", *args, "-o", str(tmp_path / "straight"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NMT_TEST_FAULT": "kill-in-checkpoint:4"}
     killed = subprocess.run([NMT, "train", *args, "-o", str(tmp_path / "killed")], capture_output=True, text=True, env=env, timeout=300)
     assert killed.returncode == -signal.SIGKILL
-    resumed = nmt_in_process("train", *args, "-o", str(tmp_path / "killed"))
+    with torch_threads(1):
+        resumed = nmt_in_process("train", *args, "-o", str(tmp_path / "killed"))
     assert "resuming from" in resumed.stderr and "checkpoints/2" in resumed.stderr
     a = load_weights(tmp_path / "straight" / "checkpoints" / "4" / "model.safetensors")
     b = load_weights(tmp_path / "killed" / "checkpoints" / "4" / "model.safetensors")
@@ -240,7 +243,7 @@ def test_continued_training_of_an_nmt_model_is_the_same_command(random_model, pr
 
 @pytest.mark.slow
 def test_hub_ids_for_vocab_from_and_init_are_recorded_and_the_pushed_card_names_base_and_data(opus, tmp_path):
-    from conftest import run_nmt
+    from conftest import nmt_forked
     from hub_server import FakeHub, Repo
 
     token = "hf_test_alice"
@@ -250,17 +253,17 @@ def test_hub_ids_for_vocab_from_and_init_are_recorded_and_the_pushed_card_names_
         env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf-home"), "HF_TOKEN": token, "OMP_NUM_THREADS": "1",
                "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         corpus, data, run = opus["corpus"], tmp_path / "data", tmp_path / "run"
-        run_nmt("prepare", "--vocab-from", "alice/opus-mt-en-de", "--train", str(corpus), "--valid", str(corpus.with_name("valid")),
+        nmt_forked("prepare", "--vocab-from", "alice/opus-mt-en-de", "--train", str(corpus), "--valid", str(corpus.with_name("valid")),
                 "--max-ratio", "3", "-o", str(data), env=env)
         manifest = json.loads((data / "manifest.json").read_text())
         assert manifest["vocab_from"]["model"] == "alice/opus-mt-en-de" and manifest["vocab_from"]["revision"] == commit
         # The same vocabulary as the local copy's: the local prepare's data trains the Hub model too.
         assert manifest["vocab_from"]["files"] == json.loads((opus["data"] / "manifest.json").read_text())["vocab_from"]["files"]
-        run_nmt("train", "--init", "alice/opus-mt-en-de", "--data", str(data), "-o", str(run), "--max-steps", "2",
+        nmt_forked("train", "--init", "alice/opus-mt-en-de", "--data", str(data), "-o", str(run), "--max-steps", "2",
                 "--valid-bleu", "0", *TRAIN, env=env)
         assert json.loads((run / "config.json").read_text())["init"]["revision"] == commit
         nmt_in_process("average", str(run), "-o", str(tmp_path / "model"))
-        run_nmt("push", str(tmp_path / "model"), "alice/opus-mt-en-de-verbs", env=env)
+        nmt_forked("push", str(tmp_path / "model"), "alice/opus-mt-en-de-verbs", env=env)
         pushed = hub.repos["alice/opus-mt-en-de-verbs"]
         card = pushed.commits[pushed.branches["main"]]["README.md"].decode()
     assert 'base_model: "alice/opus-mt-en-de"' in card and "base_model_relation: finetune" in card

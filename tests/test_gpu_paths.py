@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import torch_threads
 from test_beam import SENTENCES, _as_lists, _batch, tiny_model
 
 from nmtcli import faults
@@ -21,10 +22,8 @@ from nmtcli.model.incremental import DecoderCache
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """The models here are tiny: one thread runs them fastest, and waits for no other on a loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture
