@@ -39,7 +39,7 @@ def command(
     test: Annotated[Optional[Path], typer.Option(help="Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`.", metavar="PREFIX", rich_help_panel=FILES)] = None,
     source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="Source language code (the file suffix). Default: en, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
     target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="Target language code (the file suffix). Default: de, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
-    vocab_size: Annotated[Optional[int], typer.Option(help="Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14 en-de). Default: the recipe's, or 37000; smaller corpora get what they support.", min=300, show_default=False, rich_help_panel=VOCAB)] = None,
+    vocab_size: Annotated[Optional[int], typer.Option(help="Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14's 4.5M pairs). Default: the recipe's; for your own files, from the training pairs: 37,000 x sqrt(pairs / 4.5M) to the nearest 1,000, from 1,000 (30k pairs: 3,000; 100k: 6,000; 1M: 17,000).", min=300, show_default=False, rich_help_panel=VOCAB)] = None,
     spm_sentences: Annotated[Optional[int], typer.Option(help="Training pairs sampled (seeded) to train sentencepiece; each gives two lines. Default: the recipe's, or 1,000,000.", min=1, show_default=False, rich_help_panel=VOCAB)] = None,
     seed: Annotated[int, typer.Option(help="Seed for sampling the sentencepiece training text.", rich_help_panel=VOCAB)] = 1,
     max_tokens: Annotated[int, typer.Option(help="Drop pairs with a side longer than this many subword tokens.", min=1, rich_help_panel=CLEANING)] = 250,
@@ -96,7 +96,7 @@ def command(
         if revision is not None:
             raise NmtError("--revision applies to named corpora only", "leave it out with --train/--valid")
         src, tgt = source_lang or "en", target_lang or "de"
-        settings = PrepareSettings(src, tgt, vocab_size or 37000, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, **options)
+        settings = PrepareSettings(src, tgt, vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, **options)
         out = output or DATA_ROOT / f"{src}-{tgt}"
         announce("prepared data", out)
         with progress_bar() as progress:
@@ -116,4 +116,21 @@ def _report(out: Path, manifest: dict) -> None:
             say(f"{split}: {counts['pairs']:,} of {counts['input_pairs']:,} pairs kept (dropped: {dropped})")
         else:
             say(f"{split}: {counts['lines']:,} lines of plain text for scoring")
-    say(f"vocabulary: {manifest['vocab_size']:,} pieces; done in {manifest['seconds']} s")
+    say(_vocabulary_line(manifest))
+    say(f"done in {manifest['seconds']} s")
+
+
+def _vocabulary_line(manifest: dict) -> str:
+    """What vocabulary size was chosen and why, in one line."""
+    pieces, choice = manifest["vocab_size"], manifest.get("vocabulary")  # older data dirs have no "vocabulary"
+    if choice is None:
+        return f"vocabulary: {pieces:,} pieces"
+    asked = choice["asked"]
+    if choice["by"] == "corpus":
+        why = f"for {choice['training_pairs']:,} training pairs: {choice['rule']}; --vocab-size N to choose"
+    elif choice["by"] == "recipe":
+        why = f"the {manifest['name']} recipe's"
+    else:
+        why = "--vocab-size"
+    found = f"; the text holds only {pieces:,} pieces of the {asked:,} asked" if pieces < asked else ""
+    return f"vocabulary: {pieces:,} pieces ({why}){found}"
