@@ -245,7 +245,9 @@ def _train(run_dir: Path, data_dir: Path, model_config: ModelConfig, settings: T
         announce("run", run_dir)
     try:
         # With a time limit, which of the two limits comes first is unknown: the bar shows steps only.
-        with _display(None if settings.max_minutes else (settings.max_steps or "from the start")) if main else contextlib.nullcontext((lambda kind, v: None)) as on_event:
+        # Steps from epochs are known once the trainer has counted the batches of an epoch (its start event).
+        bar = None if settings.max_minutes else settings.max_steps or None
+        with _display(bar, total_from_start=not settings.max_minutes and not settings.max_steps) if main else contextlib.nullcontext((lambda kind, v: None)) as on_event:
             trainer = Trainer(run_dir, data_dir, model_config, settings, restart=restart, on_event=on_event, ranks=ranks)
             trainer.run()
     except NmtError as e:
@@ -264,14 +266,14 @@ def _train(run_dir: Path, data_dir: Path, model_config: ModelConfig, settings: T
 
 
 @contextlib.contextmanager
-def _display(max_steps: int | str | None):
+def _display(max_steps: int | None, total_from_start: bool = False):
     """A live line (step, loss, ppl, lr, tokens/s, ETA) and one printed line per log, validation and checkpoint."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     columns = (TextColumn("step"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bars:
-        task = bars.add_task("train", total=max_steps if isinstance(max_steps, int) else None, status="")
+        task = bars.add_task("train", total=max_steps, status="")
         shown: dict[str, Any] = {}
 
         def status() -> str:
@@ -304,7 +306,7 @@ def _display(max_steps: int | str | None):
                     total = v["epochs"] * v["steps_per_epoch"]
                     raised = "" if total == v["max_steps"] else f" ({total:,}) raised to twice the warmup"
                     say(f"max steps: {v['max_steps']:,}: {v['epochs']} epochs of {v['steps_per_epoch']:,} steps{raised}{stop}")
-                if max_steps == "from the start":
+                if total_from_start:
                     bars.update(task, total=v["max_steps"])
                 bars.update(task, completed=v["step"])
             elif kind == "step":  # the loss on the live line is the last log line's: reading each step's would wait for the GPU
