@@ -12,7 +12,7 @@ from corpus import write_corpus, zipf_corpus
 
 from nmtcli.data.prepare import PrepareSettings, prepare_files
 from nmtcli.data.vocab_size import vocab_size_for
-from nmtcli.training.settings import FAIRSEQ_IWSLT_LR_SCALE, train_settings_for
+from nmtcli.training.settings import FAIRSEQ_IWSLT_LR_SCALE, steps_for_epochs, train_settings_for
 
 
 def test_vocabulary_grows_with_the_square_root_of_the_training_pairs():
@@ -87,6 +87,10 @@ def test_tiny_and_small_count_epochs_and_stop_on_validation_bleu_unless_steps_ar
         # ... unless asked for.
         _, s = train_settings_for(preset, max_steps=300, patience=2, valid_bleu=100)
         assert (s.max_steps, s.epochs, s.valid_bleu, s.patience) == (300, 0, 100, 2)
+    _, tiny = train_settings_for("tiny")
+    assert steps_for_epochs(tiny, batches_per_epoch=23, batches_per_step=1) == 50 * 23  # the demo corpus
+    assert steps_for_epochs(tiny, batches_per_epoch=47, batches_per_step=4) == 50 * 12  # a part-filled step counts
+    assert steps_for_epochs(tiny, batches_per_epoch=3, batches_per_step=1) == 2 * 200  # never under twice the warmup
     _, base = train_settings_for("base")
     assert (base.max_steps, base.epochs) == (100_000, 0)
     _, base = train_settings_for("base", epochs=3)  # --epochs works with every preset
