@@ -107,6 +107,7 @@ def test_small_follows_fairseqs_iwslt_recipe():
     assert inverse_sqrt_lr(16_000, config.d_model, s.warmup, FAIRSEQ_IWSLT_LR_SCALE) == pytest.approx(5e-4 * math.sqrt(4000 / 16_000))
 
 
+@pytest.mark.slow  # ~60 s on 2 loaded cores: an untrained model's beam search runs to the maximum length
 def test_training_without_max_steps_runs_epochs_and_stops_early_on_validation_bleu(tmp_path, nmt_main):
     corpus = write_corpus(tmp_path / "corpus", {"train": 300, "valid": 8}, seed=3)
     nmt_main("prepare", "--train", str(corpus["train"]), "--valid", str(corpus["valid"]), "--vocab-size", "300", "-o", "data", cwd=tmp_path)
