@@ -19,7 +19,7 @@ __nmt_options() {
         '') REPLY='--debug --version --help -h' ;;
         'quickstart') REPLY='--minutes --max-steps --preset --device --examples --dir -C --help -h' ;;
         'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
-        'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
+        'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --epochs --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --output -o --help -h' ;;
         'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --cuda-graphs --no-cuda-graphs --engine --help -h' ;;
         'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --access-log --no-access-log --help -h' ;;
@@ -41,7 +41,7 @@ __nmt_option_value() {
     case "$1 $2" in
         'quickstart --minutes') REPLY='text' ;;
         'quickstart --max-steps') REPLY='text' ;;
-        'quickstart --preset') REPLY='choices tiny base big' ;;
+        'quickstart --preset') REPLY='choices tiny small base big' ;;
         'quickstart --device') REPLY='choices auto cpu cuda' ;;
         'quickstart --examples') REPLY='text' ;;
         'quickstart --dir'|'quickstart -C') REPLY='files' ;;
@@ -62,12 +62,13 @@ __nmt_option_value() {
         'prepare --output'|'prepare -o') REPLY='files' ;;
         'train --data') REPLY='files' ;;
         'train --init') REPLY='text' ;;
-        'train --preset') REPLY='choices tiny base big' ;;
+        'train --preset') REPLY='choices tiny small base big' ;;
         'train --output'|'train -o') REPLY='files' ;;
         'train --norm') REPLY='text' ;;
         'train --config') REPLY='files' ;;
         'train --gpus') REPLY='text' ;;
         'train --max-steps') REPLY='text' ;;
+        'train --epochs') REPLY='text' ;;
         'train --max-time') REPLY='text' ;;
         'train --max-tokens') REPLY='text' ;;
         'train --tokens-per-step') REPLY='text' ;;
@@ -136,7 +137,7 @@ __nmt_option_value() {
         'score --split') REPLY='choices test valid' ;;
         'score --device') REPLY='choices auto cpu cuda' ;;
         'info --revision') REPLY='text' ;;
-        'info --preset') REPLY='choices tiny base big' ;;
+        'info --preset') REPLY='choices tiny small base big' ;;
         'info --vocab-size') REPLY='text' ;;
         'push --revision') REPLY='text' ;;
         'push --message'|'push -M') REPLY='text' ;;

@@ -22,7 +22,7 @@ function __nmt_value_options
         case 'prepare'
             printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --revision --workers --chunk-pairs --output -o
         case 'train'
-            printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
+            printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
         case 'average'
             printf '%s\n' --last --output -o
         case 'translate'
@@ -85,7 +85,7 @@ function __nmt_at_argument
 end
 
 function __nmt_values_preset
-    printf '%s\n' tiny base big
+    printf '%s\n' tiny small base big
 end
 
 function __nmt_values_device
@@ -167,7 +167,7 @@ complete -c nmt -n "__nmt_using 'prepare'" -l test -r -F -d 'Test files PREFIX.S
 complete -c nmt -n "__nmt_using 'prepare'" -l source-lang -s s -x -d 'Source language code (the file suffix)'
 complete -c nmt -n "__nmt_using 'prepare'" -l target-lang -s t -x -d 'Target language code (the file suffix)'
 complete -c nmt -n "__nmt_using 'prepare'" -l vocab-from -x -d 'Encode with this model\'s tokenizer instead of training a new one (a model dir or Hub id; nmt\'s own, or from `nmt import marian`), so that `nmt train --init MODEL` can fine-tune it on this data'
-complete -c nmt -n "__nmt_using 'prepare'" -l vocab-size -x -d 'Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14 en-de)'
+complete -c nmt -n "__nmt_using 'prepare'" -l vocab-size -x -d 'Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14\'s 4.5M pairs)'
 complete -c nmt -n "__nmt_using 'prepare'" -l spm-sentences -x -d 'Training pairs sampled (seeded) to train sentencepiece; each gives two lines'
 complete -c nmt -n "__nmt_using 'prepare'" -l seed -x -d 'Seed for sampling the sentencepiece training text'
 complete -c nmt -n "__nmt_using 'prepare'" -l max-tokens -x -d 'Drop pairs with a side longer than this many subword tokens'
@@ -186,26 +186,27 @@ complete -c nmt -n "__nmt_at_argument 'prepare' 0" -f -a '(__nmt_values_prepare_
 # nmt train
 complete -c nmt -n "__nmt_using 'train'" -l data -r -F -d 'Prepared data dir'
 complete -c nmt -n "__nmt_using 'train'" -l init -x -d 'Start from this model\'s config and weights (a model dir or Hub id, nmt\'s own or from `nmt import marian`): fine-tuning, or continued training'
-complete -c nmt -n "__nmt_using 'train'" -l preset -x -a '(__nmt_values_preset)' -d 'Model and recipe: tiny (CPU demo), base or big (Table 3)'
+complete -c nmt -n "__nmt_using 'train'" -l preset -x -a '(__nmt_values_preset)' -d 'Model and recipe: tiny (a CPU, up to ~50k pairs), small (fairseq\'s IWSLT model: 100k-1M pairs, one GPU or a few CPU hours), base or big (Table 3: WMT-sized data, GPUs)'
 complete -c nmt -n "__nmt_using 'train'" -l output -s o -r -F -d 'Run dir'
 complete -c nmt -n "__nmt_using 'train'" -l norm -x -d 'post: LayerNorm after each residual sum, the paper\'s (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs'
 complete -c nmt -n "__nmt_using 'train'" -l config -r -F -d 'JSON or TOML file of settings (flag names as keys; a run dir\'s config.json works)'
 complete -c nmt -n "__nmt_using 'train'" -l gpus -x -d 'Start this many ranks on this node through torchrun (one per GPU)'
-complete -c nmt -n "__nmt_using 'train'" -l max-steps -x -d 'Optimizer steps (base 100k, big 300k, tiny 1000)'
+complete -c nmt -n "__nmt_using 'train'" -l max-steps -x -d 'Optimizer steps (base 100k, big 300k). tiny and small count --epochs instead; with --max-steps they run exactly that many steps, without BLEU validation or early stopping unless --valid-bleu / --patience ask for them'
+complete -c nmt -n "__nmt_using 'train'" -l epochs -x -d 'Passes over the training data, when --max-steps is not given (tiny and small: 50, a ceiling: early stopping on validation BLEU is the real stop)'
 complete -c nmt -n "__nmt_using 'train'" -l max-time -x -d 'Also stop after this much training time, e.g. 90s, 5m, 2h (validates and saves a checkpoint first)'
-complete -c nmt -n "__nmt_using 'train'" -l max-tokens -x -d 'Padded tokens per batch per GPU on the longer side (base/big 25,000, tiny 2,048)'
+complete -c nmt -n "__nmt_using 'train'" -l max-tokens -x -d 'Padded tokens per batch per GPU on the longer side (base/big 25,000, small 4,096, tiny 2,048)'
 complete -c nmt -n "__nmt_using 'train'" -l tokens-per-step -x -d 'Target tokens per optimizer step over all GPUs (base/big 25,000: the paper\'s batch); gradient accumulation makes up what --max-tokens x GPUs does not'
 complete -c nmt -n "__nmt_using 'train'" -l update-freq -x -d 'Batches accumulated per GPU per step, set by hand (replaces --tokens-per-step; tiny: 1)'
 complete -c nmt -n "__nmt_using 'train'" -l warmup -x -d 'Warmup steps of the learning-rate schedule (4,000; tiny 200)'
-complete -c nmt -n "__nmt_using 'train'" -l lr-scale -x -d 'Multiplies the learning-rate schedule (1.0 is the paper\'s)'
+complete -c nmt -n "__nmt_using 'train'" -l lr-scale -x -d 'Multiplies the learning-rate schedule (1.0 is the paper\'s; small 0.716: fairseq\'s IWSLT peak of 5e-4)'
 complete -c nmt -n "__nmt_using 'train'" -l lr -x -d 'Peak learning rate, reached at the end of warmup, then 1/sqrt(step) decay'
 complete -c nmt -n "__nmt_using 'train'" -l label-smoothing -x -d 'Label smoothing epsilon (0.1, sec. 5.4)'
 complete -c nmt -n "__nmt_using 'train'" -l seed -x -d 'Seed for weights, data order and dropout'
 complete -c nmt -n "__nmt_using 'train'" -l save-every -x -d 'Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper, tiny 250 steps)'
 complete -c nmt -n "__nmt_using 'train'" -l keep-last -x -d 'Checkpoints kept (base 5, big 20: what averaging uses); the best one is kept apart'
 complete -c nmt -n "__nmt_using 'train'" -l valid-every -x -d 'Steps between validations (perplexity, and BLEU with --valid-bleu)'
-complete -c nmt -n "__nmt_using 'train'" -l valid-bleu -x -d 'BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines)'
-complete -c nmt -n "__nmt_using 'train'" -l patience -x -d 'Stop after this many validations without a better BLEU (or perplexity) (0: never)'
+complete -c nmt -n "__nmt_using 'train'" -l valid-bleu -x -d 'BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines; tiny and small 500 when counting --epochs)'
+complete -c nmt -n "__nmt_using 'train'" -l patience -x -d 'Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny and small 5 when counting --epochs)'
 complete -c nmt -n "__nmt_using 'train'" -l log-every -x -d 'Steps between log lines'
 complete -c nmt -n "__nmt_using 'train'" -l device -x -a '(__nmt_values_device)' -d 'auto (each rank\'s GPU, else CPU), cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'train'" -l precision -x -a '(__nmt_values_precision)' -d 'auto (bf16 on GPUs that have it, else fp32), fp32, bf16, or fp16 (with a dynamic loss scaler)'
@@ -287,7 +288,7 @@ complete -c nmt -n "__nmt_at_argument 'score' 0" -F  # HYP
 
 # nmt info
 complete -c nmt -n "__nmt_using 'info'" -l revision -x -d 'Branch, tag or commit when describing a Hub id'
-complete -c nmt -n "__nmt_using 'info'" -l preset -x -a '(__nmt_values_preset)' -d 'Describe a preset instead: tiny, base or big'
+complete -c nmt -n "__nmt_using 'info'" -l preset -x -a '(__nmt_values_preset)' -d 'Describe a preset (model and training recipe) instead: tiny, small, base or big'
 complete -c nmt -n "__nmt_using 'info'" -l vocab-size -x -d 'Vocabulary size assumed with --preset (sec. 5.1: 37,000)'
 complete -c nmt -n "__nmt_using 'info'" -l json -d 'Print JSON: the dir\'s config.json plus `kind`, `parameters`, `files` (name: bytes), `sha256`, and per kind `scores`, `steps`, `checkpoints`, `validation`, `resume`, `average`, `hub`'
 complete -c nmt -n "__nmt_using 'info'" -l help -s h -d 'Show this message and exit'

@@ -107,8 +107,13 @@ def describe_preset(preset: str, vocab_size: int) -> dict[str, Any]:
 
     if preset not in PRESETS:
         raise NmtError(f"unknown preset {preset!r}", f"choose one of {', '.join(PRESETS)}", exit_code=2)
+    from dataclasses import asdict
+
+    from nmtcli.training.settings import TRAIN_PRESETS
+
     model = PRESETS[preset].replace(vocab_size=vocab_size).to_dict()
-    return {"kind": "preset", "preset": preset, "model": model, "parameters": _parameters(model)}
+    return {"kind": "preset", "preset": preset, "model": model, "parameters": _parameters(model),
+            "recipe": asdict(TRAIN_PRESETS[preset])}
 
 
 # --- Hub models ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ WMT datasets store them, for the loopback Hub of tests/hub_server.py.
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -95,3 +96,30 @@ def parquet_bytes(pairs: list[tuple[str, str]], src: str = "en", tgt: str = "de"
     buffer = io.BytesIO()
     pq.write_table(pa.table(columns), buffer, compression="none" if padding else "snappy")
     return buffer.getvalue()
+
+
+SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+
+
+def zipf_corpus(directory: Path, sizes: dict[str, int], words: int = 20_000, seed: int = 0) -> dict[str, Path]:
+    """PREFIX.en / PREFIX.de of invented words drawn with Zipf's law (p ~ 1/rank), as a natural corpus
+    has them: its count of distinct words keeps growing with its size, so a BPE vocabulary of a few
+    thousand pieces is there to be learned. Each target word is its source word with every syllable
+    moved one place in SYLLABLES, in reverse order; the sentence keeps its word order."""
+    rng = random.Random(seed)
+    lexicon = sorted({"".join(rng.choices(SYLLABLES, k=rng.choice([1, 2, 2, 3, 3, 4]))) for _ in range(words)})
+    rng.shuffle(lexicon)  # rank = position
+    cumulative = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(lexicon))))
+    shift = {s: SYLLABLES[(i + 1) % len(SYLLABLES)] for i, s in enumerate(SYLLABLES)}
+
+    def translate(word: str) -> str:
+        return "".join(shift[word[i:i + 2]] for i in range(len(word) - 2, -1, -2))
+
+    directory.mkdir(parents=True, exist_ok=True)
+    prefixes = {}
+    for split, size in sizes.items():
+        lines = [rng.choices(lexicon, cum_weights=cumulative, k=rng.randint(3, 12)) for _ in range(size)]
+        (directory / f"{split}.en").write_text("".join(" ".join(s) + "\n" for s in lines), encoding="utf-8")
+        (directory / f"{split}.de").write_text("".join(" ".join(map(translate, s)) + "\n" for s in lines), encoding="utf-8")
+        prefixes[split] = directory / split
+    return prefixes

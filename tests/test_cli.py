@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 COMMANDS = {
     "prepare": ["--train", "--valid", "--test", "--vocab-size", "--source-lang"],
     "train": ["--preset", "--max-steps", "--max-tokens", "--update-freq", "--save-every", "--keep-last", "--warmup", "--seed", "--device", "--restart",
-              "--tokens-per-step", "--gpus", "--precision", "--compile", "--config", "--valid-bleu", "--patience", "--peak-tflops"],
+              "--tokens-per-step", "--gpus", "--precision", "--compile", "--config", "--valid-bleu", "--patience", "--peak-tflops", "--epochs"],
     "average": ["--last", "--output"],
     "translate": ["--model", "--beam", "--alpha", "--max-len-a", "--max-len-b", "--input", "--output", "--length-penalty", "--engine", "--revision"],
     "serve": ["--model", "--host", "--port", "--api-key", "--api-keys-file", "--batching", "--max-chars", "--queue-lines", "--timeout"],
@@ -155,6 +155,9 @@ def test_workspace_defaults_pick_the_newest_and_stop_when_it_is_ambiguous(traine
 def test_info_reports_parameters_and_training(trained_model, nmt_main):
     preset = json.loads(nmt_main("info", "--preset", "base", "--json").stdout)
     assert 63e6 < preset["parameters"] < 66e6
+    small = nmt_main("info", "--preset", "small", "--vocab-size", "10000")
+    assert "36,663,296" in small.stdout and "6+6 layers, d_model 512, d_ff 1024, 4 heads" in small.stdout
+    assert "50 epochs of the training data" in small.stdout and "peak lr of 5.00e-04" in small.stdout
     info = json.loads(nmt_main("info", str(trained_model), "--json").stdout)
     assert info["training"]["steps"] == 300 and info["training"]["averaged_checkpoints"] == [100, 200, 300]
     assert info["languages"] == {"source": "en", "target": "de"}

@@ -22,6 +22,38 @@ def test_base_and_big_have_the_papers_parameter_counts():
     assert 210e6 <= big <= 216e6, big
 
 
+def fairseq_parameters(vocab: int, d_model: int, d_ff: int, layers: int, shared_vocab: int | None = None) -> int:
+    """fairseq's count for its post-norm `transformer` (sinusoidal positions, no final LayerNorm): each
+    attention 4 projections d x d with biases, each FFN d x d_ff and d_ff x d with biases, a LayerNorm
+    (weight, bias) after each sub-layer; `vocab` rows of embeddings shared by every use, or `vocab`
+    source rows plus `shared_vocab` target rows (--share-decoder-input-output-embed only)."""
+    attention = 4 * (d_model * d_model + d_model)
+    ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model
+    norm = 2 * d_model
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    embeddings = (vocab + (shared_vocab or 0)) * d_model
+    return embeddings + layers * (encoder_layer + decoder_layer)
+
+
+def test_small_is_fairseqs_transformer_iwslt_de_en():
+    # transformer_iwslt_de_en: 6+6 layers, embed 512, FFN 1024, 4 heads, dropout 0.3; nmt shares one joint embedding.
+    config = PRESETS["small"].replace(vocab_size=10_000)
+    assert (config.layers, config.d_model, config.d_ff, config.heads, config.dropout) == (6, 512, 1024, 4, 0.3)
+    assert (config.attention_dropout, config.activation_dropout, config.norm) == (0.0, 0.0, "post")  # fairseq's defaults
+    assert count_parameters(config) == fairseq_parameters(10_000, 512, 1024, 6) == 36_663_296
+    # (fairseq's own IWSLT14 de-en run keeps two dictionaries, 8,848 de and 6,632 en types, and shares only the
+    # decoder's input and output embeddings: fairseq_parameters(8848, 512, 1024, 6, 6632), 39.5M.)
+    with torch.device("meta"):
+        shapes = {name: tuple(p.shape) for name, p in Transformer(config).named_parameters()}
+    assert shapes["embedding.tokens.weight"] == (10_000, 512)
+    assert shapes["encoder.layers.5.ffn.linear1.weight"] == (1024, 512) and shapes["decoder.layers.5.ffn.linear2.weight"] == (512, 1024)
+    assert shapes["encoder.layers.0.self_attn.qkv_proj.weight"] == (3 * 512, 512)
+    assert shapes["decoder.layers.0.cross_attn.kv_proj.weight"] == (2 * 512, 512)
+    assert "encoder.layers.6.ffn.linear1.weight" not in shapes and "decoder.layers.6.ffn.linear1.weight" not in shapes
+    assert config.d_k == 128  # 4 heads of 128
+
+
 def test_parameter_count_matches_the_allocated_model_and_shares_one_embedding():
     model = Transformer(SMALL)
     names = [n for n, _ in model.named_parameters()]

@@ -299,6 +299,9 @@ def test_demo_is_shipped_with_its_license_and_prepares_offline(tmp_path):
     assert manifest["splits"]["train"]["input_pairs"] == len(pairs) - 1000
     assert (out / "test.de").read_text(encoding="utf-8").splitlines() == [de for _, de in test_split]
     assert manifest["vocab_size"] == 4000
+    train_pairs = [p for line, p in zip(lines, pairs) if line.startswith("train\t") and all(side.strip() for side in p)]
+    assert manifest["vocabulary"] == {"asked": 4000, "by": "recipe", "training_pairs": len(train_pairs)}
+    assert "vocabulary: 4,000 pieces (the demo recipe's)" in result.stderr
     assert "train:" in result.stderr
 
 

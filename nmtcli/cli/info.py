@@ -23,7 +23,7 @@ PROGRESS_MIN_BYTES = 32 << 20
 def command(
     target: Annotated[Optional[str], typer.Argument(metavar="DIR|OWNER/NAME", help="A model dir, a run dir, or a Hub id OWNER/NAME. Default: $NMT_MODEL, else the newest model dir under models/ (as for `nmt translate`).", show_default=False)] = None,
     revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit when describing a Hub id.")] = None,
-    preset: Annotated[Optional[str], typer.Option(help="Describe a preset instead: tiny, base or big.")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="Describe a preset (model and training recipe) instead: tiny, small, base or big.")] = None,
     vocab_size: Annotated[int, typer.Option(help="Vocabulary size assumed with --preset (sec. 5.1: 37,000).", min=1)] = 37000,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON: the dir's config.json plus `kind`, `parameters`, `files` (name: bytes), `sha256`, and per kind `scores`, `steps`, `checkpoints`, `validation`, `resume`, `average`, `hub`.")] = False,
 ) -> None:
@@ -169,6 +169,8 @@ def _overview(report: dict[str, Any]):
         row("imported from", f"{origin.get('kind')} model {origin.get('source')}" + (f" at {origin['revision']}" if origin.get("revision") else ""))
     if report["kind"] == "run_dir":
         _run_rows(report, row)
+    elif report["kind"] == "preset":
+        _recipe_rows(report, row)
     else:
         training = report.get("training")
         if training:
@@ -193,6 +195,26 @@ def _init_row(init: dict[str, Any], row) -> None:
     """`nmt train --init`: the model the weights started from."""
     revision = f" at {init['revision']}" if init.get("revision") else ""
     row("fine-tuned from", f"{init.get('model')}{revision} (weights sha256 {str(init.get('weights_sha256'))[:16]}...)")
+
+
+def _recipe_rows(report: dict[str, Any], row) -> None:
+    """A preset's training recipe: the batch, how long, the schedule, checkpoints and validation."""
+    from nmtcli.training.schedule import inverse_sqrt_lr
+
+    r = report["recipe"]
+    if r["update_freq"]:
+        row("batch", f"batches of <= {r['max_tokens']:,} tokens per GPU, {r['update_freq']} per step")
+    else:
+        row("batch", f"~{r['tokens_per_step']:,} target tokens per step (batches of <= {r['max_tokens']:,} tokens per GPU, accumulated)")
+    if r["epochs"] and not r["max_steps"]:
+        row("steps", f"{r['epochs']} epochs of the training data (at least {2 * r['warmup']:,} steps); early stop after "
+            f"{r['patience']} validations without a better BLEU on the first {r['valid_bleu']} valid lines")
+    else:
+        row("steps", f"{r['max_steps']:,}")
+    peak = inverse_sqrt_lr(r["warmup"], report["model"]["d_model"], r["warmup"], r["lr_scale"])
+    row("schedule", f"Adam, warmup {r['warmup']:,} steps to a peak lr of {peak:.2e}, then 1/sqrt(step); label smoothing {r['label_smoothing']}")
+    every = f"{r['save_minutes']:g} minutes" if r["save_minutes"] else f"{r['save_every']:,} steps"
+    row("checkpoints", f"every {every}, the last {r['keep_last']} kept; validation every {r['valid_every']:,} steps")
 
 
 def _run_rows(report: dict[str, Any], row) -> None:

@@ -40,7 +40,7 @@ def command(
     source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="Source language code (the file suffix). Default: en, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
     target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="Target language code (the file suffix). Default: de, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
     vocab_from: Annotated[Optional[str], typer.Option("--vocab-from", help="Encode with this model's tokenizer instead of training a new one (a model dir or Hub id; nmt's own, or from `nmt import marian`), so that `nmt train --init MODEL` can fine-tune it on this data. Languages default to the model's.", metavar="MODEL", show_default=False, rich_help_panel=VOCAB)] = None,
-    vocab_size: Annotated[Optional[int], typer.Option(help="Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14 en-de). Default: the recipe's, or 37000; smaller corpora get what they support.", min=300, show_default=False, rich_help_panel=VOCAB)] = None,
+    vocab_size: Annotated[Optional[int], typer.Option(help="Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14's 4.5M pairs). Default: the recipe's; for your own files, from the training pairs: 37,000 x sqrt(pairs / 4.5M) to the nearest 1,000, from 1,000 (30k pairs: 3,000; 100k: 6,000; 1M: 17,000).", min=300, show_default=False, rich_help_panel=VOCAB)] = None,
     spm_sentences: Annotated[Optional[int], typer.Option(help="Training pairs sampled (seeded) to train sentencepiece; each gives two lines. Default: the recipe's, or 1,000,000.", min=1, show_default=False, rich_help_panel=VOCAB)] = None,
     seed: Annotated[int, typer.Option(help="Seed for sampling the sentencepiece training text.", rich_help_panel=VOCAB)] = 1,
     max_tokens: Annotated[int, typer.Option(help="Drop pairs with a side longer than this many subword tokens.", min=1, rich_help_panel=CLEANING)] = 250,
@@ -103,7 +103,7 @@ def command(
         if revision is not None:
             raise NmtError("--revision applies to named corpora only", "leave it out with --train/--valid")
         src, tgt = source_lang or "en", target_lang or "de"
-        settings = PrepareSettings(src, tgt, vocab_size or 37000, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, **options)
+        settings = PrepareSettings(src, tgt, vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, **options)
         out = output or DATA_ROOT / f"{src}-{tgt}"
         _announce(out, settings, vocabulary)
         with progress_bar() as progress:
@@ -147,6 +147,25 @@ def _report(out: Path, manifest: dict) -> None:
             say(f"{split}: {counts['pairs']:,} of {counts['input_pairs']:,} pairs kept (dropped: {dropped})")
         else:
             say(f"{split}: {counts['lines']:,} lines of plain text for scoring")
+    say(_vocabulary_line(manifest))
+    say(f"done in {manifest['seconds']} s")
+
+
+def _vocabulary_line(manifest: dict) -> str:
+    """What vocabulary size was chosen and why, in one line."""
+    pieces, choice = manifest["vocab_size"], manifest.get("vocabulary")  # older data dirs have no "vocabulary"
     source = manifest.get("vocab_from")
-    whose = f" of {source['model']}" + (f" at {source['revision'][:12]}" if source.get("revision") else "") if source else ""
-    say(f"vocabulary{whose}: {manifest['vocab_size']:,} pieces; done in {manifest['seconds']} s")
+    if source is not None:  # --vocab-from: the model's, as it is
+        revision = f" at {source['revision'][:12]}" if source.get("revision") else ""
+        return f"vocabulary of {source['model']}{revision}: {pieces:,} pieces"
+    if choice is None:
+        return f"vocabulary: {pieces:,} pieces"
+    asked = choice["asked"]
+    if choice["by"] == "corpus":
+        why = f"for {choice['training_pairs']:,} training pairs: {choice['rule']}; --vocab-size N to choose"
+    elif choice["by"] == "recipe":
+        why = f"the {manifest['name']} recipe's"
+    else:
+        why = "--vocab-size"
+    found = f"; the text holds only {pieces:,} pieces of the {asked:,} asked" if pieces < asked else ""
+    return f"vocabulary: {pieces:,} pieces ({why}){found}"

@@ -105,26 +105,27 @@ def read_config_file(path: Path) -> dict[str, Any]:
 def command(
     data: Annotated[Optional[Path], typer.Option(help="Prepared data dir. Default: the newest under data/.")] = None,
     init: Annotated[Optional[str], typer.Option("--init", help="Start from this model's config and weights (a model dir or Hub id, nmt's own or from `nmt import marian`): fine-tuning, or continued training. The data must be prepared with `nmt prepare --vocab-from MODEL`; the recipe is the fine-tuning one (docs/training.md).", metavar="MODEL")] = None,
-    preset: Annotated[Optional[str], typer.Option(help="Model and recipe: tiny (CPU demo), base or big (Table 3). Default: base.")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="Model and recipe: tiny (a CPU, up to ~50k pairs), small (fairseq's IWSLT model: 100k-1M pairs, one GPU or a few CPU hours), base or big (Table 3: WMT-sized data, GPUs). Default: base.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run dir. Default: runs/PRESET-DATA.")] = None,
     norm: Annotated[Optional[str], typer.Option(help="post: LayerNorm after each residual sum, the paper's (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs. Default: post.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="JSON or TOML file of settings (flag names as keys; a run dir's config.json works). Flags override it.", rich_help_panel="Run")] = None,
     gpus: Annotated[Optional[int], typer.Option(help="Start this many ranks on this node through torchrun (one per GPU). For several nodes run torchrun yourself (docs/training.md).", rich_help_panel="Run")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (base 100k, big 300k, tiny 1000).", rich_help_panel="Batches and schedule")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (base 100k, big 300k). tiny and small count --epochs instead; with --max-steps they run exactly that many steps, without BLEU validation or early stopping unless --valid-bleu / --patience ask for them.", rich_help_panel="Batches and schedule")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="Passes over the training data, when --max-steps is not given (tiny and small: 50, a ceiling: early stopping on validation BLEU is the real stop). At least twice --warmup steps.", min=1, rich_help_panel="Batches and schedule")] = None,
     max_time: Annotated[Optional[str], typer.Option(help="Also stop after this much training time, e.g. 90s, 5m, 2h (validates and saves a checkpoint first).", rich_help_panel="Batches and schedule")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(help="Padded tokens per batch per GPU on the longer side (base/big 25,000, tiny 2,048). Lower it if a GPU runs out of memory.", rich_help_panel="Batches and schedule")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Padded tokens per batch per GPU on the longer side (base/big 25,000, small 4,096, tiny 2,048). Lower it if a GPU runs out of memory.", rich_help_panel="Batches and schedule")] = None,
     tokens_per_step: Annotated[Optional[int], typer.Option(help="Target tokens per optimizer step over all GPUs (base/big 25,000: the paper's batch); gradient accumulation makes up what --max-tokens x GPUs does not.", rich_help_panel="Batches and schedule")] = None,
     update_freq: Annotated[Optional[int], typer.Option(help="Batches accumulated per GPU per step, set by hand (replaces --tokens-per-step; tiny: 1).", rich_help_panel="Batches and schedule")] = None,
     warmup: Annotated[Optional[int], typer.Option(help="Warmup steps of the learning-rate schedule (4,000; tiny 200).", rich_help_panel="Batches and schedule")] = None,
-    lr_scale: Annotated[Optional[float], typer.Option(help="Multiplies the learning-rate schedule (1.0 is the paper's).", rich_help_panel="Batches and schedule")] = None,
+    lr_scale: Annotated[Optional[float], typer.Option(help="Multiplies the learning-rate schedule (1.0 is the paper's; small 0.716: fairseq's IWSLT peak of 5e-4).", rich_help_panel="Batches and schedule")] = None,
     lr: Annotated[Optional[float], typer.Option("--lr", help="Peak learning rate, reached at the end of warmup, then 1/sqrt(step) decay. Default: the paper's d_model^-0.5 x warmup^-0.5; with --init d_model^-0.5 x 100000^-0.5 (1.4e-4 for d_model 512).", rich_help_panel="Batches and schedule")] = None,
     label_smoothing: Annotated[Optional[float], typer.Option(help="Label smoothing epsilon (0.1, sec. 5.4).", rich_help_panel="Batches and schedule")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed for weights, data order and dropout.", rich_help_panel="Batches and schedule")] = None,
     save_every: Annotated[Optional[str], typer.Option(help="Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper, tiny 250 steps).", rich_help_panel="Checkpoints and validation")] = None,
     keep_last: Annotated[Optional[int], typer.Option(help="Checkpoints kept (base 5, big 20: what averaging uses); the best one is kept apart.", rich_help_panel="Checkpoints and validation")] = None,
     valid_every: Annotated[Optional[int], typer.Option(help="Steps between validations (perplexity, and BLEU with --valid-bleu).", rich_help_panel="Checkpoints and validation")] = None,
-    valid_bleu: Annotated[Optional[int], typer.Option(help="BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines).", rich_help_panel="Checkpoints and validation")] = None,
-    patience: Annotated[Optional[int], typer.Option(help="Stop after this many validations without a better BLEU (or perplexity) (0: never).", rich_help_panel="Checkpoints and validation")] = None,
+    valid_bleu: Annotated[Optional[int], typer.Option(help="BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines; tiny and small 500 when counting --epochs).", rich_help_panel="Checkpoints and validation")] = None,
+    patience: Annotated[Optional[int], typer.Option(help="Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny and small 5 when counting --epochs).", rich_help_panel="Checkpoints and validation")] = None,
     log_every: Annotated[Optional[int], typer.Option(help="Steps between log lines.", rich_help_panel="Checkpoints and validation")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto (each rank's GPU, else CPU), cpu, cuda or cuda:N.", rich_help_panel="Hardware")] = None,
     precision: Annotated[Optional[str], typer.Option(help="auto (bf16 on GPUs that have it, else fp32), fp32, bf16, or fp16 (with a dynamic loss scaler).", rich_help_panel="Hardware")] = None,
@@ -141,8 +142,9 @@ def command(
     from nmtcli.training import distributed
 
     flags = {
-        "data": data, "init": init, "preset": preset, "output": output, "norm": norm, "max_steps": max_steps, "max_tokens": max_tokens,
-        "tokens_per_step": tokens_per_step, "update_freq": update_freq, "warmup": warmup, "lr_scale": lr_scale, "lr": lr,
+        "data": data, "init": init, "preset": preset, "output": output, "norm": norm, "max_steps": max_steps, "epochs": epochs,
+        "max_tokens": max_tokens, "tokens_per_step": tokens_per_step, "update_freq": update_freq, "warmup": warmup, "lr_scale": lr_scale,
+        "lr": lr,
         "label_smoothing": label_smoothing, "seed": seed, "keep_last": keep_last, "valid_every": valid_every,
         "valid_bleu": valid_bleu, "patience": patience, "log_every": log_every, "device": device,
         "precision": precision, "compile": compile, "peak_tflops": peak_tflops,
@@ -226,7 +228,11 @@ def settings_from_flags(preset: str, values: dict[str, Any], norm: str | None = 
 def _check_settings(settings: TrainSettings) -> None:
     from nmtcli.training.precision import PRECISIONS
 
-    for name in ("max_steps", "max_tokens", "warmup", "save_every", "keep_last", "valid_every", "log_every"):
+    if settings.epochs < 0:
+        raise NmtError(f"--epochs must be at least 1, not {settings.epochs}", "pass a positive number", exit_code=2)
+    if settings.max_steps < 1 and settings.epochs < 1:
+        raise NmtError(f"--max-steps must be at least 1, not {settings.max_steps}", "pass a positive number, or --epochs N", exit_code=2)
+    for name in ("max_tokens", "warmup", "save_every", "keep_last", "valid_every", "log_every"):
         if getattr(settings, name) < 1:
             raise NmtError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(settings, name)}", "pass a positive number", exit_code=2)
     for name in ("update_freq", "tokens_per_step"):
@@ -276,7 +282,9 @@ def _train(run_dir: Path, data_dir: Path, model_config: ModelConfig, settings: T
         announce("run", run_dir)
     try:
         # With a time limit, which of the two limits comes first is unknown: the bar shows steps only.
-        with _display(None if settings.max_minutes else settings.max_steps) if main else contextlib.nullcontext((lambda kind, v: None)) as on_event:
+        # Steps from epochs are known once the trainer has counted the batches of an epoch (its start event).
+        bar = None if settings.max_minutes else settings.max_steps or None
+        with _display(bar, total_from_start=not settings.max_minutes and not settings.max_steps) if main else contextlib.nullcontext((lambda kind, v: None)) as on_event:
             trainer = Trainer(run_dir, data_dir, model_config, settings, restart=restart, on_event=on_event, ranks=ranks, init=init)
             trainer.run()
     except NmtError as e:
@@ -295,7 +303,7 @@ def _train(run_dir: Path, data_dir: Path, model_config: ModelConfig, settings: T
 
 
 @contextlib.contextmanager
-def _display(max_steps: int | None):
+def _display(max_steps: int | None, total_from_start: bool = False):
     """A live line (step, loss, ppl, lr, tokens/s, ETA) and one printed line per log, validation and checkpoint."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -329,6 +337,14 @@ def _display(max_steps: int | None):
                         f"target tokens per step; --tokens-per-step {v['tokens_per_step']:,} chose --update-freq {v['update_freq']}")
                 else:
                     say(f"batch: {batch} per step")
+                if v.get("steps_per_epoch"):
+                    stop = (f"; stops early after {v['patience']} validations (every {v['valid_every']:,} steps) without a better score"
+                            if v["patience"] else "")
+                    total = v["epochs"] * v["steps_per_epoch"]
+                    raised = "" if total == v["max_steps"] else f" ({total:,}) raised to twice the warmup"
+                    say(f"max steps: {v['max_steps']:,}: {v['epochs']} epochs of {v['steps_per_epoch']:,} steps{raised}{stop}")
+                if total_from_start:
+                    bars.update(task, total=v["max_steps"])
                 bars.update(task, completed=v["step"])
             elif kind == "step":  # the loss on the live line is the last log line's: reading each step's would wait for the GPU
                 bars.update(task, completed=v["step"])

@@ -45,6 +45,8 @@ from nmtcli.data.shards import OFFSET_DTYPE, token_dtype
 from nmtcli.data.sources import BundledTsv, ParquetFiles, TextFiles
 from nmtcli.data.text import MAX_RATIO, MAX_TOKENS, SPM_FILE, TextFilter, load_sentencepiece, read_lines, train_sentencepiece
 from nmtcli.data.vocabulary import ModelVocabulary, check_languages, tokenizer_files
+from nmtcli.data.vocab_size import RULE as VOCAB_RULE
+from nmtcli.data.vocab_size import vocab_choice
 from nmtcli.errors import NmtError
 from nmtcli.files import atomic_copy, atomic_path, atomic_write_json, read_json
 from nmtcli.provenance import versions
@@ -65,7 +67,7 @@ def _no_progress(task: str, done: int, total: int | None) -> None:
 class PrepareSettings:
     source_lang: str
     target_lang: str
-    vocab_size: int = 37000  # sec. 5.1: a shared vocabulary of about 37,000 tokens for WMT14 en-de
+    vocab_size: int | None = None  # None: from the training pairs (vocab_size.py); sec. 5.1's 37,000 is for 4.5M pairs
     max_tokens: int = MAX_TOKENS
     max_ratio: float = MAX_RATIO
     spm_sentences: int = 1_000_000  # training pairs sampled (seeded) to train sentencepiece: 2M lines
@@ -332,7 +334,9 @@ def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocab
     """The fingerprints of the text, sentencepiece and encode stages: each of everything its output depends on."""
     text_key = _fingerprint("text", {k: v.identity() for k, v in sorted(sources.items())}, settings.source_lang, settings.target_lang,
                             settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script)
-    spm_key = _fingerprint("sentencepiece", text_key, settings.vocab_size, settings.spm_sentences, settings.seed)
+    # A vocabulary size from the corpus is a function of the text stage's output: the rule stands for it.
+    vocab = settings.vocab_size if settings.vocab_size is not None else VOCAB_RULE
+    spm_key = _fingerprint("sentencepiece", text_key, vocab, settings.spm_sentences, settings.seed)
     if vocabulary is not None:  # the model's tokenizer files, by content, replace the trained sentencepiece model
         spm_key = _fingerprint("vocabulary", text_key, vocabulary.tokenizer, vocabulary.files, vocabulary.special_ids, vocabulary.size)
     encode_key = _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
@@ -389,12 +393,15 @@ def prepare(
     seconds["text"], clock = round(time.time() - clock, 2), time.time()
 
     if vocabulary is None:
+        vocab_record = vocab_choice(settings.vocab_size, text_counts["train"]["clean_pairs"], recipe)
         spm_counts, stages["sentencepiece"] = _stage(
             work, "sentencepiece", spm_key, [out_dir / SPM_FILE],
-            lambda: _sentencepiece_stage(out_dir, work, settings, text_counts["train"]["clean_pairs"], progress))
+            lambda: _sentencepiece_stage(out_dir, work, replace(settings, vocab_size=vocab_record["asked"]),
+                                         text_counts["train"]["clean_pairs"], progress))
         vocab_size = load_sentencepiece(out_dir / SPM_FILE).get_piece_size()
         seconds["sentencepiece"], clock = round(time.time() - clock, 2), time.time()
     else:
+        vocab_record = {"asked": vocabulary.size, "by": "model"}
         spm_counts, stages["vocabulary"] = _stage(work, "vocabulary", spm_key, [out_dir / name for name in vocabulary.files],
                                                   lambda: vocabulary.copy_into(out_dir))
         vocab_size = vocabulary.size
@@ -425,6 +432,7 @@ def prepare(
         "source_lang": src,
         "target_lang": tgt,
         "vocab_size": vocab_size,
+        "vocabulary": vocab_record,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 1),
         "stages": stages,
@@ -518,7 +526,7 @@ def prepare_recipe(
 
     recipe = get_recipe(recipe_name)
     base = settings or PrepareSettings(recipe.source_lang, recipe.target_lang, recipe.vocab_size, spm_sentences=recipe.spm_sentences)
-    settings = replace(base, source_lang=recipe.source_lang, target_lang=recipe.target_lang)
+    settings = replace(base, source_lang=recipe.source_lang, target_lang=recipe.target_lang, vocab_size=base.vocab_size or recipe.vocab_size)
     revision = revision or recipe.revision
     sources: dict[str, PairSource] = {}
     origin: dict[str, Any] = {"repo": recipe.repo, "revision": revision, "files": {}} if recipe.repo else {"bundled": True}

@@ -53,7 +53,7 @@ class Recipe:
         return {
             "name": self.name, "source_lang": self.source_lang, "target_lang": self.target_lang,
             "summary": self.summary, "pairs": self.pairs, "source": self.source, "license": self.license,
-            "repo": self.repo, "revision": self.revision,
+            "repo": self.repo, "revision": self.revision, "vocab_size": self.vocab_size,
             "splits": {k: v.description for k, v in self.splits.items()},
         }
 

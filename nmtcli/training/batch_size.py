@@ -37,6 +37,11 @@ def mean_batch_target_tokens(data: ParallelData, max_tokens: int, seed: int) -> 
     return sum(int(data.tgt.lengths[b].sum()) + len(b) for b in batches) / max(len(batches), 1)
 
 
+def batches_per_epoch(data: ParallelData, max_tokens: int, seed: int) -> int:
+    """Batches of at most `max_tokens` tokens in the first epoch (later epochs differ by a batch or two at most)."""
+    return len(make_batches(data.src.lengths, data.tgt.lengths, max_tokens, seed, 1))
+
+
 def choose_batch(data: ParallelData, max_tokens: int, tokens_per_step: int, world_size: int, seed: int) -> BatchChoice:
     """Batches per rank per step so that a step holds about `tokens_per_step` target tokens.
 

@@ -17,7 +17,8 @@ class TrainSettings:
     """Everything about a run but the model's shape. Defaults come from the preset (TRAIN_PRESETS)."""
 
     preset: str = "base"
-    max_steps: int = 100_000  # sec. 5.2: base 100k steps, big 300k
+    max_steps: int = 100_000  # sec. 5.2: base 100k steps, big 300k; 0: from `epochs`
+    epochs: int = 0  # > 0 with max_steps 0: max_steps is this many passes over the training pairs (steps_for_epochs)
     max_minutes: float = 0.0  # > 0: also stop after this much training time in this invocation
     max_tokens: int = 25_000  # padded tokens per batch (per GPU) on the longer side
     tokens_per_step: int | None = 25_000  # sec. 5.1: ~25,000 target tokens per step; None: use update_freq
@@ -43,10 +44,23 @@ class TrainSettings:
     peak_tflops: float | None = None  # the device's peak, for MFU where nmt does not know it
 
 
+# fairseq's IWSLT14 recipe for transformer_iwslt_de_en: inverse-sqrt with a peak of 5e-4 after 4,000 warmup steps,
+# batches of 4,096 tokens on one GPU. Equation 3 with d_model 512 peaks at 512^-0.5 * 4000^-0.5 = 7.0e-4.
+FAIRSEQ_IWSLT_LR_SCALE = 5e-4 / (512 ** -0.5 * 4000 ** -0.5)
+
+# tiny and small train for a number of epochs, not steps: what a corpus needs grows with it. The
+# epochs are a ceiling; the stop is early stopping on validation BLEU (the first `valid_bleu` lines,
+# `patience` validations without a better score). A --max-steps given instead runs to its end, with
+# no BLEU validation unless --valid-bleu / --patience ask for it (train_settings_for).
+EPOCHS = 50
 TRAIN_PRESETS: dict[str, TrainSettings] = {
-    # tiny: a short warmup and a small batch so that ~1000 CPU steps learn a toy task.
-    "tiny": TrainSettings(preset="tiny", max_steps=1000, max_tokens=2048, tokens_per_step=None, update_freq=1,
-                          warmup=200, save_every=250, keep_last=5, valid_every=250, log_every=25),
+    # tiny: a short warmup and a small batch for a CPU (the demo corpus: 23 steps an epoch, ~1,150 steps).
+    "tiny": TrainSettings(preset="tiny", max_steps=0, epochs=EPOCHS, max_tokens=2048, tokens_per_step=None, update_freq=1,
+                          warmup=200, save_every=250, keep_last=5, valid_every=250, valid_bleu=500, patience=5, log_every=25),
+    # small: fairseq's transformer_iwslt_de_en recipe (one GPU, 4,096-token batches, lr 5e-4), for 100k-1M pairs.
+    "small": TrainSettings(preset="small", max_steps=0, epochs=EPOCHS, max_tokens=4096, tokens_per_step=None, update_freq=1,
+                           lr_scale=FAIRSEQ_IWSLT_LR_SCALE, save_every=1000, keep_last=5, valid_every=1000, valid_bleu=500,
+                           patience=5),
     "base": TrainSettings(preset="base", save_minutes=10.0),  # sec. 6.1: "checkpoints written at 10-minute intervals"
     "big": TrainSettings(preset="big", max_steps=300_000, keep_last=20, save_minutes=10.0),
 }
@@ -59,7 +73,10 @@ def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, Trai
     """The preset's model and recipe with `overrides` (None: keep the preset's value) applied.
 
     An explicit update_freq replaces the preset's token target, tokens_per_step the preset's fixed
-    accumulation, and save_every in steps the preset's checkpoints every 10 minutes.
+    accumulation, and save_every in steps the preset's checkpoints every 10 minutes. An explicit
+    max_steps replaces the epochs of a preset that counts them (and, unless given too, its BLEU
+    validation and early stopping: a step budget chosen by hand runs to its end); explicit epochs
+    replace its max_steps.
     """
     return PRESETS[preset], with_overrides(TRAIN_PRESETS[preset], **overrides)
 
@@ -76,4 +93,17 @@ def with_overrides(recipe: TrainSettings, **overrides: Any) -> TrainSettings:
         given["update_freq"] = None
     if "save_every" in given and "save_minutes" not in given:
         given["save_minutes"] = 0.0
+    if recipe.epochs and "max_steps" in given:  # a step budget chosen by hand runs to its end
+        given["epochs"] = 0
+        given.setdefault("valid_bleu", 0)
+        given.setdefault("patience", 0)
+    elif "epochs" in given:
+        given["max_steps"] = 0
     return replace(recipe, **given)
+
+
+def steps_for_epochs(settings: TrainSettings, batches_per_epoch: int, batches_per_step: int) -> int:
+    """max_steps for `settings.epochs` passes over the data, and never fewer than twice the warmup (a
+    tiny corpus still gets a learning rate past its peak)."""
+    per_epoch = -(-batches_per_epoch // batches_per_step)
+    return max(settings.epochs * per_epoch, 2 * settings.warmup)

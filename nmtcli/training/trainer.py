@@ -12,7 +12,7 @@ import contextlib
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,13 @@ from nmtcli.model.checkpoint import WEIGHTS_FILE, load_state
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer
 from nmtcli.training import compiling, distributed, flops, precision, rundir
-from nmtcli.training.batch_size import batch_for_run
+from nmtcli.training.batch_size import batch_for_run, batches_per_epoch
 from nmtcli.training.finetune import InitModel, check_data
 from nmtcli.training.loader import StepBatches, StepLoader
 from nmtcli.training.loss import output_loss, perplexity
 from nmtcli.training.metrics import MetricsLog
 from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
-from nmtcli.training.settings import TrainSettings
+from nmtcli.training.settings import TrainSettings, steps_for_epochs
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
 # Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "step", "overflow", "log", "valid",
@@ -129,6 +129,13 @@ class Trainer:
         previous = self._load_checkpoint(resume) if resume else {}
         self.batch = batch_for_run(settings, self.ranks.world_size, self.train_data, previous, self.run_dir)
         self.update_freq, self.mean_batch_tokens = self.batch.update_freq, self.batch.mean_target_tokens
+        self.steps_per_epoch: int | None = None
+        if settings.epochs and not settings.max_steps:  # steps from the data: epochs x steps per epoch
+            per_step = self.ranks.world_size * self.update_freq
+            per_epoch = batches_per_epoch(self.train_data, self.batch.max_tokens, settings.seed)
+            self.steps_per_epoch = -(-per_epoch // per_step)
+            self.settings = settings = replace(settings, max_steps=steps_for_epochs(settings, per_epoch, per_step))
+            self.run_config["training"]["max_steps"] = settings.max_steps
         self.stream = BatchStream(self.train_data, self.batch.max_tokens, settings.seed)
         if previous:
             self.stream.load_state_dict(previous["stream"])
@@ -310,6 +317,10 @@ class Trainer:
             "resumed_from": str(self.resumed_from) if self.resumed_from else None,
             "init": (self.run_config.get("init") or {}).get("model"),
             "train_pairs": len(self.train_data),
+            "epochs": s.epochs,
+            "steps_per_epoch": self.steps_per_epoch,
+            "patience": s.patience,
+            "valid_every": s.valid_every,
             **self.batch.describe(self.ranks.world_size, s.tokens_per_step),
         })
         try:
