@@ -97,6 +97,20 @@ def test_tiny_and_small_count_epochs_and_stop_on_validation_bleu_unless_steps_ar
     assert (base.max_steps, base.epochs) == (0, 3)
 
 
+def test_max_steps_or_epochs_from_the_command_line_win_over_a_config_file(tmp_path, nmt_main):
+    from nmtcli.cli.train import read_config_file
+
+    # A run dir's config.json records the steps its epochs came to on its data: rerun, they are counted again.
+    run_config = tmp_path / "config.json"
+    run_config.write_text(json.dumps({"format": "nmt-run", "model": {"norm": "pre"},
+                                      "training": {"preset": "tiny", "epochs": 50, "max_steps": 1150, "warmup": 200}}))
+    values = read_config_file(run_config)
+    assert values["epochs"] == 50 and "max_steps" not in values
+    # Both flags at once: one line, exit 2, before anything is read.
+    result = nmt_main("train", "--max-steps", "10", "--epochs", "2", "--data", str(tmp_path / "none"), check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("nmt: error: --max-steps and --epochs both")
+
+
 def test_small_follows_fairseqs_iwslt_recipe():
     config, s = train_settings_for("small")
     assert (s.max_tokens, s.update_freq, s.tokens_per_step, s.warmup) == (4096, 1, None, 4000)

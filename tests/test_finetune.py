@@ -224,6 +224,20 @@ def test_wrong_vocabulary_language_pair_missing_weights_and_preset_are_one_line_
     assert "--vocab-from replaces" in line
 
 
+def test_a_model_that_does_not_name_its_languages_leaves_the_default_ones(opus, tmp_path):
+    # `nmt import marian` of a repo whose name gives no languages writes "src" and "tgt": not file suffixes.
+    unnamed = tmp_path / "unnamed"
+    shutil.copytree(opus["model"], unnamed)
+    values = json.loads((unnamed / "config.json").read_text())
+    values["languages"] = {"source": "src", "target": "tgt"}
+    (unnamed / "config.json").write_text(json.dumps(values))
+    corpus = opus["corpus"]
+    nmt_in_process("prepare", "--vocab-from", str(unnamed), "--train", str(corpus), "--valid", str(corpus.with_name("valid")),
+                   "--max-ratio", "3", cwd=tmp_path)
+    manifest = json.loads((tmp_path / "data" / "en-de" / "manifest.json").read_text())
+    assert (manifest["source_lang"], manifest["target_lang"]) == ("en", "de")
+
+
 def test_continued_training_of_an_nmt_model_is_the_same_command(random_model, prepared, corpus, tmp_path):
     # nmt's own model on data prepared with its vocabulary (a copy of the data's sentencepiece model).
     data = tmp_path / "data"

@@ -82,8 +82,8 @@ def command(
     if vocab_from is not None:
         vocabulary = _vocabulary(vocab_from, vocab_size, spm_sentences)
         vocab_size = vocabulary.size  # recorded as what it is: the model's
-        source_lang = source_lang or (name is None and vocabulary.source_lang) or None
-        target_lang = target_lang or (name is None and vocabulary.target_lang) or None
+        if name is None and vocabulary.languages_known:  # not the "src"/"tgt" of an import that could not tell
+            source_lang, target_lang = source_lang or vocabulary.source_lang, target_lang or vocabulary.target_lang
     options = dict(max_tokens=max_tokens, seed=seed, drop_duplicates=drop_duplicates, drop_markup=drop_markup,
                    drop_wrong_script=drop_wrong_script, workers=workers, chunk_pairs=chunk_pairs)
     if name is not None:

@@ -90,6 +90,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
             values["norm"] = norm
         for derived in ("resolved_update_freq", "world_size"):
             values.pop(derived, None)
+        if values.get("epochs"):  # its max_steps came from the epochs and that run's data: counted again here
+            values.pop("max_steps", None)
     from dataclasses import fields
 
     from nmtcli.training.settings import TrainSettings
@@ -151,7 +153,11 @@ def command(
     }
     steps, minutes = parse_save_every(save_every)
     flags.update(save_every=steps, save_minutes=minutes, max_minutes=parse_duration(max_time))
+    if max_steps is not None and epochs is not None:
+        raise NmtError("--max-steps and --epochs both say how long to train", "pass one of them", exit_code=2)
     values = read_config_file(config) if config else {}
+    if max_steps is not None or epochs is not None:  # the flag says how long, whatever the --config file said
+        values.pop("epochs" if max_steps is not None else "max_steps", None)
     if "save_every" in values and "save_minutes" not in values:
         values["save_every"], values["save_minutes"] = parse_save_every(values["save_every"])
     if "max_time" in values:

@@ -48,6 +48,11 @@ class ModelVocabulary:
     origin: dict[str, Any] = field(default_factory=dict)  # {"model": id or path, "revision": commit or None, ...}
 
     @property
+    def languages_known(self) -> bool:
+        """Whether the model says its languages (an import of an unnamed repo writes "src" and "tgt")."""
+        return "" not in (self.source_lang, self.target_lang) and (self.source_lang, self.target_lang) != ("src", "tgt")
+
+    @property
     def kind(self) -> str:
         return self.tokenizer.get("kind", "sentencepiece")
 
@@ -114,7 +119,7 @@ def read_piece_ids(path: Path) -> dict[str, int]:
 def check_languages(vocabulary: ModelVocabulary, source_lang: str, target_lang: str) -> None:
     """The data must be in the model's direction (where the model says which; imports of unnamed repos do not)."""
     model = (vocabulary.source_lang, vocabulary.target_lang)
-    if "" in model or model == ("src", "tgt") or model == (source_lang, target_lang):
+    if not vocabulary.languages_known or model == (source_lang, target_lang):
         return
     raise NmtError(f"{vocabulary.origin.get('model', vocabulary.model_dir)} translates {model[0]}->{model[1]}, not {source_lang}->{target_lang}",
                    f"prepare {model[0]}->{model[1]} data (-s {model[0]} -t {model[1]}, the default with --vocab-from), or take a model for {source_lang}->{target_lang}",

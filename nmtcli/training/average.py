@@ -55,7 +55,9 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
     vocab_shas = {r: tuple(file_sha256(r / name) for name in names) for r in runs}
     if len(set(vocab_shas.values())) > 1:
         other = next(r for r in runs if vocab_shas[r] != vocab_shas[runs[0]])
-        raise NmtError(f"{runs[0]} and {other} have different vocabularies ({', '.join(names)} differ)",
+        differing = [name for name, a, b in zip(names, vocab_shas[runs[0]], vocab_shas[other]) if a != b]
+        verb = "differs" if len(differing) == 1 else "differ"
+        raise NmtError(f"{runs[0]} and {other} have different vocabularies ({', '.join(differing)} {verb})",
                        "their token ids mean different pieces, so their weights cannot be averaged: pass checkpoints of one run")
     config = ModelConfig.from_dict(configs[0])
     state = average_weights([c / WEIGHTS_FILE for c in checkpoints], broken)
