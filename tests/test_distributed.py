@@ -22,6 +22,8 @@ import torch
 from conftest import NMT
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.slow  # torchrun and its ranks are processes that each import torch and train: ~85 s in all
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
 SMALL = ["--preset", "tiny", "--max-tokens", "300", "--log-every", "1", "--valid-every", "1000", "--device", "cpu"]
 

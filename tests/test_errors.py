@@ -570,6 +570,7 @@ COMPARED_ROWS = ["usage-unknown-option", "usage-flags-that-cannot-work", "file-m
                  "average-different-vocabularies", "gpu-out-of-memory", "out-of-memory-one-line"]
 
 
+@pytest.mark.slow  # each row runs twice, once as the installed command: ~20 s in all
 @pytest.mark.parametrize("row_id", COMPARED_ROWS)
 def test_a_row_in_process_is_what_the_installed_command_gives(row_id, request, tmp_path):
     """The rows' in-process runs stand for the installed command: it gives the same exit code, stdout and stderr."""

@@ -135,6 +135,7 @@ def test_step_0_is_exactly_the_base_model(opus, tmp_path):
             == nmt_in_process(*translate, "-m", str(opus["model"]), input=text).stdout)
 
 
+@pytest.mark.slow  # the shared fine-tuning run: 80 steps
 def test_finetuning_improves_in_domain_bleu_by_a_clear_margin(opus, finetuned):
     run, model, trained = finetuned
     assert f"starting from {opus['model'].resolve()}" in trained.stderr
@@ -152,6 +153,7 @@ def test_finetuning_improves_in_domain_bleu_by_a_clear_margin(opus, finetuned):
     assert [v["step"] for v in valid] == [40, 80] and (run / "checkpoints" / "best" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow  # the shared fine-tuning run
 def test_the_finetuned_model_is_an_ordinary_model_dir_that_names_its_base(opus, finetuned):
     _, model, _ = finetuned
     values = json.loads((model / "config.json").read_text())

@@ -137,6 +137,7 @@ def test_invalid_configs_are_refused(change):
         SMALL.replace(**change)
 
 
+@pytest.mark.slow  # fresh Python processes, each importing torch
 def test_the_same_weights_are_saved_as_the_same_bytes_in_every_process(tmp_path):
     # safetensors writes metadata in a hash map's order, seeded anew in each process; the files must not differ.
     import hashlib
