@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from corpus import write_corpus  # noqa: E402
+from forked_nmt import exit_code_of_main  # noqa: E402
 
 NMT = str(Path(sys.executable).with_name("nmt"))
 COLUMNS = "200"  # wide enough that no message is wrapped
@@ -116,17 +116,7 @@ def nmt_in_process(*args: str, cwd: Path | None = None, input: str | bytes | Non
             for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
                 warnings.simplefilter("ignore", category)
             warnings.showwarning = warnings._showwarning_orig
-            try:
-                cli.main(list(args))
-            except SystemExit as e:
-                if e.code is None or isinstance(e.code, int):
-                    code = e.code or 0
-                else:
-                    print(e.code, file=sys.stderr)
-                    code = 1
-            except BaseException:  # noqa: BLE001 - what Python prints and returns for an uncaught exception
-                traceback.print_exc()
-                code = 1
+            code = exit_code_of_main(args)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(ValueError):
                 stream.flush()

@@ -26,6 +26,24 @@ _SERVER = multiprocessing.get_context("forkserver")
 _SERVER.set_forkserver_preload(["torch"])
 
 
+def exit_code_of_main(argv) -> int:
+    """`nmtcli.cli.main(argv)` as the `nmt` script runs it: the exit code Python would give the process (an
+    uncaught exception prints its traceback and gives 1; a SystemExit with a message prints it and gives 1)."""
+    from nmtcli import cli
+
+    try:
+        cli.main(list(argv))
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    except BaseException:  # noqa: BLE001 - what Python prints and returns for an uncaught exception
+        traceback.print_exc()
+        return 1
+    return 0
+
+
 def _child(argv: list[str], env: dict[str, str], cwd: str | None, stdin: str, stdout: str, stderr: str) -> None:
     """What the forked process runs: `nmt ARGV` with the given environment and streams, then exit."""
     os.environ.clear()
@@ -41,20 +59,7 @@ def _child(argv: list[str], env: dict[str, str], cwd: str | None, stdin: str, st
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
     sys.argv = ["nmt", *argv]
-    code = 0
-    try:
-        from nmtcli.cli import main
-
-        main(list(argv))
-    except SystemExit as e:
-        if e.code is None or isinstance(e.code, int):
-            code = e.code or 0
-        else:
-            print(e.code, file=sys.stderr)
-            code = 1
-    except BaseException:  # noqa: BLE001 - what Python prints and returns for an uncaught exception
-        traceback.print_exc()
-        code = 1
+    code = exit_code_of_main(argv)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
