@@ -102,8 +102,12 @@ def with_overrides(recipe: TrainSettings, **overrides: Any) -> TrainSettings:
     return replace(recipe, **given)
 
 
+def steps_per_epoch(batches_per_epoch: int, batches_per_step: int) -> int:
+    """Optimizer steps in one pass over the data (a part-filled last step counts)."""
+    return -(-batches_per_epoch // batches_per_step)
+
+
 def steps_for_epochs(settings: TrainSettings, batches_per_epoch: int, batches_per_step: int) -> int:
     """max_steps for `settings.epochs` passes over the data, and never fewer than twice the warmup (a
     tiny corpus still gets a learning rate past its peak)."""
-    per_epoch = -(-batches_per_epoch // batches_per_step)
-    return max(settings.epochs * per_epoch, 2 * settings.warmup)
+    return max(settings.epochs * steps_per_epoch(batches_per_epoch, batches_per_step), 2 * settings.warmup)

@@ -34,7 +34,7 @@ from nmtcli.training.loader import StepBatches, StepLoader
 from nmtcli.training.loss import output_loss, perplexity
 from nmtcli.training.metrics import MetricsLog
 from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
-from nmtcli.training.settings import TrainSettings, steps_for_epochs
+from nmtcli.training.settings import TrainSettings, steps_for_epochs, steps_per_epoch
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
 # Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "step", "overflow", "log", "valid",
@@ -133,7 +133,7 @@ class Trainer:
         if settings.epochs and not settings.max_steps:  # steps from the data: epochs x steps per epoch
             per_step = self.ranks.world_size * self.update_freq
             per_epoch = batches_per_epoch(self.train_data, self.batch.max_tokens, settings.seed)
-            self.steps_per_epoch = -(-per_epoch // per_step)
+            self.steps_per_epoch = steps_per_epoch(per_epoch, per_step)
             self.settings = settings = replace(settings, max_steps=steps_for_epochs(settings, per_epoch, per_step))
             self.run_config["training"]["max_steps"] = settings.max_steps
         self.stream = BatchStream(self.train_data, self.batch.max_tokens, settings.seed)
