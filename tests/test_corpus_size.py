@@ -109,6 +109,8 @@ def test_max_steps_or_epochs_from_the_command_line_win_over_a_config_file(tmp_pa
     # Both flags at once: one line, exit 2, before anything is read.
     result = nmt_main("train", "--max-steps", "10", "--epochs", "2", "--data", str(tmp_path / "none"), check=False)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("nmt: error: --max-steps and --epochs both")
+    result = nmt_main("train", "--update-freq", "2", "--tokens-per-step", "4000", "--data", str(tmp_path / "none"), check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("nmt: error: --update-freq and --tokens-per-step both")
 
 
 def test_small_follows_fairseqs_iwslt_recipe():

@@ -177,6 +177,8 @@ def _resolve(values: dict[str, Any]) -> tuple[Path, Path, ModelConfig, TrainSett
     """The run dir, data dir, model, training settings and --init model that the flags' `values` ask for."""
     from nmtcli.data.prepare import read_manifest
 
+    if values.get("update_freq") is not None and values.get("tokens_per_step") is not None:  # flags or --config
+        raise NmtError("--update-freq and --tokens-per-step both set the batches per step", "pass one of them", exit_code=2)
     data_dir = Path(values.pop("data")) if values.get("data") else default_data_dir()
     manifest = read_manifest(data_dir)
     if values.get("init"):
@@ -205,8 +207,6 @@ def _resolve_init(values: dict[str, Any], data_dir: Path, manifest: dict[str, An
         raise NmtError(f"unknown preset {preset!r}", f"choose one of {', '.join(PRESETS)}, or leave it out with --init")
     if norm is not None and norm != init.config.norm:
         raise NmtError(f"--norm {norm} contradicts --init {spec}, a {init.config.norm}-norm model", "leave out --norm: the model fixes it", exit_code=2)
-    if values.get("update_freq") is not None and values.get("tokens_per_step") is not None:
-        raise NmtError("--update-freq and --tokens-per-step both set the batches per step", "pass one of them", exit_code=2)
     settings = finetune_settings(init, manifest, preset, values)
     _check_settings(settings)
     run_dir = Path(output) if output else RUNS_ROOT / f"{init.name}-{manifest['name']}"
@@ -220,8 +220,6 @@ def settings_from_flags(preset: str, values: dict[str, Any], norm: str | None = 
 
     if preset not in PRESETS:
         raise NmtError(f"unknown preset {preset!r}", f"choose one of {', '.join(PRESETS)}")
-    if values.get("update_freq") is not None and values.get("tokens_per_step") is not None:
-        raise NmtError("--update-freq and --tokens-per-step both set the batches per step", "pass one of them", exit_code=2)
     model_config, settings = train_settings_for(preset, **values)
     _check_settings(settings)
     if norm is not None:
