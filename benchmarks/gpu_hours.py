@@ -31,7 +31,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from nmtcli.model.config import PRESETS
 from nmtcli.training.flops import PEAK_FLOPS, LengthStats, training_flops
@@ -94,7 +93,7 @@ def table(lengths: LengthStats, mfus: list[float], vocab: int = VOCAB) -> list[s
     """The markdown table and the paper's lines under it."""
     estimates = [estimate(p, lengths, vocab) for p in ("base", "big")]
     middle = sorted(mfus)[len(mfus) // 2]
-    lines = [f"| model | steps | model FLOPs | GPU (dense bf16 peak) | " + " | ".join(f"GPU-hours at {m:.0%} MFU" for m in mfus)
+    lines = ["| model | steps | model FLOPs | GPU (dense bf16 peak) | " + " | ".join(f"GPU-hours at {m:.0%} MFU" for m in mfus)
              + f" | 8 GPUs at {middle:.0%} |",
              "|---|---|---|---|" + "---|" * len(mfus) + "---|"]
     for e in estimates:

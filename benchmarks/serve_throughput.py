@@ -9,7 +9,11 @@ Both servers get the same sentences, beam 4 and the same CPU threads. A random m
 the length limit, so the servers cap them at source length + 10 tokens (--max-len-b 10), about what a
 trained model writes.
 
+--background-load N measures every cell also beside N CPU-bound processes (background_load.py), and
+--threads 0 leaves the server its own thread count, as a user who sets nothing gets it.
+
 Usage: python benchmarks/serve_throughput.py [--seconds 8] [--clients 1,8,64] [--threads 1]
+       python benchmarks/serve_throughput.py --threads 0 --background-load 2 --batching-only
 Needs the `serve` extra: pip install -e ".[serve]".
 """
 
@@ -18,16 +22,16 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import random
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from background_load import BackgroundLoad, cpus, load_average
 
 WORDS = ("the small dog sees a red ball in the old garden near the river while a young woman reads "
          "a new book about the quiet city and its fast trains that carry happy children to the green mountain").split()
@@ -63,7 +67,8 @@ def free_port() -> int:
 def start_server(model: Path, batching: bool, threads: int) -> tuple[subprocess.Popen, int]:
     port = free_port()
     nmt = str(Path(sys.executable).with_name("nmt"))
-    process = subprocess.Popen([nmt, "serve", "-m", str(model), "--port", str(port), "--threads", str(threads), "--device", "cpu",
+    thread_flag = ["--threads", str(threads)] if threads else []  # 0: the server's own default
+    process = subprocess.Popen([nmt, "serve", "-m", str(model), "--port", str(port), *thread_flag, "--device", "cpu",
                                 "--batching" if batching else "--no-batching", "--queue-lines", "100000", "--max-len-b", "10"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -123,7 +128,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="load per cell, after a warm-up")
     parser.add_argument("--clients", default="1,8,64")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads of the server (1 leaves the other core of a 2-core CPU to the clients)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads of the server (1 leaves the other core of a 2-core CPU to the clients; 0: nmt serve's default)")
+    parser.add_argument("--background-load", type=int, default=0, metavar="N",
+                        help="also measure every cell beside N CPU-bound processes (background_load.py): a busy machine")
+    parser.add_argument("--batching-only", action="store_true", help="skip the server without batching")
     args = parser.parse_args()
 
     rng = random.Random(1)
@@ -131,25 +140,33 @@ def main() -> None:
     model = Path(tempfile.mkdtemp(prefix="nmt-bench-serve-")) / "model"
     build_model(model)
     counts = [int(c) for c in args.clients.split(",")]
-    rows: dict[tuple[str, int], tuple[float, float, float]] = {}
-    for mode in ("batching", "no batching"):
+    loads = [0, args.background_load] if args.background_load else [0]
+    modes = ["batching"] if args.batching_only else ["batching", "no batching"]
+    rows: dict[tuple[str, int, int], tuple[float, float, float]] = {}
+    for mode in modes:
         process, port = start_server(model, mode == "batching", args.threads)
         try:
             load(port, 4, 1.0, sentences)  # warm up
             for clients in counts:
-                lines, elapsed, latencies = load(port, clients, args.seconds, sentences)
-                rows[mode, clients] = (lines / elapsed, percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000)
-                print(f"  {mode}, {clients} clients: {lines / elapsed:.1f} lines/s", file=sys.stderr, flush=True)
+                for background in loads:
+                    with BackgroundLoad(background):
+                        lines, elapsed, latencies = load(port, clients, args.seconds, sentences)
+                    rows[mode, clients, background] = (lines / elapsed, percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000)
+                    print(f"  {mode}, {clients} clients, background load {background}: {lines / elapsed:.1f} lines/s", file=sys.stderr, flush=True)
         finally:
             process.terminate()
             process.wait(timeout=60)
-    print(f"# random tiny model; beam 4, outputs capped at source + 10 tokens; one sentence of 5-15 words a request; {args.threads} server threads, "
-          f"{os.cpu_count()} CPUs; {args.seconds:g} s per cell")
-    print("| clients | batching lines/s | p50 ms | p99 ms | no batching lines/s | p50 ms | p99 ms | speed-up |")
-    print("|---|---|---|---|---|---|---|---|")
+    threads = f"{args.threads} server threads" if args.threads else "the server's default threads"
+    print(f"# random tiny model; beam 4, outputs capped at source + 10 tokens; one sentence of 5-15 words a request; {threads}, "
+          f"{cpus()} CPUs; {args.seconds:g} s per cell; {load_average()} after the run")
+    header = "| clients | background load | " + " | ".join(f"{mode} lines/s | p50 ms | p99 ms" for mode in modes)
+    print(header + (" | speed-up |" if len(modes) == 2 else " |"))
+    print("|---" * (2 + 3 * len(modes) + (len(modes) == 2)) + "|")
     for clients in counts:
-        on, off = rows["batching", clients], rows["no batching", clients]
-        print(f"| {clients} | {on[0]:.1f} | {on[1]:.0f} | {on[2]:.0f} | {off[0]:.1f} | {off[1]:.0f} | {off[2]:.0f} | {on[0] / off[0]:.2f}x |")
+        for background in loads:
+            cells = [rows[mode, clients, background] for mode in modes]
+            line = f"| {clients} | {background} | " + " | ".join(f"{c[0]:.1f} | {c[1]:.0f} | {c[2]:.0f}" for c in cells)
+            print(line + (f" | {cells[0][0] / cells[1][0]:.2f}x |" if len(modes) == 2 else " |"))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ medians, and on a GPU the peak memory a step allocated (torch.cuda.max_memory_al
 system; --compile adds nmt with --compile's compiled layers (on this one shape); --profile N prints
 torch.profiler's top operations over N steps of nmt. With --device cuda it also reports model-FLOPs
 utilization (training/flops.py says how FLOPs are counted); --json FILE writes the numbers.
+
+On a CPU both systems run with the threads and OpenMP wait policy that `nmt train` sets (nmtcli/threads.py;
+the environment overrides them: OMP_NUM_THREADS, OMP_WAIT_POLICY), and --background-load N times the steps
+beside N CPU-bound processes (background_load.py): a busy machine.
 """
 
 from __future__ import annotations
@@ -31,6 +35,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from background_load import BackgroundLoad, load_average
+
+from nmtcli import threads
+
+threads.configure()  # as `nmt train` does, before torch starts its thread pool: nmt's CPU threads and wait policy
 
 import torch
 
@@ -126,6 +136,30 @@ def profile(step, batch, device: torch.device, steps: int, out: Path | None) -> 
         print(f"trace: {out} (chrome://tracing or https://ui.perfetto.dev)")
 
 
+def timed_rounds(args: argparse.Namespace, systems: dict, batch: tuple, device: torch.device) -> tuple[dict, dict]:
+    """Warm-up steps, then --rounds timed steps of each system, alternating who goes first: (seconds, peak bytes) by system."""
+    for _, step in systems.values():
+        for _ in range(args.warmup):
+            step(*batch)
+    sync(device)
+    times: dict[str, list[float]] = {name: [] for name in systems}
+    peak_memory: dict[str, int] = {name: 0 for name in systems}
+    names = list(systems)
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else reversed(names):  # alternate who goes first
+            _, step = systems[name]
+            sync(device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            t0 = time.perf_counter()
+            step(*batch)
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+            if device.type == "cuda":
+                peak_memory[name] = max(peak_memory[name], torch.cuda.max_memory_allocated(device))
+    return times, peak_memory
+
+
 def run(args: argparse.Namespace, preset: str) -> dict:
     device = torch.device(args.device)
     config = PRESETS[preset].replace(vocab_size=args.vocab)
@@ -157,30 +191,15 @@ def run(args: argparse.Namespace, preset: str) -> dict:
         systems[PEER] = marian(config, device, autocast)
     for name, (model, _) in systems.items():
         print(f"{preset}: {name}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
-    for _, step in systems.values():
-        for _ in range(args.warmup):
-            step(*batch)
-    sync(device)
-    times: dict[str, list[float]] = {name: [] for name in systems}
-    peak_memory: dict[str, int] = {name: 0 for name in systems}
+    with BackgroundLoad(args.background_load):  # nothing for 0
+        times, peak_memory = timed_rounds(args, systems, batch, device)
     names = list(systems)
-    for r in range(args.rounds):
-        for name in names if r % 2 == 0 else reversed(names):  # alternate who goes first
-            _, step = systems[name]
-            sync(device)
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            t0 = time.perf_counter()
-            step(*batch)
-            sync(device)
-            times[name].append(time.perf_counter() - t0)
-            if device.type == "cuda":
-                peak_memory[name] = max(peak_memory[name], torch.cuda.max_memory_allocated(device))
 
     peak = device_peak_flops(device, args.precision, None)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or 'CPU'}, {torch.get_num_threads()} threads"
     print(f"\n{preset}, {args.precision}, {where}, torch {torch.__version__}; "
-          f"{n} x {length} source + {n} x {length} target tokens per step, {args.rounds} alternating rounds\n")
+          f"{n} x {length} source + {n} x {length} target tokens per step, {args.rounds} alternating rounds; "
+          f"{load_average()}, {args.background_load} CPU-bound process(es) beside\n")
     reference = PEER if PEER in times else names[-1]
     header = f"{'system':<28} {'median s/step':>14} {'target tok/s':>13} {'vs ' + ('peer' if reference == PEER else reference):>8}"
     header += f" {'MFU':>6}" if peak else ""
@@ -214,7 +233,7 @@ def run(args: argparse.Namespace, preset: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="base", choices=["base", "big", "both"])
+    parser.add_argument("--preset", default="base", choices=[*PRESETS, "both"], help="both: base and big")
     parser.add_argument("--vocab", type=int, default=37000)
     parser.add_argument("--sentences", type=int, help="sentences per step (default: 1000 on a GPU, 80 on a CPU)")
     parser.add_argument("--length", type=int, default=25, help="tokens per sentence, each side (EOS/BOS included)")
@@ -227,6 +246,8 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also time nmt with compiled layers (as --compile)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print torch.profiler's top operations over N steps of nmt")
     parser.add_argument("--json", help="write the numbers to this file")
+    parser.add_argument("--background-load", type=int, default=0, metavar="N",
+                        help="N CPU-bound processes beside the timed steps (background_load.py): a busy machine")
     args = parser.parse_args()
     results = [run(args, preset) for preset in (["base", "big"] if args.preset == "both" else [args.preset])]
     if args.json:

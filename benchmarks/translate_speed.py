@@ -16,8 +16,14 @@ Settings:
   Face the same (its forced EOS), CTranslate2 --length tokens (it stops at its limit without an EOS
   step); each counts as --length tokens.
 - natural: the engines decode until EOS or the length limit, as a user runs them.
-- process: whole processes from text to text, start-up included: `nmt translate` against a script
-  that does what a Hugging Face user writes (MarianTokenizer, generate, batch_decode).
+- process: whole processes from text to text, start-up included: `nmt translate` against scripts
+  that do what a Hugging Face user writes (MarianTokenizer, generate, batch_decode) and what a
+  CTranslate2 user writes (sentencepiece, translate_batch).
+
+--background-load N runs N CPU-bound processes beside the engines (background_load.py): a busy
+machine. The process setting then runs every command both quiet and loaded and compares the loaded
+time with the engine's fair share of the CPU; with --threads 0 each engine picks its own threads
+(and nmt its wait policy: docs/speed.md), as a user who sets nothing gets them.
 
 Every engine runs in each of --dtypes it has at each of --batches, and the table marks each one's
 best batch. On a GPU the default dtypes are fp32 and bf16, and nmt replays its steps as CUDA graphs
@@ -28,6 +34,7 @@ Usage:
   python benchmarks/translate_speed.py [--sentences 200] [--threads 2] [--runs 3]      # the CPU figures
   python benchmarks/translate_speed.py --device cuda                                    # one GPU, 3,003 sentences
   python benchmarks/translate_speed.py --dtypes fp32,int8                             # the CPU figures with int8
+  python benchmarks/translate_speed.py --settings process --threads 0 --background-load 2   # a busy machine
   python benchmarks/translate_speed.py --device cpu --dtypes fp32,int8 --sentences 8 --runs 1 --length 4  # smoke
 Needs the `bench` extra: pip install -e ".[bench]" (transformers, ctranslate2).
 """
@@ -46,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from background_load import BackgroundLoad, cpus, fair_seconds, load_average
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 CT2_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
@@ -111,7 +119,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--length", type=int, default=30, help="output tokens in the fixed setting")
     parser.add_argument("--batches", help="sentences per batch, comma-separated; each engine's best is marked (default: 32 on a CPU, 128,512,1024,3003 on a GPU)")
     parser.add_argument("--dtypes", help="comma-separated: fp32, bf16, fp16, int8 (a CPU's; default: fp32 on a CPU, fp32,bf16 on a GPU)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of every engine; 0: each engine's own default (nmt's: docs/speed.md)")
+    parser.add_argument("--background-load", type=int, default=0, metavar="N",
+                        help="N CPU-bound processes beside the engines (all settings); the process setting then runs each command quiet and loaded")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--vocab-size", type=int, default=58101, help="OPUS-MT en-de has 58,101")
     parser.add_argument("--settings", default="fixed,natural,process")
@@ -125,6 +135,8 @@ def parse_args() -> argparse.Namespace:
     args.sentences = args.sentences or (3003 if gpu else 200)
     args.batches = [int(b) for b in (args.batches or ("128,512,1024,3003" if gpu else "32")).split(",")]
     args.dtypes = (args.dtypes or ("fp32,bf16" if gpu else "fp32")).split(",")
+    if args.threads == 0 and args.settings != "process":
+        parser.error("--threads 0 (each engine's default) is for --settings process alone")
     return args
 
 
@@ -153,26 +165,28 @@ def main() -> None:
     described = "; ".join(f"{name}: {worker.describe}" for name, worker in workers.items())
     where = torch.cuda.get_device_name(device) if gpu else f"{args.threads} CPU threads"
     print(f"# {args.sentences} sentences, ~{args.source_length} source tokens, beam 4, {where}, {args.runs} runs, "
-          f"each engine in its own process; {described}", file=sys.stderr)
+          f"each engine in its own process; {described}; {load_average()}"
+          + (f"; {args.background_load} CPU-bound process(es) beside" if args.background_load else ""), file=sys.stderr)
 
     rows: list[tuple[str, Run, int, float, float | None]] = []
     try:
         for setting in args.settings.split(","):
-            if setting == "process":
+            if setting == "process":  # it runs each command quiet and loaded itself
                 rows += measure_processes(args, device, work, nmt_dir, args.sentences, max(args.batches))
                 continue
-            runs = [Run(name, dtype, b) for name, worker in workers.items() for dtype in worker.dtypes for b in args.batches]
-            times: dict[Run, list[float]] = {r: [] for r in runs}
-            tokens: dict[Run, int] = {}
-            peak: dict[Run, float | None] = {}
-            for run in runs:  # warm-up: kernels, graphs, caches
-                workers[run.engine].decode(run, setting, warm_up=True)
-            for i in range(args.runs):
-                for run in runs:  # alternate engines within each round
-                    result = workers[run.engine].decode(run, setting)
-                    tokens[run], peak[run] = result["tokens"], result["peak_mib"]
-                    times[run].append(result["seconds"])
-                    print(f"  {setting} round {i} {run}: {tokens[run] / times[run][-1]:.0f} tok/s", file=sys.stderr, flush=True)
+            with BackgroundLoad(args.background_load):  # nothing for 0
+                runs = [Run(name, dtype, b) for name, worker in workers.items() for dtype in worker.dtypes for b in args.batches]
+                times: dict[Run, list[float]] = {r: [] for r in runs}
+                tokens: dict[Run, int] = {}
+                peak: dict[Run, float | None] = {}
+                for run in runs:  # warm-up: kernels, graphs, caches
+                    workers[run.engine].decode(run, setting, warm_up=True)
+                for i in range(args.runs):
+                    for run in runs:  # alternate engines within each round
+                        result = workers[run.engine].decode(run, setting)
+                        tokens[run], peak[run] = result["tokens"], result["peak_mib"]
+                        times[run].append(result["seconds"])
+                        print(f"  {setting} round {i} {run}: {tokens[run] / times[run][-1]:.0f} tok/s", file=sys.stderr, flush=True)
             rows += [(setting, run, tokens[run], statistics.median(times[run]), peak[run]) for run in runs]
     finally:
         for worker in workers.values():
@@ -211,7 +225,7 @@ def serve_worker(args) -> None:
     device = torch.device(args.device)
     gpu = device.type == "cuda"
     if args.worker != "ct2":  # CTranslate2 has its own OpenMP runtime and sets its own threads
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads or torch.get_num_threads())
     work = Path(args.work)
     sources = make_sources(args)
     pad = args.vocab_size - 1
@@ -389,7 +403,8 @@ HF_SCRIPT = r"""
 import sys, torch
 from transformers import MarianMTModel, MarianTokenizer
 directory, device, threads, batch, dtype = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-torch.set_num_threads(threads)
+if threads:
+    torch.set_num_threads(threads)
 tokenizer = MarianTokenizer.from_pretrained(directory)
 model = MarianMTModel.from_pretrained(directory).eval().to(device)
 if dtype == "int8":
@@ -402,36 +417,77 @@ with torch.inference_mode():
         print("\n".join(tokenizer.batch_decode(out, skip_special_tokens=True)))
 """
 
+# What a CTranslate2 user writes for the converted Marian model: its sentencepiece model, translate_batch.
+CT2_SCRIPT = r"""
+import sys, ctranslate2, sentencepiece
+directory, marian, device, threads, batch, compute_type = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+source, target = (sentencepiece.SentencePieceProcessor(model_file=f"{marian}/{side}.spm") for side in ("source", "target"))
+translator = ctranslate2.Translator(directory, device=device, compute_type=compute_type, intra_threads=threads)
+lines = sys.stdin.read().splitlines()
+for i in range(0, len(lines), batch):
+    pieces = [p + ["</s>"] for p in source.encode(lines[i : i + batch], out_type=str)]
+    results = translator.translate_batch(pieces, beam_size=4, max_batch_size=batch, max_decoding_length=max(map(len, pieces)) + 50)
+    print("\n".join(target.decode_pieces(r.hypotheses[0]) for r in results))
+"""
+
 
 def measure_processes(args, device: torch.device, work: Path, nmt_dir: Path, n_sentences: int, batch: int):
     """Text in, text out, each engine as its own process; the time includes Python, torch and the model loading.
-    nmt runs with its defaults (and --dtype); the Hugging Face script with the largest --batches up to 256.
-    Each of --dtypes that a CPU runs in both (fp32, int8) or a GPU runs in both (fp32, bf16, fp16)."""
-    hf_batch = min(batch, 256)
+    nmt runs with its defaults (and --dtype); the Hugging Face and CTranslate2 scripts with the largest --batches up to 256.
+    Each of --dtypes that a CPU runs in both (fp32, int8) or a GPU runs in both (fp32, bf16, fp16).
+    --threads 0 leaves each engine its own thread count (and nmt its own wait policy); with --background-load N
+    every command also runs beside N CPU-bound processes, and a second table compares its time with its fair share."""
+    peer_batch = min(batch, 256)
     g = torch.Generator().manual_seed(2)
     lines = [" ".join(f"word{int(w)}" for w in torch.randint(0, 2000, (int(n) // 3,), generator=g))
              for n in torch.randint(args.source_length - 8, args.source_length + 9, (n_sentences,), generator=g)]
     text = "\n".join(lines) + "\n"
     dtypes = [d for d in args.dtypes if d in (("fp32", "int8") if device.type == "cpu" else ("fp32", "bf16", "fp16"))]
+    engines = args.engines.split(",")
+    threads = [] if args.threads == 0 else ["--threads", str(args.threads)]
     commands: dict[Run, list[str]] = {}
     for dtype in dtypes:
-        commands[Run("nmt", dtype, 0)] = [sys.executable, "-m", "nmtcli", "translate", "-m", str(nmt_dir), "--device", device.type,
-                                          "--threads", str(args.threads), "--dtype", dtype]
-        commands[Run("hf", dtype, hf_batch)] = [sys.executable, "-c", HF_SCRIPT, str(work / "marian"), device.type, str(args.threads),
-                                                str(hf_batch), dtype]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    times: dict[Run, list[float]] = {run: [] for run in commands}
+        nmt = [sys.executable, "-m", "nmtcli", "translate", "-m", str(nmt_dir), "--device", device.type, "--dtype", dtype]
+        if "nmt" in engines:
+            commands[Run("nmt", dtype, 0)] = nmt + threads
+            if args.background_load and args.threads != 1:  # the reference a busy machine's default must reach
+                commands[Run("nmt --threads 1", dtype, 0)] = nmt + ["--threads", "1"]
+        if "hf" in engines:
+            commands[Run("hf", dtype, peer_batch)] = [sys.executable, "-c", HF_SCRIPT, str(work / "marian"), device.type,
+                                                      str(args.threads), str(peer_batch), dtype]
+        if "ct2" in engines:
+            commands[Run("ct2", dtype, peer_batch)] = [sys.executable, "-c", CT2_SCRIPT, str(work / "ct2"), str(work / "marian"),
+                                                       device.type, str(args.threads), str(peer_batch), CT2_TYPES[dtype]]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)} if args.threads else os.environ
+    loads = [0, args.background_load] if args.background_load else [0]
+    times: dict[tuple[Run, int], list[float]] = {(run, load): [] for run in commands for load in loads}
     for i in range(args.runs):
         for run, command in commands.items():
-            start = time.perf_counter()
-            out = subprocess.run(command, input=text, capture_output=True, text=True, env=env)
-            times[run].append(time.perf_counter() - start)
-            if out.returncode:
-                raise SystemExit(f"{run} failed: {out.stderr[-2000:]}")
-            assert len(out.stdout.splitlines()) == n_sentences, f"{run}: {len(out.stdout.splitlines())} lines out for {n_sentences} in"
-            print(f"  process round {i} {run}: {times[run][-1]:.1f} s", file=sys.stderr, flush=True)
+            for load in loads:  # quiet and loaded alternate, so that a drift of the machine touches both
+                with BackgroundLoad(load):
+                    start = time.perf_counter()
+                    out = subprocess.run(command, input=text, capture_output=True, text=True, env=env)
+                    times[run, load].append(time.perf_counter() - start)
+                if out.returncode:
+                    raise SystemExit(f"{run} failed: {out.stderr[-2000:]}")
+                assert len(out.stdout.splitlines()) == n_sentences, f"{run}: {len(out.stdout.splitlines())} lines out for {n_sentences} in"
+                print(f"  process round {i} {run}, background load {load}: {times[run, load][-1]:.1f} s", file=sys.stderr, flush=True)
+    if args.background_load:
+        print_load_table(times, args.background_load, args.threads or cpus())
     # Processes write text, not tokens: the table shows their seconds and sentences/s.
-    return [("process", run, None, statistics.median(t), None) for run, t in times.items()]
+    return [("process", run, None, statistics.median(times[run, 0]), None) for run in commands]
+
+
+def print_load_table(times: dict, load: int, default_threads: int) -> None:
+    """Each process command's median time quiet and beside `load` CPU-bound processes, against its fair share."""
+    print(f"\nWhole processes beside {load} CPU-bound process(es), {cpus()} CPUs (background_load.py defines the fair share):\n")
+    print("| engine | dtype | quiet s | loaded s | slowdown | fair share s | loaded / fair |")
+    print("|---|---|---|---|---|---|---|")
+    for run in dict.fromkeys(run for run, _ in times):
+        quiet, loaded = statistics.median(times[run, 0]), statistics.median(times[run, load])
+        fair = fair_seconds(quiet, load, 1 if run.engine.endswith("--threads 1") else default_threads)
+        print(f"| {run.engine} | {run.dtype} | {quiet:.1f} | {loaded:.1f} | {loaded / quiet:.1f}x | {fair:.1f} | {loaded / fair:.2f} |")
+    print()
 
 
 if __name__ == "__main__":

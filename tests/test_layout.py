@@ -14,7 +14,7 @@ PACKAGE = Path(nmtcli.__file__).parent
 # Lowest first; a module may import its own layer and the layers below it. Keep in step with
 # docs/architecture.md.
 LAYERS = [
-    {"errors", "files", "device", "faults", "provenance", "checksums", "__init__"},
+    {"errors", "files", "device", "faults", "provenance", "checksums", "threads", "__init__"},
     {"model"},
     {"data"},
     {"inference", "scoring", "card"},

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from nmtcli import __version__
+from nmtcli import __version__, threads
 from nmtcli.cli import average, export, import_model, info, prepare, pull, push, quickstart, score, serve, train, translate
 from nmtcli.errors import NmtError
 
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     Typer runs without its standalone mode so that usage errors, a full disk or Ctrl-C come back here
     instead of as click's multi-line usage box; `--help`, `--version` and bare `nmt` still print help.
     """
+    threads.configure()  # before any command imports torch: its thread pool reads the environment once
     try:
         code = app(args=argv, prog_name="nmt", standalone_mode=False)
     except NmtError as e:

@@ -46,7 +46,8 @@ def dtype() -> OptionInfo:
 
 
 def threads(chosen_by: str = "PyTorch's") -> OptionInfo:
-    return typer.Option(help=f"CPU threads (default: {chosen_by} choice, usually the physical cores).", min=1)
+    return typer.Option(help=f"CPU threads for {chosen_by} kernels (default: the CPUs this process may use, after its affinity mask "
+                             "and cgroup quota; $OMP_NUM_THREADS overrides it).", min=1)
 
 
 def check_length_penalty(value: str) -> None:

@@ -78,7 +78,7 @@ def command(
             source.close()
     elapsed = time.perf_counter() - started
     timing = f" in {elapsed:.1f} s ({count / elapsed:,.1f} lines/s; the first after {first - started:.1f} s)" if first else ""
-    say(f"translated {count:,} line(s){timing}")
+    say(f"translated {count:,} line(s){timing}{_on_cpu(translator)}")
 
 
 def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: str) -> None:
@@ -115,6 +115,12 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
     if threads is not None:
         torch.set_num_threads(threads)
     return Translator(resolve_model(model, revision), resolve_device(device), settings, dtype=dtype, warn=warn)
+
+
+def _on_cpu(translator) -> str:
+    """" on N CPU threads" on a CPU (nmtcli/threads.py chooses N unless told), else nothing."""
+    n = translator.cpu_threads
+    return f" on {n} CPU thread{'s' if n > 1 else ''}" if n else ""
 
 
 def _write(results: Iterator[str], output: Path | None) -> tuple[int, float | None]:

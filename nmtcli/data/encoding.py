@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +22,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import sentencepiece as spm
+
+from nmtcli.threads import usable_cpus
 
 # Multilingual OPUS-MT models select the output language with a leading token such as ">>fra<<";
 # it is a vocabulary entry of its own and must not go through sentencepiece.
@@ -97,7 +98,7 @@ class Encoder:
     def __init__(self, model_path: str, dtype: np.dtype, workers: int = 0, target_model: str | None = None,
                  pieces: PieceMap | None = None):
         self.dtype = np.dtype(dtype).str
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = workers or usable_cpus()
         paths = {"source": str(model_path), "target": str(target_model or model_path)}
         self._local = {side: _Model(path, pieces) for side, path in paths.items()}
         self._pool = None

@@ -13,6 +13,7 @@ import sentencepiece as spm
 from nmtcli.errors import NmtError, check_readable
 from nmtcli.files import atomic_path
 from nmtcli.model.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmtcli.threads import usable_cpus
 
 # Cleaning defaults. 250 subword tokens is the usual ceiling of WMT recipes (fairseq, Moses'
 # clean-corpus-n); the 1.5 length ratio is this project's choice for the training split.
@@ -183,7 +184,7 @@ def train_sentencepiece(
                 hard_vocab_limit=False,
                 input_sentence_size=max_sentences,
                 shuffle_input_sentence=False,
-                num_threads=threads or os.cpu_count() or 1,
+                num_threads=threads or usable_cpus(),
                 pad_id=PAD_ID,
                 unk_id=UNK_ID,
                 bos_id=BOS_ID,

@@ -171,6 +171,11 @@ class Translator:
             raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(list(enumerate(lines, start=1)), settings)]
 
+    @property
+    def cpu_threads(self) -> int | None:
+        """The CPU threads a search runs on, or None on a GPU."""
+        return torch.get_num_threads() if self.device.type == "cpu" else None
+
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         text = one_line(self.tokenizer.decode(hyp.tokens))
         return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens])

@@ -16,6 +16,7 @@ from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.inference.translator import BatchBudget, SearchSettings, Warn, batching_for, encode_lines, length_sorted_batches, one_line
 from nmtcli.interop.ctranslate2 import NMT_FILE, require_ctranslate2
+from nmtcli.threads import default_threads
 
 
 class CTranslate2Translator:
@@ -39,7 +40,9 @@ class CTranslate2Translator:
         if device == "auto":
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         device, _, index = device.partition(":")
-        self.translator = ctranslate2.Translator(str(model_dir), device=device, device_index=int(index or 0), intra_threads=threads)
+        # CTranslate2's own default is 4 threads whatever the CPUs: nmt's (nmtcli/threads.py) instead.
+        self.cpu_threads = (threads or default_threads()) if device == "cpu" else None
+        self.translator = ctranslate2.Translator(str(model_dir), device=device, device_index=int(index or 0), intra_threads=self.cpu_threads or 0)
         self.settings = settings
         self.batch_tokens, self.window = batching_for(settings, device)
         self.warn = warn or (lambda message: None)
