@@ -16,7 +16,7 @@ from nmtcli.inference.greedy import greedy_search
 from conftest import torch_threads
 from nmtcli.model.config import BOS_ID, EOS_ID, ModelConfig
 from nmtcli.model.transformer import Transformer
-from test_beam import WORDS, sequence_log_prob, tiny_model
+from test_beam import WORDS, _as_lists, _batch, sequence_log_prob, tiny_model
 
 
 @pytest.fixture(autouse=True)
@@ -24,13 +24,6 @@ def one_thread():
     """Tiny models: one thread is fastest, and on a loaded machine many times faster than two."""
     with torch_threads(1):
         yield
-
-
-def _batch(sentences: list[list[int]]) -> torch.Tensor:
-    src = torch.zeros(len(sentences), max(len(s) for s in sentences) + 1, dtype=torch.long)
-    for i, s in enumerate(sentences):
-        src[i, : len(s) + 1] = torch.tensor([*s, EOS_ID])
-    return src
 
 
 def forced_greedy(model, src: torch.Tensor, prefix: list[int], max_len: int) -> list[int]:
@@ -116,6 +109,29 @@ def test_a_wide_beam_diverges_after_the_prefix_instead_of_stopping_there(beam):
     assert len(hyps) == beam
     assert len({tuple(h.tokens) for h in hyps}) == beam  # distinct: they differ after the prefix
     assert all(h.tokens[:5] == prefix and len(h.tokens) > 5 for h in hyps)
+
+
+def test_rows_leaving_and_fixed_span_steps_keep_their_prefixes():
+    # Decided sentences leave the batch (their prefix rows with them) while others are still inside
+    # theirs; the fixed-span steps that CUDA graphs replay (StepGraphs(capture=False) runs them on a CPU)
+    # read the prefixes as the eager step does.
+    from nmtcli.inference.beam import BeamSearch
+    from nmtcli.inference.graphs import StepGraphs
+
+    model = tiny_model(7, vocab_size=30)
+    src = _batch(SENTENCES)
+    prefixes = [[11], [], [4, 5, 6, 7, 8, 9], [25, 26]]
+    settings = dict(alpha=0.6, max_len_a=1.0, max_len_b=3, nbest=2, penalty="gnmt", min_len=0, prefixes=prefixes)
+    with torch.inference_mode():
+        every_step = BeamSearch(model, src, 4, **settings).run(1, leave_fraction=0.0)
+        assert len({len(h[0].tokens) for h in every_step}) > 1, "all sentences end together: the test proves nothing"
+        for sync_every, leave_fraction in ((3, 0.0), (1, 0.5), (4, 0.25)):
+            search = BeamSearch(model, src, 4, **settings)
+            assert _as_lists(search.run(sync_every, leave_fraction=leave_fraction)) == _as_lists(every_step)
+    fixed = beam_search(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=3, nbest=2, sync_every=2,
+                        graphs=StepGraphs(bucket=4, capture=False), prefixes=prefixes)
+    assert _as_lists(fixed) == _as_lists(every_step)
+    assert all(h.tokens[: len(p)] == p for hyps, p in zip(every_step, prefixes) for h in hyps)
 
 
 def test_eos_is_not_allowed_before_the_prefix_ends():
