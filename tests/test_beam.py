@@ -59,10 +59,11 @@ def test_wide_beam_finds_the_exhaustive_best_under_each_length_penalty(penalty):
     assert winners_change, "no model where the length penalty changes the winner: the test proves nothing"
 
 
-def greedy(model: Transformer, src: torch.Tensor, max_len: int) -> list[int]:
-    tokens: list[int] = []
+def greedy(model: Transformer, src: torch.Tensor, max_len: int, prefix: tuple[int, ...] = ()) -> list[int]:
+    """One sentence, no cache: the whole decoder run for every token, fed `prefix` first (test_prefix.py)."""
+    tokens: list[int] = list(prefix)
     with torch.no_grad():
-        for _ in range(max_len):
+        while len(tokens) < max_len:
             logits = model(src, torch.tensor([[BOS_ID, *tokens]]))[0, -1]
             logits[[0, BOS_ID]] = float("-inf")
             token = int(logits.argmax())

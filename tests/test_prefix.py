@@ -14,9 +14,9 @@ import torch
 from nmtcli.inference.beam import beam_search, length_penalty
 from nmtcli.inference.greedy import greedy_search
 from conftest import torch_threads
-from nmtcli.model.config import BOS_ID, EOS_ID, ModelConfig
+from nmtcli.model.config import EOS_ID, ModelConfig
 from nmtcli.model.transformer import Transformer
-from test_beam import WORDS, _as_lists, _batch, sequence_log_prob, tiny_model
+from test_beam import WORDS, _as_lists, _batch, greedy, sequence_log_prob, tiny_model
 
 
 @pytest.fixture(autouse=True)
@@ -24,20 +24,6 @@ def one_thread():
     """Tiny models: one thread is fastest, and on a loaded machine many times faster than two."""
     with torch_threads(1):
         yield
-
-
-def forced_greedy(model, src: torch.Tensor, prefix: list[int], max_len: int) -> list[int]:
-    """One sentence, no cache: the prefix fed to the whole decoder, then its argmax token by token."""
-    out = list(prefix)
-    with torch.no_grad():
-        while len(out) < max_len:
-            logits = model(src, torch.tensor([[BOS_ID, *out]]))[0, -1]
-            logits[[0, BOS_ID]] = float("-inf")
-            token = int(logits.argmax())
-            if token == EOS_ID:
-                break
-            out.append(token)
-    return out
 
 
 SENTENCES = [[5, 6, 7, 8], [20, 21], [9, 10, 11, 12, 13, 14], [15]]
@@ -49,7 +35,7 @@ def test_greedy_search_forces_the_prefix_then_continues_as_uncached_decoding_fro
     hyps = greedy_search(model, _batch(SENTENCES), max_len_a=0.0, max_len_b=8, prefixes=PREFIXES)
     for s, prefix, (hyp,) in zip(SENTENCES, PREFIXES, hyps):
         src = torch.tensor([[*s, EOS_ID]])
-        assert hyp.tokens == forced_greedy(model, src, prefix, 8)
+        assert hyp.tokens == greedy(model, src, 8, tuple(prefix))
         assert hyp.tokens[: len(prefix)] == prefix
         # The prefix counts with the model's log-probabilities of its tokens.
         assert hyp.log_prob == pytest.approx(sequence_log_prob(model, src, tuple(hyp.tokens)), abs=1e-4)
@@ -92,8 +78,8 @@ def test_prefix_is_honoured_token_exactly_and_the_beam_beats_forced_greedy(beam)
         for h in hyps[i]:  # the reported scores are the model's, prefix included
             assert h.log_prob == pytest.approx(sequence_log_prob(model, alone, tuple(h.tokens)), abs=1e-4)
             assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, 0.6), abs=1e-5)
-        greedy = forced_greedy(model, alone, prefix, 8)
-        greedy_score = sequence_log_prob(model, alone, tuple(greedy)) / length_penalty(len(greedy) + 1, 0.6)
+        forced = greedy(model, alone, 8, tuple(prefix))
+        greedy_score = sequence_log_prob(model, alone, tuple(forced)) / length_penalty(len(forced) + 1, 0.6)
         assert hyps[i][0].score >= greedy_score - 1e-5
         # The same sentence alone gets the same result as in the mixed batch.
         assert [h.tokens for h in beam_search(model, alone, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=8,

@@ -58,6 +58,7 @@ def command(
 
     Reads raw text (stdin by default), writes detokenized translations: exactly one output line per
     input line, in input order. Empty lines stay empty; over-long lines are truncated with a warning.
+    With --prefix-file, each translation starts with its line's target prefix (docs/translating.md).
     """
     started = time.perf_counter()
     from nmtcli.errors import check_readable
