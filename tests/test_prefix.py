@@ -67,8 +67,42 @@ def test_wide_beam_with_a_prefix_finds_the_exhaustive_best_continuation():
     assert differs, "every unforced search starts with the prefix anyway: the test proves nothing"
 
 
+def textbook_beam(model, src: torch.Tensor, prefix: list[int], beam: int, max_len: int, alpha: float) -> list[int]:
+    """Beam search written plainly for one sentence, no cache, started from the prefix as its one hypothesis:
+    every live hypothesis extended by every token (only EOS at the limit), the 2K best kept, those ending in
+    EOS finished, the K best others live, until no live hypothesis can beat the best finished one."""
+    cfg = model.config
+    live = [(list(prefix), sequence_log_prob(model, src, tuple(prefix)) - _eos_log_prob(model, src, prefix))]
+    best: tuple[list[int], float] | None = None
+    max_penalty = length_penalty(max_len + 1, alpha)
+    while live:
+        candidates = []
+        for tokens, lp in live:
+            with torch.no_grad():
+                log_probs = torch.log_softmax(model(src, torch.tensor([[cfg.bos_id, *tokens]]))[0, -1].float(), dim=-1)
+            choices = [cfg.eos_id] if len(tokens) >= max_len else [t for t in range(cfg.vocab_size) if t not in (cfg.pad_id, cfg.bos_id)]
+            candidates += [(tokens + [t], lp + log_probs[t].item()) for t in choices]
+        candidates = sorted(candidates, key=lambda c: c[1], reverse=True)[: 2 * beam]
+        for tokens, lp in candidates:
+            if tokens[-1] == cfg.eos_id:
+                score = lp / length_penalty(len(tokens), alpha)
+                if best is None or score > best[1]:
+                    best = (tokens[:-1], score)
+        live = [c for c in candidates if c[0][-1] != cfg.eos_id][:beam]
+        if best is not None and live and best[1] >= max(lp for _, lp in live) / max_penalty:
+            break
+    return best[0]
+
+
+def _eos_log_prob(model, src: torch.Tensor, tokens: list[int]) -> float:
+    """log p(EOS | tokens): sequence_log_prob counts the final EOS, a live hypothesis has none yet."""
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(src, torch.tensor([[model.config.bos_id, *tokens]]))[0, -1].float(), dim=-1)
+    return log_probs[EOS_ID].item()
+
+
 @pytest.mark.parametrize("beam", [1, 4, 8])
-def test_prefix_is_honoured_token_exactly_and_the_beam_beats_forced_greedy(beam):
+def test_prefix_is_honoured_token_exactly_and_the_search_equals_one_forced_by_hand(beam):
     model = tiny_model(2, vocab_size=30)
     src = _batch(SENTENCES)
     hyps = beam_search(model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=8, nbest=min(beam, 3), prefixes=PREFIXES)
@@ -81,6 +115,8 @@ def test_prefix_is_honoured_token_exactly_and_the_beam_beats_forced_greedy(beam)
         forced = greedy(model, alone, 8, tuple(prefix))
         greedy_score = sequence_log_prob(model, alone, tuple(forced)) / length_penalty(len(forced) + 1, 0.6)
         assert hyps[i][0].score >= greedy_score - 1e-5
+        if beam > 1:  # the whole search, forced the same way by hand
+            assert hyps[i][0].tokens == textbook_beam(model, alone, prefix, beam, 8, 0.6)
         # The same sentence alone gets the same result as in the mixed batch.
         assert [h.tokens for h in beam_search(model, alone, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=8,
                                                nbest=min(beam, 3), prefixes=[prefix])[0]] == [h.tokens for h in hyps[i]]
