@@ -356,3 +356,21 @@ def test_nmt_translate_answers_with_translations_that_start_with_their_prefixes(
     assert first["translation"].startswith("Die Katze") and len(first["tokens"]) > 2
     assert plain["translations"][0]["translation"] == second["translation"]  # no prefix: as without the field
     assert bad == 400 and error["error"].startswith("Invalid request: prefix has 1 item(s) but lines has 2")
+
+
+def test_an_imported_marian_model_reads_prefixes_with_its_target_vocabulary(marian_dir, nmt_main, tmp_path):
+    from nmtcli.inference.translator import SearchSettings, Translator
+
+    nmt_main("import", "marian", str(marian_dir), "-o", str(tmp_path / "model"))
+    warnings: list[str] = []
+    translator = Translator(tmp_path / "model", settings=SearchSettings(beam=4, max_len_a=0.0, max_len_b=8), warn=warnings.append)
+    target = translator.tokenizer.target
+    prefix = "".join(target.id_to_piece(i) for i in range(3, target.get_piece_size())
+                     if target.id_to_piece(i).startswith("\u2581") and target.id_to_piece(i)[1:].isalpha())[:12].replace("\u2581", " ").strip()
+    (hyps,) = translator.translate_nbest(["The house."], [prefix])
+    ids = translator.tokenizer.encode_target([prefix])[0]
+    assert hyps[0].tokens[: len(ids)] == [translator.pieces[i] for i in ids] and hyps[0].text.startswith(prefix)
+    assert not warnings
+    list(translator.translate_nbest(["The house."], ["\u2603 Schnee"]))  # a snowman: not in the tiny vocabulary
+    assert warnings == ["line 1: the prefix holds text the model's vocabulary lacks: the translation holds <unk> there "
+                        "(its text does not start with the prefix's)"]

@@ -24,6 +24,7 @@ class Tokenizer:
     """encode(texts) -> ids without EOS (the translator appends it); decode(ids) -> one line of text."""
 
     size: int  # how many ids the tokenizer can produce; must fit the model's vocabulary
+    unk_id: int | None = None  # the id of text the vocabulary lacks
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         raise NotImplementedError
@@ -47,6 +48,7 @@ class JointSentencePiece(Tokenizer):
     def __init__(self, path: Path):
         self.sp = load_sentencepiece(path)
         self.size = self.sp.get_piece_size()
+        self.unk_id = self.sp.unk_id()
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return self.sp.encode(texts)

@@ -213,7 +213,12 @@ def encode_prefixes(tokenizer: Tokenizer, numbers: list[int], prefixes: Sequence
     def truncated(index: int, tokens: int) -> None:
         warn(f"line {numbers[index]}: the prefix has {tokens} tokens, truncated to the model's {limit}")
 
-    return encode_lines(tokenizer.encode_target, prefixes, limit, truncated)
+    encoded = encode_lines(tokenizer.encode_target, prefixes, limit, truncated)
+    for number, ids in zip(numbers, encoded):
+        if tokenizer.unk_id is not None and tokenizer.unk_id in ids:
+            warn(f"line {number}: the prefix holds text the model's vocabulary lacks: the translation holds <unk> there "
+                 "(its text does not start with the prefix's)")
+    return encoded
 
 
 def with_prefixes(lines: Iterable[str], prefixes: Iterable[str]) -> Iterator[tuple[str, str]]:
