@@ -21,7 +21,7 @@ Settings:
 - prefix: the cost of target prefixes (`nmt translate --prefix-file`; CTranslate2's target_prefix):
   each engine decodes naturally with the first --prefix-tokens tokens of its own plain output forced,
   against the plain search on the same batches in the same rounds ("prefix-plain" rows); the last
-  column gives forced/plain in sentences/s. Not in the default --settings.
+  table gives the time ratio forced/plain of each round (median, range). Not in the default --settings.
 
 Every engine runs in each of --dtypes it has at each of --batches, and the table marks each one's
 best batch. On a GPU the default dtypes are fp32 and bf16, and nmt replays its steps as CUDA graphs
@@ -188,12 +188,15 @@ def main() -> None:
                     times[run].append(result["seconds"])
                     print(f"  {setting} round {i} {run}: {tokens[run] / times[run][-1]:.0f} tok/s", file=sys.stderr, flush=True)
             rows += [(setting, run, tokens[run], statistics.median(times[run]), peak[run]) for run in runs]
+            if setting == "prefix":
+                paired = {run: [t / p for t, p in zip(times[run], times[Run(f"{run.engine}-plain", run.dtype, run.batch)])]
+                          for run in runs if not run.engine.endswith("-plain")}
     finally:
         for worker in workers.values():
             worker.close()
     print_table(rows, args.sentences)
-    if any(setting == "prefix" for setting, *_ in rows):
-        print_prefix_ratios(rows, args.sentences)
+    if "prefix" in args.settings.split(","):
+        print_prefix_ratios(paired)
 
 
 class Worker:
@@ -295,16 +298,14 @@ def print_table(rows, n_sentences: int) -> None:
         print("| " + " | ".join(cells) + " |")
 
 
-def print_prefix_ratios(rows, n_sentences: int) -> None:
-    """Forced prefixes against the plain search of the same engine, dtype and batch, measured in the same rounds."""
-    plain = {(run.engine.removesuffix("-plain"), run.dtype, run.batch): seconds for setting, run, _, seconds, _ in rows
-             if setting == "prefix" and run.engine.endswith("-plain")}
-    print("\n| engine | dtype | batch | plain sentences/s | with prefixes sentences/s | prefix / plain time |")
-    print("|---|---|---|---|---|---|")
-    for setting, run, _, seconds, _ in rows:
-        base = plain.get((run.engine, run.dtype, run.batch))
-        if setting == "prefix" and base:
-            print(f"| {run.engine} | {run.dtype} | {run.batch} | {n_sentences / base:.1f} | {n_sentences / seconds:.1f} | {seconds / base:.3f} |")
+def print_prefix_ratios(paired: dict[Run, list[float]]) -> None:
+    """Forced prefixes against the plain search of the same engine, dtype and batch: the time ratio of each
+    round (the two ran one after the other), their median and range; steadier on a loaded machine than a
+    ratio of medians."""
+    print("\n| engine | dtype | batch | prefix / plain time, median of rounds | min | max | rounds |")
+    print("|---|---|---|---|---|---|---|")
+    for run, ratios in paired.items():
+        print(f"| {run.engine} | {run.dtype} | {run.batch} | {statistics.median(ratios):.3f} | {min(ratios):.3f} | {max(ratios):.3f} | {len(ratios)} |")
 
 
 # --- the engines ------------------------------------------------------------------------------------
