@@ -263,6 +263,9 @@ def test_ctranslate2_engine_honours_prefixes_like_the_native_one(random_model, n
     native = nmt_main("translate", "-m", str(random_model), *flags, input=text).stdout
     ct2 = nmt_main("translate", "--engine", "ctranslate2", "-m", str(tmp_path / "ct2"), *flags, input=text).stdout
     assert ct2 == native and native.splitlines()[3].startswith("Die Katze")
+    wide = nmt_main("translate", "--engine", "ctranslate2", "-m", str(tmp_path / "ct2"), *flags, "--beam", "5", "--length-penalty", "power",
+                    input=text).stdout.splitlines()  # CTranslate2 issue 277, fixed there since: beam >= 5 goes on past the prefix
+    assert wide[0].startswith("Das kleine") and wide[3].startswith("Die Katze") and len(wide[3]) > len("Die Katze")
 
 
 # --- POST /nmt/translate ---------------------------------------------------------------------------
