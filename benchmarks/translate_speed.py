@@ -19,11 +19,15 @@ Settings:
 - process: whole processes from text to text, start-up included: `nmt translate` against scripts
   that do what a Hugging Face user writes (MarianTokenizer, generate, batch_decode) and what a
   CTranslate2 user writes (sentencepiece, translate_batch).
+- prefix: the cost of target prefixes (`nmt translate --prefix-file`; CTranslate2's target_prefix):
+  each engine decodes naturally with the first --prefix-tokens tokens of its own plain output forced,
+  against the plain search on the same batches in the same rounds ("prefix-plain" rows); the last
+  table gives the time ratio forced/plain of each round (median, range). Not in the default --settings.
 
 --background-load N runs N CPU-bound processes beside the engines (background_load.py): a busy
 machine. The process setting then runs every command both quiet and loaded and compares the loaded
 time with the engine's fair share of the CPU; with --threads 0 each engine picks its own threads
-(and nmt its wait policy: docs/speed.md), as a user who sets nothing gets them.
+(and nmt its wait policy: README.md, Speed), as a user who sets nothing gets them.
 
 Every engine runs in each of --dtypes it has at each of --batches, and the table marks each one's
 best batch. On a GPU the default dtypes are fp32 and bf16, and nmt replays its steps as CUDA graphs
@@ -35,6 +39,7 @@ Usage:
   python benchmarks/translate_speed.py --device cuda                                    # one GPU, 3,003 sentences
   python benchmarks/translate_speed.py --dtypes fp32,int8                             # the CPU figures with int8
   python benchmarks/translate_speed.py --settings process --threads 0 --background-load 2   # a busy machine
+  python benchmarks/translate_speed.py --settings prefix --engines nmt,ct2            # prefix cost vs plain beam
   python benchmarks/translate_speed.py --device cpu --dtypes fp32,int8 --sentences 8 --runs 1 --length 4  # smoke
 Needs the `bench` extra: pip install -e ".[bench]" (transformers, ctranslate2).
 """
@@ -119,12 +124,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--length", type=int, default=30, help="output tokens in the fixed setting")
     parser.add_argument("--batches", help="sentences per batch, comma-separated; each engine's best is marked (default: 32 on a CPU, 128,512,1024,3003 on a GPU)")
     parser.add_argument("--dtypes", help="comma-separated: fp32, bf16, fp16, int8 (a CPU's; default: fp32 on a CPU, fp32,bf16 on a GPU)")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads of every engine; 0: each engine's own default (nmt's: docs/speed.md)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of every engine; 0: each engine's own default (nmt's: nmtcli/threads.py)")
     parser.add_argument("--background-load", type=int, default=0, metavar="N",
                         help="N CPU-bound processes beside the engines (all settings); the process setting then runs each command quiet and loaded")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--vocab-size", type=int, default=58101, help="OPUS-MT en-de has 58,101")
-    parser.add_argument("--settings", default="fixed,natural,process")
+    parser.add_argument("--settings", default="fixed,natural,process", help="fixed, natural, process, prefix (comma-separated)")
+    parser.add_argument("--prefix-tokens", type=int, default=3, help="prefix setting: tokens of the plain output forced")
     parser.add_argument("--engines", default="nmt,hf,ct2")
     parser.add_argument("--no-pack", action="store_true", help="leave nmt's linear layers unpacked (CPU)")
     parser.add_argument("--no-graphs", action="store_true", help="no CUDA graphs for nmt (GPU)")
@@ -176,22 +182,35 @@ def main() -> None:
                 continue
             with BackgroundLoad(args.background_load):  # nothing for 0
                 runs = [Run(name, dtype, b) for name, worker in workers.items() for dtype in worker.dtypes for b in args.batches]
+                if setting == "prefix":  # each engine with prefixes, and plain in the same rounds
+                    runs = [Run(f"{run.engine}{kind}", run.dtype, run.batch) for run in runs if run.engine in PREFIX_ENGINES for kind in ("", "-plain")]
                 times: dict[Run, list[float]] = {r: [] for r in runs}
                 tokens: dict[Run, int] = {}
                 peak: dict[Run, float | None] = {}
+                def engine_setting(run: Run) -> tuple[Worker, Run, str]:
+                    name, plain = run.engine.removesuffix("-plain"), run.engine.endswith("-plain")
+                    return workers[name], Run(name, run.dtype, run.batch), "natural" if plain else setting
+
                 for run in runs:  # warm-up: kernels, graphs, caches
-                    workers[run.engine].decode(run, setting, warm_up=True)
+                    worker, engine_run, engine_setting_name = engine_setting(run)
+                    worker.decode(engine_run, engine_setting_name, warm_up=True)
                 for i in range(args.runs):
                     for run in runs:  # alternate engines within each round
-                        result = workers[run.engine].decode(run, setting)
+                        worker, engine_run, engine_setting_name = engine_setting(run)
+                        result = worker.decode(engine_run, engine_setting_name)
                         tokens[run], peak[run] = result["tokens"], result["peak_mib"]
                         times[run].append(result["seconds"])
                         print(f"  {setting} round {i} {run}: {tokens[run] / times[run][-1]:.0f} tok/s", file=sys.stderr, flush=True)
             rows += [(setting, run, tokens[run], statistics.median(times[run]), peak[run]) for run in runs]
+            if setting == "prefix":
+                paired = {run: [t / p for t, p in zip(times[run], times[Run(f"{run.engine}-plain", run.dtype, run.batch)])]
+                          for run in runs if not run.engine.endswith("-plain")}
     finally:
         for worker in workers.values():
             worker.close()
     print_table(rows, args.sentences)
+    if "prefix" in args.settings.split(","):
+        print_prefix_ratios(paired)
 
 
 class Worker:
@@ -240,15 +259,25 @@ def serve_worker(args) -> None:
     sys.stdout = sys.stderr  # libraries' prints must not mix with the answers
     engine = ENGINES[args.worker](args, device, work, work / "nmt", args.dtypes)
     print(json.dumps({"describe": engine.describe, "dtypes": engine.dtypes}), file=out, flush=True)
+    prefixes: dict[tuple, list[list[list[int]]]] = {}  # (dtype, batch, warm-up): each batch's prefixes, made once, untimed
     for line in sys.stdin:
         request = json.loads(line)
         run = Run(args.worker, request["dtype"], request["batch"])
         batches = [sources[: run.batch]] if request["warm_up"] else [sources[j : j + run.batch] for j in range(0, len(sources), run.batch)]
+        forced = None
+        if request["setting"] == "prefix":
+            key = (run.dtype, run.batch, request["warm_up"])
+            if key not in prefixes:
+                prefixes[key] = [[tokens[: args.prefix_tokens] for tokens in engine.best_tokens(run, batch, padded)] for batch in batches]
+            forced = prefixes[key]
         if gpu:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        tokens = engine.decode(run, batches, padded, request["setting"] == "fixed", args.length)
+        if forced is not None:
+            tokens = engine.decode(run, batches, padded, False, args.length, prefixes=forced)
+        else:
+            tokens = engine.decode(run, batches, padded, request["setting"] == "fixed", args.length)
         if gpu:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
@@ -283,7 +312,19 @@ def print_table(rows, n_sentences: int) -> None:
         print("| " + " | ".join(cells) + " |")
 
 
+def print_prefix_ratios(paired: dict[Run, list[float]]) -> None:
+    """Forced prefixes against the plain search of the same engine, dtype and batch: the time ratio of each
+    round (the two ran one after the other), their median and range; steadier on a loaded machine than a
+    ratio of medians."""
+    print("\n| engine | dtype | batch | prefix / plain time, median of rounds | min | max | rounds |")
+    print("|---|---|---|---|---|---|---|")
+    for run, ratios in paired.items():
+        print(f"| {run.engine} | {run.dtype} | {run.batch} | {statistics.median(ratios):.3f} | {min(ratios):.3f} | {max(ratios):.3f} | {len(ratios)} |")
+
+
 # --- the engines ------------------------------------------------------------------------------------
+
+PREFIX_ENGINES = ("nmt", "ct2")  # the engines with target prefixes
 
 
 class Nmt:
@@ -312,7 +353,17 @@ class Nmt:
             notes.append("malloc keeps freed memory" if keep_freed_memory() else "malloc as it is")
         self.describe = ", ".join(["same weights (imported)", *notes, *(["CUDA graphs"] if self.graphs[self.dtypes[0]] else [])])
 
-    def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:
+    def best_tokens(self, run: Run, batch, padded) -> list[list[int]]:
+        """The plain natural search's best output of each sentence of `batch` (for the prefix setting)."""
+        from nmtcli.device import on_device
+        from nmtcli.inference.beam import beam_search
+        from nmtcli.inference.precision import autocast
+
+        with on_device(self.device), autocast(self.device, run.dtype):
+            hyps = beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=self.graphs[run.dtype])
+        return [h[0].tokens for h in hyps]
+
+    def decode(self, run: Run, batches, padded, fixed: bool, length: int, prefixes=None) -> int:
         from nmtcli.device import is_out_of_memory, on_device
         from nmtcli.inference.beam import beam_search
         from nmtcli.inference.precision import autocast
@@ -322,11 +373,12 @@ class Nmt:
         tokens = 0
         graphs = self.graphs[run.dtype]
 
-        def search(batch):
+        def search(batch, forced):
             """The batch's hypotheses; out of memory (fp32 at 3,003 sentences wants ~51 GB of keys/values on
             a GPU), its halves', as `nmt translate` does (inference/translator.py)."""
             try:
-                return beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=graphs, **limits)
+                return beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=graphs,
+                                   prefixes=forced, **limits)
             except (RuntimeError, MemoryError) as e:
                 if not is_out_of_memory(e) or len(batch) == 1:
                     raise
@@ -335,11 +387,14 @@ class Nmt:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             print(f"  nmt {run.dtype}: out of memory at {len(batch)} sentences, searching halves", file=sys.stderr, flush=True)
-            return search(batch[: len(batch) // 2]) + search(batch[len(batch) // 2 :])
+            half = len(batch) // 2
+            return (search(batch[:half], forced and forced[:half])
+                    + search(batch[half:], forced and forced[half:]))
 
         with on_device(self.device), autocast(self.device, run.dtype):
-            for batch in batches:
-                tokens += sum(len(h[0].tokens) + fixed for h in search(batch))  # fixed: the EOS step counts
+            for i, batch in enumerate(batches):
+                hyps = search(batch, prefixes[i] if prefixes is not None else None)
+                tokens += sum(len(h[0].tokens) + fixed for h in hyps)  # fixed: the EOS step counts
         return tokens
 
 
@@ -357,7 +412,7 @@ class HuggingFace:
             self.models[d] = model
         self.describe = "MarianMTModel.generate" + (" (int8: torch quantize_dynamic)" if "int8" in self.dtypes else "")
 
-    def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:
+    def decode(self, run: Run, batches, padded, fixed: bool, length: int, prefixes=None) -> int:
         tokens = 0
         with torch.inference_mode():
             for batch in batches:
@@ -384,11 +439,20 @@ class CTranslate2:
         self.dtypes = list(self.translators)
         self.describe = "; ".join([f"ctranslate2 {ctranslate2.__version__}", *skipped])
 
-    def decode(self, run: Run, batches, padded, fixed: bool, length: int) -> int:
+    def best_tokens(self, run: Run, batch, padded) -> list[list[int]]:
+        """The plain natural search's best output of each sentence of `batch` (for the prefix setting)."""
+        ids = {t: i for i, t in self.vocab.items()}
+        results = self.translators[run.dtype].translate_batch([[self.vocab[t] for t in s] for s in batch], beam_size=4, length_penalty=1.0,
+                                                              max_batch_size=run.batch, max_decoding_length=max(len(s) for s in batch) + 50)
+        return [[ids[t] for t in r.hypotheses[0]] for r in results]
+
+    def decode(self, run: Run, batches, padded, fixed: bool, length: int, prefixes=None) -> int:
         tokens = 0
-        for batch in batches:
+        for i, batch in enumerate(batches):
             source = [[self.vocab[t] for t in s] for s in batch]
             limits = {"min_decoding_length": length, "max_decoding_length": length} if fixed else {"max_decoding_length": max(len(s) for s in batch) + 50}
+            if prefixes is not None:
+                limits["target_prefix"] = [[self.vocab[t] for t in p] for p in prefixes[i]]
             results = self.translators[run.dtype].translate_batch(source, beam_size=4, length_penalty=1.0, max_batch_size=run.batch, **limits)
             tokens += sum(len(r.hypotheses[0]) for r in results)
         return tokens

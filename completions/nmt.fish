@@ -26,7 +26,7 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --engine
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file
         case 'serve'
             printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads
         case 'score'
@@ -242,6 +242,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l threads -x -d 'CPU threads (defa
 complete -c nmt -n "__nmt_using 'translate'" -l cuda-graphs -d 'On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ)'
 complete -c nmt -n "__nmt_using 'translate'" -l no-cuda-graphs -d 'The opposite of --cuda-graphs'
 complete -c nmt -n "__nmt_using 'translate'" -l engine -x -a '(__nmt_values_engine)' -d 'native: nmt\'s PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU)'
+complete -c nmt -n "__nmt_using 'translate'" -l prefix-file -r -F -d 'Target prefixes, one a line beside each input line (an empty line: none)'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve

@@ -10,7 +10,7 @@ CPU quota, `nmt serve` beside its own web threads):
   (GNU OpenMP: 300,000 spins, some milliseconds). On a quiet machine that saves a wake-up; on a busy
   one the thread it waits for is not running, and the spinning eats the time slice that thread needed.
   Measured on 2 cores with two other CPU-bound jobs: `nmt translate` took 3-5x longer than its fair
-  share (docs/speed.md has the table).
+  share (the README's Speed section has the table).
 
 `configure()` sets both before torch loads its thread pool: as many threads as CPUs this process may
 really use, and the wait policy WAIT_POLICY. A user's own OMP_NUM_THREADS, OMP_WAIT_POLICY or
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-# The wait policy nmt sets when the user has set none (chosen by measurement: docs/speed.md).
+# The wait policy nmt sets when the user has set none (chosen by measurement: README.md, Speed).
 WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
 # Variables by which a user chooses the wait policy: one of them set, nmt sets none.
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")

@@ -59,10 +59,11 @@ def test_wide_beam_finds_the_exhaustive_best_under_each_length_penalty(penalty):
     assert winners_change, "no model where the length penalty changes the winner: the test proves nothing"
 
 
-def greedy(model: Transformer, src: torch.Tensor, max_len: int) -> list[int]:
-    tokens: list[int] = []
+def greedy(model: Transformer, src: torch.Tensor, max_len: int, prefix: tuple[int, ...] = ()) -> list[int]:
+    """One sentence, no cache: the whole decoder run for every token, fed `prefix` first (test_prefix.py)."""
+    tokens: list[int] = list(prefix)
     with torch.no_grad():
-        for _ in range(max_len):
+        while len(tokens) < max_len:
             logits = model(src, torch.tensor([[BOS_ID, *tokens]]))[0, -1]
             logits[[0, BOS_ID]] = float("-inf")
             token = int(logits.argmax())
@@ -242,7 +243,8 @@ def _poisoned(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(float("nan")) if t.is_floating_point() else t
 
 
-def test_a_search_step_never_reads_a_value_back_to_the_host(monkeypatch):
+@pytest.mark.parametrize("prefixes", [None, [[11, 12, 13], [], [4], [25, 26, 27, 28], []]])
+def test_a_search_step_never_reads_a_value_back_to_the_host(monkeypatch, prefixes):
     # A CUDA graph can only record a step whose every operation stays on the device: no .item(),
     # .tolist(), nonzero() or Python branch on a tensor's value. Each of those either dispatches an
     # operation that reads a value (_local_scalar_dense, or an output shape that depends on values) or
@@ -267,8 +269,8 @@ def test_a_search_step_never_reads_a_value_back_to_the_host(monkeypatch):
 
     model = tiny_model(2, vocab_size=30)
     with torch.inference_mode():
-        search = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 1.0, 5, 2, "gnmt", 0)
-        expected = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 1.0, 5, 2, "gnmt", 0)
+        search = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 1.0, 5, 2, "gnmt", 0, prefixes)
+        expected = BeamSearch(model, _batch(SENTENCES), 4, 0.6, 1.0, 5, 2, "gnmt", 0, prefixes)
         for s in (search, expected):
             s.step()  # the first step decodes one row per sentence and grows the cache: eager, never captured
             s.state.cache.clear_unwritten()

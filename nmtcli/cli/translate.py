@@ -52,11 +52,13 @@ def command(
     threads: Annotated[Optional[int], options.threads("PyTorch's or CTranslate2's")] = None,
     cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ).")] = True,
     engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU).")] = "native",
+    prefix_file: Annotated[Optional[Path], typer.Option(help="Target prefixes, one a line beside each input line (an empty line: none). Each translation starts with its prefix's target tokens exactly and the search continues from there; the prefix is part of the output, its score and the length limit (a longer prefix is output whole).")] = None,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
     Reads raw text (stdin by default), writes detokenized translations: exactly one output line per
     input line, in input order. Empty lines stay empty; over-long lines are truncated with a warning.
+    With --prefix-file, each translation starts with its line's target prefix (docs/translating.md).
     """
     started = time.perf_counter()
     from nmtcli.errors import check_readable
@@ -65,17 +67,23 @@ def command(
     _check_flags(output_format, nbest, engine, length_penalty)
     if input is not None:
         check_readable(input, "check the path given to --input")
+    if prefix_file is not None:
+        _check_prefix_file(prefix_file, input)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs)
     translator = _translator(engine, model, revision, device, dtype, threads, output_format, settings)
     source = open(input, "rb") if input is not None else sys.stdin.buffer
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
-    results = translator.translate(lines) if output_format == "text" else map(_json_line, translator.translate_nbest(lines))
+    prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
+    prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
+    results = translator.translate(lines, prefixes) if output_format == "text" else map(_json_line, translator.translate_nbest(lines, prefixes))
     try:
         count, first = _write(results, output)
     finally:
         if input is not None:
             source.close()
+        if prefix_source is not None:
+            prefix_source.close()
     elapsed = time.perf_counter() - started
     timing = f" in {elapsed:.1f} s ({count / elapsed:,.1f} lines/s; the first after {first - started:.1f} s)" if first else ""
     say(f"translated {count:,} line(s){timing}{_on_cpu(translator)}")
@@ -91,6 +99,21 @@ def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: st
         raise NmtError("--nbest above 1 needs --output-format json", "text output has exactly one line per input line", exit_code=2)
     if engine not in ("native", "ctranslate2"):
         raise NmtError(f"unknown --engine {engine!r}", "choose native or ctranslate2", exit_code=2)
+
+
+def _check_prefix_file(prefix_file: Path, input: Path | None) -> None:
+    """A readable --prefix-file; with a regular --input file, as many lines as it, checked before any work.
+    (Input streamed from stdin is checked as it is read: the window where one ends first is not translated.)"""
+    from nmtcli.errors import NmtError, check_readable
+
+    check_readable(prefix_file, "check the path given to --prefix-file")
+    if input is None or not (input.is_file() and prefix_file.is_file()):
+        return
+    with open(input, "rb") as a, open(prefix_file, "rb") as b:
+        lines, prefixes = sum(1 for _ in a), sum(1 for _ in b)
+    if lines != prefixes:
+        raise NmtError(f"--prefix-file {prefix_file} has {prefixes:,} line(s) but --input {input} has {lines:,}",
+                       "give one prefix per input line, an empty line for none", exit_code=2)
 
 
 def _translator(engine: str, model: str | None, revision: str | None, device: str, dtype: str, threads: int | None,

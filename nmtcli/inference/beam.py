@@ -9,11 +9,17 @@ updates it with tensor operations only: it never waits for the device, so a GPU 
 Python that feeds it, and the step can be captured as a CUDA graph (inference/graphs.py). The host
 looks at the state only every `sync_every` steps, to drop the sentences that are decided (on a CPU
 every step: there waiting costs nothing and a smaller batch is faster at once).
+
+Target prefixes (`nmt translate --prefix-file`): a sentence's hypothesis is forced through the tokens
+of its prefix, one per step, and the search goes on from there. The prefix tokens are part of the
+output and of its score: they count with the model's log-probabilities of them, and toward |Y| in the
+length penalty.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +61,33 @@ def max_output_lengths(model: Transformer, src: Tensor, max_len_a: float, max_le
     cfg = model.config
     src_len = (src != cfg.pad_id).sum(1) - 1
     return (max_len_a * src_len.double() + max_len_b).floor().long().clamp(min=0, max=cfg.max_positions - 2)
+
+
+def prefix_tensors(model: Transformer, prefixes: Sequence[list[int]], src: Tensor, max_len: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The prefixes as a right-padded (n, P) tensor and their lengths (n,), and the length limits that keep
+    every prefix whole: a prefix as long as the limit or longer is the whole output (then EOS), and a
+    sentence with an empty source (EOS alone) outputs its prefix only: there is nothing to translate."""
+    cfg = model.config
+    if len(prefixes) != src.size(0) or any(len(p) > cfg.max_positions - 2 for p in prefixes):
+        raise ValueError(f"need one prefix per sentence, each of at most {cfg.max_positions - 2} tokens")
+    lengths = torch.tensor([len(p) for p in prefixes], dtype=torch.long)
+    prefix = torch.full((len(prefixes), max(1, max(map(len, prefixes), default=0))), cfg.pad_id, dtype=torch.long)
+    for i, p in enumerate(prefixes):
+        prefix[i, : len(p)] = torch.tensor(p, dtype=torch.long)
+    prefix, lengths = prefix.to(src.device), lengths.to(src.device)
+    empty_source = (src != cfg.pad_id).sum(1) == 1
+    return prefix, lengths, torch.where(empty_source & (lengths > 0), lengths, torch.maximum(max_len, lengths))
+
+
+def force_prefix(log_probs: Tensor, prefix: Tensor, prefix_len: Tensor, generated: Tensor, rows_per_sentence: int) -> None:
+    """In place: the rows of sentences still inside their prefix allow the prefix's next token only (at its
+    log-probability under the model); EOS and every other token are -inf there. Tensor operations only."""
+    position = (generated - 1).clamp(max=prefix.size(1) - 1)  # the position this step's token fills
+    forced = (generated <= prefix_len).repeat_interleave(rows_per_sentence).unsqueeze(1)  # (rows, 1)
+    token = prefix.index_select(1, position).repeat_interleave(rows_per_sentence, dim=0)  # (rows, 1)
+    kept = log_probs.gather(1, token)
+    log_probs.masked_fill_(forced, float("-inf"))
+    log_probs.scatter_(1, token, kept)  # rows not forced get their own value back
 
 
 def top_k_per_row(x: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
@@ -103,8 +136,10 @@ def beam_search(
     min_len: int = 0,
     sync_every: int | None = None,
     graphs=None,
+    prefixes: Sequence[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """src: (B, S) ids ending in EOS, right-padded. Returns the `nbest` best hypotheses of each sentence.
+    `prefixes`: token ids each sentence's output must start with ([] for none; see prefix_tensors).
 
     A sentence is decided when `nbest` hypotheses have ended and no live one can still beat them:
     log-probabilities only fall as a hypothesis grows, so a live hypothesis's best possible final
@@ -117,13 +152,13 @@ def beam_search(
         raise ValueError(f"alpha must be >= 0, not {alpha}")
     length_penalty(1, alpha, penalty)  # an unknown kind fails here, before any work
     sync_every = sync_every or default_sync_every(src.device)
-    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len)
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len, prefixes)
     try:
         return search.run(sync_every, graphs, default_leave_fraction(src.device))
     except GraphsOff:
         pass  # outside the handler, the failed search's memory can go before the new search's is taken
     del search
-    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len)
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len, prefixes)
     return search.run(sync_every, None, default_leave_fraction(src.device))
 
 
@@ -134,16 +169,24 @@ class BeamSearch:
     scores (n, K)          their log-probabilities (-inf: no hypothesis)
     finished_* (n, nbest)  the best ended hypotheses so far, best first: score, log-prob, tokens, length
     done (n,)              decided: nothing can beat the finished ones any more
+    prefix (n, P), prefix_len (n,)  the tokens forced at the first steps (None without prefixes)
+
+    While a sentence is inside its prefix only one of its beams is live (the others are -inf), as at
+    the first step: K copies of one hypothesis would otherwise fill the beam and, after the prefix,
+    offer the same K candidates K times (CTranslate2 issue 277).
     """
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
-                 nbest: int, penalty: str, min_len: int):
+                 nbest: int, penalty: str, min_len: int, prefixes: Sequence[list[int]] | None = None):
         cfg = model.config
         self.model, self.beam, self.nbest, self.alpha, self.penalty = model, beam, nbest, alpha, penalty
         device = src.device
         n, K = src.size(0), beam
         self.n_sentences = n
         self.max_len = max_output_lengths(model, src, max_len_a, max_len_b)  # (n,)
+        self.prefix = self.prefix_len = None
+        if prefixes is not None and any(prefixes):
+            self.prefix, self.prefix_len, self.max_len = prefix_tensors(model, prefixes, src, self.max_len)
         self.steps = int(self.max_len.max()) + 1 if n else 0  # every sentence is decided by then (EOS included)
         self.max_penalty = length_penalty(self.max_len.double() + 1, alpha, penalty).float()  # EOS included
         self.min_len = torch.tensor(min_len, device=device)
@@ -183,6 +226,8 @@ class BeamSearch:
         generated = cache.position  # tokens generated, EOS included, once this step's token is chosen
         log_probs.index_fill_(1, self.banned, float("-inf"))
         log_probs[:, cfg.eos_id].masked_fill_(generated <= self.min_len, float("-inf"))
+        if self.prefix is not None:
+            force_prefix(log_probs, self.prefix, self.prefix_len, generated, R)
         # Within a row every candidate shares the row's score, so the 2K best candidates of a
         # sentence are among the 2K best tokens of each of its rows: rank those only.
         per_row = min(2 * K, log_probs.size(1))
@@ -266,7 +311,8 @@ class BeamSearch:
         live = torch.tensor([i for i, d in enumerate(done) if not d], device=self.done.device)
         self.state.keep(live)
         for name in ("sentence", "max_len", "max_penalty", "history", "scores", "finished_score",
-                     "finished_log_prob", "finished_tokens", "finished_length", "done"):
+                     "finished_log_prob", "finished_tokens", "finished_length", "done",
+                     *(("prefix", "prefix_len") if self.prefix is not None else ())):
             setattr(self, name, getattr(self, name).index_select(0, live))
         K = self.beam
         self.last = self.last.view(-1, K).index_select(0, live).view(-1)

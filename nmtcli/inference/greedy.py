@@ -4,28 +4,35 @@ Beam search with a beam of 1 is not quite this: it also keeps a hypothesis that 
 only the second-best token, and may prefer it. `nmt translate --beam 1` means greedy, token for
 token what other toolkits' greedy decoders (Hugging Face `generate(num_beams=1)`, CTranslate2
 `beam_size=1`) produce, so it has its own loop. Like beam search it keeps its state on the device and
-looks at it from the host only every `sync_every` steps.
+looks at it from the host only every `sync_every` steps. A target prefix is forced token by token as in
+beam search (inference/beam.py), at the model's log-probabilities of its tokens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
-from nmtcli.inference.beam import Hypothesis, default_sync_every, max_output_lengths
+from nmtcli.inference.beam import Hypothesis, default_sync_every, max_output_lengths, prefix_tensors
 from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer
 
 
 @torch.inference_mode()
 def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50,
-                  sync_every: int | None = None) -> list[list[Hypothesis]]:
-    """src: (B, S) ids ending in EOS, right-padded. Output tokens before EOS are at most a*|x| + b (sec. 6.1)."""
+                  sync_every: int | None = None, prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+    """src: (B, S) ids ending in EOS, right-padded. Output tokens before EOS are at most a*|x| + b (sec. 6.1).
+    `prefixes`: token ids each sentence's output must start with ([] for none; see beam.prefix_tensors)."""
     cfg = model.config
     device = src.device
     n = src.size(0)
     sync_every = sync_every or default_sync_every(device)
     max_len = max_output_lengths(model, src, max_len_a, max_len_b)
+    prefix = prefix_len = None
+    if prefixes is not None and any(prefixes):
+        prefix, prefix_len, max_len = prefix_tensors(model, prefixes, src, max_len)
     steps = int(max_len.max()) + 1 if n else 0
     memory, src_mask = model.encode(src)
     state = start_decoding(model, memory, src_mask, 1, capacity=steps)
@@ -41,6 +48,8 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
         log_probs = torch.log_softmax(decode_step(model, last, state).float(), dim=-1)
         log_probs.index_fill_(1, banned, float("-inf"))  # never generated, as in beam search
         best = log_probs.argmax(-1)
+        if prefix is not None:  # within its prefix a sentence takes the prefix's token (never EOS: limits >= prefixes)
+            best = torch.where(step < prefix_len, prefix[:, min(step, prefix.size(1) - 1)], best)
         best = torch.where(step >= max_len, cfg.eos_id, best)  # the limit forces EOS
         best_lp = log_probs.gather(1, best[:, None])[:, 0]
         log_prob += torch.where(done, 0.0, best_lp)
@@ -63,4 +72,6 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
         state.keep(live)  # one row per sentence: finished sentences leave
         sentence, last, tokens, length, log_prob, done = (t.index_select(0, live) for t in (sentence, last, tokens, length, log_prob, done))
         max_len = max_len.index_select(0, live)
+        if prefix is not None:
+            prefix, prefix_len = prefix.index_select(0, live), prefix_len.index_select(0, live)
     return results

@@ -24,12 +24,18 @@ class Tokenizer:
     """encode(texts) -> ids without EOS (the translator appends it); decode(ids) -> one line of text."""
 
     size: int  # how many ids the tokenizer can produce; must fit the model's vocabulary
+    unk_id: int | None = None  # the id of text the vocabulary lacks
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         raise NotImplementedError
 
     def decode(self, ids: list[int]) -> str:
         raise NotImplementedError
+
+    def encode_target(self, texts: list[str]) -> list[list[int]]:
+        """Target-language text -> ids, as `decode` reads them (target prefixes); the source's encoding where one
+        model serves both sides."""
+        return self.encode(texts)
 
     def pieces(self) -> list[str]:
         """The vocabulary as strings, by id (what CTranslate2 stores)."""
@@ -42,6 +48,7 @@ class JointSentencePiece(Tokenizer):
     def __init__(self, path: Path):
         self.sp = load_sentencepiece(path)
         self.size = self.sp.get_piece_size()
+        self.unk_id = self.sp.unk_id()
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return self.sp.encode(texts)
@@ -75,6 +82,9 @@ class MarianVocabulary(Tokenizer):
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return [marian_ids(self.source, self.piece_to_id, self.unk_id, text) for text in texts]
+
+    def encode_target(self, texts: list[str]) -> list[list[int]]:
+        return [[self.piece_to_id.get(p, self.unk_id) for p in self.target.encode(text, out_type=str)] for text in texts]
 
     def decode(self, ids: list[int]) -> str:
         pieces = [self.id_to_piece[i] for i in ids if i not in self.special_ids and i in self.id_to_piece]

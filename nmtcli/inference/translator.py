@@ -31,7 +31,7 @@ from nmtcli.inference.greedy import greedy_search
 from nmtcli.inference.memory import gpu_batch
 from nmtcli.inference import precision
 from nmtcli.inference.precision import HALF, to_half
-from nmtcli.inference.tokenizer import load_tokenizer
+from nmtcli.inference.tokenizer import Tokenizer, load_tokenizer
 from nmtcli.model.checkpoint import load_model
 from nmtcli.model.transformer import Transformer
 
@@ -150,26 +150,43 @@ class Translator:
         """Padded source tokens per batch now (lower than asked for after running out of memory)."""
         return self.budget.tokens
 
-    def translate(self, lines: Iterable[str]) -> Iterator[str]:
+    def translate(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[str]:
         """The best translation of each line, in order."""
-        for hyps in self.translate_nbest(lines):
+        for hyps in self.translate_nbest(lines, prefixes):
             yield hyps[0].text if hyps else ""
 
-    def translate_nbest(self, lines: Iterable[str]) -> Iterator[list[Translation]]:
-        """The `nbest` best translations of each line (best first), in order; [] for an empty line."""
+    def translate_nbest(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[list[Translation]]:
+        """The `nbest` best translations of each line (best first), in order; [] for an empty line.
+        `prefixes`: one target prefix per line ("" for none), which each translation starts with."""
+        if prefixes is not None:
+            yield from self._translate_with_prefixes(lines, prefixes)
+            return
         numbered = enumerate(lines, start=1)
         while window := list(itertools.islice(numbered, self.window)):
             for hyps in self._translate_window(window):
                 yield [self._detokenize(h) for h in hyps]
 
-    def translate_lines(self, lines: Sequence[str], settings: SearchSettings | None = None) -> list[list[Translation]]:
+    def translate_lines(self, lines: Sequence[str], settings: SearchSettings | None = None,
+                        prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
         """The n-best lists of `lines` translated as one unit: sorted by length together, searched in batches
         of `batch_tokens`, returned in input order. `settings` overrides the search settings (beam, alpha,
-        nbest, ...) for this call only; `nmt serve` batches the lines of concurrent requests through here."""
+        nbest, ...) for this call only; `nmt serve` batches the lines of concurrent requests through here.
+        `prefixes`: one target prefix per line ("" for none)."""
         settings = settings or self.settings
         if settings.nbest > settings.beam:
             raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
-        return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(list(enumerate(lines, start=1)), settings)]
+        if prefixes is not None and len(prefixes) != len(lines):
+            raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
+        return [[self._detokenize(h) for h in hyps]
+                for hyps in self._translate_window(list(enumerate(lines, start=1)), settings, prefixes)]
+
+    def _translate_with_prefixes(self, lines: Iterable[str], prefixes: Iterable[str]) -> Iterator[list[Translation]]:
+        """translate_nbest with prefixes: each window of lines carries its prefixes along."""
+        numbered = enumerate(with_prefixes(lines, prefixes), start=1)
+        while window := list(itertools.islice(numbered, self.window)):
+            texts = [(number, line) for number, (line, _) in window]
+            for hyps in self._translate_window(texts, prefixes=[prefix for _, (_, prefix) in window]):
+                yield [self._detokenize(h) for h in hyps]
 
     @property
     def cpu_threads(self) -> int | None:
@@ -180,13 +197,49 @@ class Translator:
         text = one_line(self.tokenizer.decode(hyp.tokens))
         return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens])
 
-    def _translate_window(self, window: list[tuple[int, str]], settings: SearchSettings | None = None) -> list[list[Hypothesis]]:
+    def _translate_window(self, window: list[tuple[int, str]], settings: SearchSettings | None = None,
+                          prefixes: Sequence[str] | None = None) -> list[list[Hypothesis]]:
         def truncated(index: int, tokens: int) -> None:
             self.warn(f"line {window[index][0]}: {tokens} tokens, truncated to the model's {self.max_source_tokens}")
 
         sentences = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens, truncated)
+        prefix_ids = None if prefixes is None else encode_prefixes(self.tokenizer, [number for number, _ in window], prefixes,
+                                                                    self.max_source_tokens - 1, self.warn)
         return translate_ids(self.model, sentences, settings or self.settings, self.budget, self.device,
-                             autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn)
+                             autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn,
+                             prefixes=prefix_ids)
+
+
+
+def encode_prefixes(tokenizer: Tokenizer, numbers: list[int], prefixes: Sequence[str], limit: int, warn: Warn) -> list[list[int]]:
+    """Target prefixes (of input lines `numbers`) as target ids: [] for an empty or blank one; one of more than
+    `limit` tokens, the most the output can hold before EOS, is cut to fit (and reported)."""
+
+    def truncated(index: int, tokens: int) -> None:
+        warn(f"line {numbers[index]}: the prefix has {tokens} tokens, truncated to the model's {limit}")
+
+    encoded = encode_lines(tokenizer.encode_target, prefixes, limit, truncated)
+    for number, ids in zip(numbers, encoded):
+        if tokenizer.unk_id is not None and tokenizer.unk_id in ids:
+            warn(f"line {number}: the prefix holds text the model's vocabulary lacks: the translation holds <unk> there "
+                 "(its text does not start with the prefix's)")
+    return encoded
+
+
+def with_prefixes(lines: Iterable[str], prefixes: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(line, prefix) pairs; NmtError as soon as one runs out before the other (before the window
+    holding that line is translated)."""
+    prefixes = iter(prefixes)
+    count = 0
+    for count, line in enumerate(lines, start=1):
+        prefix = next(prefixes, None)
+        if prefix is None:
+            raise NmtError(f"the prefixes end after line {count - 1:,} but the input goes on",
+                           "give one prefix per input line, an empty line for none", exit_code=2)
+        yield line, prefix
+    if next(prefixes, None) is not None:
+        raise NmtError(f"the input ends after line {count:,} but the prefixes go on",
+                       "give one prefix per input line, an empty line for none", exit_code=2)
 
 
 def encode_lines(encode: Callable[[list[str]], list[list[int]]], lines: Sequence[str], max_tokens: int,
@@ -220,8 +273,11 @@ def translate_ids(
     autocast: Callable[[], AbstractContextManager] = nullcontext,
     graphs: StepGraphs | None = None,
     warn: Warn | None = None,
+    prefixes: Sequence[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """The n-best lists of `sentences` (token ids, without EOS), in input order; [] for an empty one.
+    `prefixes`: target ids each sentence's translations start with ([] for none; an empty sentence with a
+    prefix translates to its prefix).
 
     The sentences are sorted by length (which keeps padding low), cut into batches of at most
     `budget.tokens` padded source tokens, padded, searched, and put back in input order. `nmt translate`,
@@ -229,17 +285,18 @@ def translate_ids(
     """
     warn = warn or (lambda message: None)
     results: list[list[Hypothesis]] = [[] for _ in sentences]
-    for batch in length_sorted_batches(sentences, budget):
-        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn)):
+    for batch in length_sorted_batches(sentences, budget, prefixes):
+        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, prefixes)):
             results[pos] = hyps
     return results
 
 
-def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget) -> Iterator[list[tuple[int, list[int]]]]:
+def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget,
+                          prefixes: Sequence[list[int]] | None = None) -> Iterator[list[tuple[int, list[int]]]]:
     """The non-empty sentences as (position, ids), shortest first (which keeps padding low), in batches of at
     most `budget.tokens` padded tokens with EOS (and at most `budget.sentences` sentences). The budget is read at every sentence: after running out of
-    memory the next batch is already smaller."""
-    encoded = sorted(((pos, ids) for pos, ids in enumerate(sentences) if ids), key=lambda item: len(item[1]))
+    memory the next batch is already smaller. An empty sentence with a prefix is searched too (for its prefix)."""
+    encoded = sorted(((pos, ids) for pos, ids in enumerate(sentences) if ids or prefixes and prefixes[pos]), key=lambda item: len(item[1]))
     batch: list[tuple[int, list[int]]] = []
     for item in encoded:
         longest = len(item[1]) + 1  # sorted ascending: the newest item is the longest
@@ -252,15 +309,18 @@ def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget) -
 
 
 def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSettings, budget: BatchBudget, device: torch.device,
-            autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn) -> list[list[Hypothesis]]:
+            autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn,
+            prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
     """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
     try:
         faults.point("translate-batch", lines=len(batch))
         src = _pad(model, [ids for _, ids in batch], device)
+        forced = None if prefixes is None else [prefixes[pos] for pos, _ in batch]
         with on_device(device), autocast():  # cuda:N current: the graphs' streams and captures are on it
             if s.beam == 1:
-                return greedy_search(model, src, s.max_len_a, s.max_len_b)
-            return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs)
+                return greedy_search(model, src, s.max_len_a, s.max_len_b, prefixes=forced)
+            return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs,
+                               prefixes=forced)
     except (RuntimeError, MemoryError) as e:
         if not is_out_of_memory(e):
             raise
@@ -277,8 +337,8 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
         budget.sentences = max(1, min(budget.sentences, len(batch)) // 2)
     warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {budget.tokens:,}")
     half = len(batch) // 2
-    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn)
-            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn))
+    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn, prefixes)
+            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn, prefixes))
 
 
 def _pad(model: Transformer, sentences: list[list[int]], device: torch.device) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """`nmt translate --engine ctranslate2`: the same text-in, text-out contract on a CTranslate2 model.
 
 The model dir is what `nmt export ctranslate2` writes. Tokenization, the EOS on the source, the
-suppressed pad/BOS tokens, the a*|x|+b length limit, one output line per input line in input
-order: all as in the native engine, so greedy output is token for token the same.
+suppressed pad/BOS tokens, the a*|x|+b length limit, target prefixes (CTranslate2's `target_prefix`),
+one output line per input line in input order: all as in the native engine, so greedy output is token
+for token the same.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import load_tokenizer
-from nmtcli.inference.translator import BatchBudget, SearchSettings, Warn, batching_for, encode_lines, length_sorted_batches, one_line
+from nmtcli.inference.translator import (BatchBudget, SearchSettings, Warn, batching_for, encode_lines, encode_prefixes,
+                                         length_sorted_batches, one_line, with_prefixes)
 from nmtcli.interop.ctranslate2 import NMT_FILE, require_ctranslate2
 from nmtcli.threads import default_threads
 
@@ -47,12 +49,17 @@ class CTranslate2Translator:
         self.batch_tokens, self.window = batching_for(settings, device)
         self.warn = warn or (lambda message: None)
 
-    def translate(self, lines: Iterable[str]) -> Iterator[str]:
+    def translate(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[str]:
+        if prefixes is not None:
+            numbered_pairs = enumerate(with_prefixes(lines, prefixes), start=1)
+            while pairs := list(itertools.islice(numbered_pairs, self.window)):
+                yield from self._translate_chunk([(n, line) for n, (line, _) in pairs], [prefix for _, (_, prefix) in pairs])
+            return
         numbered = enumerate(lines, start=1)
         while chunk := list(itertools.islice(numbered, self.window)):
             yield from self._translate_chunk(chunk)
 
-    def _translate_chunk(self, chunk: list[tuple[int, str]]) -> list[str]:
+    def _translate_chunk(self, chunk: list[tuple[int, str]], prefixes: list[str] | None = None) -> list[str]:
         results = [""] * len(chunk)  # empty or blank lines translate to empty lines
         limit = self.max_positions - 1
 
@@ -60,11 +67,16 @@ class CTranslate2Translator:
             self.warn(f"line {chunk[index][0]}: {tokens} tokens, truncated to the model's {limit}")
 
         sentences = encode_lines(self.tokenizer.encode, [line for _, line in chunk], limit, truncated)
+        forced = None if prefixes is None else encode_prefixes(self.tokenizer, [n for n, _ in chunk], prefixes, limit - 1, self.warn)
         s = self.settings
         suppress = [[self.pieces[i]] for i in dict.fromkeys((self.pad_id, self.bos_id))]
-        for batch in length_sorted_batches(sentences, BatchBudget(self.batch_tokens)):
+        for batch in length_sorted_batches(sentences, BatchBudget(self.batch_tokens), forced):
             # Output tokens before EOS are at most a*|x| + b (sec. 6.1), capped by the position table.
             limits = [min(int(s.max_len_a * len(ids) + s.max_len_b), self.max_positions - 2) for _, ids in batch]
+            extra = {}
+            if forced is not None:  # as beam.prefix_tensors: a prefix is never cut; an empty source outputs its prefix
+                limits = [len(forced[pos]) if not ids and forced[pos] else max(cap, len(forced[pos])) for (pos, ids), cap in zip(batch, limits)]
+                extra["target_prefix"] = [[self.pieces[i] for i in forced[pos]] for pos, _ in batch]
             out = self.translator.translate_batch(
                 [[self.pieces[i] for i in ids] + [self.pieces[self.eos_id]] for _, ids in batch],
                 beam_size=s.beam,
@@ -72,6 +84,7 @@ class CTranslate2Translator:
                 max_decoding_length=max(limits) + 1,
                 suppress_sequences=suppress,
                 return_end_token=False,
+                **extra,
             )
             for (pos, _), result, cap in zip(batch, out, limits):
                 ids = [self.piece_id[p] for p in result.hypotheses[0]][:cap]

@@ -108,7 +108,7 @@ class Service:
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model, _ = self._model(ask.source, ask.target)
-        results = await self._translate(request, model, ask.lines, ask.settings)
+        results = await self._translate(request, model, ask.lines, ask.settings, ask.prefixes)
         s = ask.settings
         return JSONResponse({"model": model.name, "source": model.source, "target": model.target,
                              "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty,
@@ -178,10 +178,11 @@ class Service:
         raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
 
-    async def _translate(self, request: Request, model: ServedModel, lines: list[str], settings: SearchSettings) -> list[list[Translation]]:
+    async def _translate(self, request: Request, model: ServedModel, lines: list[str], settings: SearchSettings,
+                         prefixes: list[str] | None = None) -> list[list[Translation]]:
         """The lines' n-best lists through the batcher; a timeout (503), a full queue (429) or the client
         going away (ClientGone) takes the request's lines out of the queue."""
-        work = asyncio.ensure_future(self.batcher.translate(model, lines, settings))
+        work = asyncio.ensure_future(self.batcher.translate(model, lines, settings, prefixes))
         gone = asyncio.ensure_future(_disconnected(request))
         done, _ = await asyncio.wait({work, gone}, timeout=self.config.timeout, return_when=asyncio.FIRST_COMPLETED)
         gone.cancel()

@@ -44,6 +44,7 @@ class Job:
     future: asyncio.Future
     arrived: float = field(default_factory=time.monotonic)
     taken: bool = False
+    prefixes: list[str] | None = None  # target prefixes, one per line; a batch mixes jobs with and without
 
     def joins(self, other: Job) -> bool:
         """Whether this job's lines can be translated in one call with `other`'s."""
@@ -82,13 +83,14 @@ class Batcher:
             job.future.cancel()
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
 
-    async def translate(self, model: ServedModel, lines: list[str], settings: SearchSettings) -> list[list[Translation]]:
+    async def translate(self, model: ServedModel, lines: list[str], settings: SearchSettings,
+                        prefixes: list[str] | None = None) -> list[list[Translation]]:
         """The n-best lists of `lines`, in order; raises QueueFull when they would exceed the queue limit."""
         if not lines:
             return []
         if self.queued_lines + len(lines) > self.queue_limit:
             raise QueueFull(self.queued_lines, self.queue_limit)
-        job = Job(model, list(lines), settings, asyncio.get_running_loop().create_future())
+        job = Job(model, list(lines), settings, asyncio.get_running_loop().create_future(), prefixes=prefixes)
         self.pending.append(job)
         self.queued_lines += len(job.lines)
         self._wake.set()
@@ -110,10 +112,11 @@ class Batcher:
                 continue  # everyone waiting gave up
             jobs = self._take()
             lines = [line for job in jobs for line in job.lines]
+            prefixes = [p for job in jobs for p in job.prefixes or [""] * len(job.lines)] if any(job.prefixes for job in jobs) else None
             self.running = jobs
             started = time.perf_counter()
             try:
-                results = await loop.run_in_executor(self._executor, _translate, jobs[0], lines)
+                results = await loop.run_in_executor(self._executor, _translate, jobs[0], lines, prefixes)
             except Exception as e:  # noqa: BLE001 - handed to every request of the batch, which answers 500
                 for job in jobs:
                     if not job.future.done():
@@ -166,7 +169,7 @@ class Batcher:
         return taken
 
 
-def _translate(job: Job, lines: list[str]) -> list[list[Translation]]:
+def _translate(job: Job, lines: list[str], prefixes: list[str] | None = None) -> list[list[Translation]]:
     """In the worker thread: one call for the lines of every job of the batch."""
     faults.point("serve-batch", lines=lines)
-    return job.model.translator.translate_lines(lines, job.settings)
+    return job.model.translator.translate_lines(lines, job.settings, prefixes)

@@ -163,6 +163,7 @@ class NmtRequest:
     source: str | None
     target: str | None
     settings: SearchSettings
+    prefixes: list[str] | None = None  # target prefixes, one per line ("" for none)
 
 
 def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits) -> NmtRequest:
@@ -185,8 +186,26 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         max_len_b=_integer(fields.get("max_len_b", defaults.max_len_b), "max_len_b", 0, 1000),
         batch_tokens=defaults.batch_tokens, window=defaults.window, cuda_graphs=defaults.cuda_graphs,
     )
-    check_size(sum(len(line) for line in lines), len(lines), limits, lines)
-    return NmtRequest(lines, source, target, settings)
+    prefixes = _prefixes(fields.get("prefix"), len(lines))
+    texts = [*lines, *(prefixes or [])]
+    check_size(sum(len(text) for text in texts), len(lines), limits, texts)
+    return NmtRequest(lines, source, target, settings, prefixes)
+
+
+def _prefixes(value: Any, lines: int) -> list[str] | None:
+    """`prefix`: a list of target prefixes parallel to `lines` ("" for none), or one string for a single line."""
+    if value is None:
+        return None
+    if isinstance(value, str) and lines == 1:
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(prefix, str) for prefix in value):
+        raise ApiError(400, "Invalid request: prefix must be a list of strings, one per line (\"\" for none), or a string for a single line")
+    if len(value) != lines:
+        raise ApiError(400, f"Invalid request: prefix has {len(value)} item(s) but lines has {lines} (send one prefix per line, \"\" for none)")
+    for number, prefix in enumerate(value, start=1):
+        if "\n" in prefix or "\r" in prefix:
+            raise ApiError(400, f"Invalid request: prefix {number} holds a line break (a prefix is part of one line)")
+    return value
 
 
 def check_size(chars: int, lines: int, limits: Limits, texts: list[str] = ()) -> None:
