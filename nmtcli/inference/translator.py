@@ -31,6 +31,7 @@ from nmtcli.inference.greedy import greedy_search
 from nmtcli.inference.memory import gpu_batch
 from nmtcli.inference import precision
 from nmtcli.inference.precision import HALF, to_half
+from nmtcli.inference.sampling import DEFAULT_SEED, check_sampling, parse_sampling, sample
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.model.checkpoint import load_model
 from nmtcli.model.transformer import Transformer
@@ -54,6 +55,9 @@ class SearchSettings:
     batch_tokens: int | None = None  # padded source tokens per batch; None: the device's default
     window: int | None = None  # lines read, sorted, translated and written at a time; None: the device's default
     cuda_graphs: bool = True  # replay beam search steps as CUDA graphs on a GPU (inference/graphs.py)
+    sampling: str | None = None  # full, topk:K or topp:P: draw `nbest` samples instead of searching (inference/sampling.py)
+    temperature: float = 1.0  # sampling: softmax(logits / temperature)
+    seed: int = DEFAULT_SEED  # sampling: with the line number, what every draw hashes
 
 
 # (batch_tokens, window) by device type (a GPU's batch_tokens depends on its memory: inference/memory.py). On a CPU a step's logits (rows x vocabulary) should stay near the
@@ -113,7 +117,8 @@ class Translator:
             raise NmtError(f"--dtype {dtype} needs a GPU", "use --dtype fp32 (exact) or int8 (faster) on the CPU", exit_code=2)
         if dtype == "int8" and device.type != "cpu":
             raise NmtError("--dtype int8 is for CPUs", "use --dtype bf16 or fp16 on a GPU", exit_code=2)
-        if settings.nbest > settings.beam:
+        check_sampling(settings.sampling, settings.temperature, settings.seed)
+        if settings.nbest > settings.beam and settings.sampling is None:
             raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         self.model, self.config_values = load_model(model_dir, device)
         self.dtype = dtype
@@ -162,14 +167,18 @@ class Translator:
             for hyps in self._translate_window(window):
                 yield [self._detokenize(h) for h in hyps]
 
-    def translate_lines(self, lines: Sequence[str], settings: SearchSettings | None = None) -> list[list[Translation]]:
+    def translate_lines(self, lines: Sequence[str], settings: SearchSettings | None = None,
+                        numbers: Sequence[int] | None = None) -> list[list[Translation]]:
         """The n-best lists of `lines` translated as one unit: sorted by length together, searched in batches
         of `batch_tokens`, returned in input order. `settings` overrides the search settings (beam, alpha,
-        nbest, ...) for this call only; `nmt serve` batches the lines of concurrent requests through here."""
+        nbest, ...) for this call only; `nmt serve` batches the lines of concurrent requests through here.
+        `numbers`: each line's number, which keys its samples (default 1, 2, ...; serve: within its request)."""
         settings = settings or self.settings
-        if settings.nbest > settings.beam:
+        check_sampling(settings.sampling, settings.temperature, settings.seed)
+        if settings.nbest > settings.beam and settings.sampling is None:
             raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
-        return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(list(enumerate(lines, start=1)), settings)]
+        window = list(zip(numbers or range(1, len(lines) + 1), lines))
+        return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(window, settings)]
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         text = one_line(self.tokenizer.decode(hyp.tokens))
@@ -181,7 +190,8 @@ class Translator:
 
         sentences = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens, truncated)
         return translate_ids(self.model, sentences, settings or self.settings, self.budget, self.device,
-                             autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn)
+                             autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn,
+                             numbers=[number for number, _ in window])
 
 
 def encode_lines(encode: Callable[[list[str]], list[list[int]]], lines: Sequence[str], max_tokens: int,
@@ -215,17 +225,20 @@ def translate_ids(
     autocast: Callable[[], AbstractContextManager] = nullcontext,
     graphs: StepGraphs | None = None,
     warn: Warn | None = None,
+    numbers: Sequence[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """The n-best lists of `sentences` (token ids, without EOS), in input order; [] for an empty one.
 
     The sentences are sorted by length (which keeps padding low), cut into batches of at most
     `budget.tokens` padded source tokens, padded, searched, and put back in input order. `nmt translate`,
-    `nmt serve` and validation BLEU during training all translate through here.
+    `nmt serve` and validation BLEU during training all translate through here. With `settings.sampling`,
+    the n-best lists are samples, keyed by `numbers` (each sentence's line number; default 1, 2, ...).
     """
     warn = warn or (lambda message: None)
+    numbers = numbers or range(1, len(sentences) + 1)
     results: list[list[Hypothesis]] = [[] for _ in sentences]
     for batch in length_sorted_batches(sentences, budget):
-        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn)):
+        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, numbers)):
             results[pos] = hyps
     return results
 
@@ -247,12 +260,16 @@ def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget) -
 
 
 def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSettings, budget: BatchBudget, device: torch.device,
-            autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn) -> list[list[Hypothesis]]:
+            autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn,
+            numbers: Sequence[int]) -> list[list[Hypothesis]]:
     """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
     try:
         faults.point("translate-batch", lines=len(batch))
         src = _pad(model, [ids for _, ids in batch], device)
         with on_device(device), autocast():  # cuda:N current: the graphs' streams and captures are on it
+            if s.sampling is not None:
+                return sample(model, src, parse_sampling(s.sampling), s.temperature, s.seed, torch.tensor([numbers[pos] for pos, _ in batch]),
+                              s.nbest, s.max_len_a, s.max_len_b)
             if s.beam == 1:
                 return greedy_search(model, src, s.max_len_a, s.max_len_b)
             return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs)
@@ -272,8 +289,8 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
         budget.sentences = max(1, min(budget.sentences, len(batch)) // 2)
     warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {budget.tokens:,}")
     half = len(batch) // 2
-    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn)
-            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn))
+    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn, numbers)
+            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn, numbers))
 
 
 def _pad(model: Transformer, sentences: list[list[int]], device: torch.device) -> torch.Tensor:

@@ -110,10 +110,11 @@ class Batcher:
                 continue  # everyone waiting gave up
             jobs = self._take()
             lines = [line for job in jobs for line in job.lines]
+            numbers = [number for job in jobs for number in range(1, len(job.lines) + 1)]  # samples keyed within a request
             self.running = jobs
             started = time.perf_counter()
             try:
-                results = await loop.run_in_executor(self._executor, _translate, jobs[0], lines)
+                results = await loop.run_in_executor(self._executor, _translate, jobs[0], lines, numbers)
             except Exception as e:  # noqa: BLE001 - handed to every request of the batch, which answers 500
                 for job in jobs:
                     if not job.future.done():
@@ -166,7 +167,7 @@ class Batcher:
         return taken
 
 
-def _translate(job: Job, lines: list[str]) -> list[list[Translation]]:
+def _translate(job: Job, lines: list[str], numbers: list[int]) -> list[list[Translation]]:
     """In the worker thread: one call for the lines of every job of the batch."""
     faults.point("serve-batch", lines=lines)
-    return job.model.translator.translate_lines(lines, job.settings)
+    return job.model.translator.translate_lines(lines, job.settings, numbers)
