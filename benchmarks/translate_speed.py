@@ -18,6 +18,10 @@ Settings:
 - natural: the engines decode until EOS or the length limit, as a user runs them.
 - process: whole processes from text to text, start-up included: `nmt translate` against a script
   that does what a Hugging Face user writes (MarianTokenizer, generate, batch_decode).
+- sampling (not in the default --settings): nmt's sampling (`--sampling`, each of --sampling-specs, one
+  sample per line) against nmt's beam 4 on the same batches in the same worker, lines/s, with fixed and
+  with natural lengths (the issue asks sampling for at least beam 4's lines/s). A random model's
+  distributions are flatter than a trained one's, so natural samples run longer than a trained model's.
 
 Every engine runs in each of --dtypes it has at each of --batches, and the table marks each one's
 best batch. On a GPU the default dtypes are fp32 and bf16, and nmt replays its steps as CUDA graphs
@@ -29,6 +33,7 @@ Usage:
   python benchmarks/translate_speed.py --device cuda                                    # one GPU, 3,003 sentences
   python benchmarks/translate_speed.py --dtypes fp32,int8                             # the CPU figures with int8
   python benchmarks/translate_speed.py --device cpu --dtypes fp32,int8 --sentences 8 --runs 1 --length 4  # smoke
+  python benchmarks/translate_speed.py --settings sampling --engines nmt --sentences 64 --runs 3        # sampling vs beam 4
 Needs the `bench` extra: pip install -e ".[bench]" (transformers, ctranslate2).
 """
 
@@ -98,9 +103,10 @@ class Run:
     engine: str
     dtype: str
     batch: int
+    search: str = "beam 4"  # or a --sampling spec (nmt only; the sampling setting)
 
     def __str__(self) -> str:
-        return f"{self.engine} {self.dtype} batch {self.batch}"
+        return f"{self.engine} {self.dtype} batch {self.batch}" + (f" {self.search}" if self.search != "beam 4" else "")
 
 
 def parse_args() -> argparse.Namespace:
@@ -116,6 +122,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--vocab-size", type=int, default=58101, help="OPUS-MT en-de has 58,101")
     parser.add_argument("--settings", default="fixed,natural,process")
     parser.add_argument("--engines", default="nmt,hf,ct2")
+    parser.add_argument("--sampling-specs", default="full,topk:10,topp:0.9", help="the sampling setting's --sampling specs, comma-separated")
     parser.add_argument("--no-pack", action="store_true", help="leave nmt's linear layers unpacked (CPU)")
     parser.add_argument("--no-graphs", action="store_true", help="no CUDA graphs for nmt (GPU)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: serve one engine's runs (see Worker)
@@ -156,10 +163,14 @@ def main() -> None:
           f"each engine in its own process; {described}", file=sys.stderr)
 
     rows: list[tuple[str, Run, int, float, float | None]] = []
+    sampling_rows: list[tuple[str, Run, int, float]] = []
     try:
         for setting in args.settings.split(","):
             if setting == "process":
                 rows += measure_processes(args, device, work, nmt_dir, args.sentences, max(args.batches))
+                continue
+            if setting == "sampling":
+                sampling_rows += measure_sampling(args, workers["nmt"])
                 continue
             runs = [Run(name, dtype, b) for name, worker in workers.items() for dtype in worker.dtypes for b in args.batches]
             times: dict[Run, list[float]] = {r: [] for r in runs}
@@ -177,7 +188,43 @@ def main() -> None:
     finally:
         for worker in workers.values():
             worker.close()
-    print_table(rows, args.sentences)
+    if rows:
+        print_table(rows, args.sentences)
+    if sampling_rows:
+        print_sampling_table(sampling_rows, args.sentences)
+
+
+def measure_sampling(args, worker: Worker) -> list[tuple[str, Run, int, float]]:
+    """nmt's beam 4 and its sampling with each of --sampling-specs, on the same batches, alternating within each
+    round, with fixed and with natural lengths: (lengths, run, output tokens, median seconds) for each."""
+    rows = []
+    for lengths in ("fixed", "natural"):
+        runs = [Run("nmt", dtype, b, search) for dtype in worker.dtypes for b in args.batches
+                for search in ("beam 4", *args.sampling_specs.split(","))]
+        times: dict[Run, list[float]] = {r: [] for r in runs}
+        tokens: dict[Run, int] = {}
+        for run in runs:
+            worker.decode(run, lengths, warm_up=True)
+        for i in range(args.runs):
+            for run in runs:
+                result = worker.decode(run, lengths)
+                tokens[run] = result["tokens"]
+                times[run].append(result["seconds"])
+                print(f"  sampling ({lengths}) round {i} {run}: {args.sentences / times[run][-1]:.1f} lines/s", file=sys.stderr, flush=True)
+        rows += [(lengths, run, tokens[run], statistics.median(times[run])) for run in runs]
+    return rows
+
+
+def print_sampling_table(rows, n_sentences: int) -> None:
+    """Lines/s of sampling against beam 4 with the same lengths, dtype and batch (medians)."""
+    beam = {(lengths, run.dtype, run.batch): seconds for lengths, run, _, seconds in rows if run.search == "beam 4"}
+    print("| lengths | search | dtype | batch | output tokens | median s | lines/s | target tok/s | lines/s vs beam 4 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for lengths, run, n_tokens, seconds in rows:
+        cells = [lengths, run.search if run.search == "beam 4" else f"sampling {run.search}", run.dtype, f"{run.batch}", f"{n_tokens}",
+                 f"{seconds:.2f}", f"{n_sentences / seconds:.1f}", f"{n_tokens / seconds:.0f}",
+                 f"{beam[lengths, run.dtype, run.batch] / seconds:.2f}x"]
+        print("| " + " | ".join(cells) + " |")
 
 
 class Worker:
@@ -191,7 +238,8 @@ class Worker:
         self.describe, self.dtypes = hello["describe"], hello["dtypes"]
 
     def decode(self, run: Run, setting: str, warm_up: bool = False) -> dict:
-        self.process.stdin.write(json.dumps({"dtype": run.dtype, "batch": run.batch, "setting": setting, "warm_up": warm_up}) + "\n")
+        self.process.stdin.write(json.dumps({"dtype": run.dtype, "batch": run.batch, "search": run.search, "setting": setting,
+                                             "warm_up": warm_up}) + "\n")
         self.process.stdin.flush()
         return self._read()
 
@@ -228,7 +276,7 @@ def serve_worker(args) -> None:
     print(json.dumps({"describe": engine.describe, "dtypes": engine.dtypes}), file=out, flush=True)
     for line in sys.stdin:
         request = json.loads(line)
-        run = Run(args.worker, request["dtype"], request["batch"])
+        run = Run(args.worker, request["dtype"], request["batch"], request["search"])
         batches = [sources[: run.batch]] if request["warm_up"] else [sources[j : j + run.batch] for j in range(0, len(sources), run.batch)]
         if gpu:
             torch.cuda.synchronize()
@@ -302,6 +350,7 @@ class Nmt:
         from nmtcli.device import is_out_of_memory, on_device
         from nmtcli.inference.beam import beam_search
         from nmtcli.inference.precision import autocast
+        from nmtcli.inference.sampling import parse_sampling, sample
 
         # Fixed: length - 1 tokens, then the EOS step (nmt's search always ends with one).
         limits = {"max_len_a": 0.0, "max_len_b": length - 1, "min_len": length - 1} if fixed else {"max_len_a": 1.0, "max_len_b": 50}
@@ -312,6 +361,8 @@ class Nmt:
             """The batch's hypotheses; out of memory (fp32 at 3,003 sentences wants ~51 GB of keys/values on
             a GPU), its halves', as `nmt translate` does (inference/translator.py)."""
             try:
+                if run.search != "beam 4":  # one sample per line; its lines keyed by their place in the batch
+                    return sample(self.models[run.dtype], padded(batch), parse_sampling(run.search), **limits)
                 return beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=graphs, **limits)
             except (RuntimeError, MemoryError) as e:
                 if not is_out_of_memory(e) or len(batch) == 1:

@@ -26,7 +26,7 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --engine
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine
         case 'serve'
             printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads
         case 'score'
@@ -232,7 +232,10 @@ complete -c nmt -n "__nmt_using 'translate'" -l alpha -x -d 'Length penalty expo
 complete -c nmt -n "__nmt_using 'translate'" -l length-penalty -x -a '(__nmt_values_length_penalty)' -d 'gnmt: ((5+|Y|)/6)^alpha, the paper\'s; power: |Y|^alpha (fairseq, CTranslate2)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-a -x -d 'Output length limit a*|x|+b: the a (sec. 6.1: 1)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-b -x -d 'Output length limit a*|x|+b: the b (sec. 6.1: 50)'
-complete -c nmt -n "__nmt_using 'translate'" -l nbest -x -d 'Translations per line, best first (at most --beam); more than 1 needs --output-format json'
+complete -c nmt -n "__nmt_using 'translate'" -l nbest -x -d 'Translations per line, best first (at most --beam); with --sampling, samples per line in the order drawn'
+complete -c nmt -n "__nmt_using 'translate'" -l sampling -x -d 'Sample instead of searching, for back-translation: full (the model\'s whole distribution), topk:K (the K most probable tokens) or topp:P (the fewest most probable tokens whose probability reaches P). score and log_prob are the model\'s log-probability of the sample (temperature 1, unfiltered)'
+complete -c nmt -n "__nmt_using 'translate'" -l temperature -x -d 'Sampling: draw from softmax(logits / T), before the top-k or top-p filter'
+complete -c nmt -n "__nmt_using 'translate'" -l seed -x -d 'Sampling: a line\'s samples are a function of (seed, line number, sample): the same whatever the batching'
 complete -c nmt -n "__nmt_using 'translate'" -l output-format -x -a '(__nmt_values_output_format)' -d 'text: one translation per line; json: one JSON object per line with translation, score, log_prob, tokens and the n-best list'
 complete -c nmt -n "__nmt_using 'translate'" -l batch-tokens -x -d 'Padded source tokens per batch'
 complete -c nmt -n "__nmt_using 'translate'" -l window -x -d 'Lines read, sorted by length and translated together; bounds memory on endless input'

@@ -62,6 +62,7 @@ def command(
 
     Reads raw text (stdin by default), writes detokenized translations: exactly one output line per
     input line, in input order. Empty lines stay empty; over-long lines are truncated with a warning.
+    With --sampling, each line's translation is drawn from the model instead (back-translation).
     """
     started = time.perf_counter()
     from nmtcli.errors import check_readable
