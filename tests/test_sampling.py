@@ -156,6 +156,34 @@ def test_top_k_of_one_is_greedy_search(model):
     assert [(h[0].tokens, pytest.approx(h[0].log_prob, abs=1e-5)) for h in sampled] == [(h[0].tokens, h[0].log_prob) for h in greedy]
 
 
+def test_draws_over_a_large_vocabulary_are_the_inverse_cdf_of_the_whole_sorted_distribution():
+    """The shortcuts (two-level blocks for full, the 64 / 1,024 best before a whole sort for top-p, the block
+    top-k) pick the token a plain inverse transform over the whole distribution picks with the same u (in
+    vocabulary order for full, most probable first for the filters)."""
+    from nmtcli.inference.sampling import draw
+
+    torch.manual_seed(0)
+    V, rows = 3000, 240
+    # Sharp rows (a nucleus of p 0.9 within 64 tokens), middling ones (597-856) and flat ones (over 2,500: a whole sort).
+    log_probs = torch.log_softmax(torch.randn(rows, V) * torch.tensor([6.0, 2.0, 0.3]).repeat(rows // 3)[:, None], dim=-1)
+    log_probs[:, [0, 2]] = float("-inf")
+    allowed = log_probs.double().exp().sum(1)
+    u = torch.rand(rows, dtype=torch.float64)
+    for sampling in (Sampling("full"), Sampling("topk", k=40), Sampling("topp", p=0.9), Sampling("topp", p=0.5)):
+        probs, order = log_probs.double().exp().sort(dim=1, descending=True)
+        if sampling.kind == "full":
+            probs, order = log_probs.double().exp(), torch.arange(V).expand(rows, V)
+        if sampling.kind == "topk":
+            probs[:, sampling.k:] = 0
+        if sampling.kind == "topp":
+            probs[(probs.cumsum(1) - probs) >= sampling.p * allowed[:, None]] = 0
+        cdf = probs.cumsum(1)
+        expected = order.gather(1, torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True))[:, 0]
+        got = draw(log_probs.clone(), sampling, u, allowed)
+        assert torch.equal(got, expected), sampling  # (rounding could move a boundary by ~1e-7: no u here falls that close)
+        assert torch.isin(got, torch.tensor([0, 2])).sum() == 0
+
+
 @pytest.mark.parametrize("spec", ["topk:0", "topk:x", "topp:0", "topp:1.5", "topp:", "foo", "full:3"])
 def test_a_spec_that_does_not_parse_is_refused(spec):
     with pytest.raises(ValueError):
