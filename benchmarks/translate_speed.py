@@ -23,6 +23,10 @@ Settings:
   each engine decodes naturally with the first --prefix-tokens tokens of its own plain output forced,
   against the plain search on the same batches in the same rounds ("prefix-plain" rows); the last
   table gives the time ratio forced/plain of each round (median, range). Not in the default --settings.
+- sampling (not in the default --settings): nmt's sampling (`--sampling`, each of --sampling-specs, one
+  sample per line) against nmt's beam 4 on the same batches in the same worker, lines/s, with fixed and
+  with natural lengths (sampling must reach at least beam 4's lines/s). On the benchmark's random model
+  beam and samples alike run to the length limit; a trained model's samples end where they end.
 
 --background-load N runs N CPU-bound processes beside the engines (background_load.py): a busy
 machine. The process setting then runs every command both quiet and loaded and compares the loaded
@@ -41,6 +45,7 @@ Usage:
   python benchmarks/translate_speed.py --settings process --threads 0 --background-load 2   # a busy machine
   python benchmarks/translate_speed.py --settings prefix --engines nmt,ct2            # prefix cost vs plain beam
   python benchmarks/translate_speed.py --device cpu --dtypes fp32,int8 --sentences 8 --runs 1 --length 4  # smoke
+  python benchmarks/translate_speed.py --settings sampling --engines nmt --sentences 64 --runs 3        # sampling vs beam 4
 Needs the `bench` extra: pip install -e ".[bench]" (transformers, ctranslate2).
 """
 
@@ -111,9 +116,10 @@ class Run:
     engine: str
     dtype: str
     batch: int
+    search: str = "beam 4"  # or a --sampling spec (nmt only; the sampling setting)
 
     def __str__(self) -> str:
-        return f"{self.engine} {self.dtype} batch {self.batch}"
+        return f"{self.engine} {self.dtype} batch {self.batch}" + (f" {self.search}" if self.search != "beam 4" else "")
 
 
 def parse_args() -> argparse.Namespace:
@@ -129,9 +135,10 @@ def parse_args() -> argparse.Namespace:
                         help="N CPU-bound processes beside the engines (all settings); the process setting then runs each command quiet and loaded")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--vocab-size", type=int, default=58101, help="OPUS-MT en-de has 58,101")
-    parser.add_argument("--settings", default="fixed,natural,process", help="fixed, natural, process, prefix (comma-separated)")
+    parser.add_argument("--settings", default="fixed,natural,process", help="fixed, natural, process, prefix, sampling (comma-separated)")
     parser.add_argument("--prefix-tokens", type=int, default=3, help="prefix setting: tokens of the plain output forced")
     parser.add_argument("--engines", default="nmt,hf,ct2")
+    parser.add_argument("--sampling-specs", default="full,topk:10,topp:0.9", help="the sampling setting's --sampling specs, comma-separated")
     parser.add_argument("--no-pack", action="store_true", help="leave nmt's linear layers unpacked (CPU)")
     parser.add_argument("--no-graphs", action="store_true", help="no CUDA graphs for nmt (GPU)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: serve one engine's runs (see Worker)
@@ -175,10 +182,14 @@ def main() -> None:
           + (f"; {args.background_load} CPU-bound process(es) beside" if args.background_load else ""), file=sys.stderr)
 
     rows: list[tuple[str, Run, int, float, float | None]] = []
+    sampling_rows: list[tuple[str, Run, int, float]] = []
     try:
         for setting in args.settings.split(","):
             if setting == "process":  # it runs each command quiet and loaded itself
                 rows += measure_processes(args, device, work, nmt_dir, args.sentences, max(args.batches))
+                continue
+            if setting == "sampling":
+                sampling_rows += measure_sampling(args, workers["nmt"])
                 continue
             with BackgroundLoad(args.background_load):  # nothing for 0
                 runs = [Run(name, dtype, b) for name, worker in workers.items() for dtype in worker.dtypes for b in args.batches]
@@ -208,9 +219,45 @@ def main() -> None:
     finally:
         for worker in workers.values():
             worker.close()
-    print_table(rows, args.sentences)
+    if rows:
+        print_table(rows, args.sentences)
     if "prefix" in args.settings.split(","):
         print_prefix_ratios(paired)
+    if sampling_rows:
+        print_sampling_table(sampling_rows, args.sentences)
+
+
+def measure_sampling(args, worker: Worker) -> list[tuple[str, Run, int, float]]:
+    """nmt's beam 4 and its sampling with each of --sampling-specs, on the same batches, alternating within each
+    round, with fixed and with natural lengths: (lengths, run, output tokens, median seconds) for each."""
+    rows = []
+    for lengths in ("fixed", "natural"):
+        runs = [Run("nmt", dtype, b, search) for dtype in worker.dtypes for b in args.batches
+                for search in ("beam 4", *args.sampling_specs.split(","))]
+        times: dict[Run, list[float]] = {r: [] for r in runs}
+        tokens: dict[Run, int] = {}
+        for run in runs:
+            worker.decode(run, lengths, warm_up=True)
+        for i in range(args.runs):
+            for run in runs:
+                result = worker.decode(run, lengths)
+                tokens[run] = result["tokens"]
+                times[run].append(result["seconds"])
+                print(f"  sampling ({lengths}) round {i} {run}: {args.sentences / times[run][-1]:.1f} lines/s", file=sys.stderr, flush=True)
+        rows += [(lengths, run, tokens[run], statistics.median(times[run])) for run in runs]
+    return rows
+
+
+def print_sampling_table(rows, n_sentences: int) -> None:
+    """Lines/s of sampling against beam 4 with the same lengths, dtype and batch (medians)."""
+    beam = {(lengths, run.dtype, run.batch): seconds for lengths, run, _, seconds in rows if run.search == "beam 4"}
+    print("| lengths | search | dtype | batch | output tokens | median s | lines/s | target tok/s | lines/s vs beam 4 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for lengths, run, n_tokens, seconds in rows:
+        cells = [lengths, run.search if run.search == "beam 4" else f"sampling {run.search}", run.dtype, f"{run.batch}", f"{n_tokens}",
+                 f"{seconds:.2f}", f"{n_sentences / seconds:.1f}", f"{n_tokens / seconds:.0f}",
+                 f"{beam[lengths, run.dtype, run.batch] / seconds:.2f}x"]
+        print("| " + " | ".join(cells) + " |")
 
 
 class Worker:
@@ -224,7 +271,8 @@ class Worker:
         self.describe, self.dtypes = hello["describe"], hello["dtypes"]
 
     def decode(self, run: Run, setting: str, warm_up: bool = False) -> dict:
-        self.process.stdin.write(json.dumps({"dtype": run.dtype, "batch": run.batch, "setting": setting, "warm_up": warm_up}) + "\n")
+        self.process.stdin.write(json.dumps({"dtype": run.dtype, "batch": run.batch, "search": run.search, "setting": setting,
+                                             "warm_up": warm_up}) + "\n")
         self.process.stdin.flush()
         return self._read()
 
@@ -262,7 +310,7 @@ def serve_worker(args) -> None:
     prefixes: dict[tuple, list[list[list[int]]]] = {}  # (dtype, batch, warm-up): each batch's prefixes, made once, untimed
     for line in sys.stdin:
         request = json.loads(line)
-        run = Run(args.worker, request["dtype"], request["batch"])
+        run = Run(args.worker, request["dtype"], request["batch"], request["search"])
         batches = [sources[: run.batch]] if request["warm_up"] else [sources[j : j + run.batch] for j in range(0, len(sources), run.batch)]
         forced = None
         if request["setting"] == "prefix":
@@ -367,6 +415,7 @@ class Nmt:
         from nmtcli.device import is_out_of_memory, on_device
         from nmtcli.inference.beam import beam_search
         from nmtcli.inference.precision import autocast
+        from nmtcli.inference.sampling import parse_sampling, sample
 
         # Fixed: length - 1 tokens, then the EOS step (nmt's search always ends with one).
         limits = {"max_len_a": 0.0, "max_len_b": length - 1, "min_len": length - 1} if fixed else {"max_len_a": 1.0, "max_len_b": 50}
@@ -377,6 +426,8 @@ class Nmt:
             """The batch's hypotheses; out of memory (fp32 at 3,003 sentences wants ~51 GB of keys/values on
             a GPU), its halves', as `nmt translate` does (inference/translator.py)."""
             try:
+                if run.search != "beam 4":  # one sample per line; its lines keyed by their place in the batch
+                    return sample(self.models[run.dtype], padded(batch), parse_sampling(run.search), **limits)
                 return beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=graphs,
                                    prefixes=forced, **limits)
             except (RuntimeError, MemoryError) as e:

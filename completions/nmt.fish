@@ -26,7 +26,7 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file
         case 'serve'
             printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads
         case 'score'
@@ -232,13 +232,16 @@ complete -c nmt -n "__nmt_using 'translate'" -l alpha -x -d 'Length penalty expo
 complete -c nmt -n "__nmt_using 'translate'" -l length-penalty -x -a '(__nmt_values_length_penalty)' -d 'gnmt: ((5+|Y|)/6)^alpha, the paper\'s; power: |Y|^alpha (fairseq, CTranslate2)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-a -x -d 'Output length limit a*|x|+b: the a (sec. 6.1: 1)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-b -x -d 'Output length limit a*|x|+b: the b (sec. 6.1: 50)'
-complete -c nmt -n "__nmt_using 'translate'" -l nbest -x -d 'Translations per line, best first (at most --beam); more than 1 needs --output-format json'
+complete -c nmt -n "__nmt_using 'translate'" -l nbest -x -d 'Translations per line, best first (at most --beam); with --sampling, samples per line in the order drawn'
+complete -c nmt -n "__nmt_using 'translate'" -l sampling -x -d 'Sample instead of searching, for back-translation: full (the model\'s whole distribution), topk:K (the K most probable tokens) or topp:P (the fewest most probable tokens whose probability reaches P). score and log_prob are the model\'s log-probability of the sample (temperature 1, unfiltered)'
+complete -c nmt -n "__nmt_using 'translate'" -l temperature -x -d 'Sampling: draw from softmax(logits / T), before the top-k or top-p filter'
+complete -c nmt -n "__nmt_using 'translate'" -l seed -x -d 'Sampling: a line\'s samples are a function of (seed, line number, sample): the same whatever the batching'
 complete -c nmt -n "__nmt_using 'translate'" -l output-format -x -a '(__nmt_values_output_format)' -d 'text: one translation per line; json: one JSON object per line with translation, score, log_prob, tokens and the n-best list'
 complete -c nmt -n "__nmt_using 'translate'" -l batch-tokens -x -d 'Padded source tokens per batch'
 complete -c nmt -n "__nmt_using 'translate'" -l window -x -d 'Lines read, sorted by length and translated together; bounds memory on endless input'
 complete -c nmt -n "__nmt_using 'translate'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'translate'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16'
-complete -c nmt -n "__nmt_using 'translate'" -l threads -x -d 'CPU threads (default: PyTorch\'s or CTranslate2\'s choice, usually the physical cores)'
+complete -c nmt -n "__nmt_using 'translate'" -l threads -x -d 'CPU threads for PyTorch\'s or CTranslate2\'s kernels (default: the CPUs this process may use, after its affinity mask and cgroup quota; $OMP_NUM_THREADS overrides it)'
 complete -c nmt -n "__nmt_using 'translate'" -l cuda-graphs -d 'On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ)'
 complete -c nmt -n "__nmt_using 'translate'" -l no-cuda-graphs -d 'The opposite of --cuda-graphs'
 complete -c nmt -n "__nmt_using 'translate'" -l engine -x -a '(__nmt_values_engine)' -d 'native: nmt\'s PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU)'
@@ -269,7 +272,7 @@ complete -c nmt -n "__nmt_using 'serve'" -l timeout -x -d 'Seconds a request may
 complete -c nmt -n "__nmt_using 'serve'" -l cors-origin -x -d 'Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several'
 complete -c nmt -n "__nmt_using 'serve'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'serve'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16'
-complete -c nmt -n "__nmt_using 'serve'" -l threads -x -d 'CPU threads (default: PyTorch\'s choice, usually the physical cores)'
+complete -c nmt -n "__nmt_using 'serve'" -l threads -x -d 'CPU threads for PyTorch\'s kernels (default: the CPUs this process may use, after its affinity mask and cgroup quota; $OMP_NUM_THREADS overrides it)'
 complete -c nmt -n "__nmt_using 'serve'" -l access-log -d 'Log every request on stderr'
 complete -c nmt -n "__nmt_using 'serve'" -l no-access-log -d 'The opposite of --access-log'
 complete -c nmt -n "__nmt_using 'serve'" -l help -s h -d 'Show this message and exit'

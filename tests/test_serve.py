@@ -247,6 +247,24 @@ def test_one_line_out_per_line_in_the_same_as_nmt_translate(server, models, tmp_
     assert answer["model"] == str(models["en-de"]) and answer["settings"]["beam"] == 4
 
 
+def test_sampling_requests_get_nmt_translates_samples_keyed_within_the_request(server, models, tmp_path):
+    """A request's samples are those of `nmt translate --sampling` on its lines alone: lines are numbered within
+    their request, whatever else the batch holds."""
+    def cli(lines: list[str]) -> list[dict]:
+        out = nmt_in_process("translate", "-m", str(models["en-de"]), "--threads", "1", "--output-format", "json", *SHORT,
+                             "--sampling", "topk:5", "--temperature", "1.5", "--seed", "3", "--nbest", "2",
+                             input="\n".join(lines) + "\n", cwd=tmp_path)
+        return [json.loads(line) for line in out.stdout.split("\n")[:-1]]
+
+    body = {"source": "en", "target": "de", "sampling": "topk:5", "temperature": 1.5, "seed": 3, "nbest": 2}
+    status, answer, _ = request(server, "POST", "/nmt/translate", {"lines": LINES, **body})
+    assert status == 200 and answer["translations"] == cli(LINES), answer
+    assert answer["settings"]["sampling"] == "topk:5" and answer["settings"]["seed"] == 3
+    assert all(e["score"] == e["log_prob"] for r in answer["translations"] for e in r["nbest"])
+    status, tail, _ = request(server, "POST", "/nmt/translate", {"lines": LINES[2:], **body})
+    assert status == 200 and tail["translations"] == cli(LINES[2:]) != answer["translations"][2:]
+
+
 BAD_REQUESTS = [
     # (what, body, content type, status, the error message holds)
     ("malformed JSON", b'{"q": "x",', "application/json", 400, "malformed JSON"),
@@ -277,6 +295,17 @@ BAD_REQUESTS = [
     ("nmt: nbest over beam", {"lines": ["a"], "source": "en", "target": "de", "beam": 2, "nbest": 3}, None, 400, "nbest 3 is out of range"),
     ("nmt: alpha a string", {"lines": ["a"], "source": "en", "target": "de", "alpha": "0.6"}, None, 400, "alpha must be a number"),
     ("nmt: unknown penalty", {"lines": ["a"], "source": "en", "target": "de", "length_penalty": "x"}, None, 400, "length_penalty must be one of"),
+    ("nmt: sampling topk:0", {"lines": ["a"], "source": "en", "target": "de", "sampling": "topk:0"}, None, 400,
+     "sampling 'topk:0': K must be a whole number >= 1"),
+    ("nmt: sampling foo", {"lines": ["a"], "source": "en", "target": "de", "sampling": "foo"}, None, 400, "sampling 'foo': not one of"),
+    ("nmt: sampling with a prefix", {"lines": ["a"], "source": "en", "target": "de", "sampling": "full", "prefix": "ein"}, None, 400,
+     "prefix works with beam search, not with sampling"),
+    ("nmt: sampling a number", {"lines": ["a"], "source": "en", "target": "de", "sampling": 5}, None, 400, "sampling must be a string"),
+    ("nmt: sampling with beam", {"lines": ["a"], "source": "en", "target": "de", "sampling": "full", "beam": 4}, None, 400,
+     "beam does not go with sampling"),
+    ("nmt: temperature 0", {"lines": ["a"], "source": "en", "target": "de", "sampling": "full", "temperature": 0}, None, 400,
+     "temperature must be above 0"),
+    ("nmt: seed without sampling", {"lines": ["a"], "source": "en", "target": "de", "seed": 1}, None, 400, "seed applies to sampling only"),
     ("nmt: two models fit", {"lines": ["a"]}, None, 400, "several models fit"),
 ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -34,6 +35,7 @@ def read_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
 
 
 def command(
+    ctx: typer.Context,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model dir, or a Hub id OWNER/NAME (downloaded once into the Hub cache; HF_HUB_OFFLINE=1 uses the cache only). Default: $NMT_MODEL, else the newest under models/.")] = None,
     revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit of the Hub model given with -m.")] = None,
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input text, one sentence a line. Default: stdin.")] = None,
@@ -43,7 +45,10 @@ def command(
     length_penalty: Annotated[str, options.length_penalty(" (fairseq, CTranslate2)")] = "gnmt",
     max_len_a: Annotated[float, options.max_len_a(" (sec. 6.1: 1)")] = 1.0,
     max_len_b: Annotated[int, options.max_len_b(" (sec. 6.1: 50)")] = 50,
-    nbest: Annotated[int, typer.Option(help="Translations per line, best first (at most --beam); more than 1 needs --output-format json.", min=1)] = 1,
+    nbest: Annotated[int, typer.Option(help="Translations per line, best first (at most --beam); with --sampling, samples per line in the order drawn. More than 1 needs --output-format json.", min=1)] = 1,
+    sampling: Annotated[Optional[str], typer.Option(help="Sample instead of searching, for back-translation: full (the model's whole distribution), topk:K (the K most probable tokens) or topp:P (the fewest most probable tokens whose probability reaches P). score and log_prob are the model's log-probability of the sample (temperature 1, unfiltered).", rich_help_panel="Sampling")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling: draw from softmax(logits / T), before the top-k or top-p filter. Default: 1.", rich_help_panel="Sampling")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Sampling: a line's samples are a function of (seed, line number, sample): the same whatever the batching. Default: 1.", min=0, rich_help_panel="Sampling")] = None,
     output_format: Annotated[str, typer.Option(help="text: one translation per line; json: one JSON object per line with translation, score, log_prob, tokens and the n-best list.")] = "text",
     batch_tokens: Annotated[Optional[int], options.batch_tokens(also=" (halved automatically if the GPU runs out of memory)")] = None,
     window: Annotated[Optional[int], typer.Option(help="Lines read, sorted by length and translated together; bounds memory on endless input. Default: 1000 on a CPU, 10000 on a GPU.", min=1)] = None,
@@ -59,18 +64,26 @@ def command(
     Reads raw text (stdin by default), writes detokenized translations: exactly one output line per
     input line, in input order. Empty lines stay empty; over-long lines are truncated with a warning.
     With --prefix-file, each translation starts with its line's target prefix (docs/translating.md).
+    With --sampling, each line's translation is drawn from the model instead (back-translation).
     """
     started = time.perf_counter()
-    from nmtcli.errors import check_readable
+    from nmtcli.errors import NmtError, check_readable
     from nmtcli.inference.translator import SearchSettings
 
     _check_flags(output_format, nbest, engine, length_penalty)
+    _check_sampling_flags(ctx, sampling, temperature, seed)
+    if prefix_file is not None and sampling is not None:
+        raise NmtError("--prefix-file works with beam and greedy search, not with --sampling",
+                       "drop one of them", exit_code=2)
     if input is not None:
         check_readable(input, "check the path given to --input")
     if prefix_file is not None:
         _check_prefix_file(prefix_file, input)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs)
+    if sampling is not None:
+        settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
+                                       seed=settings.seed if seed is None else seed)
     translator = _translator(engine, model, revision, device, dtype, threads, output_format, settings)
     source = open(input, "rb") if input is not None else sys.stdin.buffer
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
@@ -114,6 +127,23 @@ def _check_prefix_file(prefix_file: Path, input: Path | None) -> None:
     if lines != prefixes:
         raise NmtError(f"--prefix-file {prefix_file} has {prefixes:,} line(s) but --input {input} has {lines:,}",
                        "give one prefix per input line, an empty line for none", exit_code=2)
+
+
+def _check_sampling_flags(ctx: typer.Context, sampling: str | None, temperature: float | None, seed: int | None) -> None:
+    """--sampling's spec and temperature, and the flags that do not go with it (one error line, exit 2)."""
+    from nmtcli.errors import NmtError
+    from nmtcli.inference.sampling import DEFAULT_SEED, check_sampling
+
+    if sampling is None:
+        for flag, value in (("--temperature", temperature), ("--seed", seed)):
+            if value is not None:
+                raise NmtError(f"{flag} applies to sampling only", f"add --sampling full, topk:K or topp:P, or drop {flag}", exit_code=2)
+        return
+    check_sampling(sampling, 1.0 if temperature is None else temperature, DEFAULT_SEED if seed is None else seed)
+    for name, flag in (("beam", "--beam"), ("alpha", "--alpha"), ("length_penalty", "--length-penalty")):
+        if ctx.get_parameter_source(name).name != "DEFAULT":  # given on the command line (or by an environment variable)
+            raise NmtError(f"{flag} does not go with --sampling", f"sampling draws each token instead of searching; drop {flag} "
+                                                                  "(--nbest N draws N samples)", exit_code=2)
 
 
 def _translator(engine: str, model: str | None, revision: str | None, device: str, dtype: str, threads: int | None,

@@ -31,6 +31,7 @@ from nmtcli.inference.greedy import greedy_search
 from nmtcli.inference.memory import gpu_batch
 from nmtcli.inference import precision
 from nmtcli.inference.precision import HALF, to_half
+from nmtcli.inference.sampling import DEFAULT_SEED, check_sampling, parse_sampling, sample
 from nmtcli.inference.tokenizer import Tokenizer, load_tokenizer
 from nmtcli.model.checkpoint import load_model
 from nmtcli.model.transformer import Transformer
@@ -54,6 +55,9 @@ class SearchSettings:
     batch_tokens: int | None = None  # padded source tokens per batch; None: the device's default
     window: int | None = None  # lines read, sorted, translated and written at a time; None: the device's default
     cuda_graphs: bool = True  # replay beam search steps as CUDA graphs on a GPU (inference/graphs.py)
+    sampling: str | None = None  # full, topk:K or topp:P: draw `nbest` samples instead of searching (inference/sampling.py)
+    temperature: float = 1.0  # sampling: softmax(logits / temperature)
+    seed: int = DEFAULT_SEED  # sampling: with the line number, what every draw hashes
 
 
 # (batch_tokens, window) by device type (a GPU's batch_tokens depends on its memory: inference/memory.py). On a CPU a step's logits (rows x vocabulary) should stay near the
@@ -113,7 +117,8 @@ class Translator:
             raise NmtError(f"--dtype {dtype} needs a GPU", "use --dtype fp32 (exact) or int8 (faster) on the CPU", exit_code=2)
         if dtype == "int8" and device.type != "cpu":
             raise NmtError("--dtype int8 is for CPUs", "use --dtype bf16 or fp16 on a GPU", exit_code=2)
-        if settings.nbest > settings.beam:
+        check_sampling(settings.sampling, settings.temperature, settings.seed)
+        if settings.nbest > settings.beam and settings.sampling is None:
             raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         self.model, self.config_values = load_model(model_dir, device)
         self.dtype = dtype
@@ -167,19 +172,20 @@ class Translator:
                 yield [self._detokenize(h) for h in hyps]
 
     def translate_lines(self, lines: Sequence[str], settings: SearchSettings | None = None,
-                        prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
+                        prefixes: Sequence[str] | None = None, numbers: Sequence[int] | None = None) -> list[list[Translation]]:
         """The n-best lists of `lines` translated as one unit: sorted by length together, searched in batches
         of `batch_tokens`, returned in input order. `settings` overrides the search settings (beam, alpha,
         nbest, ...) for this call only; `nmt serve` batches the lines of concurrent requests through here.
-        `prefixes`: one target prefix per line ("" for none)."""
+        `prefixes`: one target prefix per line ("" for none). `numbers`: each line's number, which keys its
+        samples (default 1, 2, ...; serve: within its request)."""
         settings = settings or self.settings
-        if settings.nbest > settings.beam:
+        check_sampling(settings.sampling, settings.temperature, settings.seed)
+        if settings.nbest > settings.beam and settings.sampling is None:
             raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
-        return [[self._detokenize(h) for h in hyps]
-                for hyps in self._translate_window(list(enumerate(lines, start=1)), settings, prefixes)]
-
+        window = list(zip(numbers or range(1, len(lines) + 1), lines))
+        return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(window, settings, prefixes)]
     def _translate_with_prefixes(self, lines: Iterable[str], prefixes: Iterable[str]) -> Iterator[list[Translation]]:
         """translate_nbest with prefixes: each window of lines carries its prefixes along."""
         numbered = enumerate(with_prefixes(lines, prefixes), start=1)
@@ -205,10 +211,12 @@ class Translator:
         sentences = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens, truncated)
         prefix_ids = None if prefixes is None else encode_prefixes(self.tokenizer, [number for number, _ in window], prefixes,
                                                                     self.max_source_tokens - 1, self.warn)
+        if prefix_ids is not None and any(prefix_ids) and (settings or self.settings).sampling is not None:
+            raise NmtError("target prefixes work with beam and greedy search, not with sampling",
+                           "drop the prefixes, or search with --beam instead of --sampling", exit_code=2)
         return translate_ids(self.model, sentences, settings or self.settings, self.budget, self.device,
                              autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn,
-                             prefixes=prefix_ids)
-
+                             prefixes=prefix_ids, numbers=[number for number, _ in window])
 
 
 def encode_prefixes(tokenizer: Tokenizer, numbers: list[int], prefixes: Sequence[str], limit: int, warn: Warn) -> list[list[int]]:
@@ -274,6 +282,7 @@ def translate_ids(
     graphs: StepGraphs | None = None,
     warn: Warn | None = None,
     prefixes: Sequence[list[int]] | None = None,
+    numbers: Sequence[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """The n-best lists of `sentences` (token ids, without EOS), in input order; [] for an empty one.
     `prefixes`: target ids each sentence's translations start with ([] for none; an empty sentence with a
@@ -281,12 +290,14 @@ def translate_ids(
 
     The sentences are sorted by length (which keeps padding low), cut into batches of at most
     `budget.tokens` padded source tokens, padded, searched, and put back in input order. `nmt translate`,
-    `nmt serve` and validation BLEU during training all translate through here.
+    `nmt serve` and validation BLEU during training all translate through here. With `settings.sampling`,
+    the n-best lists are samples, keyed by `numbers` (each sentence's line number; default 1, 2, ...).
     """
     warn = warn or (lambda message: None)
+    numbers = numbers or range(1, len(sentences) + 1)
     results: list[list[Hypothesis]] = [[] for _ in sentences]
     for batch in length_sorted_batches(sentences, budget, prefixes):
-        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, prefixes)):
+        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, numbers, prefixes)):
             results[pos] = hyps
     return results
 
@@ -310,13 +321,16 @@ def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget,
 
 def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSettings, budget: BatchBudget, device: torch.device,
             autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn,
-            prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+            numbers: Sequence[int], prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
     """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
     try:
         faults.point("translate-batch", lines=len(batch))
         src = _pad(model, [ids for _, ids in batch], device)
         forced = None if prefixes is None else [prefixes[pos] for pos, _ in batch]
         with on_device(device), autocast():  # cuda:N current: the graphs' streams and captures are on it
+            if s.sampling is not None:
+                return sample(model, src, parse_sampling(s.sampling), s.temperature, s.seed, torch.tensor([numbers[pos] for pos, _ in batch]),
+                              s.nbest, s.max_len_a, s.max_len_b)
             if s.beam == 1:
                 return greedy_search(model, src, s.max_len_a, s.max_len_b, prefixes=forced)
             return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs,
@@ -337,8 +351,8 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
         budget.sentences = max(1, min(budget.sentences, len(batch)) // 2)
     warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {budget.tokens:,}")
     half = len(batch) // 2
-    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn, prefixes)
-            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn, prefixes))
+    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn, numbers, prefixes)
+            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn, numbers, prefixes))
 
 
 def _pad(model: Transformer, sentences: list[list[int]], device: torch.device) -> torch.Tensor:

@@ -4,6 +4,10 @@ The model dir is what `nmt export ctranslate2` writes. Tokenization, the EOS on 
 suppressed pad/BOS tokens, the a*|x|+b length limit, target prefixes (CTranslate2's `target_prefix`),
 one output line per input line in input order: all as in the native engine, so greedy output is token
 for token the same.
+
+`--sampling` maps onto CTranslate2's own sampling (sampling_topk, sampling_topp, sampling_temperature,
+beam 1), with its random generator seeded once with --seed: the same input and batching give the same
+samples, but not the native engine's (CTranslate2 draws its own random numbers, in batch order).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import load_tokenizer
+from nmtcli.inference.sampling import check_sampling, parse_sampling
 from nmtcli.inference.translator import (BatchBudget, SearchSettings, Warn, batching_for, encode_lines, encode_prefixes,
                                          length_sorted_batches, one_line, with_prefixes)
 from nmtcli.interop.ctranslate2 import NMT_FILE, require_ctranslate2
@@ -27,7 +32,8 @@ class CTranslate2Translator:
         model_dir = Path(model_dir)
         if not (model_dir / NMT_FILE).is_file():
             raise NmtError(f"{model_dir} is not a CTranslate2 model written by nmt (no {NMT_FILE})", f"run `nmt export ctranslate2 MODEL_DIR {model_dir}` first")
-        if settings.beam > 1 and settings.alpha > 0 and settings.length_penalty != "power":
+        check_sampling(settings.sampling, settings.temperature, settings.seed)
+        if settings.sampling is None and settings.beam > 1 and settings.alpha > 0 and settings.length_penalty != "power":
             raise NmtError("CTranslate2 implements the power length penalty |Y|^alpha only", "pass --length-penalty power, or --beam 1")
         if settings.nbest != 1:
             raise NmtError("--engine ctranslate2 returns the best translation only", "use the native engine for n-best lists")
@@ -45,6 +51,13 @@ class CTranslate2Translator:
         # CTranslate2's own default is 4 threads whatever the CPUs: nmt's (nmtcli/threads.py) instead.
         self.cpu_threads = (threads or default_threads()) if device == "cpu" else None
         self.translator = ctranslate2.Translator(str(model_dir), device=device, device_index=int(index or 0), intra_threads=self.cpu_threads or 0)
+        self.search = {"beam_size": settings.beam, "length_penalty": settings.alpha if settings.beam > 1 else 0.0}
+        if settings.sampling is not None:
+            sampling = parse_sampling(settings.sampling)
+            # CTranslate2: sampling_topk 0 is the whole vocabulary, sampling_topp 1 no nucleus.
+            self.search = {"beam_size": 1, "sampling_topk": sampling.k if sampling.kind == "topk" else 0,
+                           "sampling_topp": sampling.p if sampling.kind == "topp" else 1.0, "sampling_temperature": settings.temperature}
+            ctranslate2.set_random_seed(settings.seed)
         self.settings = settings
         self.batch_tokens, self.window = batching_for(settings, device)
         self.warn = warn or (lambda message: None)
@@ -79,8 +92,7 @@ class CTranslate2Translator:
                 extra["target_prefix"] = [[self.pieces[i] for i in forced[pos]] for pos, _ in batch]
             out = self.translator.translate_batch(
                 [[self.pieces[i] for i in ids] + [self.pieces[self.eos_id]] for _, ids in batch],
-                beam_size=s.beam,
-                length_penalty=s.alpha if s.beam > 1 else 0.0,
+                **self.search,
                 max_decoding_length=max(limits) + 1,
                 suppress_sequences=suppress,
                 return_end_token=False,

@@ -112,7 +112,8 @@ class Service:
         s = ask.settings
         return JSONResponse({"model": model.name, "source": model.source, "target": model.target,
                              "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty,
-                                          "max_len_a": s.max_len_a, "max_len_b": s.max_len_b, "nbest": s.nbest},
+                                          "max_len_a": s.max_len_a, "max_len_b": s.max_len_b, "nbest": s.nbest,
+                                          **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {})},
                              "translations": [nbest_record(hyps) for hyps in results]})
 
     async def languages(self, request: Request) -> Response:

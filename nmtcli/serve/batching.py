@@ -113,10 +113,11 @@ class Batcher:
             jobs = self._take()
             lines = [line for job in jobs for line in job.lines]
             prefixes = [p for job in jobs for p in job.prefixes or [""] * len(job.lines)] if any(job.prefixes for job in jobs) else None
+            numbers = [number for job in jobs for number in range(1, len(job.lines) + 1)]  # samples keyed within a request
             self.running = jobs
             started = time.perf_counter()
             try:
-                results = await loop.run_in_executor(self._executor, _translate, jobs[0], lines, prefixes)
+                results = await loop.run_in_executor(self._executor, _translate, jobs[0], lines, numbers, prefixes)
             except Exception as e:  # noqa: BLE001 - handed to every request of the batch, which answers 500
                 for job in jobs:
                     if not job.future.done():
@@ -169,7 +170,7 @@ class Batcher:
         return taken
 
 
-def _translate(job: Job, lines: list[str], prefixes: list[str] | None = None) -> list[list[Translation]]:
+def _translate(job: Job, lines: list[str], numbers: list[int], prefixes: list[str] | None = None) -> list[list[Translation]]:
     """In the worker thread: one call for the lines of every job of the batch."""
     faults.point("serve-batch", lines=lines)
-    return job.model.translator.translate_lines(lines, job.settings, prefixes)
+    return job.model.translator.translate_lines(lines, job.settings, prefixes=prefixes, numbers=numbers)

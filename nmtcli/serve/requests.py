@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nmtcli.inference.beam import LENGTH_PENALTIES
+from nmtcli.inference.sampling import DEFAULT_SEED, SAMPLING_FORMS, parse_sampling
 from nmtcli.inference.translator import SearchSettings
 
 
@@ -174,8 +175,9 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         if "\n" in line or "\r" in line:
             raise ApiError(400, f"Invalid request: line {number} holds a line break (send each line as its own item)")
     source, target = (_text_field(fields, name, required=False) for name in ("source", "target"))
+    sampling = _sampling(fields)
     beam = _integer(fields.get("beam", defaults.beam), "beam", 1, limits.beam)
-    nbest = _integer(fields.get("nbest", 1), "nbest", 1, beam)
+    nbest = _integer(fields.get("nbest", 1), "nbest", 1, limits.beam if sampling else beam)
     length_penalty = fields.get("length_penalty", defaults.length_penalty)
     if length_penalty not in LENGTH_PENALTIES:
         raise ApiError(400, f"Invalid request: length_penalty must be one of {', '.join(LENGTH_PENALTIES)}")
@@ -185,8 +187,12 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         max_len_a=_number(fields.get("max_len_a", defaults.max_len_a), "max_len_a", 0.0, 10.0),
         max_len_b=_integer(fields.get("max_len_b", defaults.max_len_b), "max_len_b", 0, 1000),
         batch_tokens=defaults.batch_tokens, window=defaults.window, cuda_graphs=defaults.cuda_graphs,
+        sampling=sampling, temperature=_temperature(fields.get("temperature", 1.0)),
+        seed=_integer(fields.get("seed", DEFAULT_SEED), "seed", 0, 2**63 - 1),
     )
     prefixes = _prefixes(fields.get("prefix"), len(lines))
+    if prefixes is not None and any(prefixes) and sampling:
+        raise ApiError(400, "Invalid request: prefix works with beam search, not with sampling (leave one of them out)")
     texts = [*lines, *(prefixes or [])]
     check_size(sum(len(text) for text in texts), len(lines), limits, texts)
     return NmtRequest(lines, source, target, settings, prefixes)
@@ -206,6 +212,33 @@ def _prefixes(value: Any, lines: int) -> list[str] | None:
         if "\n" in prefix or "\r" in prefix:
             raise ApiError(400, f"Invalid request: prefix {number} holds a line break (a prefix is part of one line)")
     return value
+
+
+def _sampling(fields: dict[str, Any]) -> str | None:
+    """The "sampling" field, checked with the fields that need it or do not go with it (as nmt translate's flags)."""
+    sampling = fields.get("sampling")
+    if sampling is None or sampling == "":
+        for name in ("temperature", "seed"):
+            if name in fields:
+                raise ApiError(400, f"Invalid request: {name} applies to sampling only (send sampling too, or leave {name} out)")
+        return None
+    if not isinstance(sampling, str):
+        raise ApiError(400, f"Invalid request: sampling must be a string: {SAMPLING_FORMS}")
+    try:
+        parse_sampling(sampling)
+    except ValueError as e:
+        raise ApiError(400, f"Invalid request: sampling {sampling!r}: {e} (send {SAMPLING_FORMS})") from None
+    for name in ("beam", "alpha", "length_penalty"):
+        if name in fields:
+            raise ApiError(400, f"Invalid request: {name} does not go with sampling (leave it out; nbest N draws N samples)")
+    return sampling
+
+
+def _temperature(value: Any) -> float:
+    temperature = _number(value, "temperature", 0.0, 100.0)
+    if temperature == 0:
+        raise ApiError(400, "Invalid request: temperature must be above 0 (1 samples from the model's own distribution)")
+    return temperature
 
 
 def check_size(chars: int, lines: int, limits: Limits, texts: list[str] = ()) -> None:
