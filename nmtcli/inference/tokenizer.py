@@ -31,6 +31,11 @@ class Tokenizer:
     def decode(self, ids: list[int]) -> str:
         raise NotImplementedError
 
+    def encode_target(self, texts: list[str]) -> list[list[int]]:
+        """Target-language text -> ids without EOS (scoring given translations): `encode` where one model
+        serves both languages."""
+        return self.encode(texts)
+
     def pieces(self) -> list[str]:
         """The vocabulary as strings, by id (what CTranslate2 stores)."""
         raise NotImplementedError
@@ -75,6 +80,9 @@ class MarianVocabulary(Tokenizer):
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return [marian_ids(self.source, self.piece_to_id, self.unk_id, text) for text in texts]
+
+    def encode_target(self, texts: list[str]) -> list[list[int]]:
+        return [marian_ids(self.target, self.piece_to_id, self.unk_id, text) for text in texts]
 
     def decode(self, ids: list[int]) -> str:
         pieces = [self.id_to_piece[i] for i in ids if i not in self.special_ids and i in self.id_to_piece]
