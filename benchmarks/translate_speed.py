@@ -18,6 +18,10 @@ Settings:
 - natural: the engines decode until EOS or the length limit, as a user runs them.
 - process: whole processes from text to text, start-up included: `nmt translate` against a script
   that does what a Hugging Face user writes (MarianTokenizer, generate, batch_decode).
+- forced: nmt alone, in this process: beam 4 as in the fixed setting, the same search plus the
+  teacher-forced pass over its best hypotheses that `--alignment` adds (inference/forced.py), and
+  `--score-only`'s forced pass over targets of --length tokens (no search); rounds alternate, the table
+  gives medians and each one's speed relative to beam 4.
 
 Every engine runs in each of --dtypes it has at each of --batches, and the table marks each one's
 best batch. On a GPU the default dtypes are fp32 and bf16, and nmt replays its steps as CUDA graphs
@@ -29,6 +33,7 @@ Usage:
   python benchmarks/translate_speed.py --device cuda                                    # one GPU, 3,003 sentences
   python benchmarks/translate_speed.py --dtypes fp32,int8                             # the CPU figures with int8
   python benchmarks/translate_speed.py --device cpu --dtypes fp32,int8 --sentences 8 --runs 1 --length 4  # smoke
+  python benchmarks/translate_speed.py --settings forced --runs 5                      # alignment and score-only vs beam 4
 Needs the `bench` extra: pip install -e ".[bench]" (transformers, ctranslate2).
 """
 
@@ -161,6 +166,9 @@ def main() -> None:
             if setting == "process":
                 rows += measure_processes(args, device, work, nmt_dir, args.sentences, max(args.batches))
                 continue
+            if setting == "forced":
+                measure_forced(args, device, nmt_dir)
+                continue
             runs = [Run(name, dtype, b) for name, worker in workers.items() for dtype in worker.dtypes for b in args.batches]
             times: dict[Run, list[float]] = {r: [] for r in runs}
             tokens: dict[Run, int] = {}
@@ -177,7 +185,8 @@ def main() -> None:
     finally:
         for worker in workers.values():
             worker.close()
-    print_table(rows, args.sentences)
+    if rows:
+        print_table(rows, args.sentences)
 
 
 class Worker:
@@ -381,6 +390,65 @@ class CTranslate2:
 
 
 ENGINES = {"nmt": Nmt, "hf": HuggingFace, "ct2": CTranslate2}
+
+
+# --- forced decoding: --alignment and --score-only ---------------------------------------------------
+
+
+def measure_forced(args, device: torch.device, nmt_dir: Path) -> None:
+    """Beam 4 (fixed: --length steps), beam 4 with the alignment pass, and score-only over targets of
+    --length tokens, on nmt's model in this process, alternating; prints its own table of medians."""
+    from nmtcli.inference.alignment import DEFAULT_HEADS, piece_links
+    from nmtcli.inference.beam import beam_search
+    from nmtcli.inference.cpu import pack_for_cpu
+    from nmtcli.inference.forced import force_ids
+    from nmtcli.model.checkpoint import load_model
+
+    torch.set_num_threads(args.threads)
+    model = load_model(nmt_dir, device)[0]
+    if device.type == "cpu" and not args.no_pack:
+        pack_for_cpu(model)
+    pad = args.vocab_size - 1
+    sources = [s[:-1] for s in make_sources(args)]  # without EOS, as the translator holds them
+    g = torch.Generator().manual_seed(3)
+    targets = [torch.randint(2, pad, (args.length - 1,), generator=g).tolist() for _ in sources]  # + EOS: --length tokens
+    batch = max(args.batches)
+    batches = [range(j, min(j + batch, len(sources))) for j in range(0, len(sources), batch)]
+
+    def beam(align: bool) -> None:
+        for b in batches:
+            src = torch.full((len(b), max(len(sources[i]) for i in b) + 1), pad)
+            for row, i in enumerate(b):
+                src[row, : len(sources[i]) + 1] = torch.tensor(sources[i] + [0])
+            hyps = beam_search(model, src.to(device), beam=4, alpha=1.0, penalty="power", max_len_a=0.0, max_len_b=args.length - 1,
+                               min_len=args.length - 1)
+            if align:
+                forced = force_ids(model, [sources[i] for i in b], [h[0].tokens for h in hyps], 10**9, device, heads=DEFAULT_HEADS)
+                [piece_links(f.attention) for f in forced]
+
+    def score() -> None:
+        force_ids(model, sources, targets, batch * (args.source_length + 9), device)
+
+    kinds = {"beam 4": lambda: beam(False), "beam 4 + --alignment": lambda: beam(True), "--score-only": score}
+    times: dict[str, list[float]] = {name: [] for name in kinds}
+    for run in kinds.values():
+        run()  # warm-up
+    for i in range(args.runs):
+        for name, run in kinds.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            run()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+            print(f"  forced round {i} {name}: {len(sources) / times[name][-1]:.1f} lines/s", file=sys.stderr, flush=True)
+    base = statistics.median(times["beam 4"])
+    print(f"| forced setting ({len(sources)} lines, {args.length} target tokens, batch {batch}) | median s | lines/s | time vs beam 4 |")
+    print("|---|---|---|---|")
+    for name, t in times.items():
+        m = statistics.median(t)
+        print(f"| {name} | {m:.2f} | {len(sources) / m:.1f} | {m / base:.2f}x |")
 
 
 # --- whole processes ----------------------------------------------------------------------------
