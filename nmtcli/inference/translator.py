@@ -200,10 +200,12 @@ class Translator:
         for (i, h), f in zip(pairs, forced):
             h.alignment = pharaoh(piece_links(f.attention), [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], unit)
 
-    def score(self, lines: Iterable[str], targets: Iterable[str], alignment: str | None = None) -> Iterator[Scored]:
+    def score(self, lines: Iterable[str], targets: Iterable[str], alignment: str | None = None,
+              settings: SearchSettings | None = None) -> Iterator[Scored]:
         """Forced decoding (`--score-only`): each (line, target) pair's score, in order, a window at a time;
-        with `alignment` ("words" or "pieces") also the target's alignment to the line."""
-        s = self.settings
+        with `alignment` ("words" or "pieces") also the target's alignment to the line. `settings` (alpha,
+        length_penalty) overrides the translator's for this call."""
+        s = settings or self.settings
         missing = object()
         numbered = enumerate(itertools.zip_longest(lines, targets, fillvalue=missing), start=1)
         while window := list(itertools.islice(numbered, self.window)):

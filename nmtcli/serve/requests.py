@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from nmtcli.inference.alignment import UNITS
 from nmtcli.inference.beam import LENGTH_PENALTIES
 from nmtcli.inference.translator import SearchSettings
 
@@ -163,6 +164,7 @@ class NmtRequest:
     source: str | None
     target: str | None
     settings: SearchSettings
+    targets: list[str] | None = None  # given translations to score (forced decoding), one per line
 
 
 def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits) -> NmtRequest:
@@ -184,9 +186,31 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         max_len_a=_number(fields.get("max_len_a", defaults.max_len_a), "max_len_a", 0.0, 10.0),
         max_len_b=_integer(fields.get("max_len_b", defaults.max_len_b), "max_len_b", 0, 1000),
         batch_tokens=defaults.batch_tokens, window=defaults.window, cuda_graphs=defaults.cuda_graphs,
+        alignment=_alignment(fields.get("alignment")),
     )
-    check_size(sum(len(line) for line in lines), len(lines), limits, lines)
-    return NmtRequest(lines, source, target, settings)
+    targets = _targets(fields.get("targets"), lines)
+    check_size(sum(len(line) for line in [*lines, *(targets or [])]), len(lines), limits, [*lines, *(targets or [])])
+    return NmtRequest(lines, source, target, settings, targets)
+
+
+def _alignment(value: Any) -> str | None:
+    if value is not None and value not in UNITS:
+        raise ApiError(400, f"Invalid request: alignment must be one of {', '.join(UNITS)}")
+    return value
+
+
+def _targets(value: Any, lines: list[str]) -> list[str] | None:
+    """`targets`: the translations to score, one string per line (a different count is a 400)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise ApiError(400, "Invalid request: targets must be a list of strings (one translation to score per line)")
+    if len(value) != len(lines):
+        raise ApiError(400, f"Invalid request: {len(value)} targets for {len(lines)} lines (send one target per line)")
+    for number, target in enumerate(value, start=1):
+        if "\n" in target or "\r" in target:
+            raise ApiError(400, f"Invalid request: target {number} holds a line break (send each line as its own item)")
+    return value
 
 
 def check_size(chars: int, lines: int, limits: Limits, texts: list[str] = ()) -> None:
