@@ -44,12 +44,6 @@ class AttentionHeads:
     layer: int | None = None
     head: int | None = None
 
-    def check(self, layers: int, heads: int) -> None:
-        if self.layer is not None and not 0 <= self.layer < layers:
-            raise NmtError(f"attention layer {self.layer} does not exist", f"the model has layers 0 to {layers - 1}", exit_code=2)
-        if self.head is not None and not 0 <= self.head < heads:
-            raise NmtError(f"attention head {self.head} does not exist", f"the model has heads 0 to {heads - 1}", exit_code=2)
-
 
 @dataclass
 class Forced:
