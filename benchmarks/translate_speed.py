@@ -423,7 +423,8 @@ def measure_forced(args, device: torch.device, nmt_dir: Path) -> None:
             hyps = beam_search(model, src.to(device), beam=4, alpha=1.0, penalty="power", max_len_a=0.0, max_len_b=args.length - 1,
                                min_len=args.length - 1)
             if align:
-                forced = force_ids(model, [sources[i] for i in b], [h[0].tokens for h in hyps], 10**9, device, heads=DEFAULT_HEADS)
+                forced = force_ids(model, [sources[i] for i in b], [h[0].tokens for h in hyps], 10**9, device, heads=DEFAULT_HEADS,
+                                   log_probs=False)  # what Translator._align runs
                 [piece_links(f.attention) for f in forced]
 
     def score() -> None:

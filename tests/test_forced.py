@@ -57,6 +57,10 @@ def test_batching_and_padding_do_not_change_scores(model):
         assert a.log_probs == pytest.approx(c.log_probs, abs=1e-5)  # the layer computed in the open is the same layer
     single = force_batch(model, SOURCES[2:3], TARGETS[2:3], heads)[0].attention
     assert torch.allclose(with_attention[2].attention, single, atol=1e-5)
+    first = AttentionHeads(layer=0)
+    attention_only = force_batch(model, SOURCES, TARGETS, first, log_probs=False)  # stops after layer 0, no projection
+    full = force_batch(model, SOURCES, TARGETS, first)
+    assert all(a.log_probs == [] and torch.allclose(a.attention, f.attention, atol=1e-6) for a, f in zip(attention_only, full))
     assert with_attention[2].attention.shape == (len(TARGETS[2]) + 1, len(SOURCES[2]) + 1)
     assert torch.allclose(with_attention[2].attention.sum(-1), torch.ones(len(TARGETS[2]) + 1), atol=1e-5)
 

@@ -101,8 +101,12 @@ def _rows(seqs: Sequence[list[int]], first: list[int], last: list[int], pad: int
 
 @torch.inference_mode()
 def force_batch(model: Transformer, sources: Sequence[list[int]], targets: Sequence[list[int]],
-                heads: AttentionHeads | None = None) -> list[Forced]:
-    """The teacher-forced pass over one batch of (source ids, target ids) pairs, both without EOS."""
+                heads: AttentionHeads | None = None, log_probs: bool = True) -> list[Forced]:
+    """The teacher-forced pass over one batch of (source ids, target ids) pairs, both without EOS.
+
+    log_probs=False: the attention only (alignments of a search's output); the pass stops after the last
+    layer read, without the output projection (over a third of the work with a large vocabulary).
+    """
     cfg = model.config
     device = model.embedding.tokens.weight.device
     src = _rows(sources, [], [cfg.eos_id], cfg.pad_id).to(device)
@@ -114,6 +118,8 @@ def force_batch(model: Transformer, sources: Sequence[list[int]], targets: Seque
     chosen = [] if heads is None else range(len(layers)) if heads.layer is None else [heads.layer]
     attention = None
     for i, layer in enumerate(layers):
+        if not log_probs and chosen and i > max(chosen):
+            break
         if i in chosen:
             x, probs = _layer_with_attention(layer, x, memory, src_mask)  # (B, h, T, S)
             probs = probs.mean(1) if heads.head is None else probs[:, heads.head]
@@ -125,12 +131,12 @@ def force_batch(model: Transformer, sources: Sequence[list[int]], targets: Seque
     if attention is not None:
         attention = (attention / len(chosen)).float().cpu()
     real = tgt_out != cfg.pad_id
-    log_probs = _target_log_probs(model, x[real], tgt_out[real]).tolist()
+    token_log_probs = _target_log_probs(model, x[real], tgt_out[real]).tolist() if log_probs else []
     out, start = [], 0
     for i, (s, t) in enumerate(zip(sources, targets)):
         n = len(t) + 1
         probs = attention[i, :n, : len(s) + 1] if attention is not None else None
-        out.append(Forced(log_probs[start : start + n], probs))
+        out.append(Forced(token_log_probs[start : start + n], probs))
         start += n
     return out
 
@@ -180,16 +186,17 @@ def pair_batches(sources: Sequence[list[int]], targets: Sequence[list[int]], bat
 
 def force_ids(model: Transformer, sources: Sequence[list[int]], targets: Sequence[list[int]], batch_tokens: int,
               device: torch.device, autocast: Callable[[], AbstractContextManager] = nullcontext,
-              heads: AttentionHeads | None = None, warn: Callable[[str], None] | None = None) -> list[Forced]:
+              heads: AttentionHeads | None = None, warn: Callable[[str], None] | None = None,
+              log_probs: bool = True) -> list[Forced]:
     """The teacher-forced pass of every (source, target) pair (ids without EOS), in input order, batched by
-    length; out of memory, a batch is forced in halves."""
+    length; out of memory, a batch is forced in halves. log_probs=False: the attention only (see force_batch)."""
     warn = warn or (lambda message: None)
     results: list[Forced | None] = [None] * len(sources)
 
     def run(batch: list[int]) -> None:
         try:
             with on_device(device), autocast():
-                for i, forced in zip(batch, force_batch(model, [sources[i] for i in batch], [targets[i] for i in batch], heads)):
+                for i, forced in zip(batch, force_batch(model, [sources[i] for i in batch], [targets[i] for i in batch], heads, log_probs)):
                     results[i] = forced
             return
         except (RuntimeError, MemoryError) as e:

@@ -196,7 +196,7 @@ class Translator:
         """Each hypothesis's alignment to its source (`--alignment`), from one teacher-forced pass over all of them."""
         pairs = [(i, h) for i, hyps in enumerate(results) for h in hyps]
         forced = force_ids(self.model, [sentences[i] for i, _ in pairs], [h.tokens for _, h in pairs], self.budget.tokens, self.device,
-                           lambda: precision.autocast(self.device, self.dtype), DEFAULT_HEADS, self.warn)
+                           lambda: precision.autocast(self.device, self.dtype), DEFAULT_HEADS, self.warn, log_probs=False)
         for (i, h), f in zip(pairs, forced):
             h.alignment = pharaoh(piece_links(f.attention), [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], unit)
 
