@@ -6,6 +6,11 @@ split (nmtcli/data/demo: software messages, English -> German), aligned by hand 
 (punctuation stays with its word), sure links only: AER = 1 - 2 |A & S| / (|A| + |S|) (Och & Ney 2003
 with P = S). The pairs are not in the training split.
 
+A second gold set with no human in it: benchmarks/data/rule_alignment_gold.tsv, 60 pairs of the
+synthetic corpus of tests/corpus.py (adjectives follow their noun, the verb goes last), whose true
+alignment is known by construction, for the test suite's model of that corpus (a model that has learned
+its task: the attention of a weak model and of a good one prefer different layers).
+
 Each choice aligns the gold targets given to the model (forced decoding: what `--score-only
 --alignment words` prints), at offset 0 (row t: the position that predicts target token t, as
 fairseq reads it) and offset 1 (row t + 1: the position that reads token t). A peer in the same run:
@@ -14,6 +19,8 @@ the monotone diagonal (target word j -> source word round(j * S / T)), which nee
 Usage:
   nmt prepare demo && nmt train --preset tiny --max-steps 1000 && nmt average   # a model of the demo corpus
   python benchmarks/alignment_aer.py -m models/tiny-demo
+  python benchmarks/alignment_aer.py -m MODEL_OF_TESTS_CORPUS --gold benchmarks/data/rule_alignment_gold.tsv
+    (the `trained_model` of tests/conftest.py: nmt prepare + nmt train --preset tiny --max-steps 300 on tests/corpus.py's pairs)
 """
 
 from __future__ import annotations

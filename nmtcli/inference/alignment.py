@@ -8,7 +8,7 @@ follow it up to the next such piece, which are the whitespace-separated words of
 are linked where any of their pieces are (the usual rule for subword alignments).
 
 Which attention: DEFAULT_HEADS, chosen by alignment error rate on a hand-aligned sample of the demo
-corpus (benchmarks/alignment_aer.py; the numbers are in docs/translate.md).
+corpus and on a rule task (benchmarks/alignment_aer.py; the numbers are in docs/translate.md).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from nmtcli.inference.tokenizer import WORD_BOUNDARY
 
 UNITS = ("words", "pieces")
 
-# The average of every layer's heads: the lowest AER of the choices measured (docs/translate.md).
+# The average of every layer's heads: the lowest AER of the choices measured where the model has learned
+# its task, within a few links of the best on a weak one (docs/translate.md).
 DEFAULT_HEADS = AttentionHeads(layer=None, head=None)
 # Row t of the attention is the position that predicts target token t (OFFSET 0), as fairseq reads it.
 DEFAULT_OFFSET = 0
