@@ -415,41 +415,44 @@ def measure_forced(args, device: torch.device, nmt_dir: Path) -> None:
     batch = max(args.batches)
     batches = [range(j, min(j + batch, len(sources))) for j in range(0, len(sources), batch)]
 
-    def beam(align: bool) -> None:
+    def beam() -> tuple[float, float]:
+        """Seconds of beam 4 over every batch, and of the alignment pass --alignment adds to it."""
+        searching = aligning = 0.0
         for b in batches:
             src = torch.full((len(b), max(len(sources[i]) for i in b) + 1), pad)
             for row, i in enumerate(b):
                 src[row, : len(sources[i]) + 1] = torch.tensor(sources[i] + [0])
+            start = time.perf_counter()
             hyps = beam_search(model, src.to(device), beam=4, alpha=1.0, penalty="power", max_len_a=0.0, max_len_b=args.length - 1,
                                min_len=args.length - 1)
-            if align:
-                forced = force_ids(model, [sources[i] for i in b], [h[0].tokens for h in hyps], 10**9, device, heads=DEFAULT_HEADS,
-                                   log_probs=False)  # what Translator._align runs
-                [piece_links(f.attention) for f in forced]
+            middle = time.perf_counter()
+            forced = force_ids(model, [sources[i] for i in b], [h[0].tokens for h in hyps], 10**9, device, heads=DEFAULT_HEADS,
+                               log_probs=False)  # what Translator._align runs
+            [piece_links(f.attention) for f in forced]
+            searching += middle - start
+            aligning += time.perf_counter() - middle
+        return searching, aligning
 
-    def score() -> None:
+    def score() -> float:
+        start = time.perf_counter()
         force_ids(model, sources, targets, batch * (args.source_length + 9), device)
+        return time.perf_counter() - start
 
-    kinds = {"beam 4": lambda: beam(False), "beam 4 + --alignment": lambda: beam(True), "--score-only": score}
-    times: dict[str, list[float]] = {name: [] for name in kinds}
-    for run in kinds.values():
-        run()  # warm-up
-    for i in range(args.runs):
-        for name, run in kinds.items():
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            run()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - start)
-            print(f"  forced round {i} {name}: {len(sources) / times[name][-1]:.1f} lines/s", file=sys.stderr, flush=True)
-    base = statistics.median(times["beam 4"])
-    print(f"| forced setting ({len(sources)} lines, {args.length} target tokens, batch {batch}) | median s | lines/s | time vs beam 4 |")
+    beam(), score()  # warm-up
+    rounds = []
+    for i in range(args.runs):  # alternating, and compared within each round: the load of a shared machine varies
+        searching, aligning = beam()
+        scoring = score()
+        rounds.append((searching, aligning, scoring))
+        print(f"  forced round {i}: beam 4 {searching:.1f} s, its alignment pass {aligning:.1f} s, score-only {scoring:.1f} s",
+              file=sys.stderr, flush=True)
+    n = len(sources)
+    print(f"| forced setting ({n} lines, {args.length} target tokens, batch {batch}, {args.runs} rounds) | median s | lines/s "
+          "| time / beam 4's in the same round (median) |")
     print("|---|---|---|---|")
-    for name, t in times.items():
-        m = statistics.median(t)
-        print(f"| {name} | {m:.2f} | {len(sources) / m:.1f} | {m / base:.2f}x |")
+    for k, name in enumerate(["beam 4", "alignment pass added by --alignment", "--score-only"]):
+        m = statistics.median(r[k] for r in rounds)
+        print(f"| {name} | {m:.2f} | {n / m:.1f} | {statistics.median(r[k] / r[0] for r in rounds):.2f} |")
 
 
 # --- whole processes ----------------------------------------------------------------------------
