@@ -27,6 +27,10 @@ Settings:
   sample per line) against nmt's beam 4 on the same batches in the same worker, lines/s, with fixed and
   with natural lengths (sampling must reach at least beam 4's lines/s). On the benchmark's random model
   beam and samples alike run to the length limit; a trained model's samples end where they end.
+- forced: nmt alone, in this process: beam 4 as in the fixed setting, the same search plus the
+  teacher-forced pass over its best hypotheses that `--alignment` adds (inference/forced.py), and
+  `--score-only`'s forced pass over targets of --length tokens (no search); rounds alternate, the table
+  gives medians and each one's speed relative to beam 4.
 
 --background-load N runs N CPU-bound processes beside the engines (background_load.py): a busy
 machine. The process setting then runs every command both quiet and loaded and compares the loaded
@@ -46,6 +50,7 @@ Usage:
   python benchmarks/translate_speed.py --settings prefix --engines nmt,ct2            # prefix cost vs plain beam
   python benchmarks/translate_speed.py --device cpu --dtypes fp32,int8 --sentences 8 --runs 1 --length 4  # smoke
   python benchmarks/translate_speed.py --settings sampling --engines nmt --sentences 64 --runs 3        # sampling vs beam 4
+  python benchmarks/translate_speed.py --settings forced --runs 5                      # alignment and score-only vs beam 4
 Needs the `bench` extra: pip install -e ".[bench]" (transformers, ctranslate2).
 """
 
@@ -135,7 +140,7 @@ def parse_args() -> argparse.Namespace:
                         help="N CPU-bound processes beside the engines (all settings); the process setting then runs each command quiet and loaded")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--vocab-size", type=int, default=58101, help="OPUS-MT en-de has 58,101")
-    parser.add_argument("--settings", default="fixed,natural,process", help="fixed, natural, process, prefix, sampling (comma-separated)")
+    parser.add_argument("--settings", default="fixed,natural,process", help="fixed, natural, process, prefix, sampling, forced (comma-separated)")
     parser.add_argument("--prefix-tokens", type=int, default=3, help="prefix setting: tokens of the plain output forced")
     parser.add_argument("--engines", default="nmt,hf,ct2")
     parser.add_argument("--sampling-specs", default="full,topk:10,topp:0.9", help="the sampling setting's --sampling specs, comma-separated")
@@ -187,6 +192,9 @@ def main() -> None:
         for setting in args.settings.split(","):
             if setting == "process":  # it runs each command quiet and loaded itself
                 rows += measure_processes(args, device, work, nmt_dir, args.sentences, max(args.batches))
+                continue
+            if setting == "forced":
+                measure_forced(args, device, nmt_dir)
                 continue
             if setting == "sampling":
                 sampling_rows += measure_sampling(args, workers["nmt"])
@@ -510,6 +518,69 @@ class CTranslate2:
 
 
 ENGINES = {"nmt": Nmt, "hf": HuggingFace, "ct2": CTranslate2}
+
+
+# --- forced decoding: --alignment and --score-only ---------------------------------------------------
+
+
+def measure_forced(args, device: torch.device, nmt_dir: Path) -> None:
+    """Beam 4 (fixed: --length steps), beam 4 with the alignment pass, and score-only over targets of
+    --length tokens, on nmt's model in this process, alternating; prints its own table of medians."""
+    from nmtcli.inference.alignment import DEFAULT_HEADS, piece_links
+    from nmtcli.inference.beam import beam_search
+    from nmtcli.inference.cpu import pack_for_cpu
+    from nmtcli.inference.forced import force_ids
+    from nmtcli.model.checkpoint import load_model
+
+    torch.set_num_threads(args.threads)
+    model = load_model(nmt_dir, device)[0]
+    if device.type == "cpu" and not args.no_pack:
+        pack_for_cpu(model)
+    pad = args.vocab_size - 1
+    sources = [s[:-1] for s in make_sources(args)]  # without EOS, as the translator holds them
+    g = torch.Generator().manual_seed(3)
+    targets = [torch.randint(2, pad, (args.length - 1,), generator=g).tolist() for _ in sources]  # + EOS: --length tokens
+    batch = max(args.batches)
+    batches = [range(j, min(j + batch, len(sources))) for j in range(0, len(sources), batch)]
+
+    def beam() -> tuple[float, float]:
+        """Seconds of beam 4 over every batch, and of the alignment pass --alignment adds to it."""
+        searching = aligning = 0.0
+        for b in batches:
+            src = torch.full((len(b), max(len(sources[i]) for i in b) + 1), pad)
+            for row, i in enumerate(b):
+                src[row, : len(sources[i]) + 1] = torch.tensor(sources[i] + [0])
+            start = time.perf_counter()
+            hyps = beam_search(model, src.to(device), beam=4, alpha=1.0, penalty="power", max_len_a=0.0, max_len_b=args.length - 1,
+                               min_len=args.length - 1)
+            middle = time.perf_counter()
+            forced = force_ids(model, [sources[i] for i in b], [h[0].tokens for h in hyps], 10**9, device, heads=DEFAULT_HEADS,
+                               log_probs=False)  # what Translator._align runs
+            [piece_links(f.attention) for f in forced]
+            searching += middle - start
+            aligning += time.perf_counter() - middle
+        return searching, aligning
+
+    def score() -> float:
+        start = time.perf_counter()
+        force_ids(model, sources, targets, batch * (args.source_length + 9), device)
+        return time.perf_counter() - start
+
+    beam(), score()  # warm-up
+    rounds = []
+    for i in range(args.runs):  # alternating, and compared within each round: the load of a shared machine varies
+        searching, aligning = beam()
+        scoring = score()
+        rounds.append((searching, aligning, scoring))
+        print(f"  forced round {i}: beam 4 {searching:.1f} s, its alignment pass {aligning:.1f} s, score-only {scoring:.1f} s",
+              file=sys.stderr, flush=True)
+    n = len(sources)
+    print(f"| forced setting ({n} lines, {args.length} target tokens, batch {batch}, {args.runs} rounds) | median s | lines/s "
+          "| time / beam 4's in the same round (median) |")
+    print("|---|---|---|---|")
+    for k, name in enumerate(["beam 4", "alignment pass added by --alignment", "--score-only"]):
+        m = statistics.median(r[k] for r in rounds)
+        print(f"| {name} | {m:.2f} | {n / m:.1f} | {statistics.median(r[k] / r[0] for r in rounds):.2f} |")
 
 
 # --- whole processes ----------------------------------------------------------------------------

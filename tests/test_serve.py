@@ -265,6 +265,23 @@ def test_sampling_requests_get_nmt_translates_samples_keyed_within_the_request(s
     assert status == 200 and tail["translations"] == cli(LINES[2:]) != answer["translations"][2:]
 
 
+def test_nmt_translate_aligns_and_scores_given_targets_as_nmt_translate_does(server, models, tmp_path):
+    """"alignment" and "targets" (forced decoding) against `nmt translate --alignment` and `--score-only`."""
+    common = ("translate", "-m", str(models["en-de"]), "--threads", "1", "--output-format", "json", "--alignment", "words", *SHORT)
+    records = [json.loads(line) for line in nmt_in_process(*common, input="\n".join(LINES) + "\n", cwd=tmp_path).stdout.splitlines()]
+    status, answer, _ = request(server, "POST", "/nmt/translate", {"lines": LINES, "source": "en", "target": "de", "alignment": "words"})
+    assert status == 200 and answer["translations"] == records and "alignment" in records[0], answer
+    targets = [r["translation"] for r in records]
+    (tmp_path / "targets.txt").write_text("\n".join(targets) + "\n")
+    scores = [json.loads(line) for line in nmt_in_process(*common, "--score-only", "--target-file", str(tmp_path / "targets.txt"),
+                                                          input="\n".join(LINES) + "\n", cwd=tmp_path).stdout.splitlines()]
+    status, answer, _ = request(server, "POST", "/nmt/translate", {"lines": LINES, "source": "en", "target": "de", "alignment": "words",
+                                                                    "targets": targets})
+    assert status == 200 and answer["scores"] == scores and "translations" not in answer, answer
+    same = [(s["score"], r["score"]) for s, r in zip(scores, records) if r["tokens"] and s["tokens"] == r["tokens"]]
+    assert same and all(a == pytest.approx(b, abs=1e-5) for a, b in same)  # where the text re-encodes to the search's tokens: its score
+
+
 BAD_REQUESTS = [
     # (what, body, content type, status, the error message holds)
     ("malformed JSON", b'{"q": "x",', "application/json", 400, "malformed JSON"),
@@ -307,6 +324,11 @@ BAD_REQUESTS = [
      "temperature must be above 0"),
     ("nmt: seed without sampling", {"lines": ["a"], "source": "en", "target": "de", "seed": 1}, None, 400, "seed applies to sampling only"),
     ("nmt: two models fit", {"lines": ["a"]}, None, 400, "several models fit"),
+    ("nmt: unknown alignment", {"lines": ["a"], "source": "en", "target": "de", "alignment": "x"}, None, 400, "alignment must be one of words, pieces"),
+    ("nmt: targets for other lines", {"lines": ["a", "b"], "source": "en", "target": "de", "targets": ["x"]}, None, 400, "1 targets for 2 lines"),
+    ("nmt: targets with sampling", {"lines": ["a"], "source": "en", "target": "de", "targets": ["x"], "sampling": "full"}, None, 400,
+     "targets (scoring given translations) does not go with prefix or sampling"),
+    ("nmt: targets not strings", {"lines": ["a"], "source": "en", "target": "de", "targets": [1]}, None, 400, "targets must be a list of strings"),
 ]
 
 

@@ -58,6 +58,9 @@ def command(
     cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ).")] = True,
     engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU).")] = "native",
     prefix_file: Annotated[Optional[Path], typer.Option(help="Target prefixes, one a line beside each input line (an empty line: none). Each translation starts with its prefix's target tokens exactly and the search continues from there; the prefix is part of the output, its score and the length limit (a longer prefix is output whole).")] = None,
+    alignment: Annotated[Optional[str], typer.Option(help="words or pieces: add each translation's source-target alignment to the JSON records (\"alignment\": \"0-0 1-2 ...\", Pharaoh format over whitespace-separated words or sentencepiece pieces), from the encoder-decoder attention. Needs --output-format json.")] = None,
+    score_only: Annotated[bool, typer.Option("--score-only", help="Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs.")] = False,
+    target_file: Annotated[Optional[Path], typer.Option(help="The translations --score-only scores, one per input line.")] = None,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
@@ -77,10 +80,15 @@ def command(
                        "drop one of them", exit_code=2)
     if input is not None:
         check_readable(input, "check the path given to --input")
+    _check_forced_flags(alignment, score_only, target_file, output_format, nbest, engine, input)
+    if score_only and (prefix_file is not None or sampling is not None):
+        raise NmtError(f"--score-only does not go with {'--prefix-file' if prefix_file is not None else '--sampling'}",
+                       "score the given translations alone, or translate without --score-only", exit_code=2)
     if prefix_file is not None:
         _check_prefix_file(prefix_file, input)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
-                              length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs)
+                              length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs,
+                              alignment=None if score_only else alignment)
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
@@ -89,7 +97,12 @@ def command(
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
     prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
     prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
-    results = translator.translate(lines, prefixes) if output_format == "text" else map(_json_line, translator.translate_nbest(lines, prefixes))
+    if score_only:
+        results = _scores(translator, lines, target_file, output_format, alignment)
+    elif output_format == "text":
+        results = translator.translate(lines, prefixes)
+    else:
+        results = map(_json_line, translator.translate_nbest(lines, prefixes))
     try:
         count, first = _write(results, output)
     finally:
@@ -99,7 +112,7 @@ def command(
             prefix_source.close()
     elapsed = time.perf_counter() - started
     timing = f" in {elapsed:.1f} s ({count / elapsed:,.1f} lines/s; the first after {first - started:.1f} s)" if first else ""
-    say(f"translated {count:,} line(s){timing}{_on_cpu(translator)}")
+    say(f"{'scored' if score_only else 'translated'} {count:,} {'pair' if score_only else 'line'}(s){timing}{_on_cpu(translator)}")
 
 
 def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: str) -> None:
@@ -122,8 +135,7 @@ def _check_prefix_file(prefix_file: Path, input: Path | None) -> None:
     check_readable(prefix_file, "check the path given to --prefix-file")
     if input is None or not (input.is_file() and prefix_file.is_file()):
         return
-    with open(input, "rb") as a, open(prefix_file, "rb") as b:
-        lines, prefixes = sum(1 for _ in a), sum(1 for _ in b)
+    lines, prefixes = _count_lines(input), _count_lines(prefix_file)
     if lines != prefixes:
         raise NmtError(f"--prefix-file {prefix_file} has {prefixes:,} line(s) but --input {input} has {lines:,}",
                        "give one prefix per input line, an empty line for none", exit_code=2)
@@ -144,6 +156,48 @@ def _check_sampling_flags(ctx: typer.Context, sampling: str | None, temperature:
         if ctx.get_parameter_source(name).name != "DEFAULT":  # given on the command line (or by an environment variable)
             raise NmtError(f"{flag} does not go with --sampling", f"sampling draws each token instead of searching; drop {flag} "
                                                                   "(--nbest N draws N samples)", exit_code=2)
+
+
+def _check_forced_flags(alignment: str | None, score_only: bool, target_file: Path | None, output_format: str, nbest: int,
+                        engine: str, input: Path | None) -> None:
+    """The flags of forced decoding (--score-only, --target-file) and --alignment, and the line counts of two files."""
+    from nmtcli.errors import NmtError, check_readable
+    from nmtcli.inference.alignment import UNITS
+
+    if alignment is not None and alignment not in UNITS:
+        raise NmtError(f"unknown --alignment {alignment!r}", f"choose {' or '.join(UNITS)}", exit_code=2)
+    if (alignment is not None or score_only) and engine != "native":
+        flag = "--score-only" if score_only else "--alignment"
+        raise NmtError(f"{flag} is not available with --engine {engine}", "use the native engine (the default) with the model dir", exit_code=2)
+    if alignment is not None and output_format != "json":
+        raise NmtError("--alignment needs --output-format json", "text output has only the translation on each line", exit_code=2)
+    if target_file is not None and not score_only:
+        raise NmtError("--target-file is read only with --score-only", "add --score-only to score the translations it holds", exit_code=2)
+    if not score_only:
+        return
+    if target_file is None:
+        raise NmtError("--score-only needs --target-file FILE", "give the translations to score, one per input line", exit_code=2)
+    if nbest > 1:
+        raise NmtError("--nbest has no meaning with --score-only", "each given translation gets one score", exit_code=2)
+    check_readable(target_file, "check the path given to --target-file")
+    if input is not None:  # both files: a different count is an error before any work (stdin is checked as it is read)
+        counts = [_count_lines(path) for path in (input, target_file)]
+        if counts[0] != counts[1]:
+            raise NmtError(f"--input has {counts[0]:,} lines but --target-file {counts[1]:,}", "give exactly one target line per input line",
+                           exit_code=2)
+
+
+def _count_lines(path: Path) -> int:
+    """Lines as read_text_lines reads them: split on LF, a last line without one counted."""
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def _scores(translator, lines: Iterator[str], target_file: Path, output_format: str, alignment: str | None) -> Iterator[str]:
+    """--score-only: each pair's score (text) or record (json), a line each."""
+    with open(target_file, "rb") as f:
+        for result in translator.score(lines, read_text_lines(f, str(target_file)), alignment):
+            yield f"{result.score:.6f}" if output_format == "text" else json.dumps(result.record(), ensure_ascii=False)
 
 
 def _translator(engine: str, model: str | None, revision: str | None, device: str, dtype: str, threads: int | None,

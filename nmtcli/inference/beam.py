@@ -42,6 +42,7 @@ class Hypothesis:
     tokens: list[int]  # without BOS and EOS
     score: float  # log-probability divided by the length penalty: what the search ranks by
     log_prob: float
+    alignment: str | None = None  # Pharaoh links to the source, when asked for (inference/alignment.py)
 
 
 def length_penalty(length: int | Tensor, alpha: float, kind: str = "gnmt"):

@@ -33,8 +33,8 @@ class Tokenizer:
         raise NotImplementedError
 
     def encode_target(self, texts: list[str]) -> list[list[int]]:
-        """Target-language text -> ids, as `decode` reads them (target prefixes); the source's encoding where one
-        model serves both sides."""
+        """Target-language text -> ids without EOS, as `decode` reads them (target prefixes, scoring given
+        translations): `encode` where one model serves both languages."""
         return self.encode(texts)
 
     def pieces(self) -> list[str]:
@@ -84,7 +84,7 @@ class MarianVocabulary(Tokenizer):
         return [marian_ids(self.source, self.piece_to_id, self.unk_id, text) for text in texts]
 
     def encode_target(self, texts: list[str]) -> list[list[int]]:
-        return [[self.piece_to_id.get(p, self.unk_id) for p in self.target.encode(text, out_type=str)] for text in texts]
+        return [marian_ids(self.target, self.piece_to_id, self.unk_id, text) for text in texts]
 
     def decode(self, ids: list[int]) -> str:
         pieces = [self.id_to_piece[i] for i in ids if i not in self.special_ids and i in self.id_to_piece]

@@ -24,8 +24,10 @@ import torch
 from nmtcli import faults
 from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
+from nmtcli.inference.alignment import DEFAULT_HEADS, pharaoh, piece_links
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
+from nmtcli.inference.forced import Scored, force_ids, scored
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
 from nmtcli.inference.memory import gpu_batch
@@ -58,6 +60,7 @@ class SearchSettings:
     sampling: str | None = None  # full, topk:K or topp:P: draw `nbest` samples instead of searching (inference/sampling.py)
     temperature: float = 1.0  # sampling: softmax(logits / temperature)
     seed: int = DEFAULT_SEED  # sampling: with the line number, what every draw hashes
+    alignment: str | None = None  # "words" or "pieces": each translation's alignment (inference/alignment.py)
 
 
 # (batch_tokens, window) by device type (a GPU's batch_tokens depends on its memory: inference/memory.py). On a CPU a step's logits (rows x vocabulary) should stay near the
@@ -89,12 +92,14 @@ class Translation:
     score: float  # log-probability / length penalty: what the search ranks by
     log_prob: float
     tokens: list[str] = field(default_factory=list)  # the output's sentencepiece pieces
+    alignment: str | None = None  # Pharaoh "i-j ..." source-target links, when asked for
 
 
 def nbest_record(hyps: list[Translation]) -> dict:
     """One line's result as `nmt translate --output-format json` writes it and `nmt serve` answers it:
     the best translation's fields plus the n-best list."""
-    entries = [{"translation": h.text, "score": round(h.score, 6), "log_prob": round(h.log_prob, 6), "tokens": h.tokens} for h in hyps]
+    entries = [{"translation": h.text, "score": round(h.score, 6), "log_prob": round(h.log_prob, 6), "tokens": h.tokens,
+                **({"alignment": h.alignment} if h.alignment is not None else {})} for h in hyps]
     best = entries[0] if entries else {"translation": "", "score": None, "log_prob": None, "tokens": []}
     return {**best, "nbest": entries}
 
@@ -201,7 +206,7 @@ class Translator:
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         text = one_line(self.tokenizer.decode(hyp.tokens))
-        return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens])
+        return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens], hyp.alignment)
 
     def _translate_window(self, window: list[tuple[int, str]], settings: SearchSettings | None = None,
                           prefixes: Sequence[str] | None = None) -> list[list[Hypothesis]]:
@@ -211,12 +216,52 @@ class Translator:
         sentences = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens, truncated)
         prefix_ids = None if prefixes is None else encode_prefixes(self.tokenizer, [number for number, _ in window], prefixes,
                                                                     self.max_source_tokens - 1, self.warn)
-        if prefix_ids is not None and any(prefix_ids) and (settings or self.settings).sampling is not None:
+        settings = settings or self.settings
+        if prefix_ids is not None and any(prefix_ids) and settings.sampling is not None:
             raise NmtError("target prefixes work with beam and greedy search, not with sampling",
                            "drop the prefixes, or search with --beam instead of --sampling", exit_code=2)
-        return translate_ids(self.model, sentences, settings or self.settings, self.budget, self.device,
-                             autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn,
-                             prefixes=prefix_ids, numbers=[number for number, _ in window])
+        results = translate_ids(self.model, sentences, settings, self.budget, self.device,
+                                autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn,
+                                prefixes=prefix_ids, numbers=[number for number, _ in window])
+        if settings.alignment:
+            self._align(sentences, results, settings.alignment)
+        return results
+
+    def _align(self, sentences: list[list[int]], results: list[list[Hypothesis]], unit: str) -> None:
+        """Each hypothesis's alignment to its source (`--alignment`), from one teacher-forced pass over all of them."""
+        pairs = [(i, h) for i, hyps in enumerate(results) for h in hyps]
+        forced = force_ids(self.model, [sentences[i] for i, _ in pairs], [h.tokens for _, h in pairs], self.budget.tokens, self.device,
+                           lambda: precision.autocast(self.device, self.dtype), DEFAULT_HEADS, self.warn, log_probs=False)
+        for (i, h), f in zip(pairs, forced):
+            h.alignment = pharaoh(piece_links(f.attention), [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], unit)
+
+    def score(self, lines: Iterable[str], targets: Iterable[str], alignment: str | None = None,
+              settings: SearchSettings | None = None) -> Iterator[Scored]:
+        """Forced decoding (`--score-only`): each (line, target) pair's score, in order, a window at a time;
+        with `alignment` ("words" or "pieces") also the target's alignment to the line. `settings` (alpha,
+        length_penalty) overrides the translator's for this call."""
+        s = settings or self.settings
+        missing = object()
+        numbered = enumerate(itertools.zip_longest(lines, targets, fillvalue=missing), start=1)
+        while window := list(itertools.islice(numbered, self.window)):
+            for number, (line, target) in window:
+                if line is missing or target is missing:
+                    shorter = "the input" if line is missing else "the target file"
+                    raise NmtError(f"{shorter} ends at line {number - 1}, the other goes on",
+                                   "give exactly one target line per input line", exit_code=2)
+
+            def truncated(side: str) -> Callable[[int, int], None]:
+                return lambda i, n: self.warn(f"line {window[i][0]}: {side} of {n} tokens truncated to the model's {self.max_source_tokens}")
+
+            sources = encode_lines(self.tokenizer.encode, [line for _, (line, _) in window], self.max_source_tokens, truncated("source"))
+            given = encode_lines(self.tokenizer.encode_target, [t for _, (_, t) in window], self.max_source_tokens, truncated("target"))
+            forced = force_ids(self.model, sources, given, self.budget.tokens, self.device, lambda: precision.autocast(self.device, self.dtype),
+                               DEFAULT_HEADS if alignment else None, self.warn)
+            for src, tgt, f in zip(sources, given, forced):
+                result = scored(f, [self.pieces[t] for t in tgt], s.alpha, s.length_penalty)
+                if alignment:
+                    result.alignment = pharaoh(piece_links(f.attention), [self.pieces[t] for t in src], result.tokens, alignment)
+                yield result
 
 
 def encode_prefixes(tokenizer: Tokenizer, numbers: list[int], prefixes: Sequence[str], limit: int, warn: Warn) -> list[list[int]]:

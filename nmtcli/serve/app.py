@@ -108,13 +108,15 @@ class Service:
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model, _ = self._model(ask.source, ask.target)
-        results = await self._translate(request, model, ask.lines, ask.settings, ask.prefixes)
+        results = await self._translate(request, model, ask.lines, ask.settings, ask.prefixes, ask.targets)
         s = ask.settings
-        return JSONResponse({"model": model.name, "source": model.source, "target": model.target,
-                             "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty,
-                                          "max_len_a": s.max_len_a, "max_len_b": s.max_len_b, "nbest": s.nbest,
-                                          **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {})},
-                             "translations": [nbest_record(hyps) for hyps in results]})
+        answer = {"model": model.name, "source": model.source, "target": model.target,
+                  "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty,
+                               "max_len_a": s.max_len_a, "max_len_b": s.max_len_b, "nbest": s.nbest,
+                               **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {})}}
+        if ask.targets is not None:  # forced decoding: the records of `nmt translate --score-only --output-format json`
+            return JSONResponse({**answer, "scores": [scored.record() for scored in results]})
+        return JSONResponse({**answer, "translations": [nbest_record(hyps) for hyps in results]})
 
     async def languages(self, request: Request) -> Response:
         sources = sorted({m.source for m in self.models})
@@ -180,10 +182,10 @@ class Service:
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
 
     async def _translate(self, request: Request, model: ServedModel, lines: list[str], settings: SearchSettings,
-                         prefixes: list[str] | None = None) -> list[list[Translation]]:
-        """The lines' n-best lists through the batcher; a timeout (503), a full queue (429) or the client
-        going away (ClientGone) takes the request's lines out of the queue."""
-        work = asyncio.ensure_future(self.batcher.translate(model, lines, settings, prefixes))
+                         prefixes: list[str] | None = None, targets: list[str] | None = None) -> list[list[Translation]]:
+        """The lines' n-best lists (with `targets`: those translations' scores) through the batcher; a timeout
+        (503), a full queue (429) or the client going away (ClientGone) takes the request's lines out of the queue."""
+        work = asyncio.ensure_future(self.batcher.translate(model, lines, settings, prefixes, targets))
         gone = asyncio.ensure_future(_disconnected(request))
         done, _ = await asyncio.wait({work, gone}, timeout=self.config.timeout, return_when=asyncio.FIRST_COMPLETED)
         gone.cancel()
@@ -202,7 +204,7 @@ class Service:
                            headers={"Retry-After": "1"}) from None
         except NmtError as e:
             raise ApiError(500, f"Cannot translate text: {e}") from None
-        self.metrics.translated(len(lines), sum(len(hyps[0].tokens) for hyps in results if hyps))
+        self.metrics.translated(len(lines), sum(len(r.tokens) if targets is not None else len(r[0].tokens) for r in results if r))
         return results
 
     def counted(self, endpoint: str, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from nmtcli import faults
+from nmtcli.inference.forced import Scored
 from nmtcli.inference.translator import SearchSettings, Translation
 from nmtcli.serve.models import ServedModel
 
@@ -45,10 +46,11 @@ class Job:
     arrived: float = field(default_factory=time.monotonic)
     taken: bool = False
     prefixes: list[str] | None = None  # target prefixes, one per line; a batch mixes jobs with and without
+    targets: list[str] | None = None  # given translations: the lines are scored with them (forced decoding), not translated
 
     def joins(self, other: Job) -> bool:
         """Whether this job's lines can be translated in one call with `other`'s."""
-        return self.model is other.model and self.settings == other.settings
+        return self.model is other.model and self.settings == other.settings and (self.targets is None) == (other.targets is None)
 
 
 class Batcher:
@@ -84,13 +86,14 @@ class Batcher:
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
 
     async def translate(self, model: ServedModel, lines: list[str], settings: SearchSettings,
-                        prefixes: list[str] | None = None) -> list[list[Translation]]:
-        """The n-best lists of `lines`, in order; raises QueueFull when they would exceed the queue limit."""
+                        prefixes: list[str] | None = None, targets: list[str] | None = None) -> list[list[Translation]] | list[Scored]:
+        """The n-best lists of `lines`, in order (with `targets`: the scores of those translations); raises
+        QueueFull when they would exceed the queue limit."""
         if not lines:
             return []
         if self.queued_lines + len(lines) > self.queue_limit:
             raise QueueFull(self.queued_lines, self.queue_limit)
-        job = Job(model, list(lines), settings, asyncio.get_running_loop().create_future(), prefixes=prefixes)
+        job = Job(model, list(lines), settings, asyncio.get_running_loop().create_future(), prefixes=prefixes, targets=targets)
         self.pending.append(job)
         self.queued_lines += len(job.lines)
         self._wake.set()
@@ -114,10 +117,11 @@ class Batcher:
             lines = [line for job in jobs for line in job.lines]
             prefixes = [p for job in jobs for p in job.prefixes or [""] * len(job.lines)] if any(job.prefixes for job in jobs) else None
             numbers = [number for job in jobs for number in range(1, len(job.lines) + 1)]  # samples keyed within a request
+            targets = None if jobs[0].targets is None else [t for job in jobs for t in job.targets]
             self.running = jobs
             started = time.perf_counter()
             try:
-                results = await loop.run_in_executor(self._executor, _translate, jobs[0], lines, numbers, prefixes)
+                results = await loop.run_in_executor(self._executor, _translate, jobs[0], lines, numbers, prefixes, targets)
             except Exception as e:  # noqa: BLE001 - handed to every request of the batch, which answers 500
                 for job in jobs:
                     if not job.future.done():
@@ -170,7 +174,11 @@ class Batcher:
         return taken
 
 
-def _translate(job: Job, lines: list[str], numbers: list[int], prefixes: list[str] | None = None) -> list[list[Translation]]:
+def _translate(job: Job, lines: list[str], numbers: list[int], prefixes: list[str] | None = None,
+               targets: list[str] | None = None) -> list[list[Translation]] | list[Scored]:
     """In the worker thread: one call for the lines of every job of the batch."""
     faults.point("serve-batch", lines=lines)
+    if targets is not None:
+        s = job.settings
+        return list(job.model.translator.score(lines, targets, s.alignment, s))
     return job.model.translator.translate_lines(lines, job.settings, prefixes=prefixes, numbers=numbers)

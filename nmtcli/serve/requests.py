@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from nmtcli.inference.alignment import UNITS
 from nmtcli.inference.beam import LENGTH_PENALTIES
 from nmtcli.inference.sampling import DEFAULT_SEED, SAMPLING_FORMS, parse_sampling
 from nmtcli.inference.translator import SearchSettings
@@ -165,6 +166,7 @@ class NmtRequest:
     target: str | None
     settings: SearchSettings
     prefixes: list[str] | None = None  # target prefixes, one per line ("" for none)
+    targets: list[str] | None = None  # given translations to score (forced decoding), one per line
 
 
 def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits) -> NmtRequest:
@@ -189,13 +191,17 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         batch_tokens=defaults.batch_tokens, window=defaults.window, cuda_graphs=defaults.cuda_graphs,
         sampling=sampling, temperature=_temperature(fields.get("temperature", 1.0)),
         seed=_integer(fields.get("seed", DEFAULT_SEED), "seed", 0, 2**63 - 1),
+        alignment=_alignment(fields.get("alignment")),
     )
     prefixes = _prefixes(fields.get("prefix"), len(lines))
     if prefixes is not None and any(prefixes) and sampling:
         raise ApiError(400, "Invalid request: prefix works with beam search, not with sampling (leave one of them out)")
-    texts = [*lines, *(prefixes or [])]
+    targets = _targets(fields.get("targets"), lines)
+    if targets is not None and (prefixes is not None or sampling):
+        raise ApiError(400, "Invalid request: targets (scoring given translations) does not go with prefix or sampling (leave them out)")
+    texts = [*lines, *(prefixes or []), *(targets or [])]
     check_size(sum(len(text) for text in texts), len(lines), limits, texts)
-    return NmtRequest(lines, source, target, settings, prefixes)
+    return NmtRequest(lines, source, target, settings, prefixes, targets)
 
 
 def _prefixes(value: Any, lines: int) -> list[str] | None:
@@ -239,6 +245,26 @@ def _temperature(value: Any) -> float:
     if temperature == 0:
         raise ApiError(400, "Invalid request: temperature must be above 0 (1 samples from the model's own distribution)")
     return temperature
+
+
+def _alignment(value: Any) -> str | None:
+    if value is not None and value not in UNITS:
+        raise ApiError(400, f"Invalid request: alignment must be one of {', '.join(UNITS)}")
+    return value
+
+
+def _targets(value: Any, lines: list[str]) -> list[str] | None:
+    """`targets`: the translations to score, one string per line (a different count is a 400)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise ApiError(400, "Invalid request: targets must be a list of strings (one translation to score per line)")
+    if len(value) != len(lines):
+        raise ApiError(400, f"Invalid request: {len(value)} targets for {len(lines)} lines (send one target per line)")
+    for number, target in enumerate(value, start=1):
+        if "\n" in target or "\r" in target:
+            raise ApiError(400, f"Invalid request: target {number} holds a line break (send each line as its own item)")
+    return value
 
 
 def check_size(chars: int, lines: int, limits: Limits, texts: list[str] = ()) -> None:

@@ -1,0 +1,61 @@
+"""Word alignments from the encoder-decoder attention of a teacher-forced pass (inference/forced.py).
+
+Each target token is aligned to the source token its decoder position attends to most (the source's
+EOS left out), as fairseq's `--print-alignment` and Marian's `--alignment hard` do; the target's EOS
+is not aligned. Links are written in Pharaoh format, "i-j" for source position i and target position j,
+over sentencepiece pieces or over words: a word is a piece that starts with "▁" and the pieces that
+follow it up to the next such piece, which are the whitespace-separated words of the text. Two words
+are linked where any of their pieces are (the usual rule for subword alignments).
+
+Which attention: DEFAULT_HEADS, chosen by alignment error rate on a hand-aligned sample of the demo
+corpus and on a rule task (benchmarks/alignment_aer.py; the numbers are in docs/translating.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import Tensor
+
+from nmtcli.inference.forced import AttentionHeads
+from nmtcli.inference.tokenizer import WORD_BOUNDARY
+
+UNITS = ("words", "pieces")
+
+# The average of every layer's heads: the lowest AER of the choices measured where the model has learned
+# its task, within a few links of the best on a weak one (docs/translating.md).
+DEFAULT_HEADS = AttentionHeads(layer=None, head=None)
+# Row t of the attention is the position that predicts target token t (OFFSET 0), as fairseq reads it.
+DEFAULT_OFFSET = 0
+
+
+def piece_links(attention: Tensor, offset: int = DEFAULT_OFFSET) -> list[tuple[int, int]]:
+    """(source piece, target piece) for each target piece: its most attended source piece.
+
+    attention: (target pieces + 1, source pieces + 1) from `Forced.attention`, the last row and column
+    being EOS's. offset 1 reads row t + 1 for token t: the position whose input is token t.
+    """
+    target, source = attention.size(0) - 1, attention.size(1) - 1
+    if target == 0 or source == 0:
+        return []
+    best = attention[offset : offset + target, :source].argmax(dim=-1).tolist()
+    return [(s, t) for t, s in enumerate(best)]
+
+
+def word_of_piece(pieces: Sequence[str]) -> list[int]:
+    """The index of the word each piece belongs to. A piece starting with "▁" starts a word (a lone "▁"
+    starts the word its next pieces spell: sentencepiece's byte fallback and punctuation split so)."""
+    words, index = -1, []
+    for piece in pieces:
+        if piece.startswith(WORD_BOUNDARY) or words < 0:
+            words += 1
+        index.append(words)
+    return index
+
+
+def pharaoh(links: list[tuple[int, int]], source_pieces: Sequence[str], target_pieces: Sequence[str], unit: str = "words") -> str:
+    """Links over pieces as Pharaoh "i-j ..." over `unit` (words or pieces), sorted, each once."""
+    if unit == "words":
+        src_word, tgt_word = word_of_piece(source_pieces), word_of_piece(target_pieces)
+        links = [(src_word[s], tgt_word[t]) for s, t in links]
+    return " ".join(f"{s}-{t}" for s, t in sorted(set(links)))
