@@ -55,7 +55,7 @@ def build_model(directory: Path, seed: int = 0) -> None:
     torch.manual_seed(seed)
     config = PRESETS["tiny"].replace(vocab_size=200, max_positions=256)
     values = {"format": "nmt-model", "format_version": 1, "model": config.to_dict(), "languages": {"source": "en", "target": "de"}}
-    write_model_dir(directory, Transformer(config).state_dict(), values, work / "spm.model", "# random en-de\n")
+    write_model_dir(directory, Transformer(config).state_dict(), values, {"sentencepiece.model": work / "spm.model"}, "# random en-de\n")
 
 
 def free_port() -> int:

@@ -181,7 +181,7 @@ def main() -> None:
         ctranslate2.converters.TransformersConverter(str(work / "marian")).convert(str(work / "ct2"), force=True)
     workers = {name: Worker(name, work) for name in args.engines.split(",") if name in ENGINES}
     described = "; ".join(f"{name}: {worker.describe}" for name, worker in workers.items())
-    where = torch.cuda.get_device_name(device) if gpu else f"{args.threads} CPU threads"
+    where = torch.cuda.get_device_name(device) if gpu else f"{args.threads} CPU threads" if args.threads else "each engine's default CPU threads"
     print(f"# {args.sentences} sentences, ~{args.source_length} source tokens, beam 4, {where}, {args.runs} runs, "
           f"each engine in its own process; {described}; {load_average()}"
           + (f"; {args.background_load} CPU-bound process(es) beside" if args.background_load else ""), file=sys.stderr)

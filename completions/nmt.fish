@@ -275,7 +275,7 @@ complete -c nmt -n "__nmt_using 'serve'" -l timeout -x -d 'Seconds a request may
 complete -c nmt -n "__nmt_using 'serve'" -l cors-origin -x -d 'Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several'
 complete -c nmt -n "__nmt_using 'serve'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'serve'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16'
-complete -c nmt -n "__nmt_using 'serve'" -l threads -x -d 'CPU threads for PyTorch\'s kernels (default: the CPUs this process may use, after its affinity mask and cgroup quota; $OMP_NUM_THREADS overrides it)'
+complete -c nmt -n "__nmt_using 'serve'" -l threads -x -d 'CPU threads for PyTorch\'s kernels (default: the CPUs this process may use, after its affinity mask and cgroup quota less one left to the web server\'s own thread; $OMP_NUM_THREADS overrides it)'
 complete -c nmt -n "__nmt_using 'serve'" -l access-log -d 'Log every request on stderr'
 complete -c nmt -n "__nmt_using 'serve'" -l no-access-log -d 'The opposite of --access-log'
 complete -c nmt -n "__nmt_using 'serve'" -l help -s h -d 'Show this message and exit'

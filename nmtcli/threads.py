@@ -1,32 +1,42 @@
 """CPU threads that hold up on a shared machine: how many, and how they wait.
 
 PyTorch's CPU kernels (and CTranslate2's) run on an OpenMP thread pool. Two of its defaults go wrong
-on the machines most people run nmt on (a desktop, a shared server, a CI runner, a container with a
+on the machines many people run nmt on (a desktop, a shared server, a CI runner, a container with a
 CPU quota, `nmt serve` beside its own web threads):
 
 - The pool has one thread per core of the host, even when the process may use fewer: an affinity
   mask (taskset, a scheduler's cpuset) or a cgroup quota (`docker --cpus`, Kubernetes limits).
 - A thread that finishes its share of a kernel spins, waiting for the others, before it sleeps
-  (GNU OpenMP: 300,000 spins, some milliseconds). On a quiet machine that saves a wake-up; on a busy
-  one the thread it waits for is not running, and the spinning eats the time slice that thread needed.
-  Measured on 2 cores with two other CPU-bound jobs: `nmt translate` took 3-5x longer than its fair
-  share (the README's Speed section has the table).
+  (GNU OpenMP: 300,000 spins, some milliseconds). On a quiet machine that saves a wake-up at every
+  parallel region; on a busy one the thread it waits for is not running, and the spinning eats the
+  time slice that thread needed. Measured on 2 cores (the README's Speed section has the table):
+  quiet, spinning makes `nmt translate` ~20% faster than sleeping at once (OMP_WAIT_POLICY=PASSIVE);
+  beside two CPU-bound jobs it makes it 1.5-4x slower.
 
-`configure()` sets both before torch loads its thread pool: as many threads as CPUs this process may
-really use, and the wait policy WAIT_POLICY. A user's own OMP_NUM_THREADS, OMP_WAIT_POLICY or
-GOMP_SPINCOUNT wins, and so does `--threads`.
+`configure()` sets, before torch loads its thread pool: as many threads as CPUs this process may
+really use, and the wait policy from what the machine is doing when nmt starts: if other tasks are
+runnable (they would share the CPUs with nmt's threads) threads sleep at once (PASSIVE), else OpenMP's
+default spinning. `nmt serve` always sleeps at once, and leaves one CPU to its web server's own thread:
+it runs for days while the load changes (measured on 2 cores: one translation thread served 1.6-2.3x
+the lines/s of two, quiet and loaded, at 1, 8 and 64 clients). A user's own OMP_NUM_THREADS, OMP_WAIT_POLICY or GOMP_SPINCOUNT wins,
+and so does `--threads`.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
-# The wait policy nmt sets when the user has set none (chosen by measurement: README.md, Speed).
+# The wait policy nmt sets on a busy machine when the user has set none (chosen by measurement: README.md, Speed).
 WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
+# Commands that run long enough for the load to change under them, beside threads of their own (the web
+# server's event loop): they always sleep at once and leave one CPU to those threads.
+LONG_RUNNING = ("serve",)
 # Variables by which a user chooses the wait policy: one of them set, nmt sets none.
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
@@ -71,22 +81,49 @@ def default_threads() -> int:
         return usable_cpus()
 
 
-def choose(environ: Mapping[str, str], cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict[str, str]:
-    """The variables nmt sets in `environ`: OMP_NUM_THREADS (the usable CPUs) unless the user set it, and
-    the wait policy unless the user chose one."""
+def other_runnable_tasks(samples: int = 5, interval: float = 0.004, stat: Path = Path("/proc/stat")) -> int | None:
+    """Tasks that want a CPU right now besides this process: the median over a few samples (some 20 ms) of
+    the kernel's count of runnable tasks (procs_running, this process included); None where unknown."""
+    counts = []
+    for i in range(samples):
+        try:
+            text = stat.read_text()
+        except OSError:
+            return None
+        running = [line.split()[1] for line in text.splitlines() if line.startswith("procs_running ")]
+        if not running:
+            return None
+        counts.append(int(running[0]) - 1)
+        if i + 1 < samples:
+            time.sleep(interval)
+    return max(0, int(statistics.median(counts)))
+
+
+def choose(environ: Mapping[str, str], cgroup_root: Path = Path("/sys/fs/cgroup"), busy: bool | None = None,
+           spare: int = 0) -> dict[str, str]:
+    """The variables nmt sets in `environ`: OMP_NUM_THREADS (the usable CPUs, less `spare` ones for the
+    process's other threads, at least one) unless the user set it, and, unless the user chose a wait
+    policy, WAIT_POLICY when the machine is `busy` (None: look now)."""
     chosen: dict[str, str] = {}
+    threads = max(1, usable_cpus(cgroup_root) - spare)
     if "OMP_NUM_THREADS" not in environ:
-        chosen["OMP_NUM_THREADS"] = str(usable_cpus(cgroup_root))
+        chosen["OMP_NUM_THREADS"] = str(threads)
     if not any(name in environ for name in WAIT_VARIABLES):
-        chosen.update(WAIT_POLICY)
+        if busy is None:
+            others = other_runnable_tasks()
+            busy = others is None or others > 0  # unknown: sleeping costs little, spinning on a busy machine a lot
+        if busy:
+            chosen.update(WAIT_POLICY)
     return chosen
 
 
-def configure() -> dict[str, str]:
+def configure(command: str | None = None) -> dict[str, str]:
     """Set `choose`'s variables for the OpenMP runtimes this process (and the processes it starts) will
-    load; returns them. Does nothing once torch is imported: its pool has read the environment by then."""
+    load; returns them. `command`: the nmt subcommand (LONG_RUNNING ones always sleep at once). Does
+    nothing once torch is imported: its pool has read the environment by then."""
     if "torch" in sys.modules:
         return {}
-    chosen = choose(os.environ)
+    long_running = command in LONG_RUNNING
+    chosen = choose(os.environ, busy=True if long_running else None, spare=1 if long_running else 0)
     os.environ.update(chosen)
     return chosen

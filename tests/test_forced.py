@@ -171,9 +171,9 @@ def test_forced_decoding_and_alignment_mistakes_are_one_error_line(random_model,
     m = ("translate", "-m", str(random_model))
     line = one_error_line(nmt_main(*m, "-i", str(tmp_path / "src.txt"), "--score-only", "--target-file", str(tmp_path / "tgt.txt"),
                                    check=False), "score-only-line-counts")
-    assert "3 lines" in line and "2" in line
+    assert "has 2 line(s) but --input" in line and "has 3" in line
     piped = nmt_main(*m, "--score-only", "--target-file", str(tmp_path / "tgt.txt"), "--window", "1", input="a\nb\nc\n", check=False)
-    assert piped.returncode == 2 and piped.stderr.strip().splitlines()[-1].startswith("nmt: error: the target file ends at line 2")
+    assert piped.returncode == 2 and piped.stderr.strip().splitlines()[-1].startswith("nmt: error: the targets end after line 2 but the input goes on")
     assert len(piped.stdout.splitlines()) == 2  # stdin is checked as it streams: the windows before the end were scored
     cases = {("--alignment", "words"): "--alignment needs --output-format json",
              ("--alignment", "phrases", "--output-format", "json"): "unknown --alignment 'phrases'",
@@ -181,7 +181,10 @@ def test_forced_decoding_and_alignment_mistakes_are_one_error_line(random_model,
              ("--score-only", "--target-file", str(tmp_path / "tgt.txt"), "--engine", "ctranslate2"): "--score-only is not available with --engine ctranslate2",
              ("--score-only",): "--score-only needs --target-file FILE",
              ("--target-file", str(tmp_path / "tgt.txt")): "--target-file is read only with --score-only",
-             ("--score-only", "--target-file", str(tmp_path / "missing.txt")): "missing.txt does not exist"}
+             ("--score-only", "--target-file", str(tmp_path / "missing.txt")): "missing.txt does not exist",
+             ("--score-only", "--target-file", str(tmp_path / "tgt.txt"), "--sampling", "full"): "--score-only does not go with --sampling",
+             ("--score-only", "--target-file", str(tmp_path / "tgt.txt"), "--prefix-file", str(tmp_path / "tgt.txt")):
+                 "--score-only does not go with --prefix-file"}
     for flags, message in cases.items():
         result = nmt_main(*m, *flags, input="a\n", check=False)
         assert message in one_error_line(result), flags

@@ -232,6 +232,8 @@ def test_prefix_file_through_the_cli_in_text_and_json(random_model, nmt_main, tm
 
 
 def test_a_prefix_file_of_another_length_is_one_clear_error(random_model, nmt_main, tmp_path):
+    from test_finetune import one_error_line
+
     prefixes = tmp_path / "prefixes.txt"
     prefixes.write_text("Das\nDie\n", encoding="utf-8")
     source = tmp_path / "in.txt"
@@ -240,11 +242,13 @@ def test_a_prefix_file_of_another_length_is_one_clear_error(random_model, nmt_ma
     common = ("translate", "-m", str(random_model), "--max-len-b", "4", "--prefix-file", str(prefixes))
     counted = nmt_main(*common, "-i", str(source), "-o", str(out), check=False)
     assert counted.returncode == 2 and not out.exists()
+    one_error_line(counted, "prefix-file-line-count")
     assert counted.stderr.strip().splitlines() == [f"nmt: error: --prefix-file {prefixes} has 2 line(s) but --input {source} has 3 "
                                                    "(give one prefix per input line, an empty line for none)"]
     # Streamed from stdin: found when one of the two ends, before the window holding that line is translated.
     longer = nmt_main(*common, "--window", "2", input="one\ntwo\nthree\n", check=False)
     assert longer.returncode == 2 and longer.stdout.count("\n") == 2
+    one_error_line(longer, "prefix-file-runs-out")
     assert longer.stderr.strip().splitlines()[-1].startswith("nmt: error: the prefixes end after line 2 but the input goes on (")
     shorter = nmt_main(*common, "-o", str(out), input="one\n", check=False)
     assert shorter.returncode == 2 and not out.exists() and "the input ends after line 1 but the prefixes go on" in shorter.stderr

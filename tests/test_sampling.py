@@ -243,6 +243,10 @@ def test_bad_sampling_flags_are_one_error_line(random_model, nmt_main, args, mes
     out = nmt_main("translate", "-m", str(random_model), *args, input="a\n", check=False)
     assert out.returncode == 2 and out.stdout == "", out.stderr
     assert out.stderr.startswith(f"nmt: error: {message}") and out.stderr.count("\n") == 1, out.stderr
+    if args == ["--sampling", "topk:0"]:
+        from test_finetune import one_error_line
+
+        one_error_line(out, "usage-sampling")  # the row of docs/errors.md
 
 
 def test_ctranslate2_engine_samples_with_its_own_generator(random_model, nmt_main, tmp_path):

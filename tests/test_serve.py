@@ -326,6 +326,8 @@ BAD_REQUESTS = [
     ("nmt: two models fit", {"lines": ["a"]}, None, 400, "several models fit"),
     ("nmt: unknown alignment", {"lines": ["a"], "source": "en", "target": "de", "alignment": "x"}, None, 400, "alignment must be one of words, pieces"),
     ("nmt: targets for other lines", {"lines": ["a", "b"], "source": "en", "target": "de", "targets": ["x"]}, None, 400, "1 targets for 2 lines"),
+    ("nmt: targets with nbest", {"lines": ["a"], "source": "en", "target": "de", "targets": ["x"], "nbest": 2}, None, 400,
+     "nbest has no meaning with targets"),
     ("nmt: targets with sampling", {"lines": ["a"], "source": "en", "target": "de", "targets": ["x"], "sampling": "full"}, None, 400,
      "targets (scoring given translations) does not go with prefix or sampling"),
     ("nmt: targets not strings", {"lines": ["a"], "source": "en", "target": "de", "targets": [1]}, None, 400, "targets must be a list of strings"),

@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     Typer runs without its standalone mode so that usage errors, a full disk or Ctrl-C come back here
     instead of as click's multi-line usage box; `--help`, `--version` and bare `nmt` still print help.
     """
-    threads.configure()  # before any command imports torch: its thread pool reads the environment once
+    args = sys.argv[1:] if argv is None else argv
+    threads.configure(next((a for a in args if not a.startswith("-")), None))  # before torch loads: its pool reads the environment once
     try:
         code = app(args=argv, prog_name="nmt", standalone_mode=False)
     except NmtError as e:

@@ -45,9 +45,10 @@ def dtype() -> OptionInfo:
                              "where candidates are close); on a GPU bf16 / fp16.")
 
 
-def threads(chosen_by: str = "PyTorch's") -> OptionInfo:
+def threads(chosen_by: str = "PyTorch's", serving: bool = False) -> OptionInfo:
+    spare = " less one left to the web server's own thread" if serving else ""
     return typer.Option(help=f"CPU threads for {chosen_by} kernels (default: the CPUs this process may use, after its affinity mask "
-                             "and cgroup quota; $OMP_NUM_THREADS overrides it).", min=1)
+                             f"and cgroup quota{spare}; $OMP_NUM_THREADS overrides it).", min=1)
 
 
 def check_length_penalty(value: str) -> None:

@@ -40,7 +40,7 @@ def command(
     cors_origin: Annotated[Optional[list[str]], typer.Option(metavar="ORIGIN", help="Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several. Default: none.")] = None,
     device: Annotated[str, options.device()] = "auto",
     dtype: Annotated[str, options.dtype()] = "fp32",
-    threads: Annotated[Optional[int], options.threads()] = None,
+    threads: Annotated[Optional[int], options.threads("PyTorch's", serving=True)] = None,
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request on stderr.")] = False,
 ) -> None:
     """Serve translation over HTTP: LibreTranslate's API, nmt's own, and a page to try it at /.

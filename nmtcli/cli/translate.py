@@ -180,11 +180,12 @@ def _check_forced_flags(alignment: str | None, score_only: bool, target_file: Pa
     if nbest > 1:
         raise NmtError("--nbest has no meaning with --score-only", "each given translation gets one score", exit_code=2)
     check_readable(target_file, "check the path given to --target-file")
-    if input is not None:  # both files: a different count is an error before any work (stdin is checked as it is read)
-        counts = [_count_lines(path) for path in (input, target_file)]
-        if counts[0] != counts[1]:
-            raise NmtError(f"--input has {counts[0]:,} lines but --target-file {counts[1]:,}", "give exactly one target line per input line",
-                           exit_code=2)
+    # Two regular files: a different count is an error before any work (a pipe is checked as it is read: counting would empty it).
+    if input is not None and input.is_file() and target_file.is_file():
+        lines, targets = _count_lines(input), _count_lines(target_file)
+        if lines != targets:
+            raise NmtError(f"--target-file {target_file} has {targets:,} line(s) but --input {input} has {lines:,}",
+                           "give exactly one target line per input line", exit_code=2)
 
 
 def _count_lines(path: Path) -> int:

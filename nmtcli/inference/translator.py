@@ -191,6 +191,7 @@ class Translator:
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
         window = list(zip(numbers or range(1, len(lines) + 1), lines))
         return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(window, settings, prefixes)]
+
     def _translate_with_prefixes(self, lines: Iterable[str], prefixes: Iterable[str]) -> Iterator[list[Translation]]:
         """translate_nbest with prefixes: each window of lines carries its prefixes along."""
         numbered = enumerate(with_prefixes(lines, prefixes), start=1)
@@ -246,8 +247,8 @@ class Translator:
         while window := list(itertools.islice(numbered, self.window)):
             for number, (line, target) in window:
                 if line is missing or target is missing:
-                    shorter = "the input" if line is missing else "the target file"
-                    raise NmtError(f"{shorter} ends at line {number - 1}, the other goes on",
+                    what = "the input ends after line {:,} but the targets go on" if line is missing else "the targets end after line {:,} but the input goes on"
+                    raise NmtError(what.format(number - 1),
                                    "give exactly one target line per input line", exit_code=2)
 
             def truncated(side: str) -> Callable[[int, int], None]:

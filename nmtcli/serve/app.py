@@ -113,7 +113,8 @@ class Service:
         answer = {"model": model.name, "source": model.source, "target": model.target,
                   "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty,
                                "max_len_a": s.max_len_a, "max_len_b": s.max_len_b, "nbest": s.nbest,
-                               **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {})}}
+                               **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {}),
+                               **({"alignment": s.alignment} if s.alignment else {})}}
         if ask.targets is not None:  # forced decoding: the records of `nmt translate --score-only --output-format json`
             return JSONResponse({**answer, "scores": [scored.record() for scored in results]})
         return JSONResponse({**answer, "translations": [nbest_record(hyps) for hyps in results]})

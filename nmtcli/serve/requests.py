@@ -199,6 +199,8 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
     targets = _targets(fields.get("targets"), lines)
     if targets is not None and (prefixes is not None or sampling):
         raise ApiError(400, "Invalid request: targets (scoring given translations) does not go with prefix or sampling (leave them out)")
+    if targets is not None and nbest > 1:
+        raise ApiError(400, "Invalid request: nbest has no meaning with targets (each given translation gets one score)")
     texts = [*lines, *(prefixes or []), *(targets or [])]
     check_size(sum(len(text) for text in texts), len(lines), limits, texts)
     return NmtRequest(lines, source, target, settings, prefixes, targets)
