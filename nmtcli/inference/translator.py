@@ -168,12 +168,8 @@ class Translator:
     def translate_nbest(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[list[Translation]]:
         """The `nbest` best translations of each line (best first), in order; [] for an empty line.
         `prefixes`: one target prefix per line ("" for none), which each translation starts with."""
-        if prefixes is not None:
-            yield from self._translate_with_prefixes(lines, prefixes)
-            return
-        numbered = enumerate(lines, start=1)
-        while window := list(itertools.islice(numbered, self.window)):
-            for hyps in self._translate_window(window):
+        for window, window_prefixes in numbered_windows(lines, self.window, prefixes):
+            for hyps in self._translate_window(window, prefixes=window_prefixes):
                 yield [self._detokenize(h) for h in hyps]
 
     def translate_lines(self, lines: Sequence[str], settings: SearchSettings | None = None,
@@ -191,14 +187,6 @@ class Translator:
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
         window = list(zip(numbers or range(1, len(lines) + 1), lines))
         return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(window, settings, prefixes)]
-
-    def _translate_with_prefixes(self, lines: Iterable[str], prefixes: Iterable[str]) -> Iterator[list[Translation]]:
-        """translate_nbest with prefixes: each window of lines carries its prefixes along."""
-        numbered = enumerate(with_prefixes(lines, prefixes), start=1)
-        while window := list(itertools.islice(numbered, self.window)):
-            texts = [(number, line) for number, (line, _) in window]
-            for hyps in self._translate_window(texts, prefixes=[prefix for _, (_, prefix) in window]):
-                yield [self._detokenize(h) for h in hyps]
 
     @property
     def cpu_threads(self) -> int | None:
@@ -242,20 +230,12 @@ class Translator:
         with `alignment` ("words" or "pieces") also the target's alignment to the line. `settings` (alpha,
         length_penalty) overrides the translator's for this call."""
         s = settings or self.settings
-        missing = object()
-        numbered = enumerate(itertools.zip_longest(lines, targets, fillvalue=missing), start=1)
-        while window := list(itertools.islice(numbered, self.window)):
-            for number, (line, target) in window:
-                if line is missing or target is missing:
-                    what = "the input ends after line {:,} but the targets go on" if line is missing else "the targets end after line {:,} but the input goes on"
-                    raise NmtError(what.format(number - 1),
-                                   "give exactly one target line per input line", exit_code=2)
-
+        for window, texts in numbered_windows(lines, self.window, targets, "targets", "give exactly one target line per input line"):
             def truncated(side: str) -> Callable[[int, int], None]:
                 return lambda i, n: self.warn(f"line {window[i][0]}: {side} of {n} tokens truncated to the model's {self.max_source_tokens}")
 
-            sources = encode_lines(self.tokenizer.encode, [line for _, (line, _) in window], self.max_source_tokens, truncated("source"))
-            given = encode_lines(self.tokenizer.encode_target, [t for _, (_, t) in window], self.max_source_tokens, truncated("target"))
+            sources = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens, truncated("source"))
+            given = encode_lines(self.tokenizer.encode_target, texts, self.max_source_tokens, truncated("target"))
             forced = force_ids(self.model, sources, given, self.budget.tokens, self.device, lambda: precision.autocast(self.device, self.dtype),
                                DEFAULT_HEADS if alignment else None, self.warn)
             for src, tgt, f in zip(sources, given, forced):
@@ -280,20 +260,32 @@ def encode_prefixes(tokenizer: Tokenizer, numbers: list[int], prefixes: Sequence
     return encoded
 
 
-def with_prefixes(lines: Iterable[str], prefixes: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """(line, prefix) pairs; NmtError as soon as one runs out before the other (before the window
-    holding that line is translated)."""
-    prefixes = iter(prefixes)
+def paired(lines: Iterable[str], others: Iterable[str], name: str, hint: str) -> Iterator[tuple[str, str]]:
+    """(line, other) pairs of two streams read side by side (target prefixes, translations to score: their
+    `name`); NmtError (with `hint`) as soon as one runs out before the other, before the window holding
+    that line is translated."""
+    others = iter(others)
     count = 0
     for count, line in enumerate(lines, start=1):
-        prefix = next(prefixes, None)
-        if prefix is None:
-            raise NmtError(f"the prefixes end after line {count - 1:,} but the input goes on",
-                           "give one prefix per input line, an empty line for none", exit_code=2)
-        yield line, prefix
-    if next(prefixes, None) is not None:
-        raise NmtError(f"the input ends after line {count:,} but the prefixes go on",
-                       "give one prefix per input line, an empty line for none", exit_code=2)
+        other = next(others, None)
+        if other is None:
+            raise NmtError(f"the {name} end after line {count - 1:,} but the input goes on", hint, exit_code=2)
+        yield line, other
+    if next(others, None) is not None:
+        raise NmtError(f"the input ends after line {count:,} but the {name} go on", hint, exit_code=2)
+
+
+PREFIX_HINT = "give one prefix per input line, an empty line for none"
+
+
+def numbered_windows(lines: Iterable[str], size: int, others: Iterable[str] | None = None, name: str = "prefixes",
+                     hint: str = PREFIX_HINT) -> Iterator[tuple[list[tuple[int, str]], list[str] | None]]:
+    """The lines numbered from 1, `size` at a time, each window with its lines of `others` read side by side
+    (target prefixes, or translations to score: see `paired`), None without."""
+    pairs = ((line, None) for line in lines) if others is None else paired(lines, others, name, hint)
+    numbered = enumerate(pairs, start=1)
+    while window := list(itertools.islice(numbered, size)):
+        yield [(n, line) for n, (line, _) in window], None if others is None else [other for _, (_, other) in window]
 
 
 def encode_lines(encode: Callable[[list[str]], list[list[int]]], lines: Sequence[str], max_tokens: int,

@@ -12,7 +12,6 @@ samples, but not the native engine's (CTranslate2 draws its own random numbers, 
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.inference.sampling import check_sampling, parse_sampling
 from nmtcli.inference.translator import (BatchBudget, SearchSettings, Warn, batching_for, encode_lines, encode_prefixes,
-                                         length_sorted_batches, one_line, with_prefixes)
+                                         length_sorted_batches, numbered_windows, one_line)
 from nmtcli.interop.ctranslate2 import NMT_FILE, require_ctranslate2
 from nmtcli.threads import default_threads
 
@@ -63,14 +62,8 @@ class CTranslate2Translator:
         self.warn = warn or (lambda message: None)
 
     def translate(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[str]:
-        if prefixes is not None:
-            numbered_pairs = enumerate(with_prefixes(lines, prefixes), start=1)
-            while pairs := list(itertools.islice(numbered_pairs, self.window)):
-                yield from self._translate_chunk([(n, line) for n, (line, _) in pairs], [prefix for _, (_, prefix) in pairs])
-            return
-        numbered = enumerate(lines, start=1)
-        while chunk := list(itertools.islice(numbered, self.window)):
-            yield from self._translate_chunk(chunk)
+        for chunk, chunk_prefixes in numbered_windows(lines, self.window, prefixes):
+            yield from self._translate_chunk(chunk, chunk_prefixes)
 
     def _translate_chunk(self, chunk: list[tuple[int, str]], prefixes: list[str] | None = None) -> list[str]:
         results = [""] * len(chunk)  # empty or blank lines translate to empty lines
