@@ -20,7 +20,7 @@ LAYERS = [
     {"inference", "scoring", "card"},
     {"training"},
     {"hub"},
-    {"interop", "describe"},
+    {"interop", "describe", "documents"},
     {"serve"},
     {"cli", "__main__"},
 ]
