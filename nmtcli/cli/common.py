@@ -33,12 +33,13 @@ def command_group(name: str, help: str):
 
 
 def say(message: str) -> None:
-    """A status line on stderr (stdout stays for results that pipe into the next command)."""
-    console.print(f"[dim]nmt:[/dim] {message}")
+    """A status line on stderr (stdout stays for results that pipe into the next command); one line
+    however long: a terminal wraps it, a log file gets it whole."""
+    console.print(f"[dim]nmt:[/dim] {message}", soft_wrap=True)
 
 
 def warn(message: str) -> None:
-    console.print(f"[yellow]nmt: warning:[/yellow] {message}", markup=True)
+    console.print(f"[yellow]nmt: warning:[/yellow] {message}", markup=True, soft_wrap=True)
 
 
 @contextlib.contextmanager
