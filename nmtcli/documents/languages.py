@@ -47,7 +47,8 @@ class Detector:
         self.prior = prior
 
     def detect(self, text: str, candidates: int = 3) -> list[Guess]:
-        """The likeliest languages of `text`, best first; [] for text without letters (digits, punctuation, emoji)."""
+        """The likeliest languages of `text` (at most `candidates`), best first; [] for text without letters (digits,
+        punctuation, emoji)."""
         if not any(ch.isalpha() for ch in text):
             return []
         weighted = [(language, p * (self.prior if language in self.known else 1.0)) for language, p in self.identifier.rank(text)]
@@ -55,5 +56,6 @@ class Detector:
         if weighted[0][0] == NO_LANGUAGE:
             return []
         total = sum(p for _, p in weighted)
-        return [Guess(self.known.get(language, language), round(100 * p / total, 1))
-                for language, p in weighted[:candidates] if language != NO_LANGUAGE]
+        guesses = [Guess(self.known.get(language, language), round(100 * p / total, 1))
+                   for language, p in weighted[:candidates] if language != NO_LANGUAGE]
+        return guesses[:1] + [g for g in guesses[1:] if g.confidence > 0]  # no runner-up at 0.0%
