@@ -20,6 +20,7 @@ RECORD). Speed: texts a second on one thread, the machine's load average printed
 
     python benchmarks/language_detect.py                 # every candidate
     python benchmarks/language_detect.py --only py3langid --per-language
+    python benchmarks/language_detect.py --words 1          # single words: what a greeting is
 """
 
 from __future__ import annotations
@@ -46,16 +47,16 @@ CANDIDATES = {"py3langid": "py3langid", "lingua high accuracy": "lingua-language
 SERVER = ("de", "en")  # the languages of a server with en->de and de->en models, for the table of choices
 
 
-def read_texts(path: Path = DATA) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(language, text) pairs: the paragraphs (long), and runs of SHORT_WORDS words from them (short)."""
+def read_texts(path: Path = DATA, words: int = SHORT_WORDS) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(language, text) pairs: the paragraphs (long), and runs of `words` words from them (short)."""
     long, short = [], []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("#") or not line.strip():
             continue
         language, _, text = line.split("\t")
         long.append((language, text))
-        words = text.split()
-        short += [(language, " ".join(words[i:i + SHORT_WORDS])) for i in range(0, len(words) - SHORT_WORDS + 1, SHORT_WORDS)]
+        split = text.split()
+        short += [(language, " ".join(split[i:i + words])) for i in range(0, len(split) - words + 1, words)]
     return long, short
 
 
@@ -92,10 +93,10 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def measure(name: str, restricted: bool) -> dict:
+def measure(name: str, restricted: bool, words: int) -> dict:
     """In this process: load, then rank every text; accuracy, speed and memory, and (choosing among all the
     detector's languages) how each way of choosing does for a server of SERVER's languages."""
-    long, short = read_texts()
+    long, short = read_texts(words=words)
     languages = sorted({language for language, _ in long}) if restricted else None
     before = rss_mb()
     started = time.perf_counter()
@@ -135,21 +136,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=list(CANDIDATES), action="append", help="measure this candidate only (repeatable)")
     parser.add_argument("--per-language", action="store_true", help="also print each language's accuracy")
-    parser.add_argument("--child", nargs=2, metavar=("NAME", "RESTRICTED"), help=argparse.SUPPRESS)
+    parser.add_argument("--words", type=int, default=SHORT_WORDS, help=f"words in a short text (default {SHORT_WORDS})")
+    parser.add_argument("--child", nargs=3, metavar=("NAME", "RESTRICTED", "WORDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child[0], args.child[1] == "1")))
+        print(json.dumps(measure(args.child[0], args.child[1] == "1", int(args.child[2]))))
         return
-    long, short = read_texts()
+    long, short = read_texts(words=args.words)
     print(f"{len(long)} long texts (median {statistics.median(len(t.split()) for _, t in long):.0f} words), {len(short)} short texts "
-          f"({SHORT_WORDS} words), {len({language for language, _ in long})} languages; load average {os.getloadavg()[0]:.2f}")
+          f"({args.words} words), {len({language for language, _ in long})} languages; load average {os.getloadavg()[0]:.2f}")
     header = f"{'detector':<22} {'languages':<10} {'long acc':>8} {'short acc':>9} {'long/s':>8} {'short/s':>8} {'load s':>7} {'RSS MB':>7} {'peak MB':>8} {'size MB':>8}"
     print(header)
     print("-" * len(header))
     rows = []
     for name in args.only or CANDIDATES:
         for restricted in (False, True):
-            out = subprocess.run([sys.executable, __file__, "--child", name, "1" if restricted else "0"], check=False, capture_output=True, text=True,
+            out = subprocess.run([sys.executable, __file__, "--child", name, "1" if restricted else "0", str(args.words)], check=False, capture_output=True, text=True,
                                  env={**os.environ, "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"})
             if out.returncode:
                 print(f"{name}: failed\n{out.stderr}", file=sys.stderr)

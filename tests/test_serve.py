@@ -425,6 +425,8 @@ def test_api_keys_from_the_command_line_or_a_file_are_required(keyed):
     assert request(keyed, "POST", "/translate", {**body, "api_key": "key-on-the-command-line"})[0] == 200
     assert request(keyed, "POST", "/translate", urllib.parse.urlencode({**body, "api_key": "key-from-file"}))[0] == 200
     assert request(keyed, "POST", "/nmt/translate", {"lines": ["a"], "api_key": "wrong"})[0] == 403
+    assert request(keyed, "POST", "/detect", {"q": "the dog"})[0] == 400 and request(keyed, "POST", "/detect", {"q": "the dog", "api_key": "wrong"})[0] == 403
+    assert request(keyed, "POST", "/detect", {"q": "the dog", "api_key": "key-from-file"})[0] == 200
     assert request(keyed, "GET", "/languages")[0] == 200 and health(keyed)["key_required"] is True
     assert request(keyed, "GET", "/frontend/settings")[1]["keyRequired"] is True
 

@@ -5,8 +5,9 @@ n-grams, 140 languages, its model an LZMA-compressed npz of 4.4 MB inside its wh
 nothing unpickled). Chosen over lingua-language-detector by benchmarks/language_detect.py on the
 Universal Declaration of Human Rights in 14 languages: as accurate on paragraphs (99.2% against 99.8%)
 and nearly so on three-word snippets (89.7% against 92.2%, both choosing among all their languages),
-at 10 to 16 times lingua's speed, a fourteenth of its memory (87 MB against 1.2 GB with its models loaded) and a
-twentieth of its wheel (4.4 MB against 95 MB).
+at 7 to 9 times lingua's speed, a fourteenth of its memory (87 MB against 1.2 GB with its models loaded) and a
+twentieth of its wheel (4.4 MB against 95 MB). lingua is better at single words (59% against 40%): a
+word alone is often too little for either.
 
 A server knows a few languages, and most texts sent to it are in one of them; the detector knows 140.
 Choosing only among the server's languages (as LibreTranslate does) is the most accurate for those,

@@ -224,13 +224,13 @@ class Service:
 
     def _undetectable(self, language: str, target: str, guess: Guess, number: int | None) -> str:
         """Why text detected as `language` cannot go into `target`: LibreTranslate's words, then what was detected where."""
-        where = f" in text {number}" if number else ""
+        subject = f"text {number}" if number else "the text"
         pairs = ", ".join(f"{m.source}->{m.target}" for m in self.models)
         if all(m.source != language for m in self.models):
-            return (f"{language} is not supported (the text{where} was detected as {language_name(language)} at {guess.confidence:g}% "
+            return (f"{language} is not supported ({subject} was detected as {language_name(language)} at {guess.confidence:g}% "
                     f"confidence; this server translates {pairs}: if the text is in one of those languages, send that as source)")
         return (f"{language_name(target)} ({target}) is not available as a target language from {language_name(language)} ({language}) "
-                f"(detected{where} at {guess.confidence:g}% confidence; this server translates {pairs}; see GET /languages)")
+                f"({subject} was detected at {guess.confidence:g}% confidence; this server translates {pairs}; see GET /languages)")
 
     async def _translate(self, request: Request, model: ServedModel, lines: list[str], settings: SearchSettings,
                          prefixes: list[str] | None = None, targets: list[str] | None = None) -> list[list[Translation]]:
