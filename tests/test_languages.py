@@ -37,10 +37,10 @@ def test_paragraphs_and_snippets_in_14_languages_are_detected(detector):
     assert share(short) >= 0.85, share(short)  # 3 words: 89.7%
 
 
-def test_a_servers_languages_win_their_snippets_and_other_languages_stay_other():
+def test_a_servers_languages_win_their_snippets_and_other_languages_stay_other(detector):
     """The prior for an en<->de server: its snippets detected right more often than with no prior, and
     text in the other 12 languages still found to be neither English nor German (so /translate refuses it)."""
-    server, plain = Detector(["en", "de"]), Detector()
+    server, plain = Detector(["en", "de"]), detector
     ours = [(language, text) for language, text in SHORT if language in ("en", "de")]
     others = [(language, text) for language, text in SHORT[::4] if language not in ("en", "de")]
     with_prior = share([server.detect(text)[0].language == language for language, text in ours])

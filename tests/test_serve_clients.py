@@ -61,7 +61,8 @@ def client_models(random_model, tmp_path_factory) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def server(client_models, tmp_path_factory):
-    s = Server([arg for path in client_models for arg in ("-m", str(path))] + ["--threads", "1", *SHORT], tmp_path_factory.mktemp("serve-clients"))
+    s = Server([arg for path in client_models for arg in ("-m", str(path))] + ["--threads", "1", *SHORT, "--max-len-a", "0"],
+               tmp_path_factory.mktemp("serve-clients"))
     yield s
     s.stop()
 
