@@ -223,8 +223,8 @@ def test_translate_answers_libretranslate_clients_in_json_and_forms(server):
     assert len(alternatives["alternatives"]) == 2 and all(a.count("\n") == 1 for a in alternatives["alternatives"])
     batch_alternatives = translate(server, {"q": ["a", "b"], "source": "en", "target": "de", "alternatives": 1})
     assert [len(a) for a in batch_alternatives["alternatives"]] == [1, 1]
-    auto = translate(server, {"q": "the dog sees a cat", "source": "auto", "target": "de"})
-    assert auto == {**one, "detectedLanguage": {"confidence": 100.0, "language": "en"}}
+    auto = translate(server, {"q": "the dog sees a cat", "source": "auto", "target": "de"})  # more in test_serve_clients.py
+    assert auto["translatedText"] == one["translatedText"] and auto["detectedLanguage"]["language"] == "en"
     assert request(server, "GET", "/frontend/settings")[1]["charLimit"] == 2000
 
 
@@ -425,6 +425,8 @@ def test_api_keys_from_the_command_line_or_a_file_are_required(keyed):
     assert request(keyed, "POST", "/translate", {**body, "api_key": "key-on-the-command-line"})[0] == 200
     assert request(keyed, "POST", "/translate", urllib.parse.urlencode({**body, "api_key": "key-from-file"}))[0] == 200
     assert request(keyed, "POST", "/nmt/translate", {"lines": ["a"], "api_key": "wrong"})[0] == 403
+    assert request(keyed, "POST", "/detect", {"q": "the dog"})[0] == 400 and request(keyed, "POST", "/detect", {"q": "the dog", "api_key": "wrong"})[0] == 403
+    assert request(keyed, "POST", "/detect", {"q": "the dog", "api_key": "key-from-file"})[0] == 200
     assert request(keyed, "GET", "/languages")[0] == 200 and health(keyed)["key_required"] is True
     assert request(keyed, "GET", "/frontend/settings")[1]["keyRequired"] is True
 
@@ -525,16 +527,35 @@ def test_the_page_translates_in_a_real_browser(server, models, tmp_path):
             return chromium.call("Runtime.evaluate", session, expression=expression, returnByValue=True)["result"].get("value")
 
         wait_until(lambda: evaluate("document.body && document.body.dataset.ready") == "yes", 30, "the page loading its models")
-        assert evaluate("[...document.querySelectorAll('#pair option')].map(o => o.value)") == ["en-de", "de-en"]
+        assert evaluate("[...document.querySelectorAll('#from option')].map(o => o.value)") == ["auto", "en", "de"]
+        assert evaluate("[...document.querySelectorAll('#to option')].map(o => o.textContent)") == ["German (de)"]
         assert str(models["en-de"]) in evaluate("document.getElementById('model').textContent")
         assert evaluate("document.getElementById('scores').textContent").count("12.3") == 1
         evaluate("document.getElementById('source').value = 'the dog sees a cat\\na red car'; document.getElementById('go').click()")
         wait_until(lambda: evaluate("document.getElementById('target').textContent"), 30, "the translation appearing")
         expected = translate(server, {"q": "the dog sees a cat\na red car", "source": "en", "target": "de"})["translatedText"]
         assert evaluate("document.getElementById('target').textContent") == expected
-        evaluate("document.getElementById('pair').value = 'de-en'; document.getElementById('pair').dispatchEvent(new Event('change'))")
+
+        def choose(select: str, value: str) -> None:
+            evaluate(f"document.getElementById('{select}').value = '{value}'; document.getElementById('{select}').dispatchEvent(new Event('change'))")
+
+        choose("from", "de")
+        assert evaluate("[...document.querySelectorAll('#to option')].map(o => o.value)") == ["en"]
         assert str(models["de-en"]) in evaluate("document.getElementById('model').textContent")
-        evaluate("document.getElementById('pair').value = 'en-de'; document.getElementById('pair').dispatchEvent(new Event('change'))")
+        # "Detect language": the text's language from /detect, shown, and its model used.
+        choose("from", "auto")
+        assert evaluate("[...document.querySelectorAll('#to option')].map(o => o.value)") == ["de", "en"]
+        choose("to", "de")
+        evaluate("document.getElementById('target').textContent = ''; document.getElementById('go').click()")
+        wait_until(lambda: evaluate("document.getElementById('target').textContent"), 30, "the translation of detected English")
+        assert evaluate("document.getElementById('target').textContent") == expected
+        assert evaluate("document.getElementById('detected').textContent").startswith("English (en) detected (")
+        assert str(models["en-de"]) in evaluate("document.getElementById('model').textContent")
+        choose("to", "en")  # English into English: no model
+        evaluate("document.getElementById('go').click()")
+        wait_until(lambda: evaluate("document.getElementById('error').textContent"), 30, "the error")
+        assert evaluate("document.getElementById('error').textContent") == "this server has no model from English (en) into English (en)"
+        choose("to", "de")
         shot = base64.b64decode(chromium.call("Page.captureScreenshot", session, format="png")["data"])
         assert shot.startswith(b"\x89PNG")
         (Path(os.environ.get("NMT_SCREENSHOT_DIR", tmp_path)) / "serve-page.png").write_bytes(shot)  # to look at

@@ -95,7 +95,8 @@ def command(
 def _check_extra() -> None:
     from nmtcli.errors import NmtError
 
-    needed = (("starlette", ["starlette"]), ("uvicorn", ["uvicorn"]), ("python-multipart", ["python_multipart", "multipart"]))
+    needed = (("starlette", ["starlette"]), ("uvicorn", ["uvicorn"]), ("python-multipart", ["python_multipart", "multipart"]),
+              ("py3langid", ["py3langid"]))
     missing = [name for name, modules in needed if not any(_importable(m) for m in modules)]
     if missing:
         raise NmtError(f"nmt serve needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed",

@@ -1,7 +1,8 @@
 """The Starlette app of `nmt serve`: LibreTranslate's API, nmt's own endpoint, health, metrics, the page.
 
-    POST /translate          LibreTranslate's: q (a text or a list), source, target, format, alternatives, api_key
-    GET  /languages          LibreTranslate's: [{"code", "name", "targets"}]
+    POST /translate          LibreTranslate's: q (a text or a list), source (a code or "auto"), target, format, alternatives, api_key
+    POST /detect             LibreTranslate's: q -> [{"confidence", "language"}], the likeliest languages first
+    GET  /languages          LibreTranslate's: [{"code", "name", "targets"}], every language a model translates from or into
     GET  /frontend/settings  LibreTranslate's: the limits and whether a key is needed (its web clients ask)
     POST /nmt/translate      one line per item of `lines`, with the search options of `nmt translate`
     GET  /nmt/models         the models served: name, language pair, scores.json
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,12 +35,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from nmtcli.documents.languages import Detector, Guess
 from nmtcli.errors import NmtError
 from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
 from nmtcli.serve.models import ServedModel, language_name
-from nmtcli.serve.requests import ApiError, Limits, libretranslate_request, nmt_request, parse_fields, read_body
+from nmtcli.serve.requests import (ApiError, Limits, TranslateRequest, detect_request, libretranslate_request, nmt_request, parse_fields,
+                                   read_body)
 
 # The page may run its own inline script and talk to this server, and nothing else: no external fetches.
 PAGE_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -71,9 +75,11 @@ class Service:
     config: ServeConfig
     metrics: Metrics = field(init=False)
     batcher: Batcher = field(init=False)
+    detector: Detector = field(init=False)
 
     def __post_init__(self) -> None:
         self.by_pair = {(m.source, m.target): m for m in self.models}
+        self.detector = Detector({m.source for m in self.models} | {m.target for m in self.models})
         self.metrics = Metrics(lambda: self.batcher.queued_lines)
         c = self.config
         self.batcher = Batcher(c.max_delay, c.batch_lines, c.queue_lines, c.batching,
@@ -81,11 +87,14 @@ class Service:
 
     # --- the routes ---------------------------------------------------------------------------------
 
-    async def translate(self, request: Request) -> Response:
-        """LibreTranslate's POST /translate."""
-        fields = await self._fields(request)
-        ask = libretranslate_request(fields, self.config.limits)
-        model, detected = self._model(ask.source, ask.target, auto=True)
+    async def translate(self, request: Request, ask: TranslateRequest | None = None) -> Response:
+        """LibreTranslate's POST /translate; `ask`: the texts of one detected language (`_translate_detected`)."""
+        if ask is None:
+            fields = await self._fields(request)
+            ask = libretranslate_request(fields, self.config.limits)
+            if ask.source == "auto":
+                return await self._translate_detected(request, ask)
+        model = self._model(ask.source, ask.target)
         nbest = ask.alternatives + 1
         settings = dataclasses.replace(self.config.search, nbest=nbest, beam=max(self.config.search.beam, nbest))
         results = await self._translate(request, model, ask.lines, settings)
@@ -98,16 +107,13 @@ class Service:
         answer: dict[str, Any] = {"translatedText": texts if ask.batch else texts[0]}
         if ask.alternatives:
             answer["alternatives"] = alternatives if ask.batch else alternatives[0]
-        if detected:  # source "auto": the one language this server translates into `target` from
-            guess = {"confidence": 100.0, "language": model.source}
-            answer["detectedLanguage"] = [guess] * len(texts) if ask.batch else guess
         return JSONResponse(answer)
 
     async def nmt_translate(self, request: Request) -> Response:
         """nmt's POST /nmt/translate: the records of `nmt translate --output-format json`, one per line."""
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
-        model, _ = self._model(ask.source, ask.target)
+        model = self._model(ask.source, ask.target)
         results = await self._translate(request, model, ask.lines, ask.settings, ask.prefixes, ask.targets)
         s = ask.settings
         answer = {"model": model.name, "source": model.source, "target": model.target,
@@ -119,10 +125,22 @@ class Service:
             return JSONResponse({**answer, "scores": [scored.record() for scored in results]})
         return JSONResponse({**answer, "translations": [nbest_record(hyps) for hyps in results]})
 
+    async def detect(self, request: Request) -> Response:
+        """LibreTranslate's POST /detect: the likeliest languages of q, best first; the texts of a list q as one
+        (each language's confidence averaged over the texts, weighted by their length), as LibreTranslate does."""
+        texts = detect_request(await self._fields(request), self.config.limits)
+        weight: dict[str, float] = {}
+        for text in texts:
+            for guess in self.detector.detect(text):
+                weight[guess.language] = weight.get(guess.language, 0.0) + guess.confidence * len(text)
+        total = sum(len(text) for text in texts)
+        ranked = sorted(weight.items(), key=lambda item: item[1], reverse=True)[:3]
+        return JSONResponse([{"confidence": round(w / total, 1), "language": code} for code, w in ranked] or [_NOTHING_DETECTED])
+
     async def languages(self, request: Request) -> Response:
-        sources = sorted({m.source for m in self.models})
+        codes = sorted({m.source for m in self.models} | {m.target for m in self.models})
         return JSONResponse([{"code": code, "name": language_name(code), "targets": sorted(m.target for m in self.models if m.source == code)}
-                             for code in sources])
+                             for code in codes])
 
     async def frontend_settings(self, request: Request) -> Response:
         first = self.models[0]
@@ -162,25 +180,57 @@ class Service:
                 raise ApiError(403, "Invalid API key")
         return fields
 
-    def _model(self, source: str | None, target: str | None, auto: bool = False) -> tuple[ServedModel, bool]:
-        """The model for source -> target (either may be left out where only one model fits); and whether
-        the source was "auto" and so chosen here."""
-        detected = auto and source == "auto"
-        fits = [m for m in self.models if (source is None or detected or m.source == source) and (target is None or m.target == target)]
+    def _model(self, source: str | None, target: str | None) -> ServedModel:
+        """The model for source -> target (either may be left out where only one model fits)."""
+        fits = [m for m in self.models if (source is None or m.source == source) and (target is None or m.target == target)]
         if len(fits) == 1:
-            return fits[0], detected
+            return fits[0]
         pairs = ", ".join(f"{m.source}->{m.target}" for m in self.models)
         if fits:
             raise ApiError(400, f"Invalid request: several models fit (this server translates {pairs}: send source and target)")
-        if detected:
-            raise ApiError(400, f"Invalid request: cannot choose a source language for target {target} "
-                                f"(this server translates {pairs}: send source)")
         if source is not None and all(m.source != source for m in self.models):
             raise ApiError(400, f"{source} is not supported (this server translates {pairs}; see GET /languages)")
         if source is None:
             raise ApiError(400, f"{target} is not supported (this server translates {pairs}; see GET /languages)")
         raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
+
+    async def _translate_detected(self, request: Request, ask: TranslateRequest) -> Response:
+        """source "auto": each text's language detected, and the texts of each language translated as one request
+        from it (a text without letters comes back as it is, as LibreTranslate answers text it cannot translate)."""
+        guesses = [next(iter(self.detector.detect(text, candidates=1)), None) for text in ask.texts]
+        if all(m.target != ask.target for m in self.models):
+            self._model(None, ask.target)  # its 400: the target is not supported
+        languages: dict[str, list[int]] = {}
+        for number, guess in enumerate(guesses):
+            if guess is not None:
+                languages.setdefault(guess.language, []).append(number)
+        for language, numbers in languages.items():  # every text's model is known before any is translated
+            if (language, ask.target) not in self.by_pair:
+                raise ApiError(400, self._undetectable(language, ask.target, guesses[numbers[0]], numbers[0] + 1 if ask.batch else None))
+        texts, alternatives = list(ask.texts), [[] for _ in ask.texts]
+        for language, numbers in languages.items():
+            part = dataclasses.replace(ask, texts=[ask.texts[n] for n in numbers], batch=True, source=language)
+            answer = json.loads((await self.translate(request, part)).body)  # that route's own answer, for these texts
+            for k, number in enumerate(numbers):
+                texts[number] = answer["translatedText"][k]
+                alternatives[number] = answer.get("alternatives", [[]] * len(numbers))[k]
+        found = [{"confidence": g.confidence, "language": g.language} if g else _NOTHING_DETECTED for g in guesses]
+        answer = {"translatedText": texts if ask.batch else texts[0]}
+        if ask.alternatives:
+            answer["alternatives"] = alternatives if ask.batch else alternatives[0]
+        answer["detectedLanguage"] = found if ask.batch else found[0]
+        return JSONResponse(answer)
+
+    def _undetectable(self, language: str, target: str, guess: Guess, number: int | None) -> str:
+        """Why text detected as `language` cannot go into `target`: LibreTranslate's words, then what was detected where."""
+        subject = f"text {number}" if number else "the text"
+        pairs = ", ".join(f"{m.source}->{m.target}" for m in self.models)
+        if all(m.source != language for m in self.models):
+            return (f"{language} is not supported ({subject} was detected as {language_name(language)} at {guess.confidence:g}% "
+                    f"confidence; this server translates {pairs}: if the text is in one of those languages, send that as source)")
+        return (f"{language_name(target)} ({target}) is not available as a target language from {language_name(language)} ({language}) "
+                f"({subject} was detected at {guess.confidence:g}% confidence; this server translates {pairs}; see GET /languages)")
 
     async def _translate(self, request: Request, model: ServedModel, lines: list[str], settings: SearchSettings,
                          prefixes: list[str] | None = None, targets: list[str] | None = None) -> list[list[Translation]]:
@@ -228,6 +278,10 @@ class Service:
         return run
 
 
+# LibreTranslate's answer for text in which no language was found (no letters in it).
+_NOTHING_DETECTED = {"confidence": 0.0, "language": "en"}
+
+
 def _nth(hyps: list[Translation], k: int) -> str:
     """The k-th best translation of a line; the best where the beam found fewer; "" for an empty line."""
     return hyps[min(k, len(hyps) - 1)].text if hyps else ""
@@ -258,7 +312,7 @@ def create_app(models: list[ServedModel], config: ServeConfig = ServeConfig()) -
         yield
         await service.batcher.stop()  # uvicorn has let the requests in flight finish by now
 
-    api = [("/translate", "POST", service.translate), ("/nmt/translate", "POST", service.nmt_translate),
+    api = [("/translate", "POST", service.translate), ("/detect", "POST", service.detect), ("/nmt/translate", "POST", service.nmt_translate),
            ("/languages", "GET", service.languages), ("/frontend/settings", "GET", service.frontend_settings),
            ("/nmt/models", "GET", service.model_list), ("/health", "GET", service.health),
            ("/metrics", "GET", service.metrics_text), ("/", "GET", service.page)]

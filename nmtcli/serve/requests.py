@@ -138,13 +138,7 @@ class TranslateRequest:
 
 
 def libretranslate_request(fields: dict[str, Any], limits: Limits) -> TranslateRequest:
-    q = fields.get("q")
-    if q is None or q == "" or q == []:
-        raise ApiError(400, "Invalid request: missing q parameter")
-    batch = isinstance(q, list)
-    texts = q if batch else [q]
-    if not all(isinstance(text, str) for text in texts):
-        raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+    texts, batch = _q(fields)
     source, target = (_text_field(fields, name) for name in ("source", "target"))
     text_format = fields.get("format") or "text"
     if text_format != "text":
@@ -155,6 +149,25 @@ def libretranslate_request(fields: dict[str, Any], limits: Limits) -> TranslateR
     request = TranslateRequest(texts, batch, source, target, alternatives)
     check_size(sum(len(text) for text in texts), len(request.lines), limits, texts)
     return request
+
+
+def _q(fields: dict[str, Any]) -> tuple[list[str], bool]:
+    """LibreTranslate's `q`: the texts, and whether q was a list (then the answer is one too)."""
+    q = fields.get("q")
+    if q is None or q == "" or q == []:
+        raise ApiError(400, "Invalid request: missing q parameter")
+    batch = isinstance(q, list)
+    texts = q if batch else [q]
+    if not all(isinstance(text, str) for text in texts):
+        raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+    return texts, batch
+
+
+def detect_request(fields: dict[str, Any], limits: Limits) -> list[str]:
+    """POST /detect (LibreTranslate's): the texts of `q`, within the size limits."""
+    texts, _ = _q(fields)
+    check_size(sum(len(text) for text in texts), sum(len(text.splitlines()) or 1 for text in texts), limits, texts)
+    return texts
 
 
 @dataclass
