@@ -14,7 +14,7 @@ language fallback chains (gsw -> de, ...), and from there to English rules.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import sentencex
 
@@ -28,37 +28,34 @@ def sentence_spans(text: str, language: str) -> list[Span]:
     with whitespace, and everything between spans is whitespace (kept verbatim by `join_sentences`).
     `language` is an ISO 639 code ("en", "de", "pt-BR": its primary subtag is used)."""
     code = segmenter_language(language)
+    return spans_of(text, lambda line: sentencex.segment(code, line))
+
+
+def spans_of(text: str, split_line: Callable[[str], Iterable[str]]) -> list[Span]:
+    """The spans of `sentence_spans`, with `split_line(line)` cutting one line (no line break in it) into
+    sentences (benchmarks/sentence_split.py passes each candidate segmenter here). Each piece it returns is
+    found in the line from where the last one ended, so the spans follow the line's characters whatever the
+    segmenter does with whitespace; a piece it changed (or text it skipped) ends the cutting there, and the
+    rest of the line is one sentence."""
     spans: list[Span] = []
-    start = 0
+    offset = 0
     for line in text.splitlines(keepends=True):  # Python's line breaks: LF, CRLF, CR, U+2028, ...
         content = line.splitlines()[0] if line.strip() else ""
-        if content:
-            spans += _line_spans(content, start, code)
-        start += len(line)
+        cursor = 0
+        for piece in split_line(content) if content else ():
+            piece = piece.strip()
+            if not piece:
+                continue
+            at = content.find(piece, cursor)
+            if at < 0 or content[cursor:at].strip():
+                break
+            spans.append((offset + at, offset + at + len(piece)))
+            cursor = at + len(piece)
+        rest = content[cursor:]
+        if rest.strip():  # whatever the segmenter left out or changed stays text to translate
+            spans.append((offset + cursor + len(rest) - len(rest.lstrip()), offset + len(content.rstrip())))
+        offset += len(line)
     return spans
-
-
-def _line_spans(line: str, offset: int, code: str) -> list[Span]:
-    """The sentences of one line (no line break in it), as spans of the text the line starts at `offset` of.
-    Each piece sentencex returns is found in the line from where the last one ended, so the spans follow the
-    line's characters whatever sentencex does with whitespace; a piece it changed (or text it skipped) ends
-    the cutting there and the rest of the line is one sentence."""
-    spans: list[Span] = []
-    cursor = 0
-    for piece in sentencex.segment(code, line):
-        piece = piece.strip()
-        if not piece:
-            continue
-        at = line.find(piece, cursor)
-        if at < 0 or line[cursor:at].strip():
-            break
-        spans.append((at, at + len(piece)))
-        cursor = at + len(piece)
-    rest = line[cursor:]
-    if rest.strip():  # whatever sentencex left out or changed stays text to translate
-        at = cursor + len(rest) - len(rest.lstrip())
-        spans.append((at, len(line.rstrip())))
-    return [(offset + a, offset + b) for a, b in spans]
 
 
 def segmenter_language(language: str) -> str:
