@@ -3,6 +3,7 @@ translations back with the text's own whitespace."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -71,3 +72,82 @@ def test_spans_partition_the_text_into_sentences_and_whitespace_on_random_text()
             end = b
         assert not text[end:].strip()
         assert join_sentences(text, spans, [text[a:b] for a, b in spans]) == text
+
+
+# --- nmt translate --split-sentences ---------------------------------------------------------------------
+
+# A random model writes to the length limit: a limit of source length + 10 keeps its translations short.
+SHORT = ["--threads", "1", "--max-len-b", "10"]
+PARAGRAPHS = ["Dr. Smith sees the dog at 3 p.m. on Jan. 5. The dog sees a cat!  A red car?", "", "   ",
+              "the old man reads a book in the garden", "\tIt rains. It pours.\t \u00a0"]
+
+
+def _records(out) -> list[dict]:
+    return [json.loads(line) for line in out.stdout.split("\n")[:-1]]
+
+
+def same(a, b) -> bool:
+    """JSON values equal but for float rounding: a sentence's score depends on the batch it was searched in by
+    some 1e-6 (the same text and tokens)."""
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, abs=1e-4)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_split_sentences_translates_each_paragraph_as_its_sentences_one_by_one(random_model, nmt_main, tmp_path):
+    """A paragraph's line is its sentences translated as lines of their own and joined with the paragraph's own
+    whitespace: text and json, the n-best list (the k-th of each sentence, joined), scores summed."""
+    spans = [sentence_spans(p, "en") for p in PARAGRAPHS]
+    assert [[p[a:b] for a, b in s] for p, s in zip(PARAGRAPHS, spans)] == [
+        ["Dr. Smith sees the dog at 3 p.m. on Jan. 5.", "The dog sees a cat!", "A red car?"], [], [],
+        ["the old man reads a book in the garden"], ["It rains.", "It pours."]]
+    sentences = [p[a:b] for p, s in zip(PARAGRAPHS, spans) for a, b in s]
+    common = ("translate", "-m", str(random_model), *SHORT)
+    alone = _records(nmt_main(*common, "--output-format", "json", "--nbest", "2", input="\n".join(sentences) + "\n", cwd=tmp_path))
+    assert len(alone) == 6 and all(len(r["nbest"]) == 2 for r in alone)
+    per_line, start = [], 0
+    for s in spans:
+        per_line.append(alone[start:start + len(s)])
+        start += len(s)
+    best = [join_sentences(p, s, [r["translation"] for r in rs]) for p, s, rs in zip(PARAGRAPHS, spans, per_line)]
+    second = [join_sentences(p, s, [r["nbest"][1]["translation"] for r in rs]) for p, s, rs in zip(PARAGRAPHS, spans, per_line)]
+    assert best[1:3] == ["", "   "] and best[4].startswith("\t") and best[4].endswith("\t \u00a0")
+
+    text = nmt_main(*common, "--split-sentences", input="\n".join(PARAGRAPHS) + "\n", cwd=tmp_path)
+    assert text.stdout == "".join(line + "\n" for line in best)
+    assert "translated 5 line(s)" in text.stderr
+    records = _records(nmt_main(*common, "--split-sentences", "--output-format", "json", "--nbest", "2", "--window", "2",
+                                input="\n".join(PARAGRAPHS) + "\n", cwd=tmp_path))
+    assert [r["translation"] for r in records] == best
+    assert [[e["translation"] for e in r["nbest"]] for r in records] == [[b, s] if ss else [] for b, s, ss in zip(best, second, spans)]
+    for record, paragraph, s, rs in zip(records, PARAGRAPHS, spans, per_line):
+        assert same(record["sentences"], [{"source": paragraph[a:b], "start": a, "end": b, **r} for (a, b), r in zip(s, rs)])
+        assert record["log_prob"] == (pytest.approx(sum(r["log_prob"] for r in rs), abs=1e-5) if rs else None)
+        assert record["score"] == (pytest.approx(sum(r["score"] for r in rs), abs=1e-5) if rs else None)
+
+
+def test_split_sentences_names_the_line_and_sentence_it_truncates(random_model, nmt_main, tmp_path):
+    """A sentence the splitter cannot cut and the model cannot read whole (the random model reads 255 tokens) is
+    truncated with nmt translate's warning, which names the input line and the sentence in it."""
+    long = "It rains. " + "a " * 300 + "end"
+    out = nmt_main("translate", "-m", str(random_model), *SHORT, "--split-sentences", input=f"Fine.\n{long}\n", cwd=tmp_path)
+    assert out.stdout.count("\n") == 2
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("nmt: warning:")]
+    assert warnings == ["nmt: warning: line 2, sentence 2: 302 tokens, truncated to the model's 255"], out.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--score-only", "--target-file", "IN"], "--split-sentences does not go with --score-only (a given translation belongs to a whole line"),
+    (["--prefix-file", "IN"], "--split-sentences does not go with --prefix-file (a prefix belongs to a whole line"),
+])
+def test_split_sentences_is_refused_with_flags_of_whole_lines(random_model, nmt_main, tmp_path, flags, message):
+    from test_finetune import one_error_line
+
+    (tmp_path / "in.txt").write_text("It rains. It pours.\n")
+    flags = [str(tmp_path / "in.txt") if f == "IN" else f for f in flags]
+    out = nmt_main("translate", "-m", str(random_model), "--split-sentences", "-i", str(tmp_path / "in.txt"), *flags, check=False)
+    assert out.stdout == "" and message in one_error_line(out, "split-sentences-whole-lines")

@@ -14,11 +14,17 @@ language fallback chains (gsw -> de, ...), and from there to English rules.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 import sentencex
 
+if TYPE_CHECKING:
+    from nmtcli.inference.translator import Translation
+
 Span = tuple[int, int]  # [start, end) character offsets of a sentence in its text
+T = TypeVar("T")
 
 DEFAULT_LANGUAGE = "en"  # sentencex's own last resort, named here for the docs and the empty code
 
@@ -79,3 +85,54 @@ def join_sentences(text: str, spans: Sequence[Span], translations: Sequence[str]
         end = b
     parts.append(text[end:])
     return "".join(parts)
+
+
+@dataclass(frozen=True)
+class SplitTexts:
+    """Texts cut into sentences for one translation call (`sentences`, all texts' in order), and put back
+    together from the sentences' translations (`join`)."""
+
+    texts: list[str]
+    spans: list[list[Span]]  # each text's sentences
+
+    @classmethod
+    def of(cls, texts: Sequence[str], language: str) -> SplitTexts:
+        return cls(list(texts), [sentence_spans(text, language) for text in texts])
+
+    @property
+    def sentences(self) -> list[str]:
+        return [text[a:b] for text, spans in zip(self.texts, self.spans) for a, b in spans]
+
+    def grouped(self, results: Sequence[T]) -> Iterator[tuple[str, list[Span], list[T]]]:
+        """(text, its spans, its sentences' results) for each text, from one result per sentence of `sentences`."""
+        if len(results) != sum(len(spans) for spans in self.spans):
+            raise ValueError(f"{len(results)} results for {sum(len(spans) for spans in self.spans)} sentences")
+        start = 0
+        for text, spans in zip(self.texts, self.spans):
+            yield text, spans, list(results[start:start + len(spans)])
+            start += len(spans)
+
+    def join(self, translations: Sequence[str]) -> list[str]:
+        """Each text with its sentences replaced by their `translations` (one per sentence of `sentences`)."""
+        return [join_sentences(text, spans, group) for text, spans, group in self.grouped(translations)]
+
+
+def joined_record(text: str, spans: Sequence[Span], results: Sequence[Sequence[Translation]]) -> dict:
+    """The JSON record of a text translated sentence by sentence (`nmt translate --split-sentences
+    --output-format json`, /nmt/translate with "split_sentences"): "translation" is the joined best; "nbest"
+    the joined k-th best (each sentence's k-th, or its last where its list is shorter); "score" and
+    "log_prob" sums over the sentences (the log-probability of the joined text: the sentences are
+    translated independently); "sentences" the record of each sentence (nbest_record: its n-best list,
+    tokens, alignment) with its "source" text and "start"/"end" offsets in `text`. A sentence of no
+    tokens has no translations, and is "" in the joined text."""
+    from nmtcli.inference.translator import nbest_record
+
+    entries = []
+    for k in range(max((len(hyps) for hyps in results), default=0)):
+        chosen = [hyps[min(k, len(hyps) - 1)] if hyps else None for hyps in results]
+        found = [h for h in chosen if h is not None]
+        entries.append({"translation": join_sentences(text, spans, [h.text if h else "" for h in chosen]),
+                        "score": round(sum(h.score for h in found), 6), "log_prob": round(sum(h.log_prob for h in found), 6)})
+    best = entries[0] if entries else {"translation": join_sentences(text, spans, [""] * len(spans)), "score": None, "log_prob": None}
+    sentences = [{"source": text[a:b], "start": a, "end": b, **nbest_record(list(hyps))} for (a, b), hyps in zip(spans, results)]
+    return {**best, "nbest": entries, "sentences": sentences}

@@ -38,7 +38,9 @@ from nmtcli.inference.translator import SearchSettings, Translation, nbest_recor
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
 from nmtcli.serve.models import ServedModel, language_name
-from nmtcli.serve.requests import ApiError, Limits, libretranslate_request, nmt_request, parse_fields, read_body
+from nmtcli.documents.sentences import joined_record
+from nmtcli.serve.requests import (ApiError, Limits, libretranslate_request, nmt_request, parse_fields, read_body,
+                                   sentence_request)
 
 # The page may run its own inline script and talk to this server, and nothing else: no external fetches.
 PAGE_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -88,13 +90,12 @@ class Service:
         model, detected = self._model(ask.source, ask.target, auto=True)
         nbest = ask.alternatives + 1
         settings = dataclasses.replace(self.config.search, nbest=nbest, beam=max(self.config.search.beam, nbest))
-        results = await self._translate(request, model, ask.lines, settings)
-        texts, alternatives, start = [], [], 0
-        for text in ask.texts:
-            hyps = results[start:start + text.count("\n") + 1]
-            start += len(hyps)
-            texts.append("\n".join(_nth(h, 0) for h in hyps))
-            alternatives.append(["\n".join(_nth(h, k) for h in hyps) for k in range(1, nbest)])
+        # Each text cut into sentences (and at line breaks), all of them translated in one call, joined back
+        # with the text's own whitespace; the k-th alternative joins each sentence's k-th best.
+        split = sentence_request(ask.texts, model.source, self.config.limits)
+        results = await self._translate(request, model, split.sentences, settings)
+        versions = [split.join([_nth(hyps, k) for hyps in results]) for k in range(nbest)]
+        texts, alternatives = versions[0], [list(others) for others in zip(*versions[1:])] or [[] for _ in ask.texts]
         answer: dict[str, Any] = {"translatedText": texts if ask.batch else texts[0]}
         if ask.alternatives:
             answer["alternatives"] = alternatives if ask.batch else alternatives[0]
@@ -108,7 +109,8 @@ class Service:
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model, _ = self._model(ask.source, ask.target)
-        results = await self._translate(request, model, ask.lines, ask.settings, ask.prefixes, ask.targets)
+        split = sentence_request(ask.lines, model.source, self.config.limits) if ask.split_sentences else None
+        results = await self._translate(request, model, split.sentences if split else ask.lines, ask.settings, ask.prefixes, ask.targets)
         s = ask.settings
         answer = {"model": model.name, "source": model.source, "target": model.target,
                   "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty,
@@ -117,6 +119,8 @@ class Service:
                                **({"alignment": s.alignment} if s.alignment else {})}}
         if ask.targets is not None:  # forced decoding: the records of `nmt translate --score-only --output-format json`
             return JSONResponse({**answer, "scores": [scored.record() for scored in results]})
+        if split is not None:  # one record per line, its sentences' translations joined (documents/sentences.py)
+            return JSONResponse({**answer, "translations": [joined_record(*group) for group in split.grouped(results)]})
         return JSONResponse({**answer, "translations": [nbest_record(hyps) for hyps in results]})
 
     async def languages(self, request: Request) -> Response:
