@@ -11,6 +11,59 @@ import pytest
 from nmtcli.documents.sentences import join_sentences, segmenter_language, sentence_spans, sentences
 
 
+# Golden Rules of the Pragmatic Segmenter (MIT, Kevin S. Dias; benchmarks/data/sentence_gold_*.json has them all,
+# and benchmarks/sentence_split.py the ones sentencex misses: inline lists "1. ... 2. ...", a 4-dot ellipsis).
+GOLDEN_RULES = [
+    ("en", "Hello World. My name is Jonas.", ["Hello World.", "My name is Jonas."]),
+    ("en", "What is your name? My name is Jonas.", ["What is your name?", "My name is Jonas."]),
+    ("en", "My name is Jonas E. Smith.", ["My name is Jonas E. Smith."]),
+    ("en", "Please turn to p. 55.", ["Please turn to p. 55."]),
+    ("en", "Let's ask Jane and co. They should know.", ["Let's ask Jane and co.", "They should know."]),
+    ("en", "I visited the U.S.A. last year.", ["I visited the U.S.A. last year."]),
+    ("en", "I live in the U.S. How about you?", ["I live in the U.S.", "How about you?"]),
+    ("en", "She has $100.00. It is in her bag.", ["She has $100.00.", "It is in her bag."]),
+    ("en", "Her email is Jane.Doe@example.com. I sent her an email.", ["Her email is Jane.Doe@example.com.", "I sent her an email."]),
+    ("en", "The site is: https://www.example.50.com/new-site/awesome_content.html. Please check it out.",
+     ["The site is: https://www.example.50.com/new-site/awesome_content.html.", "Please check it out."]),
+    ("en", 'She turned to him, "This is great." she said.', ['She turned to him, "This is great." she said.']),
+    ("en", 'She turned to him, "This is great." She held the book out to show him.',
+     ['She turned to him, "This is great."', "She held the book out to show him."]),
+    ("en", "Hello!? Is that you?", ["Hello!?", "Is that you?"]),
+    ("en", "I never meant that.... She left the store.", ["I never meant that....", "She left the store."]),
+    ("en", "I wasn’t really ... well, what I mean...see . . . what I'm saying, the thing is . . . I didn’t mean it.",
+     ["I wasn’t really ... well, what I mean...see . . . what I'm saying, the thing is . . . I didn’t mean it."]),
+    ("en", "Hello world.Today is Tuesday.Mr. Smith went to the store and bought 1,000.That is a lot.",
+     ["Hello world.", "Today is Tuesday.", "Mr. Smith went to the store and bought 1,000.", "That is a lot."]),
+    ("de", "„Ich habe heute keine Zeit“, sagte die Frau und flüsterte leise: „Und auch keine Lust.“ Wir haben 1.000.000 Euro.",
+     ["„Ich habe heute keine Zeit“, sagte die Frau und flüsterte leise: „Und auch keine Lust.“", "Wir haben 1.000.000 Euro."]),
+    ("de", "Es gibt jedoch einige Vorsichtsmaßnahmen, die Du ergreifen kannst, z. B. ist es sehr empfehlenswert, dass Du Dein "
+           "Zuhause von allem Junkfood befreist.",
+     ["Es gibt jedoch einige Vorsichtsmaßnahmen, die Du ergreifen kannst, z. B. ist es sehr empfehlenswert, dass Du Dein "
+      "Zuhause von allem Junkfood befreist."]),
+    ("de", "Was sind die Konsequenzen der Abstimmung vom 12. Juni?", ["Was sind die Konsequenzen der Abstimmung vom 12. Juni?"]),
+    ("de", "Bitte überweisen Sie 5.300,25 Euro. Wir trafen Dr. med. Meyer in der Stadt.",
+     ["Bitte überweisen Sie 5.300,25 Euro.", "Wir trafen Dr. med. Meyer in der Stadt."]),
+    ("de", "Ich kann u.a. Spanisch sprechen. Frau Prof. Schulze ist z. Z. nicht da.",
+     ["Ich kann u.a. Spanisch sprechen.", "Frau Prof. Schulze ist z. Z. nicht da."]),
+    ("de", "Z. T. ist die Lieferung unvollständig. Das finden Sie auf S. 225.",
+     ["Z. T. ist die Lieferung unvollständig.", "Das finden Sie auf S. 225."]),
+    ("de", "Dies ist meine Adresse: Dr. Meier, Berliner Str. 5, 21234 Bremen.", ["Dies ist meine Adresse: Dr. Meier, Berliner Str. 5, 21234 Bremen."]),
+    ("de", "Er sagte: „Hallo, wie geht´s Ihnen, Frau Prof. Müller?“ Sie besucht eine kath. Schule.",
+     ["Er sagte: „Hallo, wie geht´s Ihnen, Frau Prof. Müller?“", "Sie besucht eine kath. Schule."]),
+    ("de", "Wir brauchen Getränke, z. B. Wasser, Saft, Bier usw.", ["Wir brauchen Getränke, z. B. Wasser, Saft, Bier usw."]),
+]
+
+
+@pytest.mark.parametrize("language, text, expected", GOLDEN_RULES, ids=[f"{c}-{t[:30]}" for c, t, _ in GOLDEN_RULES])
+def test_golden_rules_of_the_pragmatic_segmenter(language, text, expected):
+    spans, at = [], 0
+    for sentence in expected:
+        start = text.index(sentence, at)
+        spans.append((start, start + len(sentence)))
+        at = start + len(sentence)
+    assert sentence_spans(text, language) == spans
+
+
 def test_abbreviations_numbers_and_times_do_not_split_the_issue_example():
     text = "Dr. Smith arrived at 3 p.m. on Jan. 5. He left at noon."
     assert sentence_spans(text, "en") == [(0, 38), (39, 55)]
