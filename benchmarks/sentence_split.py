@@ -128,7 +128,7 @@ def speed(segment: Segment, texts: list[tuple[str, str]], repeats: int) -> float
     rates = []
     for _ in range(repeats):
         started = time.perf_counter()
-        count = sum(len(spans_of(text, lambda line: segment(line, code))) for text, code in texts)
+        count = sum(len(spans_of(text, lambda line, code=code: segment(line, code))) for text, code in texts)
         rates.append(count / (time.perf_counter() - started))
     return statistics.median(rates)
 
@@ -166,7 +166,7 @@ def main() -> None:
                 for e in failed:
                     print(f"  {name} {code} {set_name} {e['name']}:\n    want {e['sentences']}\n    got  {e['got']}")
         started = time.perf_counter()
-        spans_of(paragraph, lambda line: segment(line, "en"))
+        spans_of(paragraph, lambda line, segment=segment: segment(line, "en"))
         long = time.perf_counter() - started
         print(f"| {name} | {version(name)} | {' | '.join(cells)} | {speed(segment, real, args.repeats):,.0f} | {long:.2f} s |")
 

@@ -33,12 +33,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from nmtcli.documents.sentences import joined_record
 from nmtcli.errors import NmtError
 from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
 from nmtcli.serve.models import ServedModel, language_name
-from nmtcli.documents.sentences import joined_record
 from nmtcli.serve.requests import (ApiError, Limits, libretranslate_request, nmt_request, parse_fields, read_body,
                                    sentence_request)
 
