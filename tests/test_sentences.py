@@ -51,6 +51,11 @@ GOLDEN_RULES = [
     ("de", "Er sagte: „Hallo, wie geht´s Ihnen, Frau Prof. Müller?“ Sie besucht eine kath. Schule.",
      ["Er sagte: „Hallo, wie geht´s Ihnen, Frau Prof. Müller?“", "Sie besucht eine kath. Schule."]),
     ("de", "Wir brauchen Getränke, z. B. Wasser, Saft, Bier usw.", ["Wir brauchen Getränke, z. B. Wasser, Saft, Bier usw."]),
+    # list markers, which sentencex cuts off on their own, stay with their item (documents/sentences.LIST_MARKER)
+    ("de", "1. Dies ist eine Punkteliste.", ["1. Dies ist eine Punkteliste."]),
+    ("en", "1. The first item. 2. The second item.", ["1. The first item.", "2. The second item."]),
+    ("en", "1.) The first item. b) The second item. iv. The fourth.", ["1.) The first item.", "b) The second item.", "iv. The fourth."]),
+    ("en", "Q. What is his name? A. His name is Alfred E. Sloan.", ["Q. What is his name?", "A. His name is Alfred E. Sloan."]),
 ]
 
 

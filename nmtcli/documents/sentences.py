@@ -14,6 +14,7 @@ language fallback chains (gsw -> de, ...), and from there to English rules.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
 
 Span = tuple[int, int]  # [start, end) character offsets of a sentence in its text
 T = TypeVar("T")
+
+# A list item's number or letter ("1.", "2.)", "b)", "iv.", "• 9.") is no sentence of its own, but segmenters cut
+# after it ("1. The first item." -> "1." + "The first item."): it stays with the sentence that follows it.
+LIST_MARKER = re.compile(r"(?:[•‣⁃◦*-]\s*)?(?:\d{1,3}|[A-Za-z]|[ivx]{1,5}|[IVX]{1,5})(?:\.\)|[.)])")
 
 DEFAULT_LANGUAGE = "en"  # sentencex's own last resort, named here for the docs and the empty code
 
@@ -42,11 +47,12 @@ def spans_of(text: str, split_line: Callable[[str], Iterable[str]]) -> list[Span
     sentences (benchmarks/sentence_split.py passes each candidate segmenter here). Each piece it returns is
     found in the line from where the last one ended, so the spans follow the line's characters whatever the
     segmenter does with whitespace; a piece it changed (or text it skipped) ends the cutting there, and the
-    rest of the line is one sentence."""
+    rest of the line is one sentence. A list marker cut off on its own joins the sentence after it."""
     spans: list[Span] = []
     offset = 0
     for line in text.splitlines(keepends=True):  # Python's line breaks: LF, CRLF, CR, U+2028, ...
         content = line.splitlines()[0] if line.strip() else ""
+        pieces: list[Span] = []
         cursor = 0
         for piece in split_line(content) if content else ():
             piece = piece.strip()
@@ -55,11 +61,15 @@ def spans_of(text: str, split_line: Callable[[str], Iterable[str]]) -> list[Span
             at = content.find(piece, cursor)
             if at < 0 or content[cursor:at].strip():
                 break
-            spans.append((offset + at, offset + at + len(piece)))
+            if pieces and pieces[-1][1] - pieces[-1][0] <= 9 and LIST_MARKER.fullmatch(content[slice(*pieces[-1])]):
+                pieces[-1] = (pieces[-1][0], at + len(piece))
+            else:
+                pieces.append((at, at + len(piece)))
             cursor = at + len(piece)
         rest = content[cursor:]
         if rest.strip():  # whatever the segmenter left out or changed stays text to translate
-            spans.append((offset + cursor + len(rest) - len(rest.lstrip()), offset + len(content.rstrip())))
+            pieces.append((cursor + len(rest) - len(rest.lstrip()), len(content.rstrip())))
+        spans += [(offset + a, offset + b) for a, b in pieces]
         offset += len(line)
     return spans
 
