@@ -209,3 +209,31 @@ def test_split_sentences_is_refused_with_flags_of_whole_lines(random_model, nmt_
     flags = [str(tmp_path / "in.txt") if f == "IN" else f for f in flags]
     out = nmt_main("translate", "-m", str(random_model), "--split-sentences", "-i", str(tmp_path / "in.txt"), *flags, check=False)
     assert out.stdout == "" and message in one_error_line(out, "split-sentences-whole-lines")
+
+
+def test_split_sentences_with_the_ctranslate2_engine(random_model, nmt_main, tmp_path):
+    """The exported model cuts by the source language of its nmt.json, and translates each sentence as a line."""
+    pytest.importorskip("ctranslate2")
+    nmt_main("export", "ctranslate2", str(random_model), str(tmp_path / "ct2"))
+    common = ("translate", "-m", str(tmp_path / "ct2"), "--engine", "ctranslate2", "--length-penalty", "power", *SHORT)
+    spans = [sentence_spans(p, "en") for p in PARAGRAPHS]
+    sentences = [p[a:b] for p, s in zip(PARAGRAPHS, spans) for a, b in s]
+    alone = iter(nmt_main(*common, input="\n".join(sentences) + "\n", cwd=tmp_path).stdout.split("\n"))
+    split = nmt_main(*common, "--split-sentences", input="\n".join(PARAGRAPHS) + "\n", cwd=tmp_path)
+    assert split.stdout == "".join(join_sentences(p, s, [next(alone) for _ in s]) + "\n" for p, s in zip(PARAGRAPHS, spans))
+    assert "warning" not in split.stderr, split.stderr
+
+
+def test_a_model_without_a_source_language_is_split_by_english_rules_with_a_warning(random_model, nmt_main, tmp_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(random_model, model)
+    values = json.loads((model / "config.json").read_text())
+    del values["languages"]
+    (model / "config.json").write_text(json.dumps(values))
+    out = nmt_main("translate", "-m", str(model), *SHORT, "--split-sentences", input="Mr. Smith left. He was late.\n", cwd=tmp_path)
+    assert "nmt: warning: the model's config.json names no source language: sentences are split by the rules for 'en'" in out.stderr
+    records = _records(nmt_main("translate", "-m", str(model), *SHORT, "--split-sentences", "--output-format", "json",
+                                input="Mr. Smith left. He was late.\n", cwd=tmp_path))
+    assert [s["source"] for s in records[0]["sentences"]] == ["Mr. Smith left.", "He was late."]
