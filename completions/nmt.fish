@@ -249,6 +249,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l prefix-file -r -F -d 'Target pre
 complete -c nmt -n "__nmt_using 'translate'" -l alignment -x -d 'words or pieces: add each translation\'s source-target alignment to the JSON records ("alignment": "0-0 1-2 ...", Pharaoh format over whitespace-separated words or sentencepiece pieces), from the encoder-decoder attention'
 complete -c nmt -n "__nmt_using 'translate'" -l score-only -d 'Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs'
 complete -c nmt -n "__nmt_using 'translate'" -l target-file -r -F -d 'The translations --score-only scores, one per input line'
+complete -c nmt -n "__nmt_using 'translate'" -l split-sentences -d 'Input lines are paragraphs: cut each into sentences (by the rules of the model\'s source language), translate them one by one, and join their translations with the line\'s own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence\'s record under "sentences"'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve

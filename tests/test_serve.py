@@ -240,7 +240,7 @@ def test_one_line_out_per_line_in_the_same_as_nmt_translate(server, models, tmp_
     answer = translate(server, {"q": "\n".join(LINES), "source": "en", "target": "de", "alternatives": 1})
     assert answer["translatedText"].split("\n") == best and answer["alternatives"][0].split("\n") == second
     assert translate(server, {"q": LINES, "source": "en", "target": "de"})["translatedText"] == best
-    assert translate(server, {"q": "\r\n".join(LINES), "source": "en", "target": "de"})["translatedText"].split("\n") == best
+    assert translate(server, {"q": "\r\n".join(LINES), "source": "en", "target": "de"})["translatedText"] == "\r\n".join(best)  # its own line breaks
 
     status, answer, _ = request(server, "POST", "/nmt/translate", {"lines": LINES, "source": "en", "target": "de", "nbest": 2})
     assert status == 200 and answer["translations"] == records, answer  # scores and tokens included
@@ -282,6 +282,51 @@ def test_nmt_translate_aligns_and_scores_given_targets_as_nmt_translate_does(ser
     assert same and all(a == pytest.approx(b, abs=1e-5) for a, b in same)  # where the text re-encodes to the search's tokens: its score
 
 
+PARAGRAPH = "  Dr. Smith sees the dog at 3 p.m. on Jan. 5. The dog sees a cat!\tA red car?\r\n\r\nthe old man reads a book. \u2028The end.  "
+
+
+def test_paragraphs_are_translated_sentence_by_sentence_and_joined_with_their_own_whitespace(server):
+    """/translate cuts each text into sentences (and at line breaks), translates them together and joins them back
+    with the text's own whitespace, byte for byte; an alternative joins each sentence's k-th best. /nmt/translate does
+    the same for each line with "split_sentences", a record a line. Both equal the sentences sent one by one."""
+    from nmtcli.documents.sentences import join_sentences, sentence_spans
+
+    spans = sentence_spans(PARAGRAPH, "en")
+    sentences = [PARAGRAPH[a:b] for a, b in spans]
+    assert sentences == ["Dr. Smith sees the dog at 3 p.m. on Jan. 5.", "The dog sees a cat!", "A red car?", "the old man reads a book.", "The end."]
+    status, alone, _ = request(server, "POST", "/nmt/translate", {"lines": sentences, "source": "en", "target": "de", "nbest": 2})
+    assert status == 200 and all(len(r["nbest"]) == 2 for r in alone["translations"]), alone
+    best = join_sentences(PARAGRAPH, spans, [r["translation"] for r in alone["translations"]])
+    second = join_sentences(PARAGRAPH, spans, [r["nbest"][1]["translation"] for r in alone["translations"]])
+    assert best.startswith("  ") and "\t" in best and "\r\n\r\n" in best and best.endswith(" \u2028" + alone["translations"][4]["translation"] + "  ")
+
+    answer = translate(server, {"q": [PARAGRAPH, "", "a red car"], "source": "en", "target": "de", "alternatives": 1})
+    assert answer["translatedText"][:2] == [best, ""] and answer["alternatives"][:2] == [[second], [""]]
+
+    line = PARAGRAPH.replace("\r\n", " ")  # /nmt/translate takes lines
+    spans = sentence_spans(line, "en")
+    status, split, _ = request(server, "POST", "/nmt/translate", {"lines": [line, "", "a red car"], "source": "en", "target": "de",
+                                                                   "nbest": 2, "split_sentences": True})
+    assert status == 200 and len(split["translations"]) == 3, split
+    record = split["translations"][0]
+    assert record["translation"] == join_sentences(line, spans, [r["translation"] for r in alone["translations"]])
+    assert [e["translation"] for e in record["nbest"]] == [record["translation"], join_sentences(line, spans, [r["nbest"][1]["translation"] for r in alone["translations"]])]
+    assert [(s["source"], s["start"], s["end"], s["tokens"]) for s in record["sentences"]] == [
+        (line[a:b], a, b, r["tokens"]) for (a, b), r in zip(spans, alone["translations"])]
+    assert record["log_prob"] == pytest.approx(sum(r["log_prob"] for r in alone["translations"]), abs=1e-3)
+    assert split["translations"][1] == {"translation": "", "score": None, "log_prob": None, "nbest": [], "sentences": []}
+
+
+def test_a_sentence_too_long_for_the_model_is_truncated_with_a_warning_in_the_servers_log(server):
+    """The random model reads 255 tokens: a sentence the splitter cannot cut is truncated, as `nmt translate` does
+    (and says: the warning names the sentence's number in the request), and its neighbour is translated whole."""
+    long = "It rains. " + "a " * 300 + "end"
+    answer = translate(server, {"q": long, "source": "en", "target": "de"})["translatedText"]
+    wait_until(lambda: "line 2: 302 tokens, truncated to the model's 255" in server.output(), what="the warning in the log")
+    status, alone, _ = request(server, "POST", "/nmt/translate", {"lines": ["It rains.", long[10:]], "source": "en", "target": "de"})
+    assert status == 200 and answer == " ".join(r["translation"] for r in alone["translations"])
+
+
 BAD_REQUESTS = [
     # (what, body, content type, status, the error message holds)
     ("malformed JSON", b'{"q": "x",', "application/json", 400, "malformed JSON"),
@@ -303,10 +348,19 @@ BAD_REQUESTS = [
     ("a lone surrogate", b'{"q": "a\\ud800b", "source": "en", "target": "de"}', "application/json", 400, "lone surrogate"),
     ("too many characters", {"q": "a" * 2001, "source": "en", "target": "de"}, None, 413, "exceeds text limit (2,000)"),
     ("too many lines", {"q": ["a"] * 51, "source": "en", "target": "de"}, None, 413, "exceeds line limit (50)"),
+    ("too many sentences", {"q": "It rains. " * 51, "source": "en", "target": "de"}, None, 413,
+     "request (51 sentences) exceeds line limit (50) (each sentence is translated as a line"),
+    ("a 10,000-sentence paragraph", {"q": "It rains. " * 10_000, "source": "en", "target": "de"}, None, 413, "exceeds the size limit"),
     ("an enormous body", b"q=" + b"a" * 200_000, "application/x-www-form-urlencoded", 413, "exceeds the size limit"),
     ("another content type", b"q=a", "text/csv", 415, "unsupported Content-Type"),
     ("nmt: no lines", {"text": "a"}, None, 400, "lines must be a non-empty list of strings"),
     ("nmt: a line break", {"lines": ["a\nb"], "source": "en", "target": "de"}, None, 400, "line 1 holds a line break"),
+    ("nmt: too many sentences", {"lines": ["It rains. " * 30, "It pours. " * 30], "source": "en", "target": "de", "split_sentences": True},
+     None, 413, "request (60 sentences) exceeds line limit (50)"),
+    ("nmt: split_sentences not a boolean", {"lines": ["a"], "source": "en", "target": "de", "split_sentences": "yes"}, None, 400,
+     "split_sentences must be true or false"),
+    ("nmt: split_sentences with a prefix", {"lines": ["a"], "source": "en", "target": "de", "split_sentences": True, "prefix": "ein"},
+     None, 400, "split_sentences does not go with prefix"),
     ("nmt: beam 0", {"lines": ["a"], "source": "en", "target": "de", "beam": 0}, None, 400, "beam 0 is out of range (from 1 to 16)"),
     ("nmt: beam true", {"lines": ["a"], "source": "en", "target": "de", "beam": True}, None, 400, "beam must be an integer"),
     ("nmt: nbest over beam", {"lines": ["a"], "source": "en", "target": "de", "beam": 2, "nbest": 3}, None, 400, "nbest 3 is out of range"),

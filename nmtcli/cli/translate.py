@@ -61,6 +61,7 @@ def command(
     alignment: Annotated[Optional[str], typer.Option(help="words or pieces: add each translation's source-target alignment to the JSON records (\"alignment\": \"0-0 1-2 ...\", Pharaoh format over whitespace-separated words or sentencepiece pieces), from the encoder-decoder attention. Needs --output-format json.")] = None,
     score_only: Annotated[bool, typer.Option("--score-only", help="Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs.")] = False,
     target_file: Annotated[Optional[Path], typer.Option(help="The translations --score-only scores, one per input line.")] = None,
+    split_sentences: Annotated[bool, typer.Option("--split-sentences", help="Input lines are paragraphs: cut each into sentences (by the rules of the model's source language), translate them one by one, and join their translations with the line's own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence's record under \"sentences\".")] = False,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
@@ -68,6 +69,7 @@ def command(
     input line, in input order. Empty lines stay empty; over-long lines are truncated with a warning.
     With --prefix-file, each translation starts with its line's target prefix (docs/translating.md).
     With --sampling, each line's translation is drawn from the model instead (back-translation).
+    With --split-sentences, each line is a paragraph translated sentence by sentence.
     """
     started = time.perf_counter()
     from nmtcli.errors import NmtError, check_readable
@@ -86,19 +88,27 @@ def command(
                        "score the given translations alone, or translate without --score-only", exit_code=2)
     if prefix_file is not None:
         _check_prefix_file(prefix_file, input)
+    if split_sentences and (score_only or prefix_file is not None):
+        raise NmtError(f"--split-sentences does not go with {'--score-only' if score_only else '--prefix-file'}",
+                       f"a {'given translation' if score_only else 'prefix'} belongs to a whole line: cut the lines into sentences "
+                       "first, or leave --split-sentences out", exit_code=2)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs,
                               alignment=None if score_only else alignment)
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
-    translator = _translator(engine, model, revision, device, dtype, threads, output_format, settings)
+    sentence_numbers: dict[int, tuple[int, int]] = {}  # --split-sentences: a sentence's number -> (its line, its place in it)
+    translator = _translator(engine, model, revision, device, dtype, threads, output_format, settings,
+                             _sentence_warn(sentence_numbers) if split_sentences else warn)
     source = open(input, "rb") if input is not None else sys.stdin.buffer
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
     prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
     prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
     if score_only:
         results = _scores(translator, lines, target_file, output_format, alignment)
+    elif split_sentences:
+        results = _split_translations(translator, lines, output_format, sentence_numbers)
     elif output_format == "text":
         results = translator.translate(lines, prefixes)
     else:
@@ -202,7 +212,7 @@ def _scores(translator, lines: Iterator[str], target_file: Path, output_format: 
 
 
 def _translator(engine: str, model: str | None, revision: str | None, device: str, dtype: str, threads: int | None,
-                output_format: str, settings: SearchSettings):
+                output_format: str, settings: SearchSettings, warn=warn):
     """The native Translator of the model dir `-m` names (or the default), or CTranslate2's of an exported dir."""
     from nmtcli.errors import NmtError
 
@@ -223,6 +233,78 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
     if threads is not None:
         torch.set_num_threads(threads)
     return Translator(resolve_model(model, revision), resolve_device(device), settings, dtype=dtype, warn=warn)
+
+
+def _split_translations(translator, lines: Iterator[str], output_format: str, numbers: dict[int, tuple[int, int]]) -> Iterator[str]:
+    """--split-sentences: each line cut into sentences in the model's source language, the sentences of all lines
+    streamed through the translator (windows of --window sentences), and each line's translations joined back
+    into one output line (text) or record (json: documents/sentences.joined_record)."""
+    import itertools
+    from collections import deque
+
+    from nmtcli.documents.sentences import join_sentences, joined_record, sentence_spans
+
+    language = _source_language(translator)
+    plans: deque[tuple[str, list[tuple[int, int]]]] = deque()  # lines whose sentences are read, not yet written
+    read, written_sentences = itertools.count(1), itertools.count(1)  # sentence numbers, as the translator counts them
+
+    def sentences() -> Iterator[str]:
+        for line_number, line in enumerate(lines, start=1):
+            spans = sentence_spans(line, language)
+            plans.append((line, spans))
+            for place, (a, b) in enumerate(spans, start=1):
+                numbers[next(read)] = (line_number, place)
+                yield line[a:b]
+
+    if output_format == "text":
+        results = ([text] for text in translator.translate(sentences()))
+    else:
+        results = translator.translate_nbest(sentences())
+    done: list = []  # the translations of the sentences of the lines in `plans`, in order
+
+    def written() -> Iterator[str]:
+        while plans and len(done) >= len(plans[0][1]):
+            line, spans = plans.popleft()
+            own = done[:len(spans)]
+            del done[:len(spans)]
+            for _ in spans:
+                del numbers[next(written_sentences)]
+            if output_format == "text":
+                yield join_sentences(line, spans, [r[0] for r in own])
+            else:
+                yield json.dumps(joined_record(line, spans, own), ensure_ascii=False)
+
+    for result in results:
+        done.append(result)
+        yield from written()
+    yield from written()  # lines without a sentence after the last one
+
+
+def _source_language(translator) -> str:
+    """The language --split-sentences cuts by: the model's source language (config.json's, or nmt.json's for
+    CTranslate2), else English rules with a warning."""
+    from nmtcli.documents.sentences import DEFAULT_LANGUAGE
+
+    values = getattr(translator, "config_values", None) or getattr(translator, "values", None) or {}
+    language = (values.get("languages") or {}).get("source")
+    if not language:
+        warn(f"the model's config.json names no source language: sentences are split by the rules for {DEFAULT_LANGUAGE!r}")
+    return language or DEFAULT_LANGUAGE
+
+
+def _sentence_warn(numbers: dict[int, tuple[int, int]]):
+    """The CLI's warn for --split-sentences: the translator numbers the sentences it reads, and a "line N: ..."
+    warning (a sentence truncated to the model's length) names the input line and the sentence in it instead."""
+    import re
+
+    def sentence_warn(message: str) -> None:
+        found = re.match(r"line (\d+): ", message)
+        if found and int(found[1]) in numbers:
+            line, place = numbers[int(found[1])]
+            message = f"line {line}, sentence {place}: {message[found.end():]}"
+        warn(message)
+
+    return sentence_warn
 
 
 def _on_cpu(translator) -> str:

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,13 +35,14 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from nmtcli.documents.languages import Detector, Guess
+from nmtcli.documents.sentences import joined_record
 from nmtcli.errors import NmtError
 from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
 from nmtcli.serve.models import ServedModel, language_name
 from nmtcli.serve.requests import (ApiError, Limits, TranslateRequest, detect_request, libretranslate_request, nmt_request, parse_fields,
-                                   read_body)
+                                   read_body, sentence_request)
 
 # The page may run its own inline script and talk to this server, and nothing else: no external fetches.
 PAGE_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -87,26 +87,32 @@ class Service:
 
     # --- the routes ---------------------------------------------------------------------------------
 
-    async def translate(self, request: Request, ask: TranslateRequest | None = None) -> Response:
-        """LibreTranslate's POST /translate; `ask`: the texts of one detected language (`_translate_detected`)."""
-        if ask is None:
-            fields = await self._fields(request)
-            ask = libretranslate_request(fields, self.config.limits)
-            if ask.source == "auto":
-                return await self._translate_detected(request, ask)
-        model = self._model(ask.source, ask.target)
+    async def translate(self, request: Request) -> Response:
+        """LibreTranslate's POST /translate. Each text is cut into sentences (and at line breaks), the sentences of
+        all texts in one language translated in one call, and joined back with each text's own whitespace; the k-th
+        alternative joins each sentence's k-th best. source "auto": each text's language is detected first, and
+        the texts of each language go to that language's model (every model known before any is translated)."""
+        fields = await self._fields(request)
+        ask = libretranslate_request(fields, self.config.limits)
+        if ask.source == "auto":
+            groups, guesses = self._by_detected_language(ask)
+        else:
+            groups, guesses = [(self._model(ask.source, ask.target), list(range(len(ask.texts))))], None
         nbest = ask.alternatives + 1
         settings = dataclasses.replace(self.config.search, nbest=nbest, beam=max(self.config.search.beam, nbest))
-        results = await self._translate(request, model, ask.lines, settings)
-        texts, alternatives, start = [], [], 0
-        for text in ask.texts:
-            hyps = results[start:start + text.count("\n") + 1]
-            start += len(hyps)
-            texts.append("\n".join(_nth(h, 0) for h in hyps))
-            alternatives.append(["\n".join(_nth(h, k) for h in hyps) for k in range(1, nbest)])
+        texts, alternatives = list(ask.texts), [[] for _ in ask.texts]  # a text in no language comes back as sent
+        for model, numbers in groups:
+            split = sentence_request([ask.texts[n] for n in numbers], model.source, self.config.limits)
+            results = await self._translate(request, model, split.sentences, settings)
+            versions = [split.join([_nth(hyps, k) for hyps in results]) for k in range(nbest)]
+            for i, number in enumerate(numbers):
+                texts[number], alternatives[number] = versions[0][i], [version[i] for version in versions[1:]]
         answer: dict[str, Any] = {"translatedText": texts if ask.batch else texts[0]}
         if ask.alternatives:
             answer["alternatives"] = alternatives if ask.batch else alternatives[0]
+        if guesses is not None:
+            found = [{"confidence": g.confidence, "language": g.language} if g else _NOTHING_DETECTED for g in guesses]
+            answer["detectedLanguage"] = found if ask.batch else found[0]
         return JSONResponse(answer)
 
     async def nmt_translate(self, request: Request) -> Response:
@@ -114,7 +120,8 @@ class Service:
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model = self._model(ask.source, ask.target)
-        results = await self._translate(request, model, ask.lines, ask.settings, ask.prefixes, ask.targets)
+        split = sentence_request(ask.lines, model.source, self.config.limits) if ask.split_sentences else None
+        results = await self._translate(request, model, split.sentences if split else ask.lines, ask.settings, ask.prefixes, ask.targets)
         s = ask.settings
         answer = {"model": model.name, "source": model.source, "target": model.target,
                   "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty,
@@ -123,6 +130,8 @@ class Service:
                                **({"alignment": s.alignment} if s.alignment else {})}}
         if ask.targets is not None:  # forced decoding: the records of `nmt translate --score-only --output-format json`
             return JSONResponse({**answer, "scores": [scored.record() for scored in results]})
+        if split is not None:  # one record per line, its sentences' translations joined (documents/sentences.py)
+            return JSONResponse({**answer, "translations": [joined_record(*group) for group in split.grouped(results)]})
         return JSONResponse({**answer, "translations": [nbest_record(hyps) for hyps in results]})
 
     async def detect(self, request: Request) -> Response:
@@ -195,9 +204,10 @@ class Service:
         raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
 
-    async def _translate_detected(self, request: Request, ask: TranslateRequest) -> Response:
-        """source "auto": each text's language detected, and the texts of each language translated as one request
-        from it (a text without letters comes back as it is, as LibreTranslate answers text it cannot translate)."""
+    def _by_detected_language(self, ask: TranslateRequest) -> tuple[list[tuple[ServedModel, list[int]]], list[Guess | None]]:
+        """source "auto": the model for each detected language with the numbers of its texts, and each text's guess
+        (None for a text without letters, which is not translated). A 400 where no model takes a detected
+        language into the target."""
         guesses = [next(iter(self.detector.detect(text, candidates=1)), None) for text in ask.texts]
         if all(m.target != ask.target for m in self.models):
             self._model(None, ask.target)  # its 400: the target is not supported
@@ -205,22 +215,12 @@ class Service:
         for number, guess in enumerate(guesses):
             if guess is not None:
                 languages.setdefault(guess.language, []).append(number)
-        for language, numbers in languages.items():  # every text's model is known before any is translated
+        groups = []
+        for language, numbers in languages.items():
             if (language, ask.target) not in self.by_pair:
                 raise ApiError(400, self._undetectable(language, ask.target, guesses[numbers[0]], numbers[0] + 1 if ask.batch else None))
-        texts, alternatives = list(ask.texts), [[] for _ in ask.texts]
-        for language, numbers in languages.items():
-            part = dataclasses.replace(ask, texts=[ask.texts[n] for n in numbers], batch=True, source=language)
-            answer = json.loads((await self.translate(request, part)).body)  # that route's own answer, for these texts
-            for k, number in enumerate(numbers):
-                texts[number] = answer["translatedText"][k]
-                alternatives[number] = answer.get("alternatives", [[]] * len(numbers))[k]
-        found = [{"confidence": g.confidence, "language": g.language} if g else _NOTHING_DETECTED for g in guesses]
-        answer = {"translatedText": texts if ask.batch else texts[0]}
-        if ask.alternatives:
-            answer["alternatives"] = alternatives if ask.batch else alternatives[0]
-        answer["detectedLanguage"] = found if ask.batch else found[0]
-        return JSONResponse(answer)
+            groups.append((self.by_pair[language, ask.target], numbers))
+        return groups, guesses
 
     def _undetectable(self, language: str, target: str, guess: Guess, number: int | None) -> str:
         """Why text detected as `language` cannot go into `target`: LibreTranslate's words, then what was detected where."""
