@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+    # Under pytest-xdist (`make test` runs a worker per CPU) each worker's torch, and each `nmt` it starts, shares
+    # the CPUs with the other workers: OpenMP threads that wait for work sleep instead of spinning on a CPU
+    # another worker needs (nmtcli/threads.py makes the same choice when it sees other runnable tasks).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from corpus import write_corpus  # noqa: E402
 from forked_nmt import exit_code_of_main  # noqa: E402
@@ -190,7 +197,9 @@ class Workspace:
     """The test run's one `nmt prepare -> nmt train -> nmt average` in a workspace dir, with the defaults.
 
     Each step runs (through the installed `nmt`) when a test first needs it; `steps` keeps each step's
-    CompletedProcess so that test_end_to_end can check what it said. Read-only for the tests.
+    CompletedProcess so that test_end_to_end can check what it said. Read-only for the tests. Under
+    pytest-xdist the workers share one workspace: the first to need a step runs it under a file lock and
+    leaves its CompletedProcess beside it for the others (`made_once`).
     """
 
     root: Path
@@ -211,7 +220,10 @@ class Workspace:
 
     def _run(self, step: str, *args: str) -> None:
         if step not in self.steps:
-            self.steps[step] = run_nmt(*args, cwd=self.root)
+            with made_once(self.root / f".{step}.pickle") as (done, outcome):
+                if not done:
+                    outcome.write_bytes(pickle.dumps(run_nmt(*args, cwd=self.root)))
+            self.steps[step] = pickle.loads(outcome.read_bytes())
 
     def prepare(self) -> Path:
         c = self.corpus
@@ -231,10 +243,36 @@ class Workspace:
         return self.model_dir
 
 
+@contextlib.contextmanager
+def made_once(marker: Path):
+    """Yields (done, marker): whether what `marker` stands for was made already, by this process or by
+    another pytest-xdist worker. The block runs under a file lock, so one worker makes it while the others
+    wait; the marker exists after a block that did not raise (the block may write it, else it is empty)."""
+    from filelock import FileLock
+
+    with FileLock(str(marker) + ".lock"):
+        done = marker.exists()
+        yield done, marker
+        if not marker.exists():
+            marker.touch()
+
+
+def shared_dir(tmp_path_factory, name: str) -> Path:
+    """A dir for the session: this run's own, or under pytest-xdist the one every worker of the run shares."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return tmp_path_factory.mktemp(name)
+    root = tmp_path_factory.getbasetemp().parent / name  # the run's basetemp: each worker's own is beneath it
+    root.mkdir(exist_ok=True)
+    return root
+
+
 @pytest.fixture(scope="session")
 def workspace(tmp_path_factory) -> Workspace:
-    root = tmp_path_factory.mktemp("workspace")
-    return Workspace(root, write_corpus(root / "corpus", CORPUS_LINES))
+    root = shared_dir(tmp_path_factory, "workspace")
+    with made_once(root / ".corpus") as (done, _):
+        if not done:
+            write_corpus(root / "corpus", CORPUS_LINES)
+    return Workspace(root, {split: root / "corpus" / split for split in CORPUS_LINES})
 
 
 @pytest.fixture(scope="session")
@@ -282,7 +320,11 @@ def marian_dir(tmp_path_factory) -> Path:
     pytest.importorskip("transformers")
     from marian_fixture import write_marian_model
 
-    return write_marian_model(tmp_path_factory.mktemp("marian") / "opus-mt-en-de")
+    root = shared_dir(tmp_path_factory, "marian")
+    with made_once(root / ".written") as (done, _):
+        if not done:
+            write_marian_model(root / "opus-mt-en-de")
+    return root / "opus-mt-en-de"
 
 
 @pytest.fixture(scope="session")

@@ -585,9 +585,10 @@ def test_the_page_translates_in_a_real_browser(server, models, tmp_path):
         assert evaluate("[...document.querySelectorAll('#to option')].map(o => o.textContent)") == ["German (de)"]
         assert str(models["en-de"]) in evaluate("document.getElementById('model').textContent")
         assert evaluate("document.getElementById('scores').textContent").count("12.3") == 1
-        evaluate("document.getElementById('source').value = 'the dog sees a cat\\na red car'; document.getElementById('go').click()")
+        # A line of two sentences: the page asks for them to be split, as /translate splits them.
+        evaluate("document.getElementById('source').value = 'the dog sees a cat. a red car sees the dog?\\na red car'; document.getElementById('go').click()")
         wait_until(lambda: evaluate("document.getElementById('target').textContent"), 30, "the translation appearing")
-        expected = translate(server, {"q": "the dog sees a cat\na red car", "source": "en", "target": "de"})["translatedText"]
+        expected = translate(server, {"q": "the dog sees a cat. a red car sees the dog?\na red car", "source": "en", "target": "de"})["translatedText"]
         assert evaluate("document.getElementById('target').textContent") == expected
 
         def choose(select: str, value: str) -> None:

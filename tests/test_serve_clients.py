@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from test_serve import SHORT, Server, request, translate
 
+from nmtcli.documents.languages import Detector
+
 pytest.importorskip("py3langid")
 
 PAIRS = {"en-es": 0, "en-it": 1, "it-en": 2, "es-en": 3, "en-de": 4}  # pair -> the seed of its weights
@@ -84,7 +86,7 @@ def test_auto_detects_each_text_and_translates_it_with_its_languages_model(serve
     assert by_source != translate(server, {"q": [it], "source": "es", "target": "en", "alternatives": 1})  # the models differ
     assert answer["translatedText"][0] == by_source["translatedText"][0] and answer["alternatives"][0] == by_source["alternatives"][0]
     assert answer["translatedText"][1] == translate(server, {"q": es, "source": "es", "target": "en"})["translatedText"]
-    assert answer["translatedText"][2:] == ["", "12:30 !"] and answer["alternatives"][2:] == [[], []]  # nothing to translate
+    assert answer["translatedText"][2:] == ["", "12:30 !"] and answer["alternatives"][2:] == [[""], ["12:30 !"]]  # nothing to translate: as sent
     found = answer["detectedLanguage"]
     assert [d["language"] for d in found] == ["it", "es", "en", "en"] and found[0]["confidence"] > 90 and found[1]["confidence"] > 90
     assert found[2:] == [{"confidence": 0.0, "language": "en"}] * 2  # LibreTranslate's answer when no language is found
@@ -95,7 +97,6 @@ def test_auto_detects_each_text_and_translates_it_with_its_languages_model(serve
 @pytest.mark.parametrize("text, target, message", [
     ("fr", "en", "fr is not supported (the text was detected as French at "),
     ("de", "en", "de is not supported (the text was detected as German at "),
-    ("en", "en", "English (en) is not available as a target language from English (en) (the text was detected at "),
     ("it", "xx", "xx is not supported"),
 ])
 def test_auto_refuses_text_that_no_model_translates_into_the_target(server, text, target, message):
@@ -103,6 +104,20 @@ def test_auto_refuses_text_that_no_model_translates_into_the_target(server, text
     assert status == 400 and answer["error"].startswith(message), answer
     status, answer, _ = request(server, "POST", "/translate", {"q": [ARTICLE_1["it"], ARTICLE_1[text]], "source": "auto", "target": target})
     assert status == 400 and ("(text 2 was detected" in answer["error"] or target == "xx"), answer
+
+
+def test_auto_keeps_text_already_in_the_target_and_reads_short_texts_together(server):
+    # English into English: nothing to translate, the text comes back as sent (German has no model into English).
+    answer = translate(server, {"q": [ARTICLE_1["en"], ARTICLE_1["it"]], "source": "auto", "target": "en", "alternatives": 1})
+    assert answer["translatedText"][0] == ARTICLE_1["en"] and answer["alternatives"][0] == [ARTICLE_1["en"]]
+    assert [d["language"] for d in answer["detectedLanguage"]] == ["en", "it"]
+    assert answer["translatedText"][1] == translate(server, {"q": ARTICLE_1["it"], "source": "it", "target": "en"})["translatedText"]
+    # UI strings, as a CMS sends them: alone, "Help" reads as German to the detector; with the others, as English.
+    words = ["Save", "Help", "Back", "Home", "Edit"]
+    assert Detector(["en", "de", "es", "it"]).detect("Help", candidates=1)[0].language != "en"
+    answer = translate(server, {"q": words, "source": "auto", "target": "de"})
+    assert [d["language"] for d in answer["detectedLanguage"]] == ["en"] * len(words)
+    assert answer["translatedText"] == translate(server, {"q": words, "source": "en", "target": "de"})["translatedText"]
 
 
 def test_detect_answers_in_libretranslates_shape(server):

@@ -41,8 +41,17 @@ from nmtcli.inference.translator import SearchSettings, Translation, nbest_recor
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
 from nmtcli.serve.models import ServedModel, language_name
-from nmtcli.serve.requests import (ApiError, Limits, TranslateRequest, detect_request, libretranslate_request, nmt_request, parse_fields,
-                                   read_body, sentence_request)
+from nmtcli.serve.requests import (
+    ApiError,
+    Limits,
+    TranslateRequest,
+    detect_request,
+    libretranslate_request,
+    nmt_request,
+    parse_fields,
+    read_body,
+    sentence_requests,
+)
 
 # The page may run its own inline script and talk to this server, and nothing else: no external fetches.
 PAGE_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -100,9 +109,11 @@ class Service:
             groups, guesses = [(self._model(ask.source, ask.target), list(range(len(ask.texts))))], None
         nbest = ask.alternatives + 1
         settings = dataclasses.replace(self.config.search, nbest=nbest, beam=max(self.config.search.beam, nbest))
-        texts, alternatives = list(ask.texts), [[] for _ in ask.texts]  # a text in no language comes back as sent
-        for model, numbers in groups:
-            split = sentence_request([ask.texts[n] for n in numbers], model.source, self.config.limits)
+        # Every group cut into sentences, and the request's sentences counted, before any is translated.
+        splits = sentence_requests([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups], self.config.limits)
+        # A text that is not translated (no letters in it, or already in the target language) comes back as sent.
+        texts, alternatives = list(ask.texts), [[text] * ask.alternatives for text in ask.texts]
+        for (model, numbers), split in zip(groups, splits):
             results = await self._translate(request, model, split.sentences, settings)
             versions = [split.join([_nth(hyps, k) for hyps in results]) for k in range(nbest)]
             for i, number in enumerate(numbers):
@@ -120,7 +131,7 @@ class Service:
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model = self._model(ask.source, ask.target)
-        split = sentence_request(ask.lines, model.source, self.config.limits) if ask.split_sentences else None
+        split = sentence_requests([(ask.lines, model.source)], self.config.limits)[0] if ask.split_sentences else None
         results = await self._translate(request, model, split.sentences if split else ask.lines, ask.settings, ask.prefixes, ask.targets)
         s = ask.settings
         answer = {"model": model.name, "source": model.source, "target": model.target,
@@ -139,12 +150,15 @@ class Service:
         (each language's confidence averaged over the texts, weighted by their length), as LibreTranslate does."""
         texts = detect_request(await self._fields(request), self.config.limits)
         weight: dict[str, float] = {}
+        total = 0  # the characters of the texts in which a language was found
         for text in texts:
-            for guess in self.detector.detect(text):
+            guesses = self.detector.detect(text)
+            total += len(text) if guesses else 0
+            for guess in guesses:
                 weight[guess.language] = weight.get(guess.language, 0.0) + guess.confidence * len(text)
-        total = sum(len(text) for text in texts)
-        ranked = sorted(weight.items(), key=lambda item: item[1], reverse=True)[:3]
-        return JSONResponse([{"confidence": round(w / total, 1), "language": code} for code, w in ranked] or [_NOTHING_DETECTED])
+        ranked = [(code, round(w / total, 1)) for code, w in sorted(weight.items(), key=lambda item: item[1], reverse=True)[:3]]
+        found = [{"confidence": confidence, "language": code} for k, (code, confidence) in enumerate(ranked) if k == 0 or confidence > 0]
+        return JSONResponse(found or [_NOTHING_DETECTED])
 
     async def languages(self, request: Request) -> Response:
         codes = sorted({m.source for m in self.models} | {m.target for m in self.models})
@@ -206,21 +220,26 @@ class Service:
 
     def _by_detected_language(self, ask: TranslateRequest) -> tuple[list[tuple[ServedModel, list[int]]], list[Guess | None]]:
         """source "auto": the model for each detected language with the numbers of its texts, and each text's guess
-        (None for a text without letters, which is not translated). A 400 where no model takes a detected
-        language into the target."""
-        guesses = [next(iter(self.detector.detect(text, candidates=1)), None) for text in ask.texts]
+        (None for a text without letters). A text of up to SHORT_TEXT characters ("Help", "Save") says too little
+        of its language: it takes the detection of all the request's texts together, as LibreTranslate does. Of a
+        short text's two guesses (all texts', its own) the first that this server can take into the target counts; a
+        text in the target language itself is not translated. A 400 where no guess of a text has a model into the target."""
         if all(m.target != ask.target for m in self.models):
             self._model(None, ask.target)  # its 400: the target is not supported
+        pooled = self.detector.detect(" ".join(ask.texts)) if any(len(text.strip()) <= SHORT_TEXT for text in ask.texts) else []
+        guesses: list[Guess | None] = []
         languages: dict[str, list[int]] = {}
-        for number, guess in enumerate(guesses):
-            if guess is not None:
-                languages.setdefault(guess.language, []).append(number)
-        groups = []
-        for language, numbers in languages.items():
-            if (language, ask.target) not in self.by_pair:
-                raise ApiError(400, self._undetectable(language, ask.target, guesses[numbers[0]], numbers[0] + 1 if ask.batch else None))
-            groups.append((self.by_pair[language, ask.target], numbers))
-        return groups, guesses
+        for number, text in enumerate(ask.texts):
+            candidates = self.detector.detect(text, candidates=1)
+            if candidates and len(text.strip()) <= SHORT_TEXT:
+                candidates = [*pooled[:1], *candidates]
+            usable = [g for g in candidates if g.language == ask.target or (g.language, ask.target) in self.by_pair]
+            if candidates and not usable:
+                raise ApiError(400, self._undetectable(candidates[0].language, ask.target, candidates[0], number + 1 if ask.batch else None))
+            guesses.append(usable[0] if usable else None)
+            if usable and usable[0].language != ask.target:
+                languages.setdefault(usable[0].language, []).append(number)
+        return [(self.by_pair[language, ask.target], numbers) for language, numbers in languages.items()], guesses
 
     def _undetectable(self, language: str, target: str, guess: Guess, number: int | None) -> str:
         """Why text detected as `language` cannot go into `target`: LibreTranslate's words, then what was detected where."""
@@ -278,6 +297,8 @@ class Service:
         return run
 
 
+# A text of this many characters or fewer takes the language detected in all the texts of its request.
+SHORT_TEXT = 40
 # LibreTranslate's answer for text in which no language was found (no letters in it).
 _NOTHING_DETECTED = {"confidence": 0.0, "language": "en"}
 

@@ -230,16 +230,16 @@ def _split_sentences(value: Any, prefixes: list[str] | None, targets: list[str] 
     return value
 
 
-def sentence_request(texts: list[str], language: str, limits: Limits) -> SplitTexts:
-    """`texts` cut into sentences (documents/sentences.py) in `language`, the model's source language. The
-    line limit counts sentences (413): the cutting itself is bounded by the character limit (sentencex cuts
-    100,000 characters in some 20 ms)."""
-    split = SplitTexts.of(texts, language)
-    count = len(split.sentences)
+def sentence_requests(groups: list[tuple[list[str], str]], limits: Limits) -> list[SplitTexts]:
+    """Each group's texts cut into sentences (documents/sentences.py) in its language, the source language of the
+    model that translates them. The line limit counts the sentences of all groups together (413): the cutting
+    itself is bounded by the character limit (sentencex cuts 100,000 characters in some 20 ms)."""
+    splits = [SplitTexts.of(texts, language) for texts, language in groups]
+    count = sum(len(split.sentences) for split in splits)
     if count > limits.lines:
         raise ApiError(413, f"Invalid request: request ({count:,} sentences) exceeds line limit ({limits.lines:,}) "
                             "(each sentence is translated as a line: send fewer sentences at a time)")
-    return split
+    return splits
 
 
 def _prefixes(value: Any, lines: int) -> list[str] | None:
