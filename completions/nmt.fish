@@ -26,7 +26,7 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format
         case 'serve'
             printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads
         case 'score'
@@ -249,6 +249,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l prefix-file -r -F -d 'Target pre
 complete -c nmt -n "__nmt_using 'translate'" -l alignment -x -d 'words or pieces: add each translation\'s source-target alignment to the JSON records ("alignment": "0-0 1-2 ...", Pharaoh format over whitespace-separated words or sentencepiece pieces), from the encoder-decoder attention'
 complete -c nmt -n "__nmt_using 'translate'" -l score-only -d 'Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs'
 complete -c nmt -n "__nmt_using 'translate'" -l target-file -r -F -d 'The translations --score-only scores, one per input line'
+complete -c nmt -n "__nmt_using 'translate'" -l format -x -d 'text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block\'s text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md)'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve

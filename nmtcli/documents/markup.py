@@ -18,7 +18,8 @@ Where the inline tags go: around the translation of the words they wrapped, by t
 alignment (`--alignment words`: each target word is linked to the source word it attends to most).
 An element wraps the target words linked to any word it covers (a word partly inside counts), from
 the first to the last of them: when they are not contiguous the words between are wrapped too, since
-a tag cannot be copied without copying its id and link. An element whose words are linked to no target
+a tag cannot be copied without copying its id and link. Punctuation the element left outside in the source
+stays outside where the target word has it too (`<a>the link</a>.`, `"<b>word</b>"`). An element whose words are linked to no target
 word, an element that wraps no text, and a void element inside text (`<img>`, a comment) sit where
 the nearest source word before them went (after its last target word; none before: before the first
 target word of the nearest word after). Nested elements stay nested: a child is clipped to its
@@ -186,6 +187,7 @@ class Node:
     parent: Node | None = None
     name: str = ""
     spaces: tuple[bool, bool] = (False, False)  # an atom: whether the source has whitespace before it, after it
+    edges: tuple[str, str] = ("", "")  # punctuation of its first and last word outside it ('"<b>word</b>."': '"', '.')
 
 
 @dataclass
@@ -308,6 +310,11 @@ def _block(source: str, run: list[tuple[str, int, int, Token]], language: str) -
     for kind, position, node, _ in marks:
         if kind == "atom":
             node.spaces = (position > 0 and flat[position - 1].isspace(), position < len(flat) and flat[position].isspace())
+        elif kind in ("open", "verbatim") and node.q > node.p:
+            before = re.search(r"\S+$", flat[max(0, node.p - 64):node.p])
+            after = re.match(r"\S+", flat[node.q:node.q + 64])
+            head, tail = before.group() if before else "", after.group() if after else ""
+            node.edges = tuple(edge if edge and not _ALNUM.search(edge) else "" for edge in (head, tail))
     spans = [s for s in sentence_spans(flat, language) if _ALNUM.search(flat[s[0]:s[1]])]
     spans = _merge_spans(spans, [(n.p, n.q) for kind, _, n, _ in marks if kind == "verbatim" and n.q > n.p])
     marks = _cut_at(marks, sorted({x for span in spans for x in span}))
@@ -534,13 +541,33 @@ def render_sentence(sentence: Sentence, translation: str, alignment: str | None)
             cursor = max(cursor, hi)
             todo.append((id(node), lo, hi))
 
-    events: list[tuple[str, object]] = []  # ("word", text) | ("open", tag) | ("close", tag) | ("atom", node)
+    heads: dict[int, tuple[str, set[int]]] = {}  # target word -> punctuation to cut off its start, for these nodes
+    tails: dict[int, tuple[str, set[int]]] = {}
+    for node in sentence.nodes:
+        a, b = span[id(node)]
+        head, tail = node.edges
+        if head and a < b and (node.kind == "verbatim" or id(node) in sentence.opens):
+            _cut(heads, a, head, id(node), words, str.startswith)
+        if tail and a < b and (node.kind == "verbatim" or id(node) in sentence.closes):
+            _cut(tails, b - 1, tail, id(node), words, str.endswith)
+
+    events: list[tuple[str, object, object]] = []  # (kind, text or node, node id or ids): word, open, close, atom, head, tail
     stack: list[tuple[int | None, int, int, int]] = [(None, 0, n, 0)]  # (node id, lo, hi, next child)
     position = [0]
 
+    def word(x: int, keep_head: bool = False, keep_tail: bool = False) -> None:
+        text, head, tail = words[x], heads.get(x), tails.get(x)
+        if head:
+            text = text[len(head[0]):]
+            events.append(("head", html.escape(head[0], quote=False), head[1]))
+        core = text[:len(text) - len(tail[0])] if tail else text
+        events.append(("word", html.escape(core, quote=False), None))
+        if tail:
+            events.append(("tail", html.escape(tail[0], quote=False), tail[1]))
+
     def words_until(end: int) -> None:
         while position[0] < end:
-            events.append(("word", html.escape(words[position[0]], quote=False)))
+            word(position[0])
             position[0] += 1
 
     by_id = {id(node): node for node in sentence.nodes}
@@ -552,31 +579,62 @@ def render_sentence(sentence: Sentence, translation: str, alignment: str | None)
             node = kids[k]
             a, b = span[id(node)]
             words_until(a)
-            if node.kind in ("atom", "verbatim"):
-                if node.kind == "verbatim":
-                    position[0] = max(position[0], b)
-                events.append(("word", node.open) if node.kind == "verbatim" else ("atom", node))
-                continue
-            if id(node) in sentence.opens:
-                events.append(("open", node.open))
-            stack.append((id(node), a, b, 0))
+            if node.kind == "atom":
+                events.append(("atom", node, None))
+            elif node.kind == "verbatim":  # its source in place of its words (but the punctuation around it)
+                position[0] = max(position[0], b)
+                if a in heads and id(node) in heads[a][1]:
+                    events.append(("head", html.escape(heads[a][0], quote=False), set()))
+                events.append(("word", node.open, None))
+                if b - 1 in tails and id(node) in tails[b - 1][1]:
+                    events.append(("tail", html.escape(tails[b - 1][0], quote=False), set()))
+            else:
+                if id(node) in sentence.opens:
+                    events.append(("open", node.open, id(node)))
+                stack.append((id(node), a, b, 0))
             continue
         words_until(hi)
         if key is not None and key in sentence.closes:
-            events.append(("close", by_id[key].close))
-    return _spaced(events)
+            events.append(("close", by_id[key].close, key))
+    return _spaced(_punctuation_outside(events))
 
 
-def _spaced(events: list[tuple[str, object]]) -> str:
-    """The events as text: one space between words, before the start tags in front of a word; void elements
-    and comments between two words keep the source's whitespace on each side of them."""
+def _cut(cuts: dict[int, tuple[str, set[int]]], x: int, edge: str, node: int, words: list[str], has) -> None:
+    """Word x's `edge` (its leading or trailing punctuation) is to go outside `node`'s tags, where the word has it."""
+    if x in cuts and cuts[x][0] == edge:
+        cuts[x][1].add(node)
+    elif x not in cuts and has(words[x], edge) and len(words[x]) > len(edge):
+        cuts[x] = (edge, {node})
+
+
+def _punctuation_outside(events: list[tuple[str, object, object]]) -> list[tuple[str, object, object]]:
+    """A word's trailing punctuation after the end tags of the elements it was outside of in the source, its
+    leading punctuation before their start tags."""
+    for i in range(len(events)):
+        if events[i][0] == "tail":
+            j = i
+            while j + 1 < len(events) and events[j + 1][0] == "close" and events[j + 1][2] in events[j][2]:
+                events[j], events[j + 1] = events[j + 1], events[j]
+                j += 1
+    for i in range(len(events) - 1, -1, -1):
+        if events[i][0] == "head":
+            j = i
+            while j > 0 and events[j - 1][0] == "open" and events[j - 1][2] in events[j][2]:
+                events[j], events[j - 1] = events[j - 1], events[j]
+                j -= 1
+    return events
+
+
+def _spaced(events: list[tuple[str, object, object]]) -> str:
+    """The events as text: one space between words, before the start tags (and punctuation) in front of a word;
+    void elements and comments between two words keep the source's whitespace on each side of them."""
     out: list[tuple[str, object]] = []
     seen_word = False
-    for kind, value in events:
+    for kind, value, _ in events:
         if kind == "word":
             if seen_word:
                 at = len(out)
-                while at > 0 and out[at - 1][0] == "open":
+                while at > 0 and out[at - 1][0] in ("open", "head"):
                     at -= 1
                 first = at
                 while first > 0 and out[first - 1][0] == "atom":

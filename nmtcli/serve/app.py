@@ -33,12 +33,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from nmtcli.documents.markup import Document, parse
 from nmtcli.errors import NmtError
 from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
 from nmtcli.serve.models import ServedModel, language_name
-from nmtcli.serve.requests import ApiError, Limits, libretranslate_request, nmt_request, parse_fields, read_body
+from nmtcli.serve.requests import ApiError, Limits, check_sentences, libretranslate_request, nmt_request, parse_fields, read_body
 
 # The page may run its own inline script and talk to this server, and nothing else: no external fetches.
 PAGE_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -88,13 +89,18 @@ class Service:
         model, detected = self._model(ask.source, ask.target, auto=True)
         nbest = ask.alternatives + 1
         settings = dataclasses.replace(self.config.search, nbest=nbest, beam=max(self.config.search.beam, nbest))
-        results = await self._translate(request, model, ask.lines, settings)
-        texts, alternatives, start = [], [], 0
-        for text in ask.texts:
-            hyps = results[start:start + text.count("\n") + 1]
-            start += len(hyps)
-            texts.append("\n".join(_nth(h, 0) for h in hyps))
-            alternatives.append(["\n".join(_nth(h, k) for h in hyps) for k in range(1, nbest)])
+        if ask.format == "html":
+            documents = await self._translate_html(request, model, ask.texts, settings)
+            texts = [document[0] for document in documents]
+            alternatives = [document[1:] for document in documents]
+        else:
+            results = await self._translate(request, model, ask.lines, settings)
+            texts, alternatives, start = [], [], 0
+            for text in ask.texts:
+                hyps = results[start:start + text.count("\n") + 1]
+                start += len(hyps)
+                texts.append("\n".join(_nth(h, 0) for h in hyps))
+                alternatives.append(["\n".join(_nth(h, k) for h in hyps) for k in range(1, nbest)])
         answer: dict[str, Any] = {"translatedText": texts if ask.batch else texts[0]}
         if ask.alternatives:
             answer["alternatives"] = alternatives if ask.batch else alternatives[0]
@@ -108,6 +114,8 @@ class Service:
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model, _ = self._model(ask.source, ask.target)
+        if ask.format == "html":
+            return JSONResponse(await self._html_records(request, model, ask))
         results = await self._translate(request, model, ask.lines, ask.settings, ask.prefixes, ask.targets)
         s = ask.settings
         answer = {"model": model.name, "source": model.source, "target": model.target,
@@ -208,6 +216,37 @@ class Service:
         self.metrics.translated(len(lines), sum(len(r.tokens) if targets is not None else len(r[0].tokens) for r in results if r))
         return results
 
+    async def _translate_html(self, request: Request, model: ServedModel, texts: list[str], settings: SearchSettings,
+                              sentences: list | None = None) -> list[list[str]]:
+        """format html: each document translated (its n-best: the k-th of each of its sentences put back), all
+        their sentences in one call of the batcher with word alignments on (documents/markup.py places the tags by
+        them); `sentences` (a list) gets each document's sentences and their n-best lists."""
+        documents = await asyncio.get_running_loop().run_in_executor(None, _parse_all, texts, model.source)
+        segments = [segment for document in documents for segment in document.segments]
+        check_sentences(len(segments), self.config.limits)
+        results = await self._translate(request, model, segments, dataclasses.replace(settings, alignment="words"))
+        answers, start = [], 0
+        for document in documents:
+            hyps = results[start:start + len(document.segments)]
+            start += len(hyps)
+            if sentences is not None:
+                sentences.append(list(zip(document.segments, hyps)))
+            answers.append([document.render([(h[min(k, len(h) - 1)].text, h[min(k, len(h) - 1)].alignment) if h else ("", None)
+                                             for h in hyps]) for k in range(max(settings.nbest, 1))])
+        return answers
+
+    async def _html_records(self, request: Request, model: ServedModel, ask) -> dict[str, Any]:
+        """/nmt/translate with format html: one record per item: its translation, its n-best, and each sentence's record."""
+        sentences: list = []
+        documents = await self._translate_html(request, model, ask.lines, ask.settings, sentences)
+        s = ask.settings
+        records = [{"translation": translated[0], "nbest": [{"translation": text} for text in translated],
+                    "sentences": [{"source": source, **nbest_record(hyps)} for source, hyps in parts]}
+                   for translated, parts in zip(documents, sentences)]
+        return {"model": model.name, "source": model.source, "target": model.target, "format": "html",
+                "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty, "max_len_a": s.max_len_a,
+                             "max_len_b": s.max_len_b, "nbest": s.nbest}, "translations": records}
+
     def counted(self, endpoint: str, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         """`handler` with its errors in the API's shape and its status and time in the metrics."""
 
@@ -226,6 +265,11 @@ class Service:
             return response
 
         return run
+
+
+def _parse_all(texts: list[str], language: str) -> list[Document]:
+    """HTML documents parsed, in a worker thread (a large page takes a while: the event loop goes on meanwhile)."""
+    return [parse(text, language) for text in texts]
 
 
 def _nth(hyps: list[Translation], k: int) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +131,7 @@ class TranslateRequest:
     source: str
     target: str
     alternatives: int
+    format: str = "text"  # "html": each text is an HTML document or fragment (documents/markup.py)
 
     @property
     def lines(self) -> list[str]:
@@ -147,9 +148,11 @@ def libretranslate_request(fields: dict[str, Any], limits: Limits) -> TranslateR
         raise ApiError(400, "Invalid request: q must be a string or a list of strings")
     source, target = (_text_field(fields, name) for name in ("source", "target"))
     text_format = fields.get("format") or "text"
-    if text_format != "text":
-        raise ApiError(400, f"{text_format} format is not supported (this server translates plain text: send format text)")
+    if text_format not in FORMATS:
+        raise ApiError(400, f"{text_format} format is not supported (send format text or html)")
     alternatives = _integer(fields.get("alternatives", 0), "alternatives", 0, limits.beam - 1)
+    if text_format == "html":
+        return html_request(TranslateRequest(texts, batch, source, target, alternatives, "html"), limits)
     # Line breaks (LF, CRLF or CR) separate lines: each is translated on its own, one line out per line in.
     texts = [text.replace("\r\n", "\n").replace("\r", "\n") for text in texts]
     request = TranslateRequest(texts, batch, source, target, alternatives)
@@ -167,14 +170,16 @@ class NmtRequest:
     settings: SearchSettings
     prefixes: list[str] | None = None  # target prefixes, one per line ("" for none)
     targets: list[str] | None = None  # given translations to score (forced decoding), one per line
+    format: str = "text"  # "html": each item of `lines` is an HTML fragment, translated a sentence at a time
 
 
 def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits) -> NmtRequest:
     lines = fields.get("lines")
     if not isinstance(lines, list) or not lines or not all(isinstance(line, str) for line in lines):
         raise ApiError(400, "Invalid request: lines must be a non-empty list of strings (one line each)")
+    text_format = _format(fields, ("prefix", "targets"))
     for number, line in enumerate(lines, start=1):
-        if "\n" in line or "\r" in line:
+        if ("\n" in line or "\r" in line) and text_format == "text":
             raise ApiError(400, f"Invalid request: line {number} holds a line break (send each line as its own item)")
     source, target = (_text_field(fields, name, required=False) for name in ("source", "target"))
     sampling = _sampling(fields)
@@ -203,7 +208,36 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         raise ApiError(400, "Invalid request: nbest has no meaning with targets (each given translation gets one score)")
     texts = [*lines, *(prefixes or []), *(targets or [])]
     check_size(sum(len(text) for text in texts), len(lines), limits, texts)
-    return NmtRequest(lines, source, target, settings, prefixes, targets)
+    return NmtRequest(lines, source, target, settings, prefixes, targets, text_format)
+
+
+FORMATS = ("text", "html")
+
+
+def _format(fields: dict[str, Any], refused: Sequence[str]) -> str:
+    """The "format" field of /nmt/translate: text (one line an item) or html (an HTML fragment an item, which
+    takes none of the per-line `refused` fields)."""
+    text_format = fields.get("format") or "text"
+    if text_format not in FORMATS:
+        raise ApiError(400, f"Invalid request: format must be text or html, not {text_format!r}")
+    for name in refused:
+        if text_format == "html" and fields.get(name) is not None:
+            raise ApiError(400, f"Invalid request: {name} does not go with format html (its items are documents, not lines)")
+    return text_format
+
+
+def html_request(request: TranslateRequest, limits: Limits) -> TranslateRequest:
+    """format html: the texts as sent (line breaks are spaces in HTML), within the character limit, markup included.
+    The line limit bounds their sentences, counted once they are parsed (`check_sentences`)."""
+    check_size(sum(len(text) for text in request.texts), 0, limits, request.texts)
+    return request
+
+
+def check_sentences(sentences: int, limits: Limits) -> None:
+    """HTML's sentences against the line limit (413): each is one input of the model."""
+    if sentences > limits.lines:
+        raise ApiError(413, f"Invalid request: request ({sentences:,} sentences) exceeds line limit ({limits.lines:,}) "
+                            "(send fewer sentences at a time)")
 
 
 def _prefixes(value: Any, lines: int) -> list[str] | None:
