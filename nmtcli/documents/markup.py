@@ -125,14 +125,32 @@ class _Tokenizer(HTMLParser):
     def unknown_decl(self, data):
         self._add("other")
 
+    def parse_marked_section(self, i, report=1):
+        """<![CDATA[...]>, <![if ...]>: to the first ">", as HTML reads it outside SVG and MathML (a bogus comment).
+        html.parser's own raises on an unknown keyword ("<![foo[") and searches to the end for each unclosed one."""
+        end = self.rawdata.find(">", i + 3)
+        if end < 0:
+            return -1
+        if report:
+            self.unknown_decl(self.rawdata[i + 3:end])
+        return end + 1
+
 
 def tokenize(source: str) -> list[Token]:
     """The source as tokens that cover it exactly, in order: token i is source[start:end], and the next
     starts where it ends (consecutive text tokens are merged)."""
     parser = _Tokenizer(source)
-    parser.feed(source)
+    # Every tag, comment and declaration ends with ">": what follows the last one is text. html.parser would
+    # rescan it to its end at every "<" in it (quadratic time: "<a " * 20,000 took 13 s).
+    last = source.rfind(">") + 1
+    parser.feed(source[:last])
     parser.close()
     tokens = parser.tokens
+    if last < len(source):
+        if tokens and tokens[-1].kind == "text" or parser.cdata_elem:
+            pass  # the text (or a <script> never closed) runs on to the end
+        else:
+            tokens.append(Token("text", last, last))
     if not tokens or tokens[0].start > 0:  # html.parser reports everything; this only guards the invariant
         tokens.insert(0, Token("text", 0, 0))
     merged: list[Token] = []
@@ -455,7 +473,9 @@ def _marks(source: str, run: list[tuple[str, int, int, Token]]) -> list[Mark] | 
 
 def _verbatim_text(source: str, start: int, end: int) -> str:
     """The text a kept inline element shows (its text tokens, entities read): the model reads it in its sentence."""
-    return "".join(html.unescape(source[t.start + start:t.end + start]) for t in tokenize(source[start:end]) if t.kind == "text")
+    tokens = tokenize(source[start:end])
+    return "".join(html.unescape(source[t.start + start:t.end + start]) for k, t in enumerate(tokens)
+                   if t.kind == "text" and not (k and tokens[k - 1].kind == "start" and tokens[k - 1].name in RAW_TEXT[:2]))
 
 
 # --- a sentence's translation with its tags ----------------------------------------------------------
