@@ -154,6 +154,15 @@ def markup(document: str) -> list[str]:
     return [document[t.start:t.end] for t in tokenize(document) if t.kind != "text"]
 
 
+def test_parsing_stops_at_the_sentence_limit():
+    from nmtcli.documents.markup import TooManySentences
+
+    page = "<p>The dog runs. The cat sleeps.</p>" * 200_000  # 7 MB: stopped at the third block, not read to the end
+    with pytest.raises(TooManySentences):
+        parse(page[:len(page) // 1000], "en", max_sentences=5)
+    assert len(parse(page[:36 * 3], "en", max_sentences=6).segments) == 6
+
+
 def test_deeply_nested_html_is_no_recursion_error():
     deep = "<div>" * 100_000 + "deep <b>text</b> here." + "</div>" * 100_000
     assert translate_html(deep, "en", word_for_word(lambda w: w)) == deep
@@ -210,7 +219,7 @@ def test_serve_translates_html_in_libretranslate_and_nmt_requests(random_model):
     plain = [hyps[0] for hyps in translator.translate_lines(["the dog sees a cat.", "a new book."], dataclass_replace(settings))]
     assert lxml_html.fragment_fromstring(one["translatedText"].split("<!--")[0]).text_content() == f"{plain[0].text} {plain[1].text}"
     assert len(many["alternatives"]) == 2 and len(many["alternatives"][0]) == 1 and many["alternatives"][1][0].startswith("<i>")
-    assert big == 413 and "6 sentences" in too_many["error"] and bad == 400 and "xml format is not supported" in unknown["error"]
+    assert big == 413 and "request (over 5 sentences) exceeds line limit (5)" in too_many["error"] and bad == 400 and "xml format is not supported" in unknown["error"]
     app = create_app([ServedModel("tiny", "en", "de", translator)], ServeConfig(search=settings))  # a new event loop: a new app
     (status, records), (bad, error) = _post_all(app, "/nmt/translate", [
         {"lines": [page, "a\n<b>red</b>\nball"], "source": "en", "target": "de", "format": "html", "nbest": 2, "beam": 2},

@@ -5,8 +5,8 @@ doctype and run of text starts in the source, so everything that is not translat
 very characters it was (attribute quotes, letter case, entities, comments, `<script>` bodies), not as a
 parser's re-serialisation of it. It never raises on malformed input and keeps no recursion, so a
 page of 100,000 nested `<div>`s is one pass over a list. (lxml, selectolax and html5lib build trees and
-serialise them again: they report no source offsets, libxml2 stops at 256 levels of nesting, and
-html5lib is pure Python, some 20 times slower.)
+serialise them again: they report no source offsets, and libxml2 keeps 255 of 100,000 levels of nesting.
+Measured on a 1 MB page: html.parser 1.2 s, lxml 0.05 s, html5lib 5.3 s.)
 
 What is translated: the text of each *block*, whatever lies between two tags that are not inline
 (`<p>`, `<li>`, `<td>`, `<div>`, `<h1>`, `<br>`, ...), taken as a whole: its inline elements (INLINE:
@@ -241,16 +241,30 @@ class Document:
         return "".join(part if isinstance(part, str) else render_sentence(part, *next(done)) for part in self.parts)
 
 
-def parse(source: str, language: str) -> Document:
-    """The document's blocks cut into sentences (of `language`'s rules), and everything else as it is."""
+class TooManySentences(ValueError):
+    """The document holds more sentences than `parse` was allowed to cut (it stops there: bounded work)."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"more than {limit:,} sentences")
+        self.limit = limit
+
+
+def parse(source: str, language: str, max_sentences: int | None = None) -> Document:
+    """The document's blocks cut into sentences (of `language`'s rules), and everything else as it is;
+    TooManySentences as soon as there are more than `max_sentences`."""
     tokens = tokenize(source)
     parts: list[str | Sentence] = []
     run: list[tuple[str, int, int, Token]] = []  # (item kind, start, end, token): text, open, close, atom, verbatim
+    count = [0]
 
     def flush() -> None:
         if run:
-            parts.extend(_block(source, run, language))
+            block = _block(source, run, language)
+            parts.extend(block)
             run.clear()
+            count[0] += sum(isinstance(part, Sentence) for part in block)
+            if max_sentences is not None and count[0] > max_sentences:
+                raise TooManySentences(max_sentences)
 
     i = 0
     while i < len(tokens):

@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from nmtcli.documents.markup import Document, parse
+from nmtcli.documents.markup import Document, TooManySentences, parse
 from nmtcli.errors import NmtError
 from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
@@ -221,7 +221,11 @@ class Service:
         """format html: each document translated (its n-best: the k-th of each of its sentences put back), all
         their sentences in one call of the batcher with word alignments on (documents/markup.py places the tags by
         them); `sentences` (a list) gets each document's sentences and their n-best lists."""
-        documents = await asyncio.get_running_loop().run_in_executor(None, _parse_all, texts, model.source)
+        limit = self.config.limits.lines
+        try:
+            documents = await asyncio.get_running_loop().run_in_executor(None, _parse_all, texts, model.source, limit)
+        except TooManySentences:
+            check_sentences(limit + 1, self.config.limits, more=True)
         segments = [segment for document in documents for segment in document.segments]
         check_sentences(len(segments), self.config.limits)
         results = await self._translate(request, model, segments, dataclasses.replace(settings, alignment="words"))
@@ -267,9 +271,14 @@ class Service:
         return run
 
 
-def _parse_all(texts: list[str], language: str) -> list[Document]:
-    """HTML documents parsed, in a worker thread (a large page takes a while: the event loop goes on meanwhile)."""
-    return [parse(text, language) for text in texts]
+def _parse_all(texts: list[str], language: str, limit: int) -> list[Document]:
+    """HTML documents parsed, in a worker thread (a large page takes a while: the event loop goes on meanwhile),
+    stopped as soon as they hold more than `limit` sentences together."""
+    documents = []
+    for text in texts:
+        documents.append(parse(text, language, limit))
+        limit -= len(documents[-1].segments)
+    return documents
 
 
 def _nth(hyps: list[Translation], k: int) -> str:

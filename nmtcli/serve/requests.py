@@ -233,10 +233,12 @@ def html_request(request: TranslateRequest, limits: Limits) -> TranslateRequest:
     return request
 
 
-def check_sentences(sentences: int, limits: Limits) -> None:
-    """HTML's sentences against the line limit (413): each is one input of the model."""
+def check_sentences(sentences: int, limits: Limits, more: bool = False) -> None:
+    """HTML's sentences against the line limit (413): each is one input of the model. `more`: the parser stopped
+    counting at `sentences`."""
     if sentences > limits.lines:
-        raise ApiError(413, f"Invalid request: request ({sentences:,} sentences) exceeds line limit ({limits.lines:,}) "
+        count = f"over {limits.lines:,}" if more else f"{sentences:,}"
+        raise ApiError(413, f"Invalid request: request ({count} sentences) exceeds line limit ({limits.lines:,}) "
                             "(send fewer sentences at a time)")
 
 
