@@ -507,8 +507,7 @@ def _links(alignment: str | None, sources: int, targets: int) -> dict[int, list[
 
 def render_sentence(sentence: Sentence, translation: str, alignment: str | None) -> str:
     """The translation (escaped) with the sentence's tags placed around the target words their words are
-    linked to (module docstring); without an alignment, start tags before the first word and end tags after
-    the last."""
+    linked to (module docstring); with no alignment, by the diagonal."""
     words = translation.split()
     n = len(words)
     if not sentence.nodes:
@@ -518,6 +517,13 @@ def render_sentence(sentence: Sentence, translation: str, alignment: str | None)
         linked = {}
         for j in range(n):
             linked.setdefault(min(len(sentence.words) - 1, j * len(sentence.words) // n), []).append(j)
+    span, children = _place(sentence, n, linked)
+    return _spaced(_punctuation_outside(_events(sentence, words, span, children)))
+
+
+def _place(sentence: Sentence, n: int, linked: dict[int, list[int]]) -> tuple[dict[int, tuple[int, int]], dict[int | None, list[Node]]]:
+    """Each node's [lo, hi) over the n target words (lo == hi: it wraps none and stands before word lo), and
+    each node's children (None: the sentence's top level) in the order they are written."""
     in_sentence = {id(node) for node in sentence.nodes}
 
     def targets(node: Node) -> list[int]:
@@ -574,7 +580,14 @@ def render_sentence(sentence: Sentence, translation: str, alignment: str | None)
             span[id(node)] = (lo, hi)
             cursor = max(cursor, hi)
             todo.append((id(node), lo, hi))
+    return span, children
 
+
+def _events(sentence: Sentence, words: list[str], span: dict[int, tuple[int, int]],
+            children: dict[int | None, list[Node]]) -> list[tuple[str, object, object]]:
+    """The sentence written out as (kind, text or node, node id or ids) events: word, open, close, atom, and
+    the head and tail punctuation cut off a word to stand outside the tags around it."""
+    n = len(words)
     heads: dict[int, tuple[str, set[int]]] = {}  # target word -> punctuation to cut off its start, for these nodes
     tails: dict[int, tuple[str, set[int]]] = {}
     for node in sentence.nodes:
@@ -589,7 +602,7 @@ def render_sentence(sentence: Sentence, translation: str, alignment: str | None)
     stack: list[tuple[int | None, int, int, int]] = [(None, 0, n, 0)]  # (node id, lo, hi, next child)
     position = [0]
 
-    def word(x: int, keep_head: bool = False, keep_tail: bool = False) -> None:
+    def word(x: int) -> None:
         text, head, tail = words[x], heads.get(x), tails.get(x)
         if head:
             text = text[len(head[0]):]
@@ -630,7 +643,7 @@ def render_sentence(sentence: Sentence, translation: str, alignment: str | None)
         words_until(hi)
         if key is not None and key in sentence.closes:
             events.append(("close", by_id[key].close, key))
-    return _spaced(_punctuation_outside(events))
+    return events
 
 
 def _cut(cuts: dict[int, tuple[str, set[int]]], x: int, edge: str, node: int, words: list[str], has) -> None:
