@@ -216,7 +216,7 @@ def test_serve_translates_html_in_libretranslate_and_nmt_requests(random_model):
     assert status == 200 and one["translatedText"] == many["translatedText"][0]
     assert markup(one["translatedText"]) == markup(page)
     assert one["translatedText"].endswith("<!-- c --><script>x<y</script>")
-    plain = [hyps[0] for hyps in translator.translate_lines(["the dog sees a cat.", "a new book."], dataclass_replace(settings))]
+    plain = [hyps[0] for hyps in translator.translate_lines(["the dog sees a cat.", "a new book."])]
     assert lxml_html.fragment_fromstring(one["translatedText"].split("<!--")[0]).text_content() == f"{plain[0].text} {plain[1].text}"
     assert len(many["alternatives"]) == 2 and len(many["alternatives"][0]) == 1 and many["alternatives"][1][0].startswith("<i>")
     assert big == 413 and "request (over 5 sentences) exceeds line limit (5)" in too_many["error"] and bad == 400 and "xml format is not supported" in unknown["error"]
@@ -228,12 +228,6 @@ def test_serve_translates_html_in_libretranslate_and_nmt_requests(random_model):
     assert [s["source"] for s in records["translations"][0]["sentences"]] == ["the dog sees a cat.", "a new book."]
     assert len(records["translations"][1]["nbest"]) == 2 and records["translations"][1]["sentences"][0]["source"] == "a red ball"
     assert bad == 400 and "prefix does not go with format html" in error["error"]
-
-
-def dataclass_replace(settings):
-    import dataclasses
-
-    return dataclasses.replace(settings, alignment="words")
 
 
 def test_nmt_translate_format_html_translates_the_input_as_one_document(trained_model, nmt_main, tmp_path):
