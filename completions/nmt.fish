@@ -26,7 +26,7 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format
         case 'serve'
             printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads
         case 'score'
@@ -250,6 +250,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l alignment -x -d 'words or pieces
 complete -c nmt -n "__nmt_using 'translate'" -l score-only -d 'Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs'
 complete -c nmt -n "__nmt_using 'translate'" -l target-file -r -F -d 'The translations --score-only scores, one per input line'
 complete -c nmt -n "__nmt_using 'translate'" -l split-sentences -d 'Input lines are paragraphs: cut each into sentences (by the rules of the model\'s source language), translate them one by one, and join their translations with the line\'s own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence\'s record under "sentences"'
+complete -c nmt -n "__nmt_using 'translate'" -l format -x -d 'text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block\'s text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md)'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve

@@ -340,7 +340,7 @@ BAD_REQUESTS = [
     ("source a list", {"q": "a", "source": ["en"], "target": "de"}, None, 400, "source must be a string"),
     ("unknown source", {"q": "a", "source": "fr", "target": "de"}, None, 400, "fr is not supported"),
     ("unknown pair", {"q": "a", "source": "en", "target": "en"}, None, 400, "English (en) is not available as a target language from English (en)"),
-    ("html", {"q": "<b>a</b>", "source": "en", "target": "de", "format": "html"}, None, 400, "html format is not supported"),
+    ("unknown format", {"q": "<b>a</b>", "source": "en", "target": "de", "format": "xml"}, None, 400, "xml format is not supported"),
     ("alternatives not a number", {"q": "a", "source": "en", "target": "de", "alternatives": "two"}, None, 400, "alternatives must be an integer"),
     ("too many alternatives", {"q": "a", "source": "en", "target": "de", "alternatives": 99}, None, 400, "alternatives 99 is out of range"),
     ("invalid UTF-8 in JSON", b'{"q": "caf\xe9", "source": "en", "target": "de"}', "application/json", 400, "not valid UTF-8"),

@@ -185,3 +185,11 @@ def test_the_documented_form_requests_with_curl(server):
     assert json.loads(detected.stdout)[0]["language"] == "en"
     listed = subprocess.run([curl, "-sS", f"{url(server)}languages"], capture_output=True, text=True, timeout=60, check=True)
     assert [entry["code"] for entry in json.loads(listed.stdout)] == ["de", "en", "es", "it"]
+
+
+def test_auto_reads_the_text_of_html_not_its_markup(server):
+    # English markup (tag and attribute names, an English title) around Italian text: the Italian text decides.
+    page = f'<div class="content" title="Read more about it"><p><b>{ARTICLE_1["it"]}</b></p><script>var language = "english";</script></div>'
+    answer = translate(server, {"q": page, "source": "auto", "target": "en", "format": "html"})
+    assert answer["detectedLanguage"]["language"] == "it"
+    assert answer["translatedText"] == translate(server, {"q": page, "source": "it", "target": "en", "format": "html"})["translatedText"]

@@ -62,6 +62,7 @@ def command(
     score_only: Annotated[bool, typer.Option("--score-only", help="Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs.")] = False,
     target_file: Annotated[Optional[Path], typer.Option(help="The translations --score-only scores, one per input line.")] = None,
     split_sentences: Annotated[bool, typer.Option("--split-sentences", help="Input lines are paragraphs: cut each into sentences (by the rules of the model's source language), translate them one by one, and join their translations with the line's own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence's record under \"sentences\".")] = False,
+    text_format: Annotated[str, typer.Option("--format", help="text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md).")] = "text",
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
@@ -83,6 +84,7 @@ def command(
     if input is not None:
         check_readable(input, "check the path given to --input")
     _check_forced_flags(alignment, score_only, target_file, output_format, nbest, engine, input)
+    _check_html_flags(text_format, output_format, engine, alignment, score_only, prefix_file, split_sentences)
     if score_only and (prefix_file is not None or sampling is not None):
         raise NmtError(f"--score-only does not go with {'--prefix-file' if prefix_file is not None else '--sampling'}",
                        "score the given translations alone, or translate without --score-only", exit_code=2)
@@ -94,7 +96,7 @@ def command(
                        "first, or leave --split-sentences out", exit_code=2)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs,
-                              alignment=None if score_only else alignment)
+                              alignment="words" if text_format == "html" else None if score_only else alignment)
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
@@ -105,6 +107,13 @@ def command(
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
     prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
     prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
+    if text_format == "html":
+        count, first = _translate_html(translator, source, output, settings)
+        if input is not None:
+            source.close()
+        elapsed = time.perf_counter() - started
+        say(f"translated {count:,} sentence(s) of HTML in {elapsed:.1f} s{_on_cpu(translator)}")
+        return
     if score_only:
         results = _scores(translator, lines, target_file, output_format, alignment)
     elif split_sentences:
@@ -135,6 +144,50 @@ def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: st
         raise NmtError("--nbest above 1 needs --output-format json", "text output has exactly one line per input line", exit_code=2)
     if engine not in ("native", "ctranslate2"):
         raise NmtError(f"unknown --engine {engine!r}", "choose native or ctranslate2", exit_code=2)
+
+
+def _check_html_flags(text_format: str, output_format: str, engine: str, alignment: str | None, score_only: bool,
+                      prefix_file: Path | None, split_sentences: bool) -> None:
+    from nmtcli.errors import NmtError
+
+    if text_format not in ("text", "html"):
+        raise NmtError(f"unknown --format {text_format!r}", "choose text or html", exit_code=2)
+    if text_format == "text":
+        return
+    for given, flag in ((output_format != "text", "--output-format json"), (engine != "native", f"--engine {engine}"),
+                        (alignment is not None, "--alignment"), (score_only, "--score-only"), (prefix_file is not None, "--prefix-file"),
+                        (split_sentences, "--split-sentences (HTML is always translated a sentence at a time)")):
+        if given:
+            raise NmtError(f"--format html does not go with {flag}", "--format html writes the HTML document translated "
+                           "(its tags placed by the native engine's word alignment); drop one of them", exit_code=2)
+
+
+def _translate_html(translator, source: BinaryIO, output: Path | None, settings: SearchSettings) -> tuple[int, float | None]:
+    """--format html: the input read whole as one document, translated in one call, written whole; (sentences, when written)."""
+    from nmtcli.documents.markup import parse
+    from nmtcli.errors import file_system_error
+    from nmtcli.files import atomic_path
+
+    raw = source.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        warn("the HTML input holds invalid UTF-8: replaced with U+FFFD")
+        text = raw.decode("utf-8-sig", errors="replace")
+    language = (translator.config_values.get("languages") or {}).get("source") or "en"
+    document = parse(text, language)
+    results = translator.translate_lines(document.segments, settings) if document.segments else []
+    translated = document.render([(hyps[0].text, hyps[0].alignment) if hyps else ("", None) for hyps in results])
+    if output is None:
+        try:
+            sys.stdout.write(translated)
+            sys.stdout.flush()
+        except OSError as e:
+            raise (file_system_error(e, "standard output") or e) from e
+    else:
+        with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(translated)
+    return len(document.segments), time.perf_counter()
 
 
 def _check_prefix_file(prefix_file: Path, input: Path | None) -> None:

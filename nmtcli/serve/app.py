@@ -35,6 +35,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from nmtcli.documents.languages import Detector, Guess
+from nmtcli.documents.markup import Document, TooManySentences, parse
 from nmtcli.documents.sentences import joined_record
 from nmtcli.errors import NmtError
 from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
@@ -45,6 +46,7 @@ from nmtcli.serve.requests import (
     ApiError,
     Limits,
     TranslateRequest,
+    check_sentences,
     detect_request,
     libretranslate_request,
     nmt_request,
@@ -109,15 +111,21 @@ class Service:
             groups, guesses = [(self._model(ask.source, ask.target), list(range(len(ask.texts))))], None
         nbest = ask.alternatives + 1
         settings = dataclasses.replace(self.config.search, nbest=nbest, beam=max(self.config.search.beam, nbest))
-        # Every group cut into sentences, and the request's sentences counted, before any is translated.
-        splits = sentence_requests([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups], self.config.limits)
-        # A text that is not translated (no letters in it, or already in the target language) comes back as sent.
+        # Every group parsed (html) or cut into sentences (text), and the request's sentences counted, before any
+        # is translated. A text not translated (no letters in it, or already in the target language) comes back as sent.
         texts, alternatives = list(ask.texts), [[text] * ask.alternatives for text in ask.texts]
-        for (model, numbers), split in zip(groups, splits):
-            results = await self._translate(request, model, split.sentences, settings)
-            versions = [split.join([_nth(hyps, k) for hyps in results]) for k in range(nbest)]
-            for i, number in enumerate(numbers):
-                texts[number], alternatives[number] = versions[0][i], [version[i] for version in versions[1:]]
+        if ask.format == "html":
+            parsed = await self._parse_html([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups])
+            for (model, numbers), documents in zip(groups, parsed):
+                for number, versions in zip(numbers, await self._translate_html(request, model, documents, settings)):
+                    texts[number], alternatives[number] = versions[0], versions[1:]
+        else:
+            splits = sentence_requests([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups], self.config.limits)
+            for (model, numbers), split in zip(groups, splits):
+                results = await self._translate(request, model, split.sentences, settings)
+                versions = [split.join([_nth(hyps, k) for hyps in results]) for k in range(nbest)]
+                for i, number in enumerate(numbers):
+                    texts[number], alternatives[number] = versions[0][i], [version[i] for version in versions[1:]]
         answer: dict[str, Any] = {"translatedText": texts if ask.batch else texts[0]}
         if ask.alternatives:
             answer["alternatives"] = alternatives if ask.batch else alternatives[0]
@@ -131,6 +139,8 @@ class Service:
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model = self._model(ask.source, ask.target)
+        if ask.format == "html":
+            return JSONResponse(await self._html_records(request, model, ask))
         split = sentence_requests([(ask.lines, model.source)], self.config.limits)[0] if ask.split_sentences else None
         results = await self._translate(request, model, split.sentences if split else ask.lines, ask.settings, ask.prefixes, ask.targets)
         s = ask.settings
@@ -226,10 +236,11 @@ class Service:
         text in the target language itself is not translated. A 400 where no guess of a text has a model into the target."""
         if all(m.target != ask.target for m in self.models):
             self._model(None, ask.target)  # its 400: the target is not supported
-        pooled = self.detector.detect(" ".join(ask.texts)) if any(len(text.strip()) <= SHORT_TEXT for text in ask.texts) else []
+        readable = ask.texts if ask.format != "html" else [_text_of_html(text, self.config.limits) for text in ask.texts]
+        pooled = self.detector.detect(" ".join(readable)) if any(len(text.strip()) <= SHORT_TEXT for text in readable) else []
         guesses: list[Guess | None] = []
         languages: dict[str, list[int]] = {}
-        for number, text in enumerate(ask.texts):
+        for number, text in enumerate(readable):
             candidates = self.detector.detect(text, candidates=1)
             if candidates and len(text.strip()) <= SHORT_TEXT:
                 candidates = [*pooled[:1], *candidates]
@@ -277,6 +288,48 @@ class Service:
         self.metrics.translated(len(lines), sum(len(r.tokens) if targets is not None else len(r[0].tokens) for r in results if r))
         return results
 
+    async def _parse_html(self, groups: list[tuple[list[str], str]]) -> list[list[Document]]:
+        """format html: each group's documents parsed in its language (the source of the model that translates them),
+        in a worker thread (a large page takes a while: the event loop goes on meanwhile), stopped as soon as the
+        request holds more sentences than the line limit (413)."""
+        limits = self.config.limits
+        try:
+            parsed = await asyncio.get_running_loop().run_in_executor(None, _parse_all, groups, limits.lines)
+        except TooManySentences:
+            check_sentences(limits.lines + 1, limits, more=True)
+        check_sentences(sum(len(document.segments) for documents in parsed for document in documents), limits)
+        return parsed
+
+    async def _translate_html(self, request: Request, model: ServedModel, documents: list[Document], settings: SearchSettings,
+                              sentences: list | None = None) -> list[list[str]]:
+        """format html: each document translated (its n-best: the k-th of each of its sentences put back), all
+        their sentences in one call of the batcher with word alignments on (documents/markup.py places the tags by
+        them); `sentences` (a list) gets each document's sentences and their n-best lists."""
+        segments = [segment for document in documents for segment in document.segments]
+        results = await self._translate(request, model, segments, dataclasses.replace(settings, alignment="words"))
+        answers, start = [], 0
+        for document in documents:
+            hyps = results[start:start + len(document.segments)]
+            start += len(hyps)
+            if sentences is not None:
+                sentences.append(list(zip(document.segments, hyps)))
+            answers.append([document.render([(h[min(k, len(h) - 1)].text, h[min(k, len(h) - 1)].alignment) if h else ("", None)
+                                             for h in hyps]) for k in range(max(settings.nbest, 1))])
+        return answers
+
+    async def _html_records(self, request: Request, model: ServedModel, ask) -> dict[str, Any]:
+        """/nmt/translate with format html: one record per item: its translation, its n-best, and each sentence's record."""
+        sentences: list = []
+        [parsed] = await self._parse_html([(ask.lines, model.source)])
+        documents = await self._translate_html(request, model, parsed, ask.settings, sentences)
+        s = ask.settings
+        records = [{"translation": translated[0], "nbest": [{"translation": text} for text in translated],
+                    "sentences": [{"source": source, **nbest_record(hyps)} for source, hyps in parts]}
+                   for translated, parts in zip(documents, sentences)]
+        return {"model": model.name, "source": model.source, "target": model.target, "format": "html",
+                "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty, "max_len_a": s.max_len_a,
+                             "max_len_b": s.max_len_b, "nbest": s.nbest}, "translations": records}
+
     def counted(self, endpoint: str, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         """`handler` with its errors in the API's shape and its status and time in the metrics."""
 
@@ -301,6 +354,28 @@ class Service:
 SHORT_TEXT = 40
 # LibreTranslate's answer for text in which no language was found (no letters in it).
 _NOTHING_DETECTED = {"confidence": 0.0, "language": "en"}
+
+
+def _text_of_html(text: str, limits: Limits) -> str:
+    """What a reader sees of an HTML document: its sentences (the markup and what is not translated left out),
+    for the language detector."""
+    try:
+        return " ".join(parse(text, "en", limits.lines).segments)
+    except TooManySentences:
+        check_sentences(limits.lines + 1, limits, more=True)
+        raise
+
+
+def _parse_all(groups: list[tuple[list[str], str]], limit: int) -> list[list[Document]]:
+    """Each group's HTML documents parsed in its language, stopped (TooManySentences) as soon as they hold more than
+    `limit` sentences together."""
+    parsed = []
+    for texts, language in groups:
+        parsed.append([])
+        for text in texts:
+            parsed[-1].append(parse(text, language, limit))
+            limit -= len(parsed[-1][-1].segments)
+    return parsed
 
 
 def _nth(hyps: list[Translation], k: int) -> str:

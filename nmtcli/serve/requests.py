@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +132,7 @@ class TranslateRequest:
     source: str
     target: str
     alternatives: int
+    format: str = "text"  # "html": each text is an HTML document or fragment (documents/markup.py)
 
     @property
     def lines(self) -> list[str]:
@@ -143,9 +144,11 @@ def libretranslate_request(fields: dict[str, Any], limits: Limits) -> TranslateR
     texts, batch = _q(fields)
     source, target = (_text_field(fields, name) for name in ("source", "target"))
     text_format = fields.get("format") or "text"
-    if text_format != "text":
-        raise ApiError(400, f"{text_format} format is not supported (this server translates plain text: send format text)")
+    if text_format not in FORMATS:
+        raise ApiError(400, f"{text_format} format is not supported (send format text or html)")
     alternatives = _integer(fields.get("alternatives", 0), "alternatives", 0, limits.beam - 1)
+    if text_format == "html":
+        return html_request(TranslateRequest(texts, batch, source, target, alternatives, "html"), limits)
     request = TranslateRequest(texts, batch, source, target, alternatives)
     check_size(sum(len(text) for text in texts), len(request.lines), limits, texts)
     return request
@@ -181,14 +184,16 @@ class NmtRequest:
     prefixes: list[str] | None = None  # target prefixes, one per line ("" for none)
     targets: list[str] | None = None  # given translations to score (forced decoding), one per line
     split_sentences: bool = False  # each line cut into sentences, translated one by one and joined (one record a line)
+    format: str = "text"  # "html": each item of `lines` is an HTML fragment, translated a sentence at a time
 
 
 def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits) -> NmtRequest:
     lines = fields.get("lines")
     if not isinstance(lines, list) or not lines or not all(isinstance(line, str) for line in lines):
         raise ApiError(400, "Invalid request: lines must be a non-empty list of strings (one line each)")
+    text_format = _format(fields, ("prefix", "targets"))
     for number, line in enumerate(lines, start=1):
-        if "\n" in line or "\r" in line:
+        if ("\n" in line or "\r" in line) and text_format == "text":
             raise ApiError(400, f"Invalid request: line {number} holds a line break (send each line as its own item)")
     source, target = (_text_field(fields, name, required=False) for name in ("source", "target"))
     sampling = _sampling(fields)
@@ -218,7 +223,7 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
     split_sentences = _split_sentences(fields.get("split_sentences", False), prefixes, targets)
     texts = [*lines, *(prefixes or []), *(targets or [])]
     check_size(sum(len(text) for text in texts), len(lines), limits, texts)
-    return NmtRequest(lines, source, target, settings, prefixes, targets, split_sentences)
+    return NmtRequest(lines, source, target, settings, prefixes, targets, split_sentences=split_sentences, format=text_format)
 
 
 def _split_sentences(value: Any, prefixes: list[str] | None, targets: list[str] | None) -> bool:
@@ -240,6 +245,37 @@ def sentence_requests(groups: list[tuple[list[str], str]], limits: Limits) -> li
         raise ApiError(413, f"Invalid request: request ({count:,} sentences) exceeds line limit ({limits.lines:,}) "
                             "(each sentence is translated as a line: send fewer sentences at a time)")
     return splits
+
+
+FORMATS = ("text", "html")
+
+
+def _format(fields: dict[str, Any], refused: Sequence[str]) -> str:
+    """The "format" field of /nmt/translate: text (one line an item) or html (an HTML fragment an item, which
+    takes none of the per-line `refused` fields)."""
+    text_format = fields.get("format") or "text"
+    if text_format not in FORMATS:
+        raise ApiError(400, f"Invalid request: format must be text or html, not {text_format!r}")
+    for name in refused:
+        if text_format == "html" and fields.get(name) is not None:
+            raise ApiError(400, f"Invalid request: {name} does not go with format html (its items are documents, not lines)")
+    return text_format
+
+
+def html_request(request: TranslateRequest, limits: Limits) -> TranslateRequest:
+    """format html: the texts as sent (line breaks are spaces in HTML), within the character limit, markup included.
+    The line limit bounds their sentences, counted once they are parsed (`check_sentences`)."""
+    check_size(sum(len(text) for text in request.texts), 0, limits, request.texts)
+    return request
+
+
+def check_sentences(sentences: int, limits: Limits, more: bool = False) -> None:
+    """HTML's sentences against the line limit (413): each is one input of the model. `more`: the parser stopped
+    counting at `sentences`."""
+    if sentences > limits.lines:
+        count = f"over {limits.lines:,}" if more else f"{sentences:,}"
+        raise ApiError(413, f"Invalid request: request ({count} sentences) exceeds line limit ({limits.lines:,}) "
+                            "(send fewer sentences at a time)")
 
 
 def _prefixes(value: Any, lines: int) -> list[str] | None:
