@@ -274,7 +274,7 @@ def test_the_memory_arithmetic_is_that_of_the_tensors_a_search_allocates():
 
 @pytest.mark.parametrize("card_gb, dtype_bytes", [(80, 4), (80, 2), (24, 4), (24, 2)])
 def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtype_bytes):
-    from nmtcli.inference.memory import GB, gpu_batch, search_bytes, worst_case
+    from nmtcli.inference.memory import GB, arena_reserve, gpu_batch, search_bytes, worst_case
     from nmtcli.inference.translator import DEVICE_DEFAULTS
     from nmtcli.model.config import ModelConfig
 
@@ -285,6 +285,11 @@ def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtyp
         assert batch_tokens == DEVICE_DEFAULTS["cuda"][0]
     used, longest = worst_case(config, batch_tokens, sentences, dtype_bytes)
     assert used < 0.8 * card, f"{used / GB:.1f} GB for sentences of {longest} tokens"
+    # With CUDA graphs the Arena holds every class's tensors for good (each role its largest over the
+    # classes, which round batches up), beside one step's logits, the graphs' pool and the graph check.
+    step = search_bytes(config, sentences, 1, dtype_bytes=dtype_bytes)
+    kept = sum(arena_reserve(config, batch_tokens, sentences, dtype_bytes=dtype_bytes).values())
+    assert kept + step["logits"] + step["graph pool"] + step["graph check"] < 0.8 * card, f"{kept / GB:.1f} GB kept"
     # Without the sentence cap, 1-token lines alone would need many cards' worth.
     assert sum(search_bytes(config, batch_tokens // 2, 1, dtype_bytes=dtype_bytes).values()) > 3 * card
 
@@ -557,7 +562,8 @@ def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_ba
     assert recorder.replayed > recorder.recorded
     # The Arena holds what the budget's largest class needs, taken once: no buffer was made again.
     config = tiny_model(8, vocab_size=30).config
-    assert graphs.arena.version == 0 and graphs.arena.nbytes == sum(arena_reserve(config, 240, 16, 4, 2, 4, 0.25, 4, 4).values())
+    reserve = arena_reserve(config, 240, 16, 4, 2, 4, 0.25, 4, 4)  # each role's largest over the budget's classes
+    assert graphs.arena.version == 0 and set(graphs.arena._flat) == set(reserve) and graphs.arena.nbytes == sum(reserve.values())
     # The same stream again records nothing: every class has its graphs.
     recorded = recorder.recorded
     assert _same_translations(_translate_stream(windows, graphs)[0], eager) and recorder.recorded == recorded

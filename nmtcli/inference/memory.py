@@ -14,6 +14,10 @@ checks them against the real tensors, built on the `meta` device):
 
 Short sentences pack many to a batch of `batch_tokens` padded source tokens, and each of them still
 holds beam x (L + 51) positions: a GPU batch is capped in sentences too.
+
+With CUDA graphs a batch is searched in a shape class (shape_class: sizes rounded up by `ladder`) and its
+tensors are views of buffers kept from batch to batch (graphs.Arena), each as large as the largest class
+of the budget needs (arena_reserve; arena_bytes names them).
 """
 
 from __future__ import annotations
