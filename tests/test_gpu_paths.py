@@ -584,3 +584,23 @@ def test_a_graph_that_failed_is_never_replayed_and_the_stream_loses_no_line(monk
         assert len(graphs.recorded_keys) <= held and recorder.replayed > 0
     else:
         assert warnings[0].startswith("CUDA graphs are off") and not graphs.enabled and not graphs.recorded_keys
+
+
+def test_prefixes_in_shape_classes_equal_the_eager_search(positions_agree, stream):
+    windows, _ = stream
+    window = windows[0]
+    eos = tiny_model(8, vocab_size=30).config.eos_id
+    prefixes = [[t for t in line if t != eos][: i % 4] for i, line in enumerate(window)]  # none, or 1 to 3 tokens
+    model = tiny_model(8, vocab_size=30)
+    settings = SearchSettings(beam=4, nbest=2, max_len_a=0.25, max_len_b=4)
+
+    def run(graphs):
+        return [_as_lists(translate_ids(model, window, settings, BatchBudget(240, sentences=16), torch.device("cpu"), graphs=graphs,
+                                        prefixes=prefixes))]
+
+    recorder = Recorder()
+    graphs = StepGraphs(bucket=4, backend=recorder)
+    lines = run(graphs)
+    assert _same_translations(lines, run(None)) and recorder.recorded == len(graphs.recorded_keys) and recorder.replayed
+    assert all(h[0][: len(p)] == p for line, p in zip(lines[0], prefixes) for h in line)
+    assert graphs.arena.version == 0  # the prefix buffers were reserved for any width

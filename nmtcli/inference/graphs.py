@@ -171,6 +171,7 @@ class StepGraphs:
         """The Arena, its buffers reserved for every class of the batch budget with these settings: the first
         batch takes what the largest will need, and no later one makes a buffer larger (which would drop
         every graph). Without a budget, buffers grow to the batches that come."""
+        prefix = config.max_positions if prefix else 0  # any prefix width: a few MB, and no buffer made again for a longer one
         key = (self.budget, config, beam, nbest, max_len_a, max_len_b, dtype_bytes, prefix)
         if self.budget is not None and key != self._reserved:
             self._reserved = key
