@@ -19,11 +19,13 @@ fifth and the classes to four per doubling (beside 1 to 8). The positions that s
 with every step, so a graph reads a span of `bucket` positions more than it needs and masks the ones
 beyond the current step (DecoderCache.fixed_span): one graph serves `bucket` consecutive steps.
 
-Memory: the Arena's buffer of each role is a view's largest over every class the batch budget allows
-(memory.arena_reserve), taken at the first batch: what the largest batch would hold anyway, kept. The
-graphs share one pool; no tensor outlives the step that made it there (every result is copied into the
-Arena), so the pool holds about one step's temporaries, the largest class's (memory.search_bytes' "graph
-pool"), whatever the number of graphs.
+The padding sentences of a class cost its encoder pass and steps as much, also at most a fifth.
+
+Memory: each role's buffer in the Arena is as large as that role's tensor in the largest class the batch
+budget allows (memory.arena_reserve), taken at the first batch: what the largest batch would hold anyway,
+kept. The graphs share one pool; no tensor made there is read by another graph (every result is copied
+into the Arena), so the pool holds about one step's temporaries, the largest class's (memory.search_bytes'
+"graph pool"), whatever the number of graphs.
 
 A step reorders the decoder cache's keys/values from one set of buffers into the other (each byte
 moves once), so the two sets take turns and a span has two graphs, one for each (`cache.advance()`
