@@ -4,6 +4,8 @@ listed in docs/architecture.md, "What the CPU tests cover of a GPU"."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -92,8 +94,10 @@ def test_teacher_forced_attention_takes_masks_every_backend_accepts(sdpa_calls):
 class Recorder:
     """CUDA graphs as a CPU can have them. A capture runs the step's host side and none of its device
     side (its tensors are put back), as a real capture does; a replay runs the recorded step and none of
-    its host side. A replay checks what a real one would silently get wrong: the tensors must still be
-    at the addresses they had when recorded, and the host must count the positions the device has."""
+    its host side, on the tensors the step had when it was recorded (a real graph's kernels hold their
+    addresses), also when a later search replays it. A replay checks what a real one would silently get
+    wrong: the replaying search's tensors must be where the recorded ones were, with their shapes, and
+    the host must count the positions the device has."""
 
     def __init__(self):
         self.recorded = self.replayed = self.released = 0
@@ -105,33 +109,34 @@ class Recorder:
         search = step.__self__
         cache = search.state.cache
         host, before, addresses = cache.host_state(), search.snapshot(), _addresses(search)
+        frozen = copy.copy(search)  # the step's bindings as they are now: what the graph's kernels point at
+        frozen.state = copy.copy(search.state)
+        frozen.state.cache = copy.copy(cache)
         step()
         after = cache.host_state()
         cache.set_host_state(host)  # the tensors back where the step found them; the host's side as the step left it
         search.restore(before)
         cache.set_host_state(after)
         self.recorded += 1
-        return Replay(self, search, step, addresses)
+        return Replay(frozen, addresses)
+
+    def replay(self, graph, search):
+        assert _addresses(search) == graph.addresses, "a graph replayed on tensors that moved"
+        graph.cache.set_host_state(search.state.cache.host_state())  # the live buffers are the recorded ones (checked above)
+        graph.step()
+        self.replayed += 1
 
     def release(self):
         self.released += 1
 
 
 class Replay:
-    def __init__(self, recorder: Recorder, search, step, addresses: dict[str, int]):
-        self.recorder, self.search, self.step, self.addresses = recorder, search, step, addresses
-
-    def replay(self):
-        cache = self.search.state.cache
-        assert _addresses(self.search) == self.addresses, "a graph replayed on tensors that moved"
-        host = cache.host_state()
-        self.step()
-        cache.set_host_state(host)  # a replay runs nothing on the host
-        self.recorder.replayed += 1
+    def __init__(self, frozen, addresses: dict[str, tuple]):
+        self.cache, self.step, self.addresses = frozen.state.cache, frozen.step, addresses
 
 
-def _addresses(search) -> dict[str, int]:
-    return {name: t.data_ptr() for name, t in search.step_tensors().items()}
+def _addresses(search) -> dict[str, tuple]:
+    return {name: (t.data_ptr(), tuple(t.shape)) for name, t in search.graph_tensors().items()}
 
 
 @pytest.fixture
@@ -269,7 +274,7 @@ def test_the_memory_arithmetic_is_that_of_the_tensors_a_search_allocates():
 
 @pytest.mark.parametrize("card_gb, dtype_bytes", [(80, 4), (80, 2), (24, 4), (24, 2)])
 def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtype_bytes):
-    from nmtcli.inference.memory import GB, gpu_batch, search_bytes, worst_case
+    from nmtcli.inference.memory import GB, arena_reserve, gpu_batch, search_bytes, worst_case
     from nmtcli.inference.translator import DEVICE_DEFAULTS
     from nmtcli.model.config import ModelConfig
 
@@ -280,6 +285,11 @@ def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtyp
         assert batch_tokens == DEVICE_DEFAULTS["cuda"][0]
     used, longest = worst_case(config, batch_tokens, sentences, dtype_bytes)
     assert used < 0.8 * card, f"{used / GB:.1f} GB for sentences of {longest} tokens"
+    # With CUDA graphs the Arena holds every class's tensors for good (each role its largest over the
+    # classes, which round batches up), beside one step's logits, the graphs' pool and the graph check.
+    step = search_bytes(config, sentences, 1, dtype_bytes=dtype_bytes)
+    kept = sum(arena_reserve(config, batch_tokens, sentences, dtype_bytes=dtype_bytes).values())
+    assert kept + step["logits"] + step["graph pool"] + step["graph check"] < 0.8 * card, f"{kept / GB:.1f} GB kept"
     # Without the sentence cap, 1-token lines alone would need many cards' worth.
     assert sum(search_bytes(config, batch_tokens // 2, 1, dtype_bytes=dtype_bytes).values()) > 3 * card
 
@@ -494,3 +504,103 @@ def test_a_captured_step_moves_each_key_and_value_once(positions_agree):
     recorder = Recorder()
     _search_lines(recorder)
     assert recorder.recorded <= 2 * 4 * 3  # at most two graphs per span of 4 (spans 4 to 16) for each of 3 generations
+
+
+# --- graphs recorded once per shape class -----------------------------------------------------------
+
+
+def _wmt_shaped_windows(windows: int = 3, lines: int = 40) -> list[list[list[int]]]:
+    """Windows of token lines with newstest's length shape (log-normal, median ~14 here, a long tail),
+    scaled down for a tiny model; a few empty lines among them."""
+    g = torch.Generator().manual_seed(19)
+    out = []
+    for _ in range(windows):
+        lengths = torch.empty(lines).log_normal_(2.6, 0.6, generator=g).clamp(max=60).long().tolist()
+        out.append([torch.randint(3, 30, (n,), generator=g).tolist() for n in lengths])
+    return out
+
+
+def _translate_stream(windows, graphs=None, settings=SearchSettings(beam=4, nbest=2, max_len_a=0.25, max_len_b=4)):
+    model = tiny_model(8, vocab_size=30)
+    budget = BatchBudget(240, sentences=16)  # a GPU's budget in tokens and sentences, scaled down: several batches a window
+    warnings = []
+    lines = [_as_lists(translate_ids(model, w, settings, budget, torch.device("cpu"), graphs=graphs, warn=warnings.append))
+             for w in windows]
+    return lines, warnings, budget
+
+
+def _same_translations(ours, theirs) -> bool:
+    """Equal n-best tokens, scores equal to float tolerance: a class pads a batch's source and sentences,
+    which changes the order of the sums in the matrix products (the search itself is the same)."""
+    flat = lambda lines: [h for window in lines for line in window for h in line]  # noqa: E731
+    a, b = flat(ours), flat(theirs)
+    return len(a) == len(b) and all(x[0] == y[0] and abs(x[1] - y[1]) < 2e-4 and abs(x[2] - y[2]) < 2e-4 for x, y in zip(a, b)) \
+        and [[len(line) for line in w] for w in ours] == [[len(line) for line in w] for w in theirs]
+
+
+@pytest.fixture(scope="module")
+def stream():
+    windows = _wmt_shaped_windows()
+    return windows, _translate_stream(windows)[0]
+
+
+def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_batch(monkeypatch, positions_agree, stream):
+    from nmtcli.inference.memory import arena_reserve
+
+    windows, eager = stream
+    visits = []  # (search, class) of every graphed step: a search per batch, a new class when sentences leave
+    step = StepGraphs.step
+    monkeypatch.setattr(StepGraphs, "step", lambda self, search: (visits.append((id(search), search.class_key())), step(self, search))[1])
+    recorder = Recorder()
+    graphs = StepGraphs(bucket=4, backend=recorder)
+    lines, warnings, _ = _translate_stream(windows, graphs)
+    assert _same_translations(lines, eager) and warnings == []
+    searches, classes = len({s for s, _ in visits}), {c for _, c in visits}
+    assert searches >= 9 and len(set(visits)) > len(classes), "the stream never comes back to a class: it tests no reuse"
+    # Each graph recorded once: as many recordings as (class, span, set of decoder buffers) used.
+    assert recorder.recorded == len(graphs.recorded_keys) and {key[0] for key in graphs.recorded_keys} <= classes
+    assert recorder.replayed > recorder.recorded
+    # The Arena holds what the budget's largest class needs, taken once: no buffer was made again.
+    config = tiny_model(8, vocab_size=30).config
+    reserve = arena_reserve(config, 240, 16, 4, 2, 4, 0.25, 4, 4)  # each role's largest over the budget's classes
+    assert graphs.arena.version == 0 and set(graphs.arena._flat) == set(reserve) and graphs.arena.nbytes == sum(reserve.values())
+    # The same stream again records nothing: every class has its graphs.
+    recorded = recorder.recorded
+    assert _same_translations(_translate_stream(windows, graphs)[0], eager) and recorder.recorded == recorded
+
+
+@pytest.mark.parametrize("spec", ["graph-oom:capture:3", "graph-oom:replay:40", "graph-error:capture:3"])
+def test_a_graph_that_failed_is_never_replayed_and_the_stream_loses_no_line(monkeypatch, positions_agree, stream, spec):
+    windows, eager = stream
+    _fault(monkeypatch, spec)
+    recorder, off = Recorder(), []
+    graphs = StepGraphs(bucket=4, backend=recorder, warn=off.append)
+    lines, warnings, budget = _translate_stream(windows, graphs)
+    warnings += off
+    assert _same_translations(lines, eager) and len(warnings) == 1
+    if spec.startswith("graph-oom"):  # graphs and Arena let go, the batch halved, graphs on and recorded again
+        assert warnings[0].startswith("out of memory") and budget.tokens < 240 and graphs.enabled and recorder.released >= 1
+        held = recorder.recorded - (1 if "capture" in spec else 0)  # the failed capture's graph is not kept
+        assert len(graphs.recorded_keys) <= held and recorder.replayed > 0
+    else:
+        assert warnings[0].startswith("CUDA graphs are off") and not graphs.enabled and not graphs.recorded_keys
+
+
+def test_prefixes_in_shape_classes_equal_the_eager_search(positions_agree, stream):
+    windows, _ = stream
+    window = windows[0]
+    eos = tiny_model(8, vocab_size=30).config.eos_id
+    prefixes = [[t for t in line if t != eos][: i % 4] for i, line in enumerate(window)]  # none, or 1 to 3 tokens
+    model = tiny_model(8, vocab_size=30)
+    settings = SearchSettings(beam=4, nbest=2, max_len_a=0.25, max_len_b=4)
+
+    def run(graphs):
+        return [_as_lists(translate_ids(model, window, settings, BatchBudget(240, sentences=16), torch.device("cpu"), graphs=graphs,
+                                        prefixes=prefixes))]
+
+    recorder = Recorder()
+    graphs = StepGraphs(bucket=4, backend=recorder)
+    lines = run(graphs)
+    assert _same_translations(lines, run(None)) and recorder.recorded == len(graphs.recorded_keys) and recorder.replayed
+    assert all(h[0][: len(p)] == p for line, p in zip(lines[0], prefixes) for h in line)
+    assert graphs.arena.version == 0  # the prefix buffers were reserved for any width

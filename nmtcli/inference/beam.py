@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmtcli.model.incremental import decode_step, start_decoding
+from nmtcli.inference.memory import ladder, shape_class
+from nmtcli.model.incremental import decode_step, select_in_front, start_decoding
 from nmtcli.model.transformer import Transformer
 
 LENGTH_PENALTIES = ("gnmt", "power")
@@ -153,7 +154,7 @@ def beam_search(
         raise ValueError(f"alpha must be >= 0, not {alpha}")
     length_penalty(1, alpha, penalty)  # an unknown kind fails here, before any work
     sync_every = sync_every or default_sync_every(src.device)
-    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len, prefixes)
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len, prefixes, graphs)
     try:
         return search.run(sync_every, graphs, default_leave_fraction(src.device))
     except GraphsOff:
@@ -175,24 +176,48 @@ class BeamSearch:
     While a sentence is inside its prefix only one of its beams is live (the others are -inf), as at
     the first step: K copies of one hypothesis would otherwise fill the beam and, after the prefix,
     offer the same K candidates K times (CTranslate2 issue 277).
+
+    With step graphs (`graphs`, inference/graphs.py) the search runs in a shape class (memory.shape_class):
+    the batch is padded to the class's sentences (an EOS each, decided from the start) and source width,
+    the decoder cache has the class's capacity, and every tensor a step reads or writes is a view of the
+    graphs' Arena, where the previous batch of the class had its own: a graph recorded for the class
+    replays for this batch. Decided sentences leave only at class boundaries (_leave_in_class).
     """
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
-                 nbest: int, penalty: str, min_len: int, prefixes: Sequence[list[int]] | None = None):
+                 nbest: int, penalty: str, min_len: int, prefixes: Sequence[list[int]] | None = None, graphs=None):
         cfg = model.config
         self.model, self.beam, self.nbest, self.alpha, self.penalty = model, beam, nbest, alpha, penalty
         device = src.device
+        real = src.size(0)  # the batch's sentences; more rows are padding in a shape class
+        self.shape_key = None  # (sentences aside) the shape class the search runs in, with graphs
+        in_class = graphs is not None and graphs.enabled and real > 0
+        if in_class:
+            rows, width, _ = shape_class(cfg, real, src.size(1), 0, max_len_a, max_len_b, graphs.bucket, graphs.cap)
+            src = torch.nn.functional.pad(src, (0, width - src.size(1), 0, rows - real), value=cfg.pad_id)
+            src[real:, 0] = cfg.eos_id  # padding sentences: empty sources
+            if prefixes is not None:
+                prefixes = [*prefixes, *[[]] * (rows - real)]
         n, K = src.size(0), beam
         self.n_sentences = n
         self.max_len = max_output_lengths(model, src, max_len_a, max_len_b)  # (n,)
         self.prefix = self.prefix_len = None
         if prefixes is not None and any(prefixes):
             self.prefix, self.prefix_len, self.max_len = prefix_tensors(model, prefixes, src, self.max_len)
-        self.steps = int(self.max_len.max()) + 1 if n else 0  # every sentence is decided by then (EOS included)
+        self.steps = int(self.max_len[:real].max()) + 1 if n else 0  # every sentence is decided by then (EOS included)
         self.max_penalty = length_penalty(self.max_len.double() + 1, alpha, penalty).float()  # EOS included
         self.min_len = torch.tensor(min_len, device=device)
         memory, src_mask = model.encode(src)
-        self.state = start_decoding(model, memory, src_mask, K, capacity=self.steps)
+        capacity, alloc = self.steps, None
+        if in_class:
+            capacity = shape_class(cfg, n, src.size(1), self.steps, max_len_a, max_len_b, graphs.bucket, graphs.cap)[2]
+            if self.prefix is not None:
+                self.prefix = torch.nn.functional.pad(self.prefix, (0, ladder(self.prefix.size(1)) - self.prefix.size(1)), value=cfg.pad_id)
+            arena = graphs.arena_for(cfg, K, nbest, max_len_a, max_len_b, memory.element_size(), 0 if self.prefix is None else self.prefix.size(1))
+            alloc = lambda role, shape, dtype: arena.tensor(role, shape, dtype, device)  # noqa: E731
+            self.shape_key = (src.size(1), capacity, 0 if self.prefix is None else self.prefix.size(1), K, nbest, alpha, penalty,
+                              memory.dtype)
+        self.state = start_decoding(model, memory, src_mask, K, capacity=capacity, alloc=alloc)
         if 2 * K <= cfg.vocab_size:  # the first step's one row per sentence offers the 2K candidates a step ranks
             self.state.cache.start_with(n)  # all beams start identical: the first step decodes one row per sentence
         C = self.state.cache.capacity
@@ -208,8 +233,15 @@ class BeamSearch:
         self.done = torch.zeros(n, dtype=torch.bool, device=device)
         # Vocabulary ids the search never produces.
         self.banned = torch.tensor([cfg.pad_id, cfg.bos_id], device=device)
-        self.results: list[list[Hypothesis]] = [[] for _ in range(n)]
+        self.results: list[list[Hypothesis]] = [[] for _ in range(real)]
         self.generation = next(_GENERATIONS)  # new whenever the state gets new tensors (decided sentences leave)
+        if alloc is not None:  # the Arena's tensors, the padding sentences decided from the start
+            for name in self._INPUTS + self._STEP_STATE:
+                if getattr(self, name, None) is not None:
+                    value = getattr(self, name)
+                    setattr(self, name, alloc(name, value.shape, value.dtype).copy_(value))
+            self.done[real:] = True
+            self.sentence[real:] = -1
 
     # --- one step, on the device ------------------------------------------------------------------
 
@@ -295,7 +327,10 @@ class BeamSearch:
                 self.step()
             step += 1
             if step % sync_every == 0 or step == self.steps:
-                self._drop_decided(leave_fraction)
+                if self.shape_key is None:
+                    self._drop_decided(leave_fraction)
+                else:
+                    self._leave_in_class()
         return self.results
 
     def _drop_decided(self, leave_fraction: float = 0.0) -> None:
@@ -319,9 +354,52 @@ class BeamSearch:
         self.last = self.last.view(-1, K).index_select(0, live).view(-1)
         self.generation = next(_GENERATIONS)
 
+    def _leave_in_class(self) -> None:
+        """_drop_decided for a search in a shape class: the decided sentences' results are collected at once,
+        but the others go on in the smallest class that holds them, compacted into the front rows of the
+        same tensors (the same addresses: the smaller class's graphs replay), the decided ones that fill the
+        class riding along, masked. Classes are at most a quarter apart (memory.ladder), so at most a fifth
+        of a step's rows are decided sentences (on a GPU a step of fewer rows is hardly cheaper), and a class
+        reached this way is the class of a batch of that many sentences: its graphs serve both."""
+        done, sentence = self.done.tolist(), self.sentence.tolist()
+        new = [i for i, d in enumerate(done) if d and sentence[i] >= 0]
+        if new:
+            self._collect(new)
+            self.sentence[new] = -1
+        live = [i for i, d in enumerate(done) if not d]
+        if not live:
+            self.sentence = self.sentence[:0]
+            return
+        rows = ladder(len(live))
+        if rows >= len(done):
+            return
+        index = torch.tensor(sorted(live + [i for i, d in enumerate(done) if d][: rows - len(live)]), device=self.done.device)
+        self.state.keep(index, in_place=True)
+        for name in ("sentence", *self._INPUTS, *self._STEP_STATE):
+            if getattr(self, name, None) is not None and name not in ("last", "min_len", "banned"):
+                setattr(self, name, select_in_front(getattr(self, name), index))
+        self.last = select_in_front(self.last.view(-1, self.beam), index).view(-1)
+        self.generation = next(_GENERATIONS)
+
     # What a step changes: checked and restored by inference/graphs.py.
     _STEP_STATE = ("last", "history", "scores", "finished_score", "finished_log_prob", "finished_tokens",
                    "finished_length", "done")
+    # What a step reads and never changes (besides the decoder state's encoder keys/values).
+    _INPUTS = ("max_len", "max_penalty", "min_len", "banned", "prefix", "prefix_len")
+
+    def class_key(self) -> tuple:
+        """The shape class the next step runs in: a graph recorded for it replays for any search that has it
+        (with the same tensors of the Arena current: the caller adds which set of decoder buffers)."""
+        return (self.scores.size(0), *self.shape_key)
+
+    def graph_tensors(self) -> dict[str, Tensor]:
+        """Every tensor a step reads or writes: a graph replays on them where it recorded them."""
+        state = self.state
+        tensors = {**self.step_tensors(), "memory_mask": state.memory_mask}
+        tensors |= {name: getattr(self, name) for name in self._INPUTS if getattr(self, name) is not None}
+        for i, (k, v) in enumerate(state.memory_kv):
+            tensors[f"memory.keys.{i}"], tensors[f"memory.values.{i}"] = k, v
+        return tensors
 
     def step_tensors(self) -> dict[str, Tensor]:
         """Everything the next step changes: the search state, and of the decoder cache the positions it

@@ -6,11 +6,26 @@ tensors that keep their addresses (the decoder cache is written in place, the se
 updated with `copy_`) and never reads a value back, so it can be recorded once as a CUDA graph and
 replayed: the host then spends microseconds per step.
 
-A graph has fixed shapes. The rows are fixed between two looks of the host at the search (when
-decided sentences leave the batch, the search gets new tensors and new graphs); the positions that
-self-attention reads grow with every step, so a graph reads a span of `bucket` positions more than it
-needs and masks the ones beyond the current step (DecoderCache.fixed_span): one graph serves
-`bucket` consecutive steps.
+A graph has fixed shapes and addresses, so a search with graphs runs in a shape class
+(memory.shape_class): its sentences, its padded source width and its decoder cache's capacity rounded
+up to sizes at most a quarter apart (memory.ladder: ..., 16, 20, 24, 28, 32, 40, ...), every tensor a
+step reads or writes a view of the `Arena`, which keeps them from batch to batch. A graph is recorded
+once per class (and span, and set of decoder buffers) and replayed by every later batch of the class.
+Decided sentences ride along, masked, until the live ones fit the next smaller class; then they are
+compacted into the front rows of the same tensors, which are that class's (BeamSearch._leave_in_class).
+Why dead rows up to a class boundary and not a class per batch: a GPU step of a fifth fewer rows is
+hardly cheaper, while a new shape means new graphs; classes a quarter apart bound the wasted rows to a
+fifth and the classes to four per doubling (beside 1 to 8). The positions that self-attention reads grow
+with every step, so a graph reads a span of `bucket` positions more than it needs and masks the ones
+beyond the current step (DecoderCache.fixed_span): one graph serves `bucket` consecutive steps.
+
+The padding sentences of a class cost its encoder pass and steps as much, also at most a fifth.
+
+Memory: each role's buffer in the Arena is as large as that role's tensor in the largest class the batch
+budget allows (memory.arena_reserve), taken at the first batch: what the largest batch would hold anyway,
+kept. The graphs share one pool; no tensor made there is read by another graph (every result is copied
+into the Arena), so the pool holds about one step's temporaries, the largest class's (memory.search_bytes'
+"graph pool"), whatever the number of graphs.
 
 A step reorders the decoder cache's keys/values from one set of buffers into the other (each byte
 moves once), so the two sets take turns and a span has two graphs, one for each (`cache.advance()`
@@ -18,7 +33,7 @@ does on the host what a replayed step did there: a position more, the other set 
 
 What can fail, and what happens then (the host's count of decoded positions, `cache.length`, always
 ends equal to the device's, `cache.position`):
-- running out of memory, anywhere: the graphs and their memory pool are let go and the error goes on
+- running out of memory, anywhere: the graphs, their memory pool and the Arena are let go and the error goes on
   to the caller, which halves the batch (inference/translator.py) and keeps using graphs;
 - a capture that fails otherwise (an operation this build cannot capture): graphs are off for the
   rest of the run, with a warning, and the step runs eagerly (a capture runs nothing on the device);
@@ -33,6 +48,7 @@ in its place that records the step's Python function and replays it, which runs 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -41,6 +57,8 @@ from torch import Tensor
 from nmtcli import faults
 from nmtcli.device import is_out_of_memory
 from nmtcli.inference.beam import BeamSearch, GraphsOff
+from nmtcli.inference.memory import arena_reserve
+from nmtcli.model.config import ModelConfig
 
 WARMUP_STEPS = 2  # eager steps before the first capture: lazy initialisation (cuBLAS, kernels) must not be captured
 
@@ -87,14 +105,54 @@ class CudaGraphs:
         torch.cuda.current_stream().wait_stream(side)
         return graph
 
+    def replay(self, graph: torch.cuda.CUDAGraph, search: BeamSearch) -> None:
+        """Replay `graph` (recorded for `search`'s class: on its tensors, which the Arena keeps in place)."""
+        graph.replay()
+
     def release(self) -> None:
         """Let go of the pool: with the graphs gone too, the allocator can reuse or free its memory."""
         self._pool = None
 
 
+class Arena:
+    """The tensors of searches in shape classes, kept from batch to batch: one flat buffer per role (the
+    names of memory.arena_bytes), a class's tensor the view of its front. A smaller class's tensors are the
+    fronts of a larger one's, so sentences that leave are compacted in place and all classes share memory."""
+
+    def __init__(self):
+        self._flat: dict[str, Tensor] = {}
+        self.reserve: dict[str, int] = {}  # bytes a role's buffer is made with at least (StepGraphs.arena_for)
+        self.version = 0  # new whenever a buffer is let go: graphs recorded before read memory that is gone
+
+    def tensor(self, role: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+        """An empty tensor for `role`, at the front of its buffer (made, or made larger, if it is short)."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        flat = self._flat.get(role)
+        if flat is None or flat.numel() < nbytes or flat.device != device:
+            if flat is not None:
+                del self._flat[role], flat  # before the larger one is taken
+                self.version += 1
+            flat = self._flat[role] = torch.empty(max(nbytes, self.reserve.get(role, 0)), dtype=torch.uint8, device=device)
+        return flat[:nbytes].view(dtype).view(shape)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(flat.numel() for flat in self._flat.values())
+
+    def release(self) -> None:
+        if self._flat:
+            self.version += 1
+        self._flat.clear()
+        self.reserve = {}
+
+
 class StepGraphs:
     def __init__(self, bucket: int = 16, capture: bool = True, warn: Callable[[str], None] | None = None, backend=None):
         self.bucket = bucket
+        self.arena = Arena()
+        self.budget: tuple[int, int | None] | None = None  # (batch tokens, sentences): what the Arena reserves for
+        self._reserved: tuple | None = None
+        self._version = self.arena.version
         self.capture = capture
         self.backend = backend if backend is not None else (CudaGraphs() if capture else None)
         self.warn = warn or (lambda message: None)
@@ -102,9 +160,26 @@ class StepGraphs:
         self.checked = False
         self.warmed_up = 0
         self.captured = 0  # graphs recorded so far (for the log and the tests)
-        self._owner: int | None = None  # the generation of search state tensors the graphs belong to
         self._cleared: int | None = None  # the generation whose cache had its unwritten positions zeroed
-        self._graphs: dict[int, object] = {}
+        self._graphs: dict[tuple, object] = {}
+
+    @property
+    def cap(self) -> int | None:
+        """The most sentences a batch has (a GPU's default batch): the largest class's."""
+        return self.budget[1] if self.budget else None
+
+    def arena_for(self, config: ModelConfig, beam: int, nbest: int, max_len_a: float, max_len_b: int, dtype_bytes: int,
+                  prefix: int) -> Arena:
+        """The Arena, its buffers reserved for every class of the batch budget with these settings: the first
+        batch takes what the largest will need, and no later one makes a buffer larger (which would drop
+        every graph). Without a budget, buffers grow to the batches that come."""
+        prefix = config.max_positions if prefix else 0  # any prefix width: a few MB, and no buffer made again for a longer one
+        key = (self.budget, config, beam, nbest, max_len_a, max_len_b, dtype_bytes, prefix)
+        if self.budget is not None and key != self._reserved:
+            self._reserved = key
+            reserve = arena_reserve(config, *self.budget, beam, nbest, dtype_bytes, max_len_a, max_len_b, self.bucket, prefix)
+            self.arena.reserve = {role: max(size, self.arena.reserve.get(role, 0)) for role, size in reserve.items()}
+        return self.arena
 
     def step(self, search: BeamSearch) -> None:
         if not self.enabled:
@@ -128,20 +203,26 @@ class StepGraphs:
             cache.fixed_span = None
 
     def release(self) -> None:
-        """Drop every graph and the pool they share (before emptying the allocator's cache: a graph's
-        memory must not be handed out while the graph may still be replayed)."""
+        """Drop every graph, the pool they share and the Arena (before emptying the allocator's cache: a
+        graph's memory must not be handed out while the graph may still be replayed)."""
         self._graphs.clear()
-        self._owner = None
+        self._reserved = None
+        self.arena.release()
         if self.backend is not None:
             self.backend.release()
 
+    @property
+    def recorded_keys(self) -> set[tuple]:
+        """(class, span, buffer set) of every graph held."""
+        return set(self._graphs)
+
     def _replay(self, search: BeamSearch, span: int) -> None:
-        owner = search.generation
-        if owner != self._owner:  # new tensors: the old graphs point at memory that is gone
-            self.release()
-            self._owner = owner
+        if self.arena.version != self._version:  # a buffer was let go: the graphs point at memory that is gone
+            self._graphs.clear()
+            self._version = self.arena.version
         cache = search.state.cache
-        key = (span, cache.keys[0].data_ptr())  # the decoder cache's two sets of buffers take turns: a graph for each
+        # The decoder cache's two sets of buffers take turns: a graph for each.
+        key = (search.class_key(), span, cache.keys[0].data_ptr())
         graph = self._graphs.get(key)
         if graph is None:
             graph = self._record(search)
@@ -152,7 +233,7 @@ class StepGraphs:
         if not self.checked:
             self._check(search, graph)
             return
-        self._guarded(search, "replay", lambda: _replay_with_fault_point(graph))
+        self._guarded(search, "replay", lambda: self._replay_graph(graph, search))
         cache.advance()  # a replay changes nothing on the host: its count of positions, its current buffers
 
     def _record(self, search: BeamSearch):
@@ -199,7 +280,7 @@ class StepGraphs:
         cache.set_host_state(host)
         search.restore(before)
         del before
-        self._guarded(search, "replay", lambda: _replay_with_fault_point(graph))
+        self._guarded(search, "replay", lambda: self._replay_graph(graph, search))
         cache.advance()
         self.checked = True
         differ = [name for name, t in search.step_tensors().items() if not _same(eager[name], t)]
@@ -212,10 +293,9 @@ class StepGraphs:
         self.release()
         self.warn(message)
 
-
-def _replay_with_fault_point(graph) -> None:
-    faults.point("cuda-graph", phase="replay")
-    graph.replay()
+    def _replay_graph(self, graph, search: BeamSearch) -> None:
+        faults.point("cuda-graph", phase="replay")
+        self.backend.replay(graph, search)
 
 
 def _same(a: Tensor, b: Tensor) -> bool:

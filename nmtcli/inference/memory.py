@@ -14,6 +14,10 @@ checks them against the real tensors, built on the `meta` device):
 
 Short sentences pack many to a batch of `batch_tokens` padded source tokens, and each of them still
 holds beam x (L + 51) positions: a GPU batch is capped in sentences too.
+
+With CUDA graphs a batch is searched in a shape class (shape_class: sizes rounded up by `ladder`) and its
+tensors are views of buffers kept from batch to batch (graphs.Arena), each as large as the largest class
+of the budget needs (arena_reserve; arena_bytes names them).
 """
 
 from __future__ import annotations
@@ -69,4 +73,62 @@ def worst_case(config: ModelConfig, batch_tokens: int, sentences: int, dtype_byt
         n = min(sentences, batch_tokens // (longest + 1))
         if n:
             most = max(most, (sum(search_bytes(config, n, longest, beam, dtype_bytes, graphs=graphs).values()), longest))
+    return most
+
+
+# --- shape classes: the batches CUDA graphs are recorded for (inference/graphs.py) -----------------------
+
+
+def ladder(x: int) -> int:
+    """The class of a size x: 1 to 8 as they are, above that the next of 4, 5, 6 or 7 times a power of two
+    (10, 12, 14, 16, 20, 24, ...): at most a quarter larger than x, and a handful of classes per doubling."""
+    if x <= 8:
+        return max(x, 1)
+    step = 1 << ((x - 1).bit_length() - 3)
+    return -(-x // step) * step
+
+
+def shape_class(config: ModelConfig, sentences: int, width: int, steps: int, max_len_a: float = 1.0, max_len_b: int = 50,
+                bucket: int = 16, cap: int | None = None) -> tuple[int, int, int]:
+    """(sentences, source width, capacity) of the class a batch is searched in: n sentences of `width` padded
+    source tokens (EOS included) that decode for at most `steps` positions. The capacity follows from the
+    class's width (the longest output it allows), rounded up to whole fixed spans of `bucket` positions;
+    `cap`: the batch's most sentences (a GPU's default batch)."""
+    n = min(ladder(sentences), max(cap or sentences, sentences)) if cap else ladder(sentences)
+    source = min(ladder(width), config.max_positions)
+    longest = min(int(max_len_a * (source - 1) + max_len_b), config.max_positions - 2) + 1
+    capacity = min(-(-max(longest, steps) // bucket) * bucket, config.max_positions)
+    return n, source, capacity
+
+
+def arena_bytes(config: ModelConfig, sentences: int, source: int, capacity: int, beam: int = 4, nbest: int = 1,
+                prefix: int = 0, dtype_bytes: int = 4) -> dict[str, int]:
+    """The bytes of each tensor of a search in one shape class, by the role the Arena keeps it under (the
+    decoder's sets of keys/values, the encoder's keys/values, the search state: beam.BeamSearch)."""
+    rows, d = sentences * beam, config.d_model
+    parts = {f"cache.{s}.{kv}.{i}": rows * capacity * d * dtype_bytes
+             for s in (0, 1) for kv in ("keys", "values") for i in range(config.layers)}
+    parts |= {f"memory.{kv}.{i}": sentences * source * d * dtype_bytes for kv in ("keys", "values") for i in range(config.layers)}
+    parts |= {"memory_mask": sentences * source * dtype_bytes, "position": 8, "min_len": 8, "banned": 16,
+              "last": 8 * rows, "history": 8 * rows * capacity, "scores": 4 * rows, "done": sentences,
+              "max_len": 8 * sentences, "max_penalty": 4 * sentences, "finished_score": 4 * sentences * nbest,
+              "finished_log_prob": 4 * sentences * nbest, "finished_tokens": 8 * sentences * nbest * capacity,
+              "finished_length": 8 * sentences * nbest}
+    if prefix:
+        parts |= {"prefix": 8 * sentences * prefix, "prefix_len": 8 * sentences}
+    return parts
+
+
+def arena_reserve(config: ModelConfig, batch_tokens: int, sentences: int | None, beam: int = 4, nbest: int = 1,
+                  dtype_bytes: int = 4, max_len_a: float = 1.0, max_len_b: int = 50, bucket: int = 16,
+                  prefix: int = 0) -> dict[str, int]:
+    """The bytes the Arena holds for every batch of a budget: each role's largest over every class the
+    budget's batches fall in (over every longest source L, as many sentences as fit batch_tokens)."""
+    most: dict[str, int] = {}
+    for longest in range(1, config.max_positions - 1):
+        n = min(sentences or batch_tokens, batch_tokens // (longest + 1))
+        if n:
+            shape = shape_class(config, n, longest + 1, 0, max_len_a, max_len_b, bucket, sentences)
+            for role, size in arena_bytes(config, *shape, beam, nbest, prefix, dtype_bytes).items():
+                most[role] = max(most.get(role, 0), size)
     return most

@@ -365,6 +365,8 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
         faults.point("translate-batch", lines=len(batch))
         src = _pad(model, [ids for _, ids in batch], device)
         forced = None if prefixes is None else [prefixes[pos] for pos, _ in batch]
+        if graphs is not None:
+            graphs.budget = (budget.tokens, budget.sentences)  # what the graphs' Arena reserves for
         with on_device(device), autocast():  # cuda:N current: the graphs' streams and captures are on it
             if s.sampling is not None:
                 return sample(model, src, parse_sampling(s.sampling), s.temperature, s.seed, torch.tensor([numbers[pos] for pos, _ in batch]),

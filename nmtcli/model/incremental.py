@@ -15,11 +15,16 @@ decoding code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from nmtcli.model.transformer import DecoderLayer, Embedding, MultiHeadAttention, Transformer
+
+# alloc(role, shape, dtype) -> an empty tensor for one part of the decoding state (see start_decoding)
+Alloc = Callable[[str, tuple[int, ...], torch.dtype], Tensor]
 
 
 class DecoderCache:
@@ -34,18 +39,23 @@ class DecoderCache:
     masks the positions beyond the current one.
     """
 
-    def __init__(self, layers: int, rows: int, heads: int, capacity: int, d_k: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, layers: int, rows: int, heads: int, capacity: int, d_k: int, dtype: torch.dtype, device: torch.device,
+                 alloc: Alloc | None = None):
         # Empty memory: eager steps read only what was written (fixed spans: see clear_unwritten).
-        shape = (rows, heads, capacity, d_k)
-        self._buffers = ([torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)],
-                         [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)])
+        self._alloc = alloc or (lambda role, shape, dtype: torch.empty(shape, dtype=dtype, device=device))
+        self._shape, self._dtype, self._layers = (rows, heads, capacity, d_k), dtype, layers
+        self._buffers = self._buffer_set(0)
         self.keys, self.values = list(self._buffers[0]), list(self._buffers[1])  # the rows in use: views of the buffers
         self.capacity = capacity
-        self.position = torch.zeros(1, dtype=torch.long, device=device)  # the position the next step writes
+        self.position = self._alloc("position", (1,), torch.long).zero_()  # the position the next step writes
         self.length = 0  # positions written, as the host knows it
         self.fixed_span: int | None = None  # set while a captured step runs
         self.mask: Tensor | None = None  # additive (1, 1, 1, span): -inf beyond `position` in a fixed span
         self._spare: tuple[list[Tensor], list[Tensor]] | None = None  # the second set of whole buffers
+
+    def _buffer_set(self, which: int) -> tuple[list[Tensor], list[Tensor]]:
+        return tuple([self._alloc(f"cache.{which}.{kv}.{i}", self._shape, self._dtype) for i in range(self._layers)]
+                     for kv in ("keys", "values"))
 
     def start_with(self, rows: int) -> None:
         """Use only the first `rows` rows until a reorder says which rows go on (beam search's first
@@ -66,7 +76,7 @@ class DecoderCache:
         empty memory can hold NaN, and NaN * 0 is NaN): call before fixed-span steps on buffers that are
         new to them, and not within a captured step (the spare set may be made here)."""
         if self._spare is None:
-            self._spare = tuple([torch.empty_like(b) for b in buffers] for buffers in self._buffers)
+            self._spare = self._buffer_set(1)
         for buffers in (self._buffers, self._spare):
             for buffer in (*buffers[0], *buffers[1]):
                 buffer[: self.rows, :, self.length:].zero_()
@@ -129,7 +139,7 @@ class DecoderCache:
     def _swap(self, rows: Tensor, span: int | None = None) -> None:
         """Rows `rows` of the first `span` positions (default: those written) into the spare set, swapped in."""
         if self._spare is None:  # the second set of buffers, made at the first reorder
-            self._spare = tuple([torch.empty_like(b) for b in buffers] for buffers in self._buffers)
+            self._spare = self._buffer_set(1)
         span = self.length if span is None else span
         count = rows.numel()
         # The first `count` rows of a buffer are a contiguous view of it.
@@ -157,25 +167,39 @@ class DecoderState:
         """Beam search: row i continues from row rows[i] (the same number of rows)."""
         self.cache.reorder(rows)
 
-    def keep(self, sentences: Tensor) -> None:
-        """Only these sentences (indices into the current ones) go on decoding, with all their rows."""
+    def keep(self, sentences: Tensor, in_place: bool = False) -> None:
+        """Only these sentences (indices into the current ones) go on decoding, with all their rows.
+        `in_place`: into the front of the tensors they are in (which keep their addresses; for CUDA graphs)."""
         rows = (sentences[:, None] * self.beam + torch.arange(self.beam, device=sentences.device)).view(-1)
         self.cache.keep(rows)
-        self.memory_kv = [(k.index_select(0, sentences), v.index_select(0, sentences)) for k, v in self.memory_kv]
-        self.memory_mask = self.memory_mask.index_select(0, sentences)
+        select = select_in_front if in_place else lambda t, index: t.index_select(0, index)
+        self.memory_kv = [(select(k, sentences), select(v, sentences)) for k, v in self.memory_kv]
+        self.memory_mask = select(self.memory_mask, sentences)
 
 
-def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: int = 1, capacity: int | None = None) -> DecoderState:
+def select_in_front(t: Tensor, index: Tensor) -> Tensor:
+    """t's rows `index`, written into its first len(index) rows: a view of t (the same address)."""
+    front = t[: index.numel()]
+    front.copy_(t.index_select(0, index))
+    return front
+
+
+def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: int = 1, capacity: int | None = None,
+                   alloc: Alloc | None = None) -> DecoderState:
     """State for decoding `beam` rows per sentence of `memory` (n, S, d), the encoder output, one
-    position at a time, for at most `capacity` positions (default: as many as the position table holds)."""
+    position at a time, for at most `capacity` positions (default: as many as the position table holds).
+    `alloc(role, shape, dtype)`: where the state's tensors go (default: new ones; CUDA graphs: tensors
+    kept from batch to batch, inference/graphs.py's Arena)."""
     cfg = model.config
     capacity = min(capacity or cfg.max_positions, cfg.max_positions)
     # Contiguous once, not copied by every step's matrix product.
-    memory_kv = [tuple(t.contiguous() for t in memory_keys_values(layer.cross_attn, memory)) for layer in model.decoder.layers]
+    own = (lambda role, t: t.contiguous()) if alloc is None else (lambda role, t: alloc(role, t.shape, t.dtype).copy_(t))
+    memory_kv = [tuple(own(f"memory.{kv}.{i}", t) for kv, t in zip(("keys", "values"), memory_keys_values(layer.cross_attn, memory)))
+                 for i, layer in enumerate(model.decoder.layers)]
     dtype = memory_kv[0][0].dtype  # what the projections compute in (bf16 under autocast)
     # An additive mask, made once: -inf at source padding.
-    memory_mask = torch.zeros(src_mask.shape, dtype=dtype, device=memory.device).masked_fill_(~src_mask, float("-inf"))
-    cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device)
+    memory_mask = own("memory_mask", torch.zeros(src_mask.shape, dtype=dtype, device=memory.device).masked_fill_(~src_mask, float("-inf")))
+    cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device, alloc)
     return DecoderState(memory_kv, memory_mask, beam, cache)
 
 
