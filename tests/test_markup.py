@@ -330,3 +330,32 @@ def test_nmt_translate_refuses_split_sentences_with_format_html():
         nmt_request({**fields, "split_sentences": True}, SearchSettings(), Limits())
     assert refused.value.status == 400 and refused.value.message == (
         "Invalid request: split_sentences does not go with format html (HTML is always cut into sentences)")
+
+
+def test_serve_parses_and_renders_html_off_the_event_loop_and_once_for_source_auto(random_model, monkeypatch):
+    """source auto with format html: the document is parsed once (detection's parse is reused for an English model),
+    in a worker thread as its rendering is: the event loop (this thread, under asyncio.run) never does either."""
+    import threading
+
+    from nmtcli.documents import markup as markup_module
+    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.serve import app as app_module
+    from nmtcli.serve.app import ServeConfig, create_app
+    from nmtcli.serve.models import ServedModel
+
+    calls = []
+
+    def spy(name, real):
+        def call(*args, **kwargs):
+            calls.append((name, threading.current_thread() is threading.main_thread()))
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(app_module, "parse", spy("parse", markup_module.parse))
+    monkeypatch.setattr(markup_module.Document, "render", spy("render", markup_module.Document.render))
+    settings = SearchSettings(max_len_a=0.0, max_len_b=4)
+    app = create_app([ServedModel("tiny", "en", "de", Translator(random_model, settings=settings))], ServeConfig(search=settings))
+    page = "<p>The old man walked slowly along the river, and the children followed him home.</p>"
+    [(status, answer)] = _post_all(app, "/translate", [{"q": page, "source": "auto", "target": "de", "format": "html", "alternatives": 1}])
+    assert status == 200 and answer["detectedLanguage"]["language"] == "en" and answer["translatedText"].startswith("<p>")
+    assert calls == [("parse", False), ("render", False), ("render", False)]

@@ -34,9 +34,14 @@ Kept as they are, byte for byte: every tag with its attributes (`title`, `alt`, 
 translated: a client that wants them sends them as text), comments, doctypes, processing instructions,
 entities outside the translated text, text of no letter or digit (spaces, `&nbsp;`, "|"), and whole
 elements: VERBATIM ones (`<script>`, `<style>`, `<pre>`, `<textarea>`, `<code>`, `<kbd>`, `<samp>`,
-`<svg>`, `<math>`, ...) and any element with `translate="no"` or the class `notranslate`. An inline one
-among them (`<code>` in a sentence) is read by the model with the sentence, and its original source
-replaces the target words its words are linked to. `<br>` and `<hr>` end a block (the text on each side
+`<svg>`, `<math>`, ...) and any element with `translate="no"` or the class `notranslate`, to where HTML
+ends it (its end tag, the end tag of an element around it, or a start tag that closes it: `<li>` an open
+`<li>`, `<div>` an open `<p>`; a kept inline element: a block's start tag). An inline one among them
+(`<code>` in a sentence) is read by the model with the sentence, its words cut off the text stuck to it
+(`<kbd>Ctrl</kbd>+<kbd>C</kbd>`: "Ctrl + C"), and its original source replaces the target words its
+words are linked to; a target word that is the stuck source word unchanged stays stuck to it. One that
+shows no text stands in its sentence as a void element does. A comment never closed hides the rest of
+the document (as in a browser): kept as it is. `<br>` and `<hr>` end a block (the text on each side
 is translated apart, as lines are). Translated text is written with `&`, `<` and `>` escaped.
 """
 
