@@ -34,9 +34,14 @@ Kept as they are, byte for byte: every tag with its attributes (`title`, `alt`, 
 translated: a client that wants them sends them as text), comments, doctypes, processing instructions,
 entities outside the translated text, text of no letter or digit (spaces, `&nbsp;`, "|"), and whole
 elements: VERBATIM ones (`<script>`, `<style>`, `<pre>`, `<textarea>`, `<code>`, `<kbd>`, `<samp>`,
-`<svg>`, `<math>`, ...) and any element with `translate="no"` or the class `notranslate`. An inline one
-among them (`<code>` in a sentence) is read by the model with the sentence, and its original source
-replaces the target words its words are linked to. `<br>` and `<hr>` end a block (the text on each side
+`<svg>`, `<math>`, ...) and any element with `translate="no"` or the class `notranslate`, to where HTML
+ends it (its end tag, the end tag of an element around it, or a start tag that closes it: `<li>` an open
+`<li>`, `<div>` an open `<p>`; a kept inline element: a block's start tag). An inline one among them
+(`<code>` in a sentence) is read by the model with the sentence, its words cut off the text stuck to it
+(`<kbd>Ctrl</kbd>+<kbd>C</kbd>`: "Ctrl + C"), and its original source replaces the target words its
+words are linked to; a target word that is the stuck source word unchanged stays stuck to it. One that
+shows no text stands in its sentence as a void element does. A comment never closed hides the rest of
+the document (as in a browser): kept as it is. `<br>` and `<hr>` end a block (the text on each side
 is translated apart, as lines are). Translated text is written with `&`, `<` and `>` escaped.
 """
 
@@ -162,6 +167,14 @@ def tokenize(source: str) -> list[Token]:
             merged[-1].end = token.end
         else:
             merged.append(token)
+    for i, token in enumerate(merged):  # "<!--" never closed: html.parser reads it as text, a browser hides all that follows
+        raw_text = i > 0 and merged[i - 1].kind == "start" and merged[i - 1].name in RAW_TEXT
+        at = source.find("<!--", token.start, token.end) if token.kind == "text" and not raw_text else -1
+        if at >= 0:
+            rest = [Token("other", at, len(source))]
+            if at > token.start:
+                rest.insert(0, Token("text", token.start, at))
+            return merged[:i] + rest
     return merged
 
 
@@ -175,19 +188,56 @@ def _untranslated(token: Token) -> bool:
     return False
 
 
-def _element_end(tokens: list[Token], i: int) -> int:
-    """The index of the token after the element that token i starts (to the end tag of the same name
-    that balances it; unclosed: to the end of the document)."""
-    name, depth = tokens[i].name, 0
-    for j in range(i, len(tokens)):
+# An element whose end tag may be left out ends where one of these start tags begins at its own level
+# (HTML's optional end tags; <p> also ends inside inline elements).
+_CLOSES_P = frozenset("address article aside blockquote details dialog div dl fieldset figcaption figure footer form h1 h2 h3 "
+                      "h4 h5 h6 header hgroup hr main menu nav ol p pre section table ul".split())
+_IMPLIED_END = {"p": _CLOSES_P, "li": frozenset(("li",)), "dt": frozenset(("dt", "dd")), "dd": frozenset(("dt", "dd")),
+                "tr": frozenset(("tr", "tbody", "thead", "tfoot")), "td": frozenset(("td", "th", "tr", "tbody", "thead", "tfoot")),
+                "th": frozenset(("td", "th", "tr", "tbody", "thead", "tfoot")), "option": frozenset(("option", "optgroup")),
+                "optgroup": frozenset(("optgroup",)), "thead": frozenset(("tbody", "tfoot")), "tbody": frozenset(("tbody", "tfoot")),
+                "rt": frozenset(("rt", "rp")), "rp": frozenset(("rt", "rp")), "colgroup": frozenset(("thead", "tbody", "tfoot", "tr"))}
+# An inline element kept whole ends where a block's start tag begins (its parent's text ends there).
+_INLINE_ENDS = _CLOSES_P | frozenset("li dd dt tr td th tbody thead tfoot option body html".split())
+
+
+def _element_end(tokens: list[Token], i: int, enclosing: dict[str, int]) -> int:
+    """The index of the token after the element that token i starts: after the end tag that balances it, or
+    before the first token that closes it without one: the end tag of an element around it (`enclosing`: the
+    names of the open elements, with their counts) or a start tag that implies its end (_IMPLIED_END; a kept
+    inline element: a block's start tag). Never closed: to the end of the document."""
+    name = tokens[i].name
+    ends = _INLINE_ENDS if name in INLINE or name in ("code", "kbd", "samp", "var") else _IMPLIED_END.get(name, frozenset())
+    inner: list[str] = []  # the open elements inside it
+    for j in range(i + 1, len(tokens)):
         t = tokens[j]
-        if t.kind == "start" and t.name == name and not t.closed and name not in VOID:
-            depth += 1
-        elif t.kind == "end" and t.name == name:
-            depth -= 1
-            if depth <= 0:
+        if t.kind == "start" and not t.closed and t.name not in VOID:
+            if t.name in ends and (name == "p" or all(n in INLINE for n in inner)):
+                return j
+            inner.append(t.name)
+        elif t.kind == "end":
+            if t.name in inner:
+                while inner.pop() != t.name:
+                    pass
+            elif t.name == name:
                 return j + 1
+            elif enclosing.get(t.name):
+                return j
     return len(tokens)
+
+
+def _opened(stack: list[str], counts: dict[str, int], t: Token) -> None:
+    """The open elements (`stack`, and each name's count) after token t, as far as the kept elements need them."""
+    if t.kind == "start" and not t.closed and t.name not in VOID:
+        if stack and t.name in _IMPLIED_END.get(stack[-1], ()):
+            counts[stack.pop()] -= 1
+        stack.append(t.name)
+        counts[t.name] = counts.get(t.name, 0) + 1
+    elif t.kind == "end" and counts.get(t.name):
+        while stack:
+            counts[stack[-1]] -= 1
+            if stack.pop() == t.name:
+                break
 
 
 # --- a block's text with its inline elements ---------------------------------------------------------
@@ -266,16 +316,21 @@ def parse(source: str, language: str, max_sentences: int | None = None) -> Docum
             if max_sentences is not None and count[0] > max_sentences:
                 raise TooManySentences(max_sentences)
 
+    stack: list[str] = []
+    counts: dict[str, int] = {}
     i = 0
     while i < len(tokens):
         t = tokens[i]
+        if t.kind in ("start", "end"):
+            _opened(stack, counts, t)
         if t.kind == "text":
             run.append(("text", t.start, t.end, t))
         elif t.kind == "other":
             run.append(("atom", t.start, t.end, t))
         elif t.kind == "start" and (t.name in VERBATIM or _untranslated(t)) and not t.closed and t.name not in VOID:
-            j = _element_end(tokens, i)
+            j = _element_end(tokens, i, counts)
             end = tokens[j - 1].end
+            _opened(stack, counts, Token("end", 0, 0, t.name))
             if t.name in INLINE_VERBATIM or t.name in INLINE:
                 run.append(("verbatim", t.start, end, t))
             else:
@@ -340,7 +395,7 @@ def _block(source: str, run: list[tuple[str, int, int, Token]], language: str) -
         return [source[run[0][1]:run[-1][2]]]
     flat = text.translate(_LINE_BREAKS)
     for kind, position, node, _ in marks:
-        if kind == "atom":
+        if kind != "chars" and node.kind == "atom":
             node.spaces = (position > 0 and flat[position - 1].isspace(), position < len(flat) and flat[position].isspace())
         elif kind in ("open", "verbatim") and node.q > node.p:
             before = re.search(r"\S+$", flat[max(0, node.p - 64):node.p])
@@ -352,8 +407,17 @@ def _block(source: str, run: list[tuple[str, int, int, Token]], language: str) -
     marks = _cut_at(marks, sorted({x for span in spans for x in span}))
     where = _sentence_of_marks(marks, spans)
     sentences = []
+    # A kept element's words are cut off the text stuck to it ("<kbd>Ctrl</kbd>+<kbd>C</kbd>": three words): its
+    # source replaces the target words linked to its own words, never the translation of the text beside it.
+    kept = sorted({x for kind, _, n, _ in marks if kind == "verbatim" and n.q > n.p for x in (n.p, n.q)})
     for s, e in spans:
-        words = [(s + w.start(), s + w.end()) for w in _WORD.finditer(flat[s:e])]
+        words = []
+        for w in _WORD.finditer(flat[s:e]):
+            a, b = s + w.start(), s + w.end()
+            for x in kept[bisect.bisect_right(kept, a):bisect.bisect_left(kept, b)]:
+                words.append((a, x))
+                a = x
+            words.append((a, b))
         sentences.append(Sentence(" ".join(flat[a:b] for a, b in words), words, [], set(), set()))
     out = []
     emitted = None
@@ -363,7 +427,7 @@ def _block(source: str, run: list[tuple[str, int, int, Token]], language: str) -
             continue
         sentence = sentences[k]
         if kind != "chars":
-            if payload not in sentence.nodes:
+            if id(payload) not in sentence.opens and id(payload) not in sentence.closes:
                 sentence.nodes.append(payload)
             if kind != "close":
                 sentence.opens.add(id(payload))
@@ -408,7 +472,10 @@ def _sentence_of_marks(marks: list[Mark], spans: list[tuple[int, int]]) -> list[
     for m, (kind, position, payload, _) in enumerate(marks):
         if kind == "chars":
             where.append(sentence(position))
-        elif kind in ("open", "verbatim") and payload.q > payload.p:
+        elif kind == "verbatim" and payload.q > payload.p:  # the sentence its text overlaps (it may start with spaces)
+            k = bisect.bisect_right(starts, payload.q - 1) - 1
+            where.append(k if k >= 0 and spans[k][1] > payload.p else None)
+        elif kind == "open" and payload.q > payload.p:
             where.append(sentence(position))
         elif kind == "close" and payload.q > payload.p:
             where.append(sentence(position, at_end=True))
@@ -416,7 +483,8 @@ def _sentence_of_marks(marks: list[Mark], spans: list[tuple[int, int]]) -> list[
             k = sentence(position)
             where.append(k if k is not None and spans[k][0] < position else None)
             point.append(m)
-    sure = [m for m in range(len(marks)) if m not in set(point)]
+    no_width = set(point)
+    sure = [m for m in range(len(marks)) if m not in no_width]
     for m in point:
         if where[m] is None:
             x = bisect.bisect_left(sure, m)
@@ -456,7 +524,8 @@ def _marks(source: str, run: list[tuple[str, int, int, Token]]) -> list[Mark] | 
         parent = stack[-1] if stack else None
         if kind in ("atom", "verbatim"):
             text = _verbatim_text(source, start, end) if kind == "verbatim" else ""
-            node = Node(kind, position, position + len(text), open=raw, parent=parent, name=token.name)
+            # a kept element that shows no text stands between words as a void element does
+            node = Node(kind if text else "atom", position, position + len(text), open=raw, parent=parent, name=token.name)
             marks.append((kind, position, node, text))
             position += len(text)
         elif kind == "open":
@@ -526,18 +595,24 @@ def _place(sentence: Sentence, n: int, linked: dict[int, list[int]]) -> tuple[di
     each node's children (None: the sentence's top level) in the order they are written."""
     in_sentence = {id(node) for node in sentence.nodes}
 
-    def targets(node: Node) -> list[int]:
-        return [j for i, (a, b) in enumerate(sentence.words) if a < node.q and b > node.p for j in linked.get(i, ())]
+    starts = [a for a, _ in sentence.words]
+    ends = [b for _, b in sentence.words]
+    # after[k]: where a node goes after the first k words (after the last target word of the nearest linked word
+    # among them); from[k]: before the first target word of the nearest linked word from word k on (None: none).
+    after: list[int | None] = [None]
+    for i in range(len(starts)):
+        after.append(max(linked[i]) + 1 if linked.get(i) else after[-1])
+    from_: list[int | None] = [None]
+    for i in reversed(range(len(starts))):
+        from_.append(min(linked[i]) if linked.get(i) else from_[-1])
+    from_.reverse()
+
+    def targets(node: Node) -> list[int]:  # the words a < q and b > p
+        return [j for i in range(bisect.bisect_right(ends, node.p), bisect.bisect_left(starts, node.q)) for j in linked.get(i, ())]
 
     def anchor(position: int) -> int:
-        before = [i for i, (a, _) in enumerate(sentence.words) if a < position]
-        for i in reversed(before):
-            if linked.get(i):
-                return max(linked[i]) + 1
-        for i in range(len(before), len(sentence.words)):
-            if linked.get(i):
-                return min(linked[i])
-        return 0
+        k = bisect.bisect_left(starts, position)  # the words that start before it
+        return after[k] if after[k] is not None else from_[k] if from_[k] is not None else 0
 
     span: dict[int, tuple[int, int]] = {}
     for node in sentence.nodes:
@@ -618,6 +693,14 @@ def _events(sentence: Sentence, words: list[str], span: dict[int, tuple[int, int
             position[0] += 1
 
     by_id = {id(node): node for node in sentence.nodes}
+    pieces = sentence.text.split(" ")
+    ending = {b: i for i, (_, b) in enumerate(sentence.words)}
+    starting = {a: i for i, (a, _) in enumerate(sentence.words)}
+
+    def stuck(i: int | None, x: int) -> bool:
+        """Source word i is stuck to a kept element (no space between) and target word x is that word as it was."""
+        return i is not None and 0 <= x < n and words[x] == pieces[i]
+
     while stack:
         key, lo, hi, k = stack.pop()
         kids = children.get(key, [])
@@ -632,9 +715,13 @@ def _events(sentence: Sentence, words: list[str], span: dict[int, tuple[int, int
                 position[0] = max(position[0], b)
                 if a in heads and id(node) in heads[a][1]:
                     events.append(("head", html.escape(heads[a][0], quote=False), set()))
+                if stuck(ending.get(node.p), a - 1):  # "+<kbd>C</kbd>": as stuck in the translation
+                    events.append(("glue", "", None))
                 events.append(("word", node.open, None))
                 if b - 1 in tails and id(node) in tails[b - 1][1]:
                     events.append(("tail", html.escape(tails[b - 1][0], quote=False), set()))
+                if stuck(starting.get(node.q), b):
+                    events.append(("glue", "", None))
             else:
                 if id(node) in sentence.opens:
                     events.append(("open", node.open, id(node)))
@@ -676,10 +763,13 @@ def _spaced(events: list[tuple[str, object, object]]) -> str:
     """The events as text: one space between words, before the start tags (and punctuation) in front of a word;
     void elements and comments between two words keep the source's whitespace on each side of them."""
     out: list[tuple[str, object]] = []
-    seen_word = False
+    seen_word = glued = False
     for kind, value, _ in events:
+        if kind == "glue":  # no space before the next word
+            glued = True
+            continue
         if kind == "word":
-            if seen_word:
+            if seen_word and not glued:
                 at = len(out)
                 while at > 0 and out[at - 1][0] in ("open", "head"):
                     at -= 1
@@ -691,7 +781,7 @@ def _spaced(events: list[tuple[str, object, object]]) -> str:
                     out.insert(at, ("space", " "))
                 if before:
                     out.insert(first, ("space", " "))
-            seen_word = True
+            seen_word, glued = True, False
         out.append((kind, value))
     return "".join(value.open if kind == "atom" else value for kind, value in out)
 

@@ -105,8 +105,11 @@ class Service:
         the texts of each language go to that language's model (every model known before any is translated)."""
         fields = await self._fields(request)
         ask = libretranslate_request(fields, self.config.limits)
+        first: list[Document] | None = None  # source auto, format html: the documents as detection parsed them (English rules)
         if ask.source == "auto":
-            groups, guesses = self._by_detected_language(ask)
+            if ask.format == "html":
+                [first] = await self._parse_html([(ask.texts, _DETECTION_RULES)], counted=False)
+            groups, guesses = self._by_detected_language(ask, first)
         else:
             groups, guesses = [(self._model(ask.source, ask.target), list(range(len(ask.texts))))], None
         nbest = ask.alternatives + 1
@@ -115,7 +118,8 @@ class Service:
         # is translated. A text not translated (no letters in it, or already in the target language) comes back as sent.
         texts, alternatives = list(ask.texts), [[text] * ask.alternatives for text in ask.texts]
         if ask.format == "html":
-            parsed = await self._parse_html([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups])
+            parsed = await self._parse_html([([first[n] if first and model.source == _DETECTION_RULES else ask.texts[n] for n in numbers],
+                                               model.source) for model, numbers in groups])
             for (model, numbers), documents in zip(groups, parsed):
                 for number, versions in zip(numbers, await self._translate_html(request, model, documents, settings)):
                     texts[number], alternatives[number] = versions[0], versions[1:]
@@ -228,7 +232,8 @@ class Service:
         raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
 
-    def _by_detected_language(self, ask: TranslateRequest) -> tuple[list[tuple[ServedModel, list[int]]], list[Guess | None]]:
+    def _by_detected_language(self, ask: TranslateRequest, documents: list[Document] | None = None,
+                              ) -> tuple[list[tuple[ServedModel, list[int]]], list[Guess | None]]:
         """source "auto": the model for each detected language with the numbers of its texts, and each text's guess
         (None for a text without letters). A text of up to SHORT_TEXT characters ("Help", "Save") says too little
         of its language: it takes the detection of all the request's texts together, as LibreTranslate does. Of a
@@ -236,7 +241,7 @@ class Service:
         text in the target language itself is not translated. A 400 where no guess of a text has a model into the target."""
         if all(m.target != ask.target for m in self.models):
             self._model(None, ask.target)  # its 400: the target is not supported
-        readable = ask.texts if ask.format != "html" else [_text_of_html(text, self.config.limits) for text in ask.texts]
+        readable = ask.texts if documents is None else [" ".join(document.segments) for document in documents]  # html: what a reader sees
         pooled = self.detector.detect(" ".join(readable)) if any(len(text.strip()) <= SHORT_TEXT for text in readable) else []
         guesses: list[Guess | None] = []
         languages: dict[str, list[int]] = {}
@@ -288,16 +293,18 @@ class Service:
         self.metrics.translated(len(lines), sum(len(r.tokens) if targets is not None else len(r[0].tokens) for r in results if r))
         return results
 
-    async def _parse_html(self, groups: list[tuple[list[str], str]]) -> list[list[Document]]:
+    async def _parse_html(self, groups: list[tuple[list[str | Document], str]], counted: bool = True) -> list[list[Document]]:
         """format html: each group's documents parsed in its language (the source of the model that translates them),
         in a worker thread (a large page takes a while: the event loop goes on meanwhile), stopped as soon as the
-        request holds more sentences than the line limit (413)."""
+        request (not `counted`: one of its documents) holds more sentences than the line limit (413). A Document
+        among the texts is taken as parsed."""
         limits = self.config.limits
         try:
-            parsed = await asyncio.get_running_loop().run_in_executor(None, _parse_all, groups, limits.lines)
+            parsed = await asyncio.get_running_loop().run_in_executor(None, _parse_all, groups, limits.lines, counted)
         except TooManySentences:
             check_sentences(limits.lines + 1, limits, more=True)
-        check_sentences(sum(len(document.segments) for documents in parsed for document in documents), limits)
+        if counted:
+            check_sentences(sum(len(document.segments) for documents in parsed for document in documents), limits)
         return parsed
 
     async def _translate_html(self, request: Request, model: ServedModel, documents: list[Document], settings: SearchSettings,
@@ -307,15 +314,14 @@ class Service:
         them); `sentences` (a list) gets each document's sentences and their n-best lists."""
         segments = [segment for document in documents for segment in document.segments]
         results = await self._translate(request, model, segments, dataclasses.replace(settings, alignment="words"))
-        answers, start = [], 0
+        hyps, start = [], 0
         for document in documents:
-            hyps = results[start:start + len(document.segments)]
-            start += len(hyps)
+            hyps.append(results[start:start + len(document.segments)])
+            start += len(hyps[-1])
             if sentences is not None:
-                sentences.append(list(zip(document.segments, hyps)))
-            answers.append([document.render([(h[min(k, len(h) - 1)].text, h[min(k, len(h) - 1)].alignment) if h else ("", None)
-                                             for h in hyps]) for k in range(max(settings.nbest, 1))])
-        return answers
+                sentences.append(list(zip(document.segments, hyps[-1])))
+        # in a worker thread, as the parse: the event loop goes on meanwhile
+        return await asyncio.get_running_loop().run_in_executor(None, _render_all, documents, hyps, max(settings.nbest, 1))
 
     async def _html_records(self, request: Request, model: ServedModel, ask) -> dict[str, Any]:
         """/nmt/translate with format html: one record per item: its translation, its n-best, and each sentence's record."""
@@ -356,26 +362,28 @@ SHORT_TEXT = 40
 _NOTHING_DETECTED = {"confidence": 0.0, "language": "en"}
 
 
-def _text_of_html(text: str, limits: Limits) -> str:
-    """What a reader sees of an HTML document: its sentences (the markup and what is not translated left out),
-    for the language detector."""
-    try:
-        return " ".join(parse(text, "en", limits.lines).segments)
-    except TooManySentences:
-        check_sentences(limits.lines + 1, limits, more=True)
-        raise
+# The sentence rules by which source auto reads an HTML document's text for the language detector.
+_DETECTION_RULES = "en"
 
 
-def _parse_all(groups: list[tuple[list[str], str]], limit: int) -> list[list[Document]]:
-    """Each group's HTML documents parsed in its language, stopped (TooManySentences) as soon as they hold more than
-    `limit` sentences together."""
-    parsed = []
+def _parse_all(groups: list[tuple[list[str | Document], str]], limit: int, shared: bool = True) -> list[list[Document]]:
+    """Each group's HTML documents parsed in its language (a Document: parsed already), stopped (TooManySentences) as
+    soon as they hold more than `limit` sentences together (not `shared`: as soon as one of them does)."""
+    parsed, most = [], limit
     for texts, language in groups:
         parsed.append([])
         for text in texts:
-            parsed[-1].append(parse(text, language, limit))
-            limit -= len(parsed[-1][-1].segments)
+            parsed[-1].append(parse(text, language, limit) if isinstance(text, str) else text)
+            limit -= len(parsed[-1][-1].segments) if shared else 0
+            if limit < 0:
+                raise TooManySentences(most)
     return parsed
+
+
+def _render_all(documents: list[Document], hyps: list[list[list[Translation]]], nbest: int) -> list[list[str]]:
+    """Each document with the k-th best of each of its sentences put back, for k < nbest."""
+    return [[document.render([(h[min(k, len(h) - 1)].text, h[min(k, len(h) - 1)].alignment) if h else ("", None) for h in sentences])
+             for k in range(nbest)] for document, sentences in zip(documents, hyps)]
 
 
 def _nth(hyps: list[Translation], k: int) -> str:

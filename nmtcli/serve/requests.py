@@ -191,7 +191,7 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
     lines = fields.get("lines")
     if not isinstance(lines, list) or not lines or not all(isinstance(line, str) for line in lines):
         raise ApiError(400, "Invalid request: lines must be a non-empty list of strings (one line each)")
-    text_format = _format(fields, ("prefix", "targets"))
+    text_format = _format(fields, ("prefix", "targets", "split_sentences"))
     for number, line in enumerate(lines, start=1):
         if ("\n" in line or "\r" in line) and text_format == "text":
             raise ApiError(400, f"Invalid request: line {number} holds a line break (send each line as its own item)")
@@ -257,8 +257,9 @@ def _format(fields: dict[str, Any], refused: Sequence[str]) -> str:
     if text_format not in FORMATS:
         raise ApiError(400, f"Invalid request: format must be text or html, not {text_format!r}")
     for name in refused:
-        if text_format == "html" and fields.get(name) is not None:
-            raise ApiError(400, f"Invalid request: {name} does not go with format html (its items are documents, not lines)")
+        if text_format == "html" and fields.get(name) not in (None, False):
+            why = "HTML is always cut into sentences" if name == "split_sentences" else "its items are documents, not lines"
+            raise ApiError(400, f"Invalid request: {name} does not go with format html ({why})")
     return text_format
 
 
