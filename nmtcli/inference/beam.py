@@ -405,6 +405,11 @@ class BeamSearch:
         tensors |= {name: getattr(self, name) for name in self._INPUTS if getattr(self, name) is not None}
         for i, (k, v) in enumerate(state.memory_kv):
             tensors[f"memory.keys.{i}"], tensors[f"memory.values.{i}"] = k, v
+        cache = state.cache
+        _, current, spare, _, _ = cache.host_state()  # both sets' rows in use: the current set, the one a step reorders into
+        for name, buffers in (("current", current), ("spare", spare)):
+            for kv, layers in zip(("keys", "values"), buffers or ()):
+                tensors |= {f"cache.{name}.{kv}.{i}": t[: cache.rows] for i, t in enumerate(layers)}
         return tensors
 
     def step_tensors(self) -> dict[str, Tensor]:
