@@ -360,7 +360,8 @@ def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget,
 def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSettings, budget: BatchBudget, device: torch.device,
             autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn,
             numbers: Sequence[int], prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
-    """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
+    """Search one batch; out of memory, let go of the graphs and their Arena and search it in halves (and keep the
+    smaller batches from then on); a single line once more without graphs before it is given up."""
     try:
         faults.point("translate-batch", lines=len(batch))
         src = _pad(model, [ids for _, ids in batch], device)
