@@ -184,7 +184,7 @@ def test_recorded_graphs_replay_the_eager_search(positions_agree, eager_lines):
     assert graphs.enabled and graphs.checked and recorder.recorded >= 3 and recorder.replayed > 10
 
 
-@pytest.mark.parametrize("phase", ["warm-up", "capture", "replay"])
+@pytest.mark.parametrize("phase", ["arena", "warm-up", "capture", "replay"])
 def test_out_of_memory_in_a_graph_halves_the_batch_and_keeps_graphs_on(monkeypatch, positions_agree, eager_lines, phase):
     _fault(monkeypatch, f"graph-oom:{phase}:1")
     recorder = Recorder()

@@ -132,6 +132,7 @@ class Arena:
             if flat is not None:
                 del self._flat[role], flat  # before the larger one is taken
                 self.version += 1
+            faults.point("cuda-graph", phase="arena")
             flat = self._flat[role] = torch.empty(nbytes, dtype=torch.uint8, device=device)
         return flat[:nbytes].view(dtype).view(shape)
 
