@@ -409,6 +409,14 @@ class Nmt:
             notes.append("malloc keeps freed memory" if keep_freed_memory() else "malloc as it is")
         self.describe = ", ".join(["same weights (imported)", *notes, *(["CUDA graphs"] if self.graphs[self.dtypes[0]] else [])])
 
+    def graphs_for(self, dtype: str):
+        """The step graphs of `dtype`'s model; the other dtypes' let go (fp32 and bf16 runs alternate, and each
+        StepGraphs' Arena would otherwise stay on the GPU beside the running one's)."""
+        for other, graphs in self.graphs.items():
+            if other != dtype and graphs is not None:
+                graphs.release()
+        return self.graphs[dtype]
+
     def best_tokens(self, run: Run, batch, padded) -> list[list[int]]:
         """The plain natural search's best output of each sentence of `batch` (for the prefix setting)."""
         from nmtcli.device import on_device
@@ -416,7 +424,7 @@ class Nmt:
         from nmtcli.inference.precision import autocast
 
         with on_device(self.device), autocast(self.device, run.dtype):
-            hyps = beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=self.graphs[run.dtype])
+            hyps = beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=self.graphs_for(run.dtype))
         return [h[0].tokens for h in hyps]
 
     def decode(self, run: Run, batches, padded, fixed: bool, length: int, prefixes=None) -> int:
@@ -428,7 +436,7 @@ class Nmt:
         # Fixed: length - 1 tokens, then the EOS step (nmt's search always ends with one).
         limits = {"max_len_a": 0.0, "max_len_b": length - 1, "min_len": length - 1} if fixed else {"max_len_a": 1.0, "max_len_b": 50}
         tokens = 0
-        graphs = self.graphs[run.dtype]
+        graphs = self.graphs_for(run.dtype)
 
         def search(batch, forced):
             """The batch's hypotheses; out of memory (fp32 at 3,003 sentences wants ~51 GB of keys/values on

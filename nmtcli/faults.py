@@ -12,7 +12,8 @@ NMT_TEST_FAULT (read here only, so it also reaches the `nmt` processes the tests
                              (every model dir write: import, average, pull -o)
   serve-slow-lines           `nmt serve` holds a batch for S seconds on a line "<slow S>"
   graph-oom:PHASE:N          a GPU's out-of-memory error the N-th time a CUDA graph PHASE (warm-up,
-                             capture, replay) is reached (translation)
+                             capture, replay; arena: a buffer of the graphs' Arena taken) is reached
+                             (translation)
   graph-error:PHASE:N        the same with another error (an operation that cannot be captured)
 
 Never set it otherwise. Unset, as it always is outside the tests, a point is one dictionary look-up.

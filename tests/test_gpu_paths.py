@@ -15,6 +15,7 @@ from test_beam import SENTENCES, _as_lists, _batch, tiny_model
 from nmtcli import faults
 from nmtcli.inference.beam import beam_search
 from nmtcli.inference.graphs import StepGraphs
+from nmtcli.inference.memory import arena_bytes, arena_reserve, shape_class
 from nmtcli.inference.precision import autocast, to_half
 from nmtcli.inference.translator import BatchBudget, SearchSettings, translate_ids
 from nmtcli.model import incremental
@@ -183,7 +184,7 @@ def test_recorded_graphs_replay_the_eager_search(positions_agree, eager_lines):
     assert graphs.enabled and graphs.checked and recorder.recorded >= 3 and recorder.replayed > 10
 
 
-@pytest.mark.parametrize("phase", ["warm-up", "capture", "replay"])
+@pytest.mark.parametrize("phase", ["arena", "warm-up", "capture", "replay"])
 def test_out_of_memory_in_a_graph_halves_the_batch_and_keeps_graphs_on(monkeypatch, positions_agree, eager_lines, phase):
     _fault(monkeypatch, f"graph-oom:{phase}:1")
     recorder = Recorder()
@@ -274,7 +275,7 @@ def test_the_memory_arithmetic_is_that_of_the_tensors_a_search_allocates():
 
 @pytest.mark.parametrize("card_gb, dtype_bytes", [(80, 4), (80, 2), (24, 4), (24, 2)])
 def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtype_bytes):
-    from nmtcli.inference.memory import GB, arena_reserve, gpu_batch, search_bytes, worst_case
+    from nmtcli.inference.memory import GB, gpu_batch, search_bytes, worst_case
     from nmtcli.inference.translator import DEVICE_DEFAULTS
     from nmtcli.model.config import ModelConfig
 
@@ -285,7 +286,7 @@ def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtyp
         assert batch_tokens == DEVICE_DEFAULTS["cuda"][0]
     used, longest = worst_case(config, batch_tokens, sentences, dtype_bytes)
     assert used < 0.8 * card, f"{used / GB:.1f} GB for sentences of {longest} tokens"
-    # With CUDA graphs the Arena holds every class's tensors for good (each role its largest over the
+    # With CUDA graphs the Arena comes to hold at most every class's tensors (each role its largest over the
     # classes, which round batches up), beside one step's logits, the graphs' pool and the graph check.
     step = search_bytes(config, sentences, 1, dtype_bytes=dtype_bytes)
     kept = sum(arena_reserve(config, batch_tokens, sentences, dtype_bytes=dtype_bytes).values())
@@ -545,7 +546,6 @@ def stream():
 
 
 def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_batch(monkeypatch, positions_agree, stream):
-    from nmtcli.inference.memory import arena_reserve
 
     windows, eager = stream
     visits = []  # (search, class) of every graphed step: a search per batch, a new class when sentences leave
@@ -557,16 +557,23 @@ def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_ba
     assert _same_translations(lines, eager) and warnings == []
     searches, classes = len({s for s, _ in visits}), {c for _, c in visits}
     assert searches >= 9 and len(set(visits)) > len(classes), "the stream never comes back to a class: it tests no reuse"
-    # Each graph recorded once: as many recordings as (class, span, set of decoder buffers) used.
-    assert recorder.recorded == len(graphs.recorded_keys) and {key[0] for key in graphs.recorded_keys} <= classes
+    # Each graph recorded once, and again only after a buffer of the Arena was made larger for a larger class
+    # (the graphs read the memory it let go): as many recordings as (class, span, set of decoder buffers) used.
+    assert recorder.recorded == len(graphs.recorded_keys) + graphs.dropped and graphs.dropped < len(graphs.recorded_keys) and {key[0] for key in graphs.recorded_keys} <= classes
     assert recorder.replayed > recorder.recorded
-    # The Arena holds what the budget's largest class needs, taken once: no buffer was made again.
+    # The Arena grew with the classes that came, never past what the budget's largest class needs.
     config = tiny_model(8, vocab_size=30).config
     reserve = arena_reserve(config, 240, 16, 4, 2, 4, 0.25, 4, 4)  # each role's largest over the budget's classes
-    assert graphs.arena.version == 0 and set(graphs.arena._flat) == set(reserve) and graphs.arena.nbytes == sum(reserve.values())
-    # The same stream again records nothing: every class has its graphs.
+    assert set(graphs.arena._flat) == set(reserve) and graphs.arena.nbytes <= sum(reserve.values())
+    held, version = graphs.arena.nbytes, graphs.arena.version
+    # The same stream again takes no memory and records only the graphs dropped when the Arena grew; a third
+    # time it records nothing: every class has its graphs.
+    recorded = recorder.recorded
+    assert _same_translations(_translate_stream(windows, graphs)[0], eager) and recorder.recorded - recorded <= graphs.dropped
+    assert graphs.arena.nbytes == held and graphs.arena.version == version
     recorded = recorder.recorded
     assert _same_translations(_translate_stream(windows, graphs)[0], eager) and recorder.recorded == recorded
+    assert graphs.arena.nbytes == held and graphs.arena.version == version
 
 
 @pytest.mark.parametrize("spec", ["graph-oom:capture:3", "graph-oom:replay:40", "graph-error:capture:3"])
@@ -601,6 +608,75 @@ def test_prefixes_in_shape_classes_equal_the_eager_search(positions_agree, strea
     recorder = Recorder()
     graphs = StepGraphs(bucket=4, backend=recorder)
     lines = run(graphs)
-    assert _same_translations(lines, run(None)) and recorder.recorded == len(graphs.recorded_keys) and recorder.replayed
+    assert _same_translations(lines, run(None)) and recorder.recorded == len(graphs.recorded_keys) + graphs.dropped and recorder.replayed
     assert all(h[0][: len(p)] == p for line, p in zip(lines[0], prefixes) for h in line)
-    assert graphs.arena.version == 0  # the prefix buffers were reserved for any width
+    assert graphs.arena.nbytes and "prefix" in graphs.arena._flat
+
+
+# --- the Arena holds what the classes that came need, and nothing after running out of memory ---------
+
+
+def _class_bytes(config, lines, settings, cap=16, dtype_bytes=4):
+    """Bytes by role of the shape class `lines` are searched in as one batch (bucket 4)."""
+    shape = shape_class(config, len(lines), max(map(len, lines)) + 1, 0, settings.max_len_a, settings.max_len_b, 4, cap)
+    return arena_bytes(config, *shape, settings.beam, settings.nbest, dtype_bytes=dtype_bytes)
+
+
+def test_the_arena_grows_to_the_classes_that_come_not_to_the_worst_case_of_their_settings(positions_agree):
+    model = tiny_model(8, vocab_size=30)
+    graphs = StepGraphs(bucket=4, backend=Recorder())
+    large = SearchSettings(beam=4, nbest=2, max_len_b=7)
+    runs = [(SENTENCES * 2, large), (SENTENCES[:1], large),  # a large batch, then a line: nothing grows
+            (SENTENCES[:1], SearchSettings(beam=8, nbest=1, max_len_b=7)),  # a request's larger beam
+            (SENTENCES[:1], SearchSettings(beam=2, nbest=2, max_len_b=60))]  # a request's longer outputs
+    held: dict[str, int] = {}
+    for i, (lines, settings) in enumerate(runs):
+        version = graphs.arena.version
+        translate_ids(model, lines, settings, BatchBudget(1000, sentences=16), torch.device("cpu"), graphs=graphs)
+        for role, size in _class_bytes(model.config, lines, settings).items():
+            held[role] = max(held.get(role, 0), size)
+        assert graphs.arena.nbytes == sum(held.values()), i
+        if i == 1:
+            assert graphs.arena.version == version  # the line's class is the front of the large batch's
+    worst = arena_reserve(model.config, 1000, 16, 8, 2, 4, 1.0, 60, 4)
+    assert graphs.arena.nbytes < sum(worst.values()) / 4
+
+
+def test_under_bf16_autocast_the_arena_holds_bf16_sizes(positions_agree):
+    model = tiny_model(8, vocab_size=30)
+    graphs = StepGraphs(bucket=4, backend=Recorder())
+    settings = SearchSettings(beam=4, nbest=2, max_len_b=7)
+    translate_ids(model, SENTENCES, settings, BatchBudget(1000, sentences=16), torch.device("cpu"),
+                  autocast=lambda: autocast(torch.device("cpu"), "bf16"), graphs=graphs)
+    assert graphs.arena.nbytes == sum(_class_bytes(model.config, SENTENCES, settings, dtype_bytes=2).values())
+    assert {key[0][-1] for key in graphs.recorded_keys} == {torch.bfloat16}  # a graph's key has its dtype
+
+
+def test_a_single_line_out_of_memory_with_graphs_is_searched_again_without_them(monkeypatch, positions_agree):
+    model = tiny_model(8, vocab_size=30)
+    settings = SearchSettings(beam=4, nbest=2, max_len_b=7)
+    eager = _as_lists(translate_ids(model, SENTENCES[1:2], settings, BatchBudget(1000), torch.device("cpu")))
+    recorder, warnings = Recorder(), []
+    graphs = StepGraphs(bucket=4, backend=recorder)
+    translate_ids(model, SENTENCES, settings, BatchBudget(1000), torch.device("cpu"), graphs=graphs)
+    assert graphs.arena.nbytes
+    _fault(monkeypatch, "graph-oom:warm-up:1")
+    graphs.warmed_up = 0  # warm up again, where the fault strikes
+    lines = _as_lists(translate_ids(model, SENTENCES[1:2], settings, BatchBudget(1000), torch.device("cpu"), graphs=graphs,
+                                    warn=warnings.append))
+    assert lines == eager and len(warnings) == 1 and "searching it again without them" in warnings[0]
+    assert graphs.arena.nbytes == 0 and not graphs.recorded_keys and graphs.enabled and recorder.released >= 1
+
+
+def test_after_running_out_of_memory_the_arena_holds_nothing(monkeypatch, positions_agree):
+    from nmtcli.errors import NmtError
+
+    model = tiny_model(8, vocab_size=30)
+    settings = SearchSettings(beam=4, nbest=2, max_len_b=7)
+    graphs = StepGraphs(bucket=4, backend=Recorder())
+    translate_ids(model, SENTENCES, settings, BatchBudget(1000), torch.device("cpu"), graphs=graphs)
+    assert graphs.arena.nbytes
+    _fault(monkeypatch, "oom-above:0")  # every batch, the retry without graphs too
+    with pytest.raises(NmtError, match="out of memory translating a single line"):
+        translate_ids(model, SENTENCES[:1], settings, BatchBudget(1000), torch.device("cpu"), graphs=graphs)
+    assert graphs.arena.nbytes == 0 and not graphs.recorded_keys

@@ -164,6 +164,13 @@ def beam_search(
     return search.run(sync_every, None, default_leave_fraction(src.device))
 
 
+def decoder_dtype(memory: Tensor) -> torch.dtype:
+    """What the decoder's keys and values are computed in: autocast's dtype where it is on (the encoder's
+    output `memory` is float32 under autocast), else memory's."""
+    kind = memory.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else memory.dtype
+
+
 class BeamSearch:
     """The state of a batched beam search, all of it on the model's device (n sentences, K beams, C positions).
 
@@ -213,10 +220,9 @@ class BeamSearch:
             capacity = shape_class(cfg, n, src.size(1), self.steps, max_len_a, max_len_b, graphs.bucket, graphs.cap)[2]
             if self.prefix is not None:
                 self.prefix = torch.nn.functional.pad(self.prefix, (0, ladder(self.prefix.size(1)) - self.prefix.size(1)), value=cfg.pad_id)
-            arena = graphs.arena_for(cfg, K, nbest, max_len_a, max_len_b, memory.element_size(), 0 if self.prefix is None else self.prefix.size(1))
-            alloc = lambda role, shape, dtype: arena.tensor(role, shape, dtype, device)  # noqa: E731
+            alloc = lambda role, shape, dtype: graphs.arena.tensor(role, shape, dtype, device)  # noqa: E731
             self.shape_key = (src.size(1), capacity, 0 if self.prefix is None else self.prefix.size(1), K, nbest, alpha, penalty,
-                              memory.dtype)
+                              decoder_dtype(memory))
         self.state = start_decoding(model, memory, src_mask, K, capacity=capacity, alloc=alloc)
         if 2 * K <= cfg.vocab_size:  # the first step's one row per sentence offers the 2K candidates a step ranks
             self.state.cache.start_with(n)  # all beams start identical: the first step decodes one row per sentence
@@ -399,6 +405,11 @@ class BeamSearch:
         tensors |= {name: getattr(self, name) for name in self._INPUTS if getattr(self, name) is not None}
         for i, (k, v) in enumerate(state.memory_kv):
             tensors[f"memory.keys.{i}"], tensors[f"memory.values.{i}"] = k, v
+        cache = state.cache
+        _, current, spare, _, _ = cache.host_state()  # both sets' rows in use: the current set, the one a step reorders into
+        for name, buffers in (("current", current), ("spare", spare)):
+            for kv, layers in zip(("keys", "values"), buffers or ()):
+                tensors |= {f"cache.{name}.{kv}.{i}": t[: cache.rows] for i, t in enumerate(layers)}
         return tensors
 
     def step_tensors(self) -> dict[str, Tensor]:

@@ -21,11 +21,13 @@ beyond the current step (DecoderCache.fixed_span): one graph serves `bucket` con
 
 The padding sentences of a class cost its encoder pass and steps as much, also at most a fifth.
 
-Memory: each role's buffer in the Arena is as large as that role's tensor in the largest class the batch
-budget allows (memory.arena_reserve), taken at the first batch: what the largest batch would hold anyway,
-kept. The graphs share one pool; no tensor made there is read by another graph (every result is copied
-into the Arena), so the pool holds about one step's temporaries, the largest class's (memory.search_bytes'
-"graph pool"), whatever the number of graphs.
+Memory: each role's buffer in the Arena is as large as that role's tensor in the largest class that came so
+far: it grows with the classes that come, not with what the batch budget could bring (a request's beam, n-best
+or output length may be far beyond what a GPU holds for the budget's largest class). A buffer made larger lets
+go of the old one and drops every graph (they read its memory); that is rare, because classes are
+ladder-rounded and a run's first batches already have its largest shapes. The graphs share one pool; no
+tensor made there is read by another graph (every result is copied into the Arena), so the pool holds about
+one step's temporaries, the largest class's (memory.search_bytes' "graph pool"), whatever the number of graphs.
 
 A step reorders the decoder cache's keys/values from one set of buffers into the other (each byte
 moves once), so the two sets take turns and a span has two graphs, one for each (`cache.advance()`
@@ -33,8 +35,9 @@ does on the host what a replayed step did there: a position more, the other set 
 
 What can fail, and what happens then (the host's count of decoded positions, `cache.length`, always
 ends equal to the device's, `cache.position`):
-- running out of memory, anywhere: the graphs, their memory pool and the Arena are let go and the error goes on
-  to the caller, which halves the batch (inference/translator.py) and keeps using graphs;
+- running out of memory, anywhere (a buffer of the Arena made larger too): the graphs, their memory pool and the
+  Arena are let go and the error goes on to the caller, which halves the batch (inference/translator.py) and
+  keeps using graphs; a single line is searched once more without graphs before it is given up;
 - a capture that fails otherwise (an operation this build cannot capture): graphs are off for the
   rest of the run, with a warning, and the step runs eagerly (a capture runs nothing on the device);
 - a warm-up step or a replay that fails otherwise: graphs are off, and the batch is searched again
@@ -57,8 +60,6 @@ from torch import Tensor
 from nmtcli import faults
 from nmtcli.device import is_out_of_memory
 from nmtcli.inference.beam import BeamSearch, GraphsOff
-from nmtcli.inference.memory import arena_reserve
-from nmtcli.model.config import ModelConfig
 
 WARMUP_STEPS = 2  # eager steps before the first capture: lazy initialisation (cuBLAS, kernels) must not be captured
 
@@ -121,7 +122,6 @@ class Arena:
 
     def __init__(self):
         self._flat: dict[str, Tensor] = {}
-        self.reserve: dict[str, int] = {}  # bytes a role's buffer is made with at least (StepGraphs.arena_for)
         self.version = 0  # new whenever a buffer is let go: graphs recorded before read memory that is gone
 
     def tensor(self, role: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -132,7 +132,8 @@ class Arena:
             if flat is not None:
                 del self._flat[role], flat  # before the larger one is taken
                 self.version += 1
-            flat = self._flat[role] = torch.empty(max(nbytes, self.reserve.get(role, 0)), dtype=torch.uint8, device=device)
+            faults.point("cuda-graph", phase="arena")
+            flat = self._flat[role] = torch.empty(nbytes, dtype=torch.uint8, device=device)
         return flat[:nbytes].view(dtype).view(shape)
 
     @property
@@ -143,15 +144,13 @@ class Arena:
         if self._flat:
             self.version += 1
         self._flat.clear()
-        self.reserve = {}
 
 
 class StepGraphs:
     def __init__(self, bucket: int = 16, capture: bool = True, warn: Callable[[str], None] | None = None, backend=None):
         self.bucket = bucket
         self.arena = Arena()
-        self.budget: tuple[int, int | None] | None = None  # (batch tokens, sentences): what the Arena reserves for
-        self._reserved: tuple | None = None
+        self.budget: tuple[int, int | None] | None = None  # (batch tokens, sentences): the batches' most sentences (`cap`)
         self._version = self.arena.version
         self.capture = capture
         self.backend = backend if backend is not None else (CudaGraphs() if capture else None)
@@ -160,6 +159,7 @@ class StepGraphs:
         self.checked = False
         self.warmed_up = 0
         self.captured = 0  # graphs recorded so far (for the log and the tests)
+        self.dropped = 0  # graphs let go because a buffer of the Arena was made larger
         self._cleared: int | None = None  # the generation whose cache had its unwritten positions zeroed
         self._graphs: dict[tuple, object] = {}
 
@@ -167,19 +167,6 @@ class StepGraphs:
     def cap(self) -> int | None:
         """The most sentences a batch has (a GPU's default batch): the largest class's."""
         return self.budget[1] if self.budget else None
-
-    def arena_for(self, config: ModelConfig, beam: int, nbest: int, max_len_a: float, max_len_b: int, dtype_bytes: int,
-                  prefix: int) -> Arena:
-        """The Arena, its buffers reserved for every class of the batch budget with these settings: the first
-        batch takes what the largest will need, and no later one makes a buffer larger (which would drop
-        every graph). Without a budget, buffers grow to the batches that come."""
-        prefix = config.max_positions if prefix else 0  # any prefix width: a few MB, and no buffer made again for a longer one
-        key = (self.budget, config, beam, nbest, max_len_a, max_len_b, dtype_bytes, prefix)
-        if self.budget is not None and key != self._reserved:
-            self._reserved = key
-            reserve = arena_reserve(config, *self.budget, beam, nbest, dtype_bytes, max_len_a, max_len_b, self.bucket, prefix)
-            self.arena.reserve = {role: max(size, self.arena.reserve.get(role, 0)) for role, size in reserve.items()}
-        return self.arena
 
     def step(self, search: BeamSearch) -> None:
         if not self.enabled:
@@ -206,7 +193,6 @@ class StepGraphs:
         """Drop every graph, the pool they share and the Arena (before emptying the allocator's cache: a
         graph's memory must not be handed out while the graph may still be replayed)."""
         self._graphs.clear()
-        self._reserved = None
         self.arena.release()
         if self.backend is not None:
             self.backend.release()
@@ -218,6 +204,7 @@ class StepGraphs:
 
     def _replay(self, search: BeamSearch, span: int) -> None:
         if self.arena.version != self._version:  # a buffer was let go: the graphs point at memory that is gone
+            self.dropped += len(self._graphs)
             self._graphs.clear()
             self._version = self.arena.version
         cache = search.state.cache

@@ -17,7 +17,8 @@ holds beam x (L + 51) positions: a GPU batch is capped in sentences too.
 
 With CUDA graphs a batch is searched in a shape class (shape_class: sizes rounded up by `ladder`) and its
 tensors are views of buffers kept from batch to batch (graphs.Arena), each as large as the largest class
-of the budget needs (arena_reserve; arena_bytes names them).
+that came so far needs (arena_bytes names them); arena_reserve is the most a run with the default settings
+can reach at a budget.
 """
 
 from __future__ import annotations
@@ -122,8 +123,9 @@ def arena_bytes(config: ModelConfig, sentences: int, source: int, capacity: int,
 def arena_reserve(config: ModelConfig, batch_tokens: int, sentences: int | None, beam: int = 4, nbest: int = 1,
                   dtype_bytes: int = 4, max_len_a: float = 1.0, max_len_b: int = 50, bucket: int = 16,
                   prefix: int = 0) -> dict[str, int]:
-    """The bytes the Arena holds for every batch of a budget: each role's largest over every class the
-    budget's batches fall in (over every longest source L, as many sentences as fit batch_tokens)."""
+    """The most bytes the Arena comes to hold for the batches of a budget with these settings: each role's
+    largest over every class the budget's batches fall in (over every longest source L, as many sentences as
+    fit batch_tokens). The Arena is never made this large in advance: it grows with the classes that come."""
     most: dict[str, int] = {}
     for longest in range(1, config.max_positions - 1):
         n = min(sentences or batch_tokens, batch_tokens // (longest + 1))

@@ -360,13 +360,14 @@ def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget,
 def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSettings, budget: BatchBudget, device: torch.device,
             autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn,
             numbers: Sequence[int], prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
-    """Search one batch; out of memory, search it in halves (and keep the smaller batches from then on)."""
+    """Search one batch; out of memory, let go of the graphs and their Arena and search it in halves (and keep the
+    smaller batches from then on); a single line once more without graphs before it is given up."""
     try:
         faults.point("translate-batch", lines=len(batch))
         src = _pad(model, [ids for _, ids in batch], device)
         forced = None if prefixes is None else [prefixes[pos] for pos, _ in batch]
         if graphs is not None:
-            graphs.budget = (budget.tokens, budget.sentences)  # what the graphs' Arena reserves for
+            graphs.budget = (budget.tokens, budget.sentences)  # the most sentences a shape class has
         with on_device(device), autocast():  # cuda:N current: the graphs' streams and captures are on it
             if s.sampling is not None:
                 return sample(model, src, parse_sampling(s.sampling), s.temperature, s.seed, torch.tensor([numbers[pos] for pos, _ in batch]),
@@ -378,13 +379,19 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
     except (RuntimeError, MemoryError) as e:
         if not is_out_of_memory(e):
             raise
-        if len(batch) == 1:
-            raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {device}",
-                           "use a smaller --beam, or a device with more memory") from None
+    # Out of memory, outside the handler (the failed search's tensors can go): first of all let go of the graphs
+    # and their Arena (their pool must not be in use when the cache is emptied).
+    graphed = graphs is not None and graphs.enabled and s.sampling is None and s.beam > 1
     if graphs is not None:
-        graphs.release()  # the failed search's graphs: their pool must not be in use when the cache is emptied
+        graphs.release()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    if len(batch) == 1:
+        if graphed:  # a shape class pads the line's batch: once more as it is, without graphs
+            warn(f"out of memory with CUDA graphs translating a single line of {len(batch[0][1])} tokens; searching it again without them")
+            return _search(model, batch, s, budget, device, autocast, None, warn, numbers, prefixes)
+        raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {device}",
+                       "use a smaller --beam, or a device with more memory")
     longest = len(batch[-1][1]) + 1
     budget.tokens = max(longest, min(budget.tokens, longest * len(batch)) // 2)
     if budget.sentences is not None:
