@@ -7,14 +7,19 @@ PY := $(VENV)/bin/python
 # its default index, pass e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
+# The tests run on a worker process per CPU (pytest-xdist), each test file on one worker so that a file's
+# fixtures are made once; the session's shared fixtures are made once for all workers (tests/conftest.py).
+# TEST_WORKERS=0 runs them in this one process.
+TEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: test test-fast install completions clean
 
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PYTEST)
 
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 install: $(VENV)/.installed
 
