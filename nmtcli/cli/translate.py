@@ -108,7 +108,7 @@ def command(
     prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
     prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
     if text_format == "html":
-        count, first = _translate_html(translator, source, output, settings)
+        count = _translate_html(translator, source, output, settings)
         if input is not None:
             source.close()
         elapsed = time.perf_counter() - started
@@ -162,8 +162,8 @@ def _check_html_flags(text_format: str, output_format: str, engine: str, alignme
                            "(its tags placed by the native engine's word alignment); drop one of them", exit_code=2)
 
 
-def _translate_html(translator, source: BinaryIO, output: Path | None, settings: SearchSettings) -> tuple[int, float | None]:
-    """--format html: the input read whole as one document, translated in one call, written whole; (sentences, when written)."""
+def _translate_html(translator, source: BinaryIO, output: Path | None, settings: SearchSettings) -> int:
+    """--format html: the input read whole as one document, translated in one call, written whole; its sentences."""
     from nmtcli.documents.markup import parse
     from nmtcli.errors import file_system_error
     from nmtcli.files import atomic_path
@@ -174,10 +174,9 @@ def _translate_html(translator, source: BinaryIO, output: Path | None, settings:
     except UnicodeDecodeError:
         warn("the HTML input holds invalid UTF-8: replaced with U+FFFD")
         text = raw.decode("utf-8-sig", errors="replace")
-    language = (translator.config_values.get("languages") or {}).get("source") or "en"
-    document = parse(text, language)
+    document = parse(text, _source_language(translator))
     results = translator.translate_lines(document.segments, settings) if document.segments else []
-    translated = document.render([(hyps[0].text, hyps[0].alignment) if hyps else ("", None) for hyps in results])
+    translated = document.render_kth(results)
     if output is None:
         try:
             sys.stdout.write(translated)
@@ -187,7 +186,7 @@ def _translate_html(translator, source: BinaryIO, output: Path | None, settings:
     else:
         with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
             f.write(translated)
-    return len(document.segments), time.perf_counter()
+    return len(document.segments)
 
 
 def _check_prefix_file(prefix_file: Path, input: Path | None) -> None:

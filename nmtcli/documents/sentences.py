@@ -135,11 +135,11 @@ def joined_record(text: str, spans: Sequence[Span], results: Sequence[Sequence[T
     translated independently); "sentences" the record of each sentence (nbest_record: its n-best list,
     tokens, alignment) with its "source" text and "start"/"end" offsets in `text`. A sentence of no
     tokens has no translations, and is "" in the joined text."""
-    from nmtcli.inference.translator import nbest_record
+    from nmtcli.inference.translator import kth_best, nbest_record
 
     entries = []
     for k in range(max((len(hyps) for hyps in results), default=0)):
-        chosen = [hyps[min(k, len(hyps) - 1)] if hyps else None for hyps in results]
+        chosen = [kth_best(hyps, k) for hyps in results]
         found = [h for h in chosen if h is not None]
         entries.append({"translation": join_sentences(text, spans, [h.text if h else "" for h in chosen]),
                         "score": round(sum(h.score for h in found), 6), "log_prob": round(sum(h.log_prob for h in found), 6)})

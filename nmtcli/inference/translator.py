@@ -95,6 +95,12 @@ class Translation:
     alignment: str | None = None  # Pharaoh "i-j ..." source-target links, when asked for
 
 
+def kth_best(hyps: Sequence[Translation], k: int) -> Translation | None:
+    """The k-th best translation of a line; its last where the search found fewer; None for an empty line
+    (no translations). Joined texts (sentences, HTML) take each part's k-th best this way."""
+    return hyps[min(k, len(hyps) - 1)] if hyps else None
+
+
 def nbest_record(hyps: list[Translation]) -> dict:
     """One line's result as `nmt translate --output-format json` writes it and `nmt serve` answers it:
     the best translation's fields plus the n-best list."""

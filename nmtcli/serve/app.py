@@ -38,7 +38,7 @@ from nmtcli.documents.languages import Detector, Guess
 from nmtcli.documents.markup import Document, TooManySentences, parse
 from nmtcli.documents.sentences import joined_record
 from nmtcli.errors import NmtError
-from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
+from nmtcli.inference.translator import SearchSettings, Translation, kth_best, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
 from nmtcli.serve.models import ServedModel, language_name
@@ -148,11 +148,7 @@ class Service:
         split = sentence_requests([(ask.lines, model.source)], self.config.limits)[0] if ask.split_sentences else None
         results = await self._translate(request, model, split.sentences if split else ask.lines, ask.settings, ask.prefixes, ask.targets)
         s = ask.settings
-        answer = {"model": model.name, "source": model.source, "target": model.target,
-                  "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty,
-                               "max_len_a": s.max_len_a, "max_len_b": s.max_len_b, "nbest": s.nbest,
-                               **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {}),
-                               **({"alignment": s.alignment} if s.alignment else {})}}
+        answer = {"model": model.name, "source": model.source, "target": model.target, "settings": _settings_record(s)}
         if ask.targets is not None:  # forced decoding: the records of `nmt translate --score-only --output-format json`
             return JSONResponse({**answer, "scores": [scored.record() for scored in results]})
         if split is not None:  # one record per line, its sentences' translations joined (documents/sentences.py)
@@ -222,7 +218,7 @@ class Service:
         fits = [m for m in self.models if (source is None or m.source == source) and (target is None or m.target == target)]
         if len(fits) == 1:
             return fits[0]
-        pairs = ", ".join(f"{m.source}->{m.target}" for m in self.models)
+        pairs = self._pairs()
         if fits:
             raise ApiError(400, f"Invalid request: several models fit (this server translates {pairs}: send source and target)")
         if source is not None and all(m.source != source for m in self.models):
@@ -231,6 +227,10 @@ class Service:
             raise ApiError(400, f"{target} is not supported (this server translates {pairs}; see GET /languages)")
         raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
+
+    def _pairs(self) -> str:
+        """The language pairs this server translates, for error messages: "en->de, de->en"."""
+        return ", ".join(f"{m.source}->{m.target}" for m in self.models)
 
     def _by_detected_language(self, ask: TranslateRequest, documents: list[Document] | None = None,
                               ) -> tuple[list[tuple[ServedModel, list[int]]], list[Guess | None]]:
@@ -260,7 +260,7 @@ class Service:
     def _undetectable(self, language: str, target: str, guess: Guess, number: int | None) -> str:
         """Why text detected as `language` cannot go into `target`: LibreTranslate's words, then what was detected where."""
         subject = f"text {number}" if number else "the text"
-        pairs = ", ".join(f"{m.source}->{m.target}" for m in self.models)
+        pairs = self._pairs()
         if all(m.source != language for m in self.models):
             return (f"{language} is not supported ({subject} was detected as {language_name(language)} at {guess.confidence:g}% "
                     f"confidence; this server translates {pairs}: if the text is in one of those languages, send that as source)")
@@ -333,8 +333,7 @@ class Service:
                     "sentences": [{"source": source, **nbest_record(hyps)} for source, hyps in parts]}
                    for translated, parts in zip(documents, sentences)]
         return {"model": model.name, "source": model.source, "target": model.target, "format": "html",
-                "settings": {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty, "max_len_a": s.max_len_a,
-                             "max_len_b": s.max_len_b, "nbest": s.nbest}, "translations": records}
+                "settings": _settings_record(s), "translations": records}
 
     def counted(self, endpoint: str, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         """`handler` with its errors in the API's shape and its status and time in the metrics."""
@@ -382,13 +381,20 @@ def _parse_all(groups: list[tuple[list[str | Document], str]], limit: int, share
 
 def _render_all(documents: list[Document], hyps: list[list[list[Translation]]], nbest: int) -> list[list[str]]:
     """Each document with the k-th best of each of its sentences put back, for k < nbest."""
-    return [[document.render([(h[min(k, len(h) - 1)].text, h[min(k, len(h) - 1)].alignment) if h else ("", None) for h in sentences])
-             for k in range(nbest)] for document, sentences in zip(documents, hyps)]
+    return [[document.render_kth(sentences, k) for k in range(nbest)] for document, sentences in zip(documents, hyps)]
+
+
+def _settings_record(s: SearchSettings) -> dict[str, Any]:
+    """The search settings /nmt/translate answers with (sampling's and alignment's where asked for)."""
+    return {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty, "max_len_a": s.max_len_a, "max_len_b": s.max_len_b,
+            "nbest": s.nbest, **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {}),
+            **({"alignment": s.alignment} if s.alignment else {})}
 
 
 def _nth(hyps: list[Translation], k: int) -> str:
-    """The k-th best translation of a line; the best where the beam found fewer; "" for an empty line."""
-    return hyps[min(k, len(hyps) - 1)].text if hyps else ""
+    """The text of a line's k-th best translation (kth_best); "" for an empty line."""
+    best = kth_best(hyps, k)
+    return best.text if best else ""
 
 
 async def _disconnected(request: Request) -> None:

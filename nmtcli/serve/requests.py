@@ -240,10 +240,7 @@ def sentence_requests(groups: list[tuple[list[str], str]], limits: Limits) -> li
     model that translates them. The line limit counts the sentences of all groups together (413): the cutting
     itself is bounded by the character limit (sentencex cuts 100,000 characters in some 20 ms)."""
     splits = [SplitTexts.of(texts, language) for texts, language in groups]
-    count = sum(len(split.sentences) for split in splits)
-    if count > limits.lines:
-        raise ApiError(413, f"Invalid request: request ({count:,} sentences) exceeds line limit ({limits.lines:,}) "
-                            "(each sentence is translated as a line: send fewer sentences at a time)")
+    check_sentences(sum(len(split.sentences) for split in splits), limits)
     return splits
 
 
@@ -271,12 +268,12 @@ def html_request(request: TranslateRequest, limits: Limits) -> TranslateRequest:
 
 
 def check_sentences(sentences: int, limits: Limits, more: bool = False) -> None:
-    """HTML's sentences against the line limit (413): each is one input of the model. `more`: the parser stopped
-    counting at `sentences`."""
+    """A request's sentences (of texts or HTML) against the line limit (413): each is one input of the model.
+    `more`: the HTML parser stopped counting at `sentences`."""
     if sentences > limits.lines:
         count = f"over {limits.lines:,}" if more else f"{sentences:,}"
         raise ApiError(413, f"Invalid request: request ({count} sentences) exceeds line limit ({limits.lines:,}) "
-                            "(send fewer sentences at a time)")
+                            "(each sentence is translated as a line: send fewer sentences at a time)")
 
 
 def _prefixes(value: Any, lines: int) -> list[str] | None:
