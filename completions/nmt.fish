@@ -24,7 +24,7 @@ function __nmt_value_options
         case 'train'
             printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
         case 'average'
-            printf '%s\n' --last --output -o
+            printf '%s\n' --last --at --output -o
         case 'translate'
             printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format
         case 'serve'
@@ -202,7 +202,7 @@ complete -c nmt -n "__nmt_using 'train'" -l lr-scale -x -d 'Multiplies the learn
 complete -c nmt -n "__nmt_using 'train'" -l lr -x -d 'Peak learning rate, reached at the end of warmup, then 1/sqrt(step) decay'
 complete -c nmt -n "__nmt_using 'train'" -l label-smoothing -x -d 'Label smoothing epsilon (0.1, sec. 5.4)'
 complete -c nmt -n "__nmt_using 'train'" -l seed -x -d 'Seed for weights, data order and dropout'
-complete -c nmt -n "__nmt_using 'train'" -l save-every -x -d 'Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper, tiny 250 steps)'
+complete -c nmt -n "__nmt_using 'train'" -l save-every -x -d 'Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper; tiny 50 and small 200 steps: five a validation, what `nmt average` takes)'
 complete -c nmt -n "__nmt_using 'train'" -l keep-last -x -d 'Checkpoints kept (base 5, big 20: what averaging uses); the best one is kept apart'
 complete -c nmt -n "__nmt_using 'train'" -l valid-every -x -d 'Steps between validations (perplexity, and BLEU with --valid-bleu)'
 complete -c nmt -n "__nmt_using 'train'" -l valid-bleu -x -d 'BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines; tiny and small 500 when counting --epochs)'
@@ -217,7 +217,8 @@ complete -c nmt -n "__nmt_using 'train'" -l restart -d 'Delete an existing run d
 complete -c nmt -n "__nmt_using 'train'" -l help -s h -d 'Show this message and exit'
 
 # nmt average
-complete -c nmt -n "__nmt_using 'average'" -l last -x -d 'How many of the run\'s newest checkpoints to average (sec. 6.1: 5 for base, 20 for big)'
+complete -c nmt -n "__nmt_using 'average'" -l last -x -d 'How many of the run\'s checkpoints to average (sec. 6.1: 5 for base, 20 for big)'
+complete -c nmt -n "__nmt_using 'average'" -l at -x -d 'Which checkpoints of a run: the newest (last), those up to its best validation (best), or auto: best for a run that validated BLEU (tiny and small, which stop early on it), else last'
 complete -c nmt -n "__nmt_using 'average'" -l output -s o -r -F -d 'Model dir to write'
 complete -c nmt -n "__nmt_using 'average'" -l help -s h -d 'Show this message and exit'
 complete -c nmt -n "__nmt_at_argument 'average' 0+" -F  # PATHS

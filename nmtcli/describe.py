@@ -219,7 +219,12 @@ def describe_run_dir(run_dir: Path, average_last: int, progress: Progress | None
     report["validation"] = validations[-1] if validations else None
     report["status"] = _status(done, training, validations)
     report["resume"] = _resume(run_dir, values, done, report["status"])
-    report["average"] = {"last": average_last, "checkpoints": [int(c.name) for c in found[-average_last:]]}
+    report["average"] = {"last": average_last, "checkpoints": [], "which": None}
+    if found:
+        from nmtcli.training.average import checkpoints_to_average
+
+        chosen, which = checkpoints_to_average(run_dir, average_last)
+        report["average"].update(checkpoints=[int(c.name) for c in chosen], which=which)
     report.update(_file_keys(_files(run_dir, progress)))
     return report
 

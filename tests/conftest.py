@@ -303,14 +303,14 @@ def trained_run(workspace) -> Path:
 @pytest.fixture(scope="session")
 def untrained_model(prepared, tmp_path_factory) -> Path:
     """The pipeline stopped after one step (`nmt train --preset tiny --max-steps 1` then `nmt average`), in-process."""
-    from nmtcli.training.average import average_checkpoints, last_checkpoints
+    from nmtcli.training.average import average_checkpoints, checkpoints_to_average
     from nmtcli.training.settings import train_settings_for
     from nmtcli.training.trainer import Trainer
 
     root = tmp_path_factory.mktemp("untrained")
     config, settings = train_settings_for("tiny", max_steps=1, device="cpu")
     Trainer(root / "run", prepared, config, settings).run()
-    average_checkpoints(last_checkpoints(root / "run", 5), root / "model")
+    average_checkpoints(checkpoints_to_average(root / "run", 5)[0], root / "model")
     return root / "model"
 
 

@@ -32,7 +32,7 @@ def test_pipeline_learns_the_synthetic_translation_rule(workspace, untrained_mod
     assert "using data dir data/en-de" in workspace.steps["train"].stderr
     assert (workspace.root / "runs" / "tiny-en-de" / "checkpoints" / "300").is_dir()
     assert "using run dir runs/tiny-en-de" in workspace.steps["average"].stderr
-    assert "averaging 3 checkpoint(s): 100, 200, 300" in workspace.steps["average"].stderr
+    assert "averaging 3 checkpoint(s), the newest: 100, 200, 300" in workspace.steps["average"].stderr
 
     # In a copy: `nmt score` records its scores in the model dir, and the workspace is shared.
     for name in ("data", "models"):

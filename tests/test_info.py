@@ -174,7 +174,12 @@ def test_run_dir_shows_steps_checkpoints_and_validation(run_dir, run_info, prepa
 
 def test_run_dir_says_what_average_would_pick_and_how_to_resume(run_dir, run_info, tmp_path):
     report = run_info
-    assert report["average"] == {"last": 5, "checkpoints": [2, 4], "output": f"models/{run_dir.name}", "command": f"nmt average {run_dir}"}
+    # It validated BLEU: `nmt average` takes the checkpoints up to its best validation.
+    best = report["best"]
+    assert best["metric"] == "valid_bleu" and best["step"] in (2, 4)
+    assert report["average"] == {"last": 5, "checkpoints": [2, 4][:best["step"] // 2], "output": f"models/{run_dir.name}",
+                                 "which": f"up to the best validation (step {best['step']}, BLEU {best['value']:.2f})",
+                                 "command": f"nmt average {run_dir}"}
     resume = report["resume"]
     assert resume["possible"] and resume["from_step"] == 4 and "max_steps (4) is reached" in resume["note"]
     # The command it prints resumes the run (here with more steps) from the newest checkpoint.
@@ -186,9 +191,9 @@ def test_run_dir_says_what_average_would_pick_and_how_to_resume(run_dir, run_inf
     assert f"resuming from {run}/checkpoints/4" in resumed.stderr
     after = info(str(run))
     assert after["steps"]["done"] == 6 and [c["step"] for c in after["checkpoints"]] == [2, 4, 6]
-    assert after["average"]["checkpoints"] == [2, 4, 6]
+    assert after["average"]["checkpoints"] == [2, 4, 6][:after["best"]["step"] // 2]
     nmt_in_process("average", str(run), "-o", str(tmp_path / "model"))
-    assert json.loads((tmp_path / "model" / "config.json").read_text())["training"]["averaged_checkpoints"] == [2, 4, 6]
+    assert json.loads((tmp_path / "model" / "config.json").read_text())["training"]["averaged_checkpoints"] == after["average"]["checkpoints"]
 
 
 def test_run_dir_that_cannot_resume_says_why(run_dir, tmp_path):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import nmt_in_process
 from reference_loss import label_smoothed_loss
 
 from nmtcli.errors import NmtError
@@ -328,6 +330,40 @@ def test_early_stopping_keeps_the_best_checkpoint(prepared, tmp_path):
     again = Trainer(tmp_path / "run", prepared, config, longer)
     assert again.best == result["best"] and again.bad_validations == 2
     assert again.run()["step"] == 4
+
+
+def test_a_run_that_stops_early_is_averaged_up_to_its_best_validation(prepared, tmp_path):
+    # BLEU validations at steps 2, 4, 6 of a model whose translations cannot change (the first is the best);
+    # a checkpoint every step, the newest 2 kept: the run stops at 6 and keeps 5, 6 and the 2 up to its best.
+    config, settings = small_settings(max_steps=50, lr_scale=1e-9, valid_every=2, valid_bleu=1, patience=2, save_every=1, keep_last=2)
+    result = Trainer(tmp_path / "run", prepared, config, settings).run()
+    assert result["early_stopped"] and result["step"] == 6 and result["best"]["step"] == 2
+    assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["1", "2", "5", "6"]
+
+    def averaged(*flags: str) -> tuple[list[int], str]:
+        out = tmp_path / f"model{len(list(tmp_path.iterdir()))}"
+        said = nmt_in_process("average", str(tmp_path / "run"), "--last", "2", *flags, "-o", str(out)).stderr
+        return json.loads((out / "config.json").read_text())["training"]["averaged_checkpoints"], said
+
+    steps, said = averaged()
+    assert steps == [1, 2] and "averaging 2 checkpoint(s), up to the best validation (step 2, BLEU 0.00): 1, 2" in said
+    assert averaged("--at", "last")[0] == [5, 6]
+    wrong = nmt_in_process("average", str(tmp_path / "run"), "--at", "first", check=False)
+    assert wrong.returncode == 2 and wrong.stderr.strip().splitlines()[-1].startswith("nmt: error: unknown --at 'first'")
+
+
+def test_a_run_without_validation_is_averaged_over_its_newest_checkpoints(prepared, tmp_path):
+    config, settings = small_settings(max_steps=4, save_every=1, keep_last=3, valid_every=100)
+    Trainer(tmp_path / "run", prepared, config, settings).run()
+    assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["2", "3", "4"]
+    said = nmt_in_process("average", str(tmp_path / "run"), "-o", str(tmp_path / "model")).stderr
+    assert "averaging 3 checkpoint(s), the newest: 2, 3, 4" in said
+    # The last step validates perplexity: --at best asks for the checkpoints up to the best of that.
+    best = nmt_in_process("average", str(tmp_path / "run"), "--at", "best", "--last", "1", "-o", str(tmp_path / "best")).stderr
+    assert "averaging 1 checkpoint(s), up to the best validation (step 4, valid nll " in best
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "best")
+    none = nmt_in_process("average", str(tmp_path / "run"), "--at", "best", "-o", str(tmp_path / "none"), check=False)
+    assert none.returncode == 1 and "recorded no validation to average at" in none.stderr.strip().splitlines()[-1]
 
 
 def test_config_file_with_flags_overriding_it(prepared, tmp_path, nmt_main):

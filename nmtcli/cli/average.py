@@ -1,4 +1,4 @@
-"""`nmt average`: average the last checkpoints of a run into a model dir (sec. 6.1)."""
+"""`nmt average`: average the last checkpoints of a run (or those up to its best validation) into a model dir (sec. 6.1)."""
 
 from __future__ import annotations
 
@@ -14,28 +14,36 @@ DEFAULT_LAST = 5  # sec. 6.1: the base models average the last 5 checkpoints (bi
 
 
 def command(
-    paths: Annotated[Optional[list[Path]], typer.Argument(help="A run dir (its last --last checkpoints are averaged) or checkpoint dirs. Default: the newest run under runs/.", show_default=False)] = None,
-    last: Annotated[int, typer.Option(help="How many of the run's newest checkpoints to average (sec. 6.1: 5 for base, 20 for big).", min=1)] = DEFAULT_LAST,
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="A run dir (--last of its checkpoints are averaged, as --at says) or checkpoint dirs. Default: the newest run under runs/.", show_default=False)] = None,
+    last: Annotated[int, typer.Option(help="How many of the run's checkpoints to average (sec. 6.1: 5 for base, 20 for big).", min=1)] = DEFAULT_LAST,
+    at: Annotated[str, typer.Option(help="Which checkpoints of a run: the newest (last), those up to its best validation (best), or auto: best for a run that validated BLEU (tiny and small, which stop early on it), else last.")] = "auto",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Model dir to write. Default: models/RUN.")] = None,
 ) -> None:
     """Average checkpoints element-wise into a self-contained model dir.
 
     The model dir holds config.json, model.safetensors, sentencepiece.model and a README.md model card:
-    everything `nmt translate -m DIR` needs. Averaging one checkpoint exports it.
+    everything `nmt translate -m DIR` needs. Averaging one checkpoint exports it. A run that validated
+    BLEU (tiny and small, which stop early on it) is averaged over the checkpoints up to its best
+    validation, which `nmt train` keeps; other runs over their newest, as the paper's.
     """
-    from nmtcli.training.average import average_checkpoints, last_checkpoints
+    from nmtcli.errors import NmtError
+    from nmtcli.training.average import AT, average_checkpoints, checkpoints_to_average
+
+    if at not in AT:
+        raise NmtError(f"unknown --at {at!r}", "choose auto, best or last", exit_code=2)
 
     paths = paths or [default_run_dir()]
     if len(paths) == 1 and (paths[0] / "checkpoints").is_dir():
         run_dir = paths[0]
-        checkpoints = last_checkpoints(run_dir, last)
+        checkpoints, where = checkpoints_to_average(run_dir, last, at)
         if len(checkpoints) < last:
-            say(f"{run_dir} has only {len(checkpoints)} checkpoint(s); averaging those")
+            say(f"{run_dir} has only {len(checkpoints)} checkpoint(s) to average; averaging those")
+        where = f", {where}"
     else:
-        checkpoints = paths
+        checkpoints, where = paths, ""
         run_dir = checkpoints[-1].resolve().parent.parent
     out = output or MODELS_ROOT / run_dir.name
-    say(f"averaging {len(checkpoints)} checkpoint(s): {', '.join(c.name for c in checkpoints)}")
+    say(f"averaging {len(checkpoints)} checkpoint(s){where}: {', '.join(c.name for c in checkpoints)}")
     announce("model", out)
     average_checkpoints(checkpoints, out)
     say(f"done; next: nmt translate -m {out} < input.txt")

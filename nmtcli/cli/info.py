@@ -243,7 +243,7 @@ def _run_rows(report: dict[str, Any], row) -> None:
     average = report["average"]
     if average["checkpoints"]:
         row("average", f"{average['command']} averages steps {', '.join(map(str, average['checkpoints']))} "
-            f"(its last {average['last']}) into {average['output']}")
+            f"({average['which']}) into {average['output']}")
     else:
         row("average", "nothing to average yet")
 

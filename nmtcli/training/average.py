@@ -1,4 +1,5 @@
 """Checkpoint averaging (sec. 6.1): the paper's final models average the last 5 (base) or 20 (big) checkpoints.
+A run that stops early on validation BLEU (tiny, small) is averaged over the checkpoints up to its best.
 
 The result is a self-contained model dir: everything `nmt translate` needs and nothing it doesn't.
 """
@@ -14,14 +15,34 @@ from nmtcli.errors import NmtError
 from nmtcli.files import read_json
 from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, average_weights, model_dir_config, write_model_dir
 from nmtcli.model.config import ModelConfig
-from nmtcli.training.rundir import checkpoint_dirs, read_run_config, run_vocabulary
+from nmtcli.training.rundir import best_validation, checkpoint_dirs, ending_at, read_run_config, run_vocabulary
 
 
-def last_checkpoints(run_dir: Path, last: int) -> list[Path]:
+AT = ("auto", "best", "last")
+
+
+def checkpoints_to_average(run_dir: Path, last: int, at: str = "auto") -> tuple[list[Path], str]:
+    """The `last` checkpoints of a run to average, and where they end, in words.
+
+    at "last": the newest (sec. 6.1: the paper's runs end at a fixed step). "best": those up to the best
+    validation, which a run that stopped early left `patience` validations behind it. "auto": "best" for
+    a run that validated BLEU (tiny and small, which stop on it) and still has that checkpoint, else "last".
+    """
     found = checkpoint_dirs(run_dir)
     if not found:
         raise NmtError(f"{run_dir} has no complete checkpoint", "train longer, or check the path")
-    return found[-last:]
+    best = best_validation(run_dir) if at != "last" else None
+    if at == "best" and best is None:
+        raise NmtError(f"{run_dir} recorded no validation to average at", "average its newest checkpoints: --at last")
+    if best is not None and (at == "best" or best["metric"] == "valid_bleu"):
+        upto = ending_at(found, best["step"])
+        if at == "best" and not upto:
+            raise NmtError(f"{run_dir} no longer has checkpoints up to its best validation (step {best['step']:,})",
+                           "average its newest checkpoints: --at last")
+        if upto and (at == "best" or int(upto[-1].name) == best["step"]):
+            value = f"BLEU {best['value']:.2f}" if best["metric"] == "valid_bleu" else f"{best['metric'].replace('_', ' ')} {best['value']:.3f}"
+            return upto[-last:], f"up to the best validation (step {best['step']:,}, {value})"
+    return found[-last:], "the newest"
 
 
 def _checkpoint_model(checkpoint: Path, broken: str) -> dict[str, Any]:

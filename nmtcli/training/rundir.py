@@ -157,9 +157,11 @@ def load_checkpoint(path: Path, model: torch.nn.Module) -> dict[str, Any]:
 
 
 def save_checkpoint(run_dir: Path, step: int, weights: dict[str, torch.Tensor], info: dict[str, Any],
-                    state: dict[str, Any], keep_last: int) -> Path:
+                    state: dict[str, Any], keep_last: int, best_step: int | None = None) -> Path:
     """Write checkpoints/<step>/ as a whole: built in a hidden dir, then renamed into place; then only
-    the newest `keep_last` checkpoints are kept. `info` is its config.json, `state` its trainer.pt."""
+    the newest `keep_last` checkpoints are kept, and the `keep_last` up to `best_step` (what `nmt average`
+    averages in a run that validates BLEU: `average.checkpoints_to_average`). `info` is its config.json,
+    `state` its trainer.pt."""
     final = run_dir / "checkpoints" / str(step)
     try:
         with staged_dir(final, stage_name=f"{STAGE_PREFIX}{step}") as stage:
@@ -175,9 +177,28 @@ def save_checkpoint(run_dir: Path, step: int, weights: dict[str, torch.Tensor], 
         if isinstance(e, Exception) and error is not None:
             raise error from e
         raise
-    for old in checkpoint_dirs(run_dir)[:-keep_last]:
-        shutil.rmtree(old)
+    found = checkpoint_dirs(run_dir)
+    kept = set(found[-keep_last:])
+    if best_step is not None:
+        kept.update(ending_at(found, best_step)[-keep_last:])
+    for old in found:
+        if old not in kept:
+            shutil.rmtree(old)
     return final
+
+
+def ending_at(checkpoints: list[Path], step: int) -> list[Path]:
+    """The checkpoints (oldest first, as `checkpoint_dirs` lists them) written at `step` or before."""
+    return [c for c in checkpoints if int(c.name) <= step]
+
+
+def best_validation(run_dir: Path) -> dict[str, Any] | None:
+    """The run's best validation so far ({"metric", "value", "step"}, as checkpoints/best/ records it), or None."""
+    path = Path(run_dir) / "checkpoints" / BEST / CONFIG_FILE
+    if not path.is_file():
+        return None
+    best = read_json(path, (f"{path} is missing", "train again"), "delete checkpoints/best/ and average with --at last").get("best")
+    return best if isinstance(best, dict) and isinstance(best.get("step"), int) else None
 
 
 def save_best(run_dir: Path, step: int, weights: dict[str, torch.Tensor], config: ModelConfig, best: dict[str, Any]) -> Path:

@@ -282,7 +282,9 @@ class Trainer:
             "batches_per_step": self.ranks.world_size * self.update_freq,
             "batch_max_tokens": self.batch.max_tokens,
         }
-        return rundir.save_checkpoint(self.run_dir, self.step, self.model.state_dict(), info, state, self.settings.keep_last)
+        # A run that validates BLEU is averaged where it scored best (`nmt average`): those checkpoints stay.
+        best_step = self.best["step"] if self.best and self.best["metric"] == "valid_bleu" else None
+        return rundir.save_checkpoint(self.run_dir, self.step, self.model.state_dict(), info, state, self.settings.keep_last, best_step)
 
     def save_best(self) -> Path:
         """checkpoints/best/: the weights of the best validation so far."""
