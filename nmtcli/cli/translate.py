@@ -74,6 +74,7 @@ def command(
     """
     started = time.perf_counter()
     from nmtcli.errors import NmtError, check_readable
+    from nmtcli.inference.alignment import COVERING
     from nmtcli.inference.translator import SearchSettings
 
     _check_flags(output_format, nbest, engine, length_penalty)
@@ -96,7 +97,7 @@ def command(
                        "first, or leave --split-sentences out", exit_code=2)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs,
-                              alignment="words" if text_format == "html" else None if score_only else alignment)
+                              alignment=COVERING if text_format == "html" else None if score_only else alignment)
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)

@@ -15,16 +15,23 @@ What is translated: the text of each *block*, whatever lies between two tags tha
 sentence goes to the model as its words joined by single spaces.
 
 Where the inline tags go: around the translation of the words they wrapped, by the model's word
-alignment (`--alignment words`: each target word is linked to the source word it attends to most).
+alignment with every source word linked (inference/alignment.py's COVERING: each target word is linked
+to the source word it attends to most, as `--alignment words` gives it, and each source word no target
+word is linked to, to the target word that attends to it most). An element that wrapped words wraps at
+least one: never an empty `<a href>` where the reader's link text was.
 An element wraps the target words linked to any word it covers (a word partly inside counts), from
 the first to the last of them: when they are not contiguous the words between are wrapped too, since
 a tag cannot be copied without copying its id and link. Punctuation the element left outside in the source
-stays outside where the target word has it too (`<a>the link</a>.`, `"<b>word</b>"`). An element whose words are linked to no target
-word, an element that wraps no text, and a void element inside text (`<img>`, a comment) sit where
-the nearest source word before them went (after its last target word; none before: before the first
-target word of the nearest word after). Nested elements stay nested: a child is clipped to its
-parent's words, and siblings whose words overlap in the translation are made to follow each other in
-the order of their first words (the later one gives up the shared words). An element that starts in
+stays outside where the target word has it too (`<a>the link</a>.`, `"<b>word</b>"`). An element whose words
+are still linked to no target word (no alignment, links past the words) wraps the target word at their place
+by position (the diagonal: the middle of its words scaled to the translation's length). An element that wraps
+no text and a void element inside text (`<img>`, a comment) sit where the nearest source word before them
+went (after its last target word; none before: before the first target word of the nearest word after).
+Nested elements stay nested: a child is clipped to its parent's words, and siblings whose words overlap
+in the translation are made to follow each other in the order of their first words (the later one gives
+up the shared words; one left with no word takes the word no sibling wraps nearest to its place, else the
+nearest end word of a sibling that wraps more than one: it stays empty only where its parent, or the
+sentence, has fewer words than such elements). An element that starts in
 one sentence and ends in another opens at its first word's translation and runs to the sentence's end,
 and from the next one's start to its last word's. Inline tags that cross each other (`<b><i>x</b></i>`)
 or nest deeper than MAX_INLINE_DEPTH make that block fall back to translating each run of text between
@@ -619,8 +626,19 @@ def _place(sentence: Sentence, n: int, linked: dict[int, list[int]]) -> tuple[di
         from_.append(min(linked[i]) if linked.get(i) else from_[-1])
     from_.reverse()
 
-    def targets(node: Node) -> list[int]:  # the words a < q and b > p
-        return [j for i in range(bisect.bisect_right(ends, node.p), bisect.bisect_left(starts, node.q)) for j in linked.get(i, ())]
+    def covered(node: Node) -> range:  # the source words it covers: a < q and b > p
+        return range(bisect.bisect_right(ends, node.p), bisect.bisect_left(starts, node.q))
+
+    def targets(node: Node) -> list[int]:
+        return [j for i in covered(node) for j in linked.get(i, ())]
+
+    # wants[node]: for an element around words, the target word at their place by position (the diagonal), near which
+    # it takes a word if it is left with none (its words linked to nothing, or its siblings took all of its own)
+    wants: dict[int, int] = {}
+    for node in sentence.nodes:
+        words = covered(node)
+        if node.kind == "wrap" and words and n:
+            wants[id(node)] = min(n - 1, (words.start + words.stop) * n // (2 * len(starts)))
 
     def anchor(position: int) -> int:
         k = bisect.bisect_left(starts, position)  # the words that start before it
@@ -649,7 +667,11 @@ def _place(sentence: Sentence, n: int, linked: dict[int, list[int]]) -> tuple[di
         up = parent(node)
         children.setdefault(None if up is None else id(up), []).append(node)
 
-    # Top-down: clip children to their parent, make siblings follow each other.
+    def order(node: Node) -> tuple[int, bool]:  # siblings by their first word, one that wraps none first
+        lo, hi = span[id(node)]
+        return lo, hi > lo
+
+    # Top-down: clip children to their parent, make siblings follow each other, and give words to those left with none.
     todo: list[tuple[int | None, int, int]] = [(None, 0, n)]
     while todo:
         key, low, high = todo.pop()
@@ -658,7 +680,7 @@ def _place(sentence: Sentence, n: int, linked: dict[int, list[int]]) -> tuple[di
             lo, hi = span[id(node)]
             lo, hi = min(max(lo, low), high), min(max(hi, low), high)
             span[id(node)] = (lo, hi)
-        kids.sort(key=lambda node: (span[id(node)][0], span[id(node)][1] > span[id(node)][0]))
+        kids.sort(key=order)
         cursor = low
         for node in kids:
             lo, hi = span[id(node)]
@@ -666,8 +688,39 @@ def _place(sentence: Sentence, n: int, linked: dict[int, list[int]]) -> tuple[di
                 lo, hi = cursor, max(hi, cursor)
             span[id(node)] = (lo, hi)
             cursor = max(cursor, hi)
-            todo.append((id(node), lo, hi))
+        if high > low and any(id(node) in wants and span[id(node)][0] == span[id(node)][1] for node in kids):
+            _give_words(kids, span, wants, low, high)
+            kids.sort(key=order)
+        todo.extend((id(node), *span[id(node)]) for node in kids)
     return span, children
+
+
+def _give_words(kids: list[Node], span: dict[int, tuple[int, int]], wants: dict[int, int], low: int, high: int) -> None:
+    """Siblings laid out in [low, high) (spans that do not overlap): each one in `wants` that wraps no word takes the
+    word no sibling wraps nearest to its wanted one, else the nearest end word of a sibling that wraps more than
+    one. With more such elements than words, the last ones stay empty: nothing is left to give."""
+    taken = {x for node in kids for x in range(*span[id(node)])}
+    free = [x for x in range(low, high) if x not in taken]
+    wide = [node for node in kids if span[id(node)][1] - span[id(node)][0] > 1]
+    for node in kids:
+        lo, hi = span[id(node)]
+        if lo < hi or id(node) not in wants:
+            continue
+        want = min(max(wants[id(node)], low), high - 1)
+        if free:
+            k = bisect.bisect_left(free, want)
+            x = min(free[max(k - 1, 0):k + 1], key=lambda x: (abs(x - want), x))
+            free.remove(x)
+        elif wide:
+            _, x, other = min(((abs(x - want), x, other) for other in wide for x in (span[id(other)][0], span[id(other)][1] - 1)),
+                              key=lambda end: end[:2])
+            a, b = span[id(other)]
+            span[id(other)] = (a + 1, b) if x == a else (a, b - 1)
+            if b - a == 2:
+                wide.remove(other)
+        else:
+            return
+        span[id(node)] = (x, x + 1)
 
 
 def _events(sentence: Sentence, words: list[str], span: dict[int, tuple[int, int]],

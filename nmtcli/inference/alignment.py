@@ -7,6 +7,11 @@ over sentencepiece pieces or over words: a word is a piece that starts with "▁
 follow it up to the next such piece, which are the whitespace-separated words of the text. Two words
 are linked where any of their pieces are (the usual rule for subword alignments).
 
+COVERING, what the HTML path asks for (documents/markup.py), adds the other direction where that leaves a
+source word out: each source word no target word is linked to is linked to the target word that attends
+to it most (the target piece whose row puts the most attention on the word's pieces, EOS's row left out).
+An inline tag around that word then has a translation to wrap. `--alignment` never adds these links.
+
 Which attention: DEFAULT_HEADS, chosen by alignment error rate on a hand-aligned sample of the demo
 corpus and on a rule task (benchmarks/alignment_aer.py; the numbers are in docs/translating.md).
 """
@@ -15,12 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
 
 from nmtcli.inference.forced import AttentionHeads
 from nmtcli.inference.tokenizer import WORD_BOUNDARY
 
 UNITS = ("words", "pieces")
+# Words, every source word linked (module docstring): asked for by the HTML path, not a choice of --alignment.
+COVERING = "covering"
 
 # The average of every layer's heads: the lowest AER of the choices measured where the model has learned
 # its task, within a few links of the best on a weak one (docs/translating.md).
@@ -59,3 +67,28 @@ def pharaoh(links: list[tuple[int, int]], source_pieces: Sequence[str], target_p
         src_word, tgt_word = word_of_piece(source_pieces), word_of_piece(target_pieces)
         links = [(src_word[s], tgt_word[t]) for s, t in links]
     return " ".join(f"{s}-{t}" for s, t in sorted(set(links)))
+
+
+def covering_links(attention: Tensor, source_pieces: Sequence[str], target_pieces: Sequence[str],
+                   offset: int = DEFAULT_OFFSET) -> list[tuple[int, int]]:
+    """(source word, target word) links: those of the words' piece_links, plus, for each source word none of them
+    reaches, (the word, the target word whose piece attends to it most: the largest sum of a row's attention over
+    the word's pieces, EOS's row and column left out)."""
+    src_word, tgt_word = word_of_piece(source_pieces), word_of_piece(target_pieces)
+    links = {(src_word[s], tgt_word[t]) for s, t in piece_links(attention, offset)}
+    target, source = attention.size(0) - 1, attention.size(1) - 1
+    if target == 0 or source == 0:
+        return sorted(links)
+    words = src_word[-1] + 1
+    # (target pieces, source words): what each target piece attends to each source word
+    by_word = attention.new_zeros(target, words).index_add_(1, torch.tensor(src_word, device=attention.device), attention[offset : offset + target, :source])
+    best = by_word.argmax(dim=0).tolist()
+    linked = {s for s, _ in links}
+    return sorted(links | {(w, tgt_word[best[w]]) for w in range(words) if w not in linked})
+
+
+def alignment_text(attention: Tensor, source_pieces: Sequence[str], target_pieces: Sequence[str], unit: str) -> str:
+    """A pair's alignment as Pharaoh "i-j ...": over `unit` (UNITS), or COVERING's links over words."""
+    if unit == COVERING:
+        return " ".join(f"{s}-{t}" for s, t in covering_links(attention, source_pieces, target_pieces))
+    return pharaoh(piece_links(attention), source_pieces, target_pieces, unit)

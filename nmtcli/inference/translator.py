@@ -24,7 +24,7 @@ import torch
 from nmtcli import faults
 from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
-from nmtcli.inference.alignment import DEFAULT_HEADS, pharaoh, piece_links
+from nmtcli.inference.alignment import DEFAULT_HEADS, alignment_text
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.forced import Scored, force_ids, scored
@@ -60,7 +60,7 @@ class SearchSettings:
     sampling: str | None = None  # full, topk:K or topp:P: draw `nbest` samples instead of searching (inference/sampling.py)
     temperature: float = 1.0  # sampling: softmax(logits / temperature)
     seed: int = DEFAULT_SEED  # sampling: with the line number, what every draw hashes
-    alignment: str | None = None  # "words" or "pieces": each translation's alignment (inference/alignment.py)
+    alignment: str | None = None  # "words" or "pieces": each translation's alignment; HTML's "covering" (inference/alignment.py)
 
 
 # (batch_tokens, window) by device type (a GPU's batch_tokens depends on its memory: inference/memory.py). On a CPU a step's logits (rows x vocabulary) should stay near the
@@ -228,7 +228,7 @@ class Translator:
         forced = force_ids(self.model, [sentences[i] for i, _ in pairs], [h.tokens for _, h in pairs], self.budget.tokens, self.device,
                            lambda: precision.autocast(self.device, self.dtype), DEFAULT_HEADS, self.warn, log_probs=False)
         for (i, h), f in zip(pairs, forced):
-            h.alignment = pharaoh(piece_links(f.attention), [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], unit)
+            h.alignment = alignment_text(f.attention, [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], unit)
 
     def score(self, lines: Iterable[str], targets: Iterable[str], alignment: str | None = None,
               settings: SearchSettings | None = None) -> Iterator[Scored]:
@@ -247,7 +247,7 @@ class Translator:
             for src, tgt, f in zip(sources, given, forced):
                 result = scored(f, [self.pieces[t] for t in tgt], s.alpha, s.length_penalty)
                 if alignment:
-                    result.alignment = pharaoh(piece_links(f.attention), [self.pieces[t] for t in src], result.tokens, alignment)
+                    result.alignment = alignment_text(f.attention, [self.pieces[t] for t in src], result.tokens, alignment)
                 yield result
 
 

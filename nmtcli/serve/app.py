@@ -38,6 +38,7 @@ from nmtcli.documents.languages import Detector, Guess
 from nmtcli.documents.markup import Document, TooManySentences, parse
 from nmtcli.documents.sentences import joined_record
 from nmtcli.errors import NmtError
+from nmtcli.inference.alignment import COVERING
 from nmtcli.inference.translator import SearchSettings, Translation, kth_best, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
@@ -310,10 +311,10 @@ class Service:
     async def _translate_html(self, request: Request, model: ServedModel, documents: list[Document], settings: SearchSettings,
                               sentences: list | None = None) -> list[list[str]]:
         """format html: each document translated (its n-best: the k-th of each of its sentences put back), all
-        their sentences in one call of the batcher with word alignments on (documents/markup.py places the tags by
-        them); `sentences` (a list) gets each document's sentences and their n-best lists."""
+        their sentences in one call of the batcher with word alignments on, every source word linked (COVERING:
+        documents/markup.py places the tags by them); `sentences` (a list) gets each document's sentences and their n-best lists."""
         segments = [segment for document in documents for segment in document.segments]
-        results = await self._translate(request, model, segments, dataclasses.replace(settings, alignment="words"))
+        results = await self._translate(request, model, segments, dataclasses.replace(settings, alignment=COVERING))
         hyps, start = [], 0
         for document in documents:
             hyps.append(results[start:start + len(document.segments)])
