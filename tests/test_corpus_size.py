@@ -12,7 +12,7 @@ from corpus import write_corpus, zipf_corpus
 
 from nmtcli.data.prepare import PrepareSettings, prepare_files
 from nmtcli.data.vocab_size import vocab_size_for
-from nmtcli.training.settings import FAIRSEQ_IWSLT_LR_SCALE, steps_for_epochs, train_settings_for
+from nmtcli.training.settings import FAIRSEQ_IWSLT_LR_SCALE, steps_for_epochs, train_settings_for, with_overrides
 
 
 def test_vocabulary_grows_with_the_square_root_of_the_training_pairs():
@@ -88,9 +88,21 @@ def test_tiny_and_small_count_epochs_and_stop_on_validation_bleu_unless_steps_ar
         _, s = train_settings_for(preset, max_steps=300, patience=2, valid_bleu=100)
         assert (s.max_steps, s.epochs, s.valid_bleu, s.patience) == (300, 0, 100, 2)
     _, tiny = train_settings_for("tiny")
-    assert steps_for_epochs(tiny, batches_per_epoch=23, batches_per_step=1) == 50 * 23  # the demo corpus
-    assert steps_for_epochs(tiny, batches_per_epoch=47, batches_per_step=4) == 50 * 12  # a part-filled step counts
-    assert steps_for_epochs(tiny, batches_per_epoch=3, batches_per_step=1) == 2 * 200  # never under twice the warmup
+    # tiny never stops before 4,000 steps: the demo corpus (23 steps an epoch) needs ~100 epochs, not 50.
+    assert tiny.min_steps == 4000
+    assert steps_for_epochs(tiny, batches_per_epoch=23, batches_per_step=1) == 4000
+    assert steps_for_epochs(tiny, batches_per_epoch=185, batches_per_step=1) == 50 * 185  # a 30k-pair corpus: 50 epochs
+    assert steps_for_epochs(tiny, batches_per_epoch=470, batches_per_step=4) == 50 * 118  # a part-filled step counts
+    # Epochs given by hand are that many passes: no floor but twice the warmup.
+    _, three = train_settings_for("tiny", epochs=3)
+    assert three.min_steps == 0
+    assert steps_for_epochs(three, batches_per_epoch=23, batches_per_step=1) == 2 * 200
+    assert steps_for_epochs(with_overrides(three, warmup=10), batches_per_epoch=23, batches_per_step=1) == 3 * 23
+    # A run's own config.json names both: the rerun keeps the floor.
+    _, again = train_settings_for("tiny", epochs=50, min_steps=4000)
+    assert steps_for_epochs(again, batches_per_epoch=23, batches_per_step=1) == 4000
+    _, small = train_settings_for("small")
+    assert small.min_steps == 0 and steps_for_epochs(small, batches_per_epoch=10, batches_per_step=1) == 2 * 4000
     _, base = train_settings_for("base")
     assert (base.max_steps, base.epochs) == (100_000, 0)
     _, base = train_settings_for("base", epochs=3)  # --epochs works with every preset
@@ -138,8 +150,9 @@ def test_training_without_max_steps_runs_epochs_and_stops_early_on_validation_bl
     data = ParallelData(tmp_path / "data", "train", "en", "de", 300)
     per_epoch = len(make_batches(data.src.lengths, data.tgt.lengths, 2048, 1, 1))
     assert per_epoch >= 2
-    assert config["epochs"] == 50 and config["max_steps"] == 50 * per_epoch
-    assert f"max steps: {50 * per_epoch:,}: 50 epochs of {per_epoch} steps; stops early after 1 validations" in result.stderr
+    assert config["epochs"] == 50 and config["min_steps"] == 4000 and config["max_steps"] == 4000 > 50 * per_epoch
+    assert (f"max steps: 4,000: 50 epochs of {per_epoch} steps ({50 * per_epoch:,}) raised to the floor of 4,000 steps; "
+            "stops early after 1 validations") in result.stderr
     log = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     valid = [e for e in log if "valid_bleu" in e]
     assert [e["step"] for e in valid] == [2, 4]

@@ -207,14 +207,15 @@ def _recipe_rows(report: dict[str, Any], row) -> None:
     else:
         row("batch", f"~{r['tokens_per_step']:,} target tokens per step (batches of <= {r['max_tokens']:,} tokens per GPU, accumulated)")
     if r["epochs"] and not r["max_steps"]:
-        row("steps", f"{r['epochs']} epochs of the training data (at least {2 * r['warmup']:,} steps); early stop after "
+        row("steps", f"{r['epochs']} epochs of the training data (at least {max(r['min_steps'], 2 * r['warmup']):,} steps); early stop after "
             f"{r['patience']} validations without a better BLEU on the first {r['valid_bleu']} valid lines")
     else:
         row("steps", f"{r['max_steps']:,}")
     peak = inverse_sqrt_lr(r["warmup"], report["model"]["d_model"], r["warmup"], r["lr_scale"])
     row("schedule", f"Adam, warmup {r['warmup']:,} steps to a peak lr of {peak:.2e}, then 1/sqrt(step); label smoothing {r['label_smoothing']}")
     every = f"{r['save_minutes']:g} minutes" if r["save_minutes"] else f"{r['save_every']:,} steps"
-    row("checkpoints", f"every {every}, the last {r['keep_last']} kept; validation every {r['valid_every']:,} steps")
+    kept = f"the last {r['keep_last']} and the {r['keep_last']} up to the best BLEU validation kept" if r["valid_bleu"] else f"the last {r['keep_last']} kept"
+    row("checkpoints", f"every {every}, {kept}; validation every {r['valid_every']:,} steps")
 
 
 def _run_rows(report: dict[str, Any], row) -> None:

@@ -345,7 +345,7 @@ def _display(max_steps: int | None, total_from_start: bool = False):
                     stop = (f"; stops early after {v['patience']} validations (every {v['valid_every']:,} steps) without a better score"
                             if v["patience"] else "")
                     total = v["epochs"] * v["steps_per_epoch"]
-                    raised = "" if total == v["max_steps"] else f" ({total:,}) raised to twice the warmup"
+                    raised = "" if total == v["max_steps"] else f" ({total:,}) raised to the floor of {v['step_floor']:,} steps"
                     say(f"max steps: {v['max_steps']:,}: {v['epochs']} epochs of {v['steps_per_epoch']:,} steps{raised}{stop}")
                 if total_from_start:
                     bars.update(task, total=v["max_steps"])

@@ -34,7 +34,7 @@ from nmtcli.training.loader import StepBatches, StepLoader
 from nmtcli.training.loss import output_loss, perplexity
 from nmtcli.training.metrics import MetricsLog
 from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
-from nmtcli.training.settings import TrainSettings, steps_for_epochs, steps_per_epoch
+from nmtcli.training.settings import TrainSettings, step_floor, steps_for_epochs, steps_per_epoch
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
 # Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "step", "overflow", "log", "valid",
@@ -321,6 +321,7 @@ class Trainer:
             "train_pairs": len(self.train_data),
             "epochs": s.epochs,
             "steps_per_epoch": self.steps_per_epoch,
+            "step_floor": step_floor(s),
             "patience": s.patience,
             "valid_every": s.valid_every,
             **self.batch.describe(self.ranks.world_size, s.tokens_per_step),
