@@ -18,7 +18,7 @@ Where the inline tags go: around the translation of the words they wrapped, by t
 alignment with every source word linked (inference/alignment.py's COVERING: each target word is linked
 to the source word it attends to most, as `--alignment words` gives it, and each source word no target
 word is linked to, to the target word that attends to it most). An element that wrapped words wraps at
-least one: never an empty `<a href>` where the reader's link text was.
+least one wherever one can be given it (below): not an empty `<a href>` where the reader's link text was.
 An element wraps the target words linked to any word it covers (a word partly inside counts), from
 the first to the last of them: when they are not contiguous the words between are wrapped too, since
 a tag cannot be copied without copying its id and link. Punctuation the element left outside in the source
@@ -30,12 +30,15 @@ went (after its last target word; none before: before the first target word of t
 Nested elements stay nested: a child is clipped to its parent's words, and siblings whose words overlap
 in the translation are made to follow each other in the order of their first words (the later one gives
 up the shared words; one left with no word takes the word no sibling wraps nearest to its place, else the
-nearest end word of a sibling that wraps more than one: it stays empty only where its parent, or the
-sentence, has fewer words than such elements). An element that starts in
-one sentence and ends in another opens at its first word's translation and runs to the sentence's end,
-and from the next one's start to its last word's. Inline tags that cross each other (`<b><i>x</b></i>`)
-or nest deeper than MAX_INLINE_DEPTH make that block fall back to translating each run of text between
-tags on its own, every tag staying where it was.
+nearest end word of a sibling that wraps more than one: its first word only where its start tag is in the
+sentence, its last only where its end tag is, and one that opened in an earlier sentence takes only a word before
+its siblings', one that closes in a later one only a word after theirs, so that no tags cross; never a word a kept
+element's source stands for. It stays empty only where its parent, or the sentence, has fewer words than such
+elements, or where every word it could take belongs to a kept element or would make tags cross a sentence's
+edge). An element that starts in one sentence and ends in another opens at its first word's translation
+and runs to the sentence's end, and from the next one's start to its last word's. Inline tags that cross
+each other (`<b><i>x</b></i>`) or nest deeper than MAX_INLINE_DEPTH make that block fall back to
+translating each run of text between tags on its own, every tag staying where it was.
 
 Kept as they are, byte for byte: every tag with its attributes (`title`, `alt`, `placeholder` are not
 translated: a client that wants them sends them as text), comments, doctypes, processing instructions,
@@ -667,6 +670,19 @@ def _place(sentence: Sentence, n: int, linked: dict[int, list[int]]) -> tuple[di
         up = parent(node)
         children.setdefault(None if up is None else id(up), []).append(node)
 
+    def kept(kids: list[Node]) -> set[int]:  # the target words a kept element among them (or inside one) stands for
+        words: set[int] = set()
+        for kid in kids:
+            lo, hi = span[id(kid)]
+            inside = [kid]
+            while inside:
+                node = inside.pop()
+                if node.kind == "verbatim":
+                    a, b = span[id(node)]
+                    words.update(range(max(a, lo), min(b, hi)))
+                inside.extend(children.get(id(node), ()))
+        return words
+
     def order(node: Node) -> tuple[int, bool]:  # siblings by their first word, one that wraps none first
         lo, hi = span[id(node)]
         return lo, hi > lo
@@ -689,37 +705,55 @@ def _place(sentence: Sentence, n: int, linked: dict[int, list[int]]) -> tuple[di
             span[id(node)] = (lo, hi)
             cursor = max(cursor, hi)
         if high > low and any(id(node) in wants and span[id(node)][0] == span[id(node)][1] for node in kids):
-            _give_words(kids, span, wants, low, high)
+            _give_words(sentence, kids, span, wants, low, high, kept(kids))
             kids.sort(key=order)
         todo.extend((id(node), *span[id(node)]) for node in kids)
     return span, children
 
 
-def _give_words(kids: list[Node], span: dict[int, tuple[int, int]], wants: dict[int, int], low: int, high: int) -> None:
+def _give_words(sentence: Sentence, kids: list[Node], span: dict[int, tuple[int, int]], wants: dict[int, int],
+                low: int, high: int, kept: set[int]) -> None:
     """Siblings laid out in [low, high) (spans that do not overlap): each one in `wants` that wraps no word takes the
-    word no sibling wraps nearest to its wanted one, else the nearest end word of a sibling that wraps more than
-    one. With more such elements than words, the last ones stay empty: nothing is left to give."""
-    taken = {x for node in kids for x in range(*span[id(node)])}
+    word no sibling wraps nearest to its wanted one, else the nearest end word of an element among them that wraps more
+    than one: its first word if its start tag is in this sentence, its last if its end tag is (a tag in another sentence
+    cannot move). An element whose start tag is in an earlier sentence takes only a word before every
+    sibling's words, one whose end tag is in a later sentence only a word after them: their tags would cross. A word a
+    kept element (`<code>`) stands for is never taken: its source is written in place of it. Where no word is left
+    to take, the element stays empty."""
+    taken = {x for node in kids for x in range(*span[id(node)])} | kept
     free = [x for x in range(low, high) if x not in taken]
-    wide = [node for node in kids if span[id(node)][1] - span[id(node)][0] > 1]
+    wide = [node for node in kids if node.kind == "wrap" and span[id(node)][1] - span[id(node)][0] > 1]
     for node in kids:
         lo, hi = span[id(node)]
         if lo < hi or id(node) not in wants:
             continue
         want = min(max(wants[id(node)], low), high - 1)
-        if free:
-            k = bisect.bisect_left(free, want)
-            x = min(free[max(k - 1, 0):k + 1], key=lambda x: (abs(x - want), x))
+        # the words it may take: [first, last]. A free word is in no sibling's span, and a sibling whose end word it takes
+        # keeps its other words after (before) it: `last` may be a sibling's first word, `first` a sibling's last.
+        first, last = low, high - 1
+        if id(node) not in sentence.opens or id(node) not in sentence.closes:
+            spans = [span[id(other)] for other in kids if other is not node and span[id(other)][0] < span[id(other)][1]]
+            if id(node) not in sentence.opens:
+                last = min((a for a, _ in spans), default=last)
+            if id(node) not in sentence.closes:
+                first = max((b - 1 for _, b in spans), default=first)
+        i, j = bisect.bisect_left(free, first), bisect.bisect_right(free, last)
+        ends = [] if i < j else [
+            (abs(x - want), x, other) for other in wide
+            for x, tag_here in ((span[id(other)][0], id(other) in sentence.opens), (span[id(other)][1] - 1, id(other) in sentence.closes))
+            if tag_here and first <= x <= last and x not in kept]
+        if i < j:
+            k = bisect.bisect_left(free, want, i, j)
+            x = min(free[max(k - 1, i):min(k + 1, j)], key=lambda x: (abs(x - want), x))
             free.remove(x)
-        elif wide:
-            _, x, other = min(((abs(x - want), x, other) for other in wide for x in (span[id(other)][0], span[id(other)][1] - 1)),
-                              key=lambda end: end[:2])
+        elif ends:
+            _, x, other = min(ends, key=lambda end: end[:2])
             a, b = span[id(other)]
             span[id(other)] = (a + 1, b) if x == a else (a, b - 1)
             if b - a == 2:
                 wide.remove(other)
         else:
-            return
+            continue
         span[id(node)] = (x, x + 1)
 
 
