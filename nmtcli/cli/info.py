@@ -200,6 +200,7 @@ def _init_row(init: dict[str, Any], row) -> None:
 def _recipe_rows(report: dict[str, Any], row) -> None:
     """A preset's training recipe: the batch, how long, the schedule, checkpoints and validation."""
     from nmtcli.training.schedule import inverse_sqrt_lr
+    from nmtcli.training.settings import TrainSettings, step_floor
 
     r = report["recipe"]
     if r["update_freq"]:
@@ -207,7 +208,7 @@ def _recipe_rows(report: dict[str, Any], row) -> None:
     else:
         row("batch", f"~{r['tokens_per_step']:,} target tokens per step (batches of <= {r['max_tokens']:,} tokens per GPU, accumulated)")
     if r["epochs"] and not r["max_steps"]:
-        row("steps", f"{r['epochs']} epochs of the training data (at least {max(r['min_steps'], 2 * r['warmup']):,} steps); early stop after "
+        row("steps", f"{r['epochs']} epochs of the training data (at least {step_floor(TrainSettings(**r)):,} steps); early stop after "
             f"{r['patience']} validations without a better BLEU on the first {r['valid_bleu']} valid lines")
     else:
         row("steps", f"{r['max_steps']:,}")

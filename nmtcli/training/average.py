@@ -31,18 +31,26 @@ def checkpoints_to_average(run_dir: Path, last: int, at: str = "auto") -> tuple[
     found = checkpoint_dirs(run_dir)
     if not found:
         raise NmtError(f"{run_dir} has no complete checkpoint", "train longer, or check the path")
-    best = best_validation(run_dir) if at != "last" else None
-    if at == "best" and best is None:
-        raise NmtError(f"{run_dir} recorded no validation to average at", "average its newest checkpoints: --at last")
-    if best is not None and (at == "best" or best["metric"] == "valid_bleu"):
+    if at == "last":
+        return found[-last:], "the newest"
+    best = best_validation(run_dir)
+    if at == "best":
+        if best is None:
+            raise NmtError(f"{run_dir} recorded no validation to average at", "average its newest checkpoints: --at last")
         upto = ending_at(found, best["step"])
-        if at == "best" and not upto:
+        if not upto:
             raise NmtError(f"{run_dir} no longer has checkpoints up to its best validation (step {best['step']:,})",
                            "average its newest checkpoints: --at last")
-        if upto and (at == "best" or int(upto[-1].name) == best["step"]):
-            value = f"BLEU {best['value']:.2f}" if best["metric"] == "valid_bleu" else f"{best['metric'].replace('_', ' ')} {best['value']:.3f}"
-            return upto[-last:], f"up to the best validation (step {best['step']:,}, {value})"
+        return upto[-last:], _up_to(best)
+    upto = ending_at(found, best["step"]) if best is not None and best["metric"] == "valid_bleu" else []
+    if upto and int(upto[-1].name) == best["step"]:
+        return upto[-last:], _up_to(best)
     return found[-last:], "the newest"
+
+
+def _up_to(best: dict[str, Any]) -> str:
+    value = f"BLEU {best['value']:.2f}" if best["metric"] == "valid_bleu" else f"{best['metric'].replace('_', ' ')} {best['value']:.3f}"
+    return f"up to the best validation (step {best['step']:,}, {value})"
 
 
 def _checkpoint_model(checkpoint: Path, broken: str) -> dict[str, Any]:
