@@ -348,6 +348,11 @@ def test_a_run_that_stops_early_is_averaged_up_to_its_best_validation(prepared, 
     steps, said = averaged()
     assert steps == [1, 2] and "averaging 2 checkpoint(s), up to the best validation (step 2, BLEU 0.00): 1, 2" in said
     assert averaged("--at", "last")[0] == [5, 6]
+    # A run whose best checkpoint is gone (one `nmt train` wrote before it kept them): auto takes the newest.
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "2")
+    steps, said = averaged()
+    assert steps == [5, 6] and "averaging 2 checkpoint(s), the newest: 5, 6" in said
+    assert averaged("--at", "best")[0] == [1]
     wrong = nmt_in_process("average", str(tmp_path / "run"), "--at", "first", check=False)
     assert wrong.returncode == 2 and wrong.stderr.strip().splitlines()[-1].startswith("nmt: error: unknown --at 'first'")
 
