@@ -32,10 +32,16 @@ from pathlib import Path
 WMT14_PAIRS = 4_508_785
 
 
-def wmt_like_pairs(pairs: int, seed: int = 0, parts: int = 1) -> Iterator[list[tuple[str, str]]]:
+def wmt_like_pairs(pairs: int, seed: int = 0, parts: int = 1, learnable: bool = False) -> Iterator[list[tuple[str, str]]]:
     """Synthetic sentence pairs shaped like WMT's, in `parts` lists: log-normal lengths of about 23 words
     (up to a few hundred), a Zipfian vocabulary of 60,000 made-up words per language, 1% exact
-    duplicates, and an empty target in every thousand pairs."""
+    duplicates, and an empty target in every thousand pairs.
+
+    By default a target is drawn independently of its source: the shape of WMT without its content (what
+    `nmt prepare` costs), and a model can learn no more than the target's unigram distribution from it
+    (a loss that stays near 7 is then the right one). `learnable`: each target is its source translated
+    word by word through a fixed lexicon (the same length, the same order), a task a model learns, for
+    training runs whose loss and translations must mean something."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -56,15 +62,18 @@ def wmt_like_pairs(pairs: int, seed: int = 0, parts: int = 1) -> Iterator[list[t
     for part in range(parts):
         n = min(per_part, pairs - part * per_part)
         src_len = np.clip(rng.lognormal(3.0, 0.55, n).astype(int), 1, 400)
-        tgt_len = np.maximum(1, (src_len * rng.normal(1.0, 0.12, n)).astype(int))
+        tgt_len = src_len if learnable else np.maximum(1, (src_len * rng.normal(1.0, 0.12, n)).astype(int))
         rows = []
         words = rng.choice(vocab, size=int(src_len.sum() + tgt_len.sum()), p=zipf)
         at = 0
         for s, t in zip(src_len, tgt_len):
             src = " ".join(en[words[at : at + s]]).capitalize() + "."
             at += s
-            tgt = " ".join(de[words[at : at + t]]).capitalize() + "."
-            at += t
+            if learnable:  # the source's words through the lexicon
+                tgt = " ".join(de[words[at - s : at]]).capitalize() + "."
+            else:
+                tgt = " ".join(de[words[at : at + t]]).capitalize() + "."
+                at += t
             rows.append((src, tgt))
         for i in rng.choice(n, size=n // 100, replace=False)[1:]:
             rows[i] = rows[i - 1]  # exact duplicates

@@ -82,6 +82,54 @@ def test_the_gpu_attention_calls_of_every_search_equal_the_cpu_search(sdpa_calls
     assert any(shape and shape[1:3] == (1, 1) and shape[0] > 1 for _, shape in sdpa_calls), "no source mask seen"
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_every_decoding_step_attends_with_the_kernels_chosen_for_its_dtype(sdpa_calls, monkeypatch, dtype):
+    # A GPU decides between flash, memory-efficient, cuDNN and math by the flags sdpa_kernel sets: every
+    # step of every search (eager, fixed spans, greedy, sampling) must call with DECODING_KERNELS' choice on,
+    # and the flags must be back as they were after it (training's attention is not restricted).
+    from torch.nn.attention import SDPBackend
+
+    from nmtcli.inference.greedy import greedy_search
+    from nmtcli.inference.sampling import parse_sampling, sample
+
+    flags, in_step = [], []
+    sdpa, layer_step = F.scaled_dot_product_attention, incremental.decoder_layer_step
+    backends = torch.backends.cuda
+
+    def flagged(*args, **kwargs):
+        if in_step:  # a decoder step's call (the encoder's pass over a batch is not a step)
+            flags.append((backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled(), backends.cudnn_sdp_enabled(),
+                          backends.math_sdp_enabled()))
+        return sdpa(*args, **kwargs)
+
+    def marked(*args, **kwargs):
+        in_step.append(1)
+        try:
+            return layer_step(*args, **kwargs)
+        finally:
+            in_step.pop()
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", flagged)
+    monkeypatch.setattr(incremental, "decoder_layer_step", marked)
+    model = tiny_model(8, vocab_size=30)
+    if dtype == "bf16":
+        to_half(model, "bf16")
+    before = (backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled(), backends.cudnn_sdp_enabled(), backends.math_sdp_enabled())
+    src = _batch(SENTENCES)
+    with autocast(torch.device("cpu"), dtype):
+        beam_search(model, src, beam=4, max_len_b=6)
+        beam_search(model, src, beam=4, max_len_b=6, sync_every=4, graphs=StepGraphs(bucket=4, capture=False))
+        greedy_search(model, src, max_len_b=6)
+        sample(model, src, parse_sampling("topk:5"), max_len_b=6)
+    chosen = incremental.DECODING_KERNELS[torch.float32 if dtype == "fp32" else torch.bfloat16]
+    expected = tuple(b in chosen for b in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                                           SDPBackend.MATH))
+    assert flags and set(flags) == {expected}, set(flags)
+    assert not expected[2], "cuDNN attention builds a plan per shape: decoding steps must not use it"
+    after = (backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled(), backends.cudnn_sdp_enabled(), backends.math_sdp_enabled())
+    assert after == before
+
+
 def test_teacher_forced_attention_takes_masks_every_backend_accepts(sdpa_calls):
     model = tiny_model(3, vocab_size=30).train()
     src = _batch(SENTENCES)

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from nmtcli.model.transformer import DecoderLayer, Embedding, MultiHeadAttention, Transformer
 
@@ -203,12 +206,33 @@ def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: i
     return DecoderState(memory_kv, memory_mask, beam, cache)
 
 
+# The attention kernels a decoding step may use on a GPU, by the dtype its keys and values are in (issue 33).
+# A step's queries are one position a row (or `beam` a sentence) against a fixed span or the source, always
+# under a mask: flash takes no mask; cuDNN (bf16 and fp16 only) builds a plan on the host for every new shape,
+# and eager decoding makes a new shape nearly every step (the span grows, rows leave): 3,003 lines of a
+# base model in bf16 took 12.9 s with it and 7.3 s with it off (H200, torch 2.11), slower than fp32, which
+# cuDNN never takes. The memory-efficient kernel reads an additive mask in every dtype with no plan per
+# shape; math is the fallback for a shape it refuses. benchmarks/gpu_check.py's decode-attention stage times
+# the kernels on the decoding shapes.
+DECODING_KERNELS = {dtype: (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+                    for dtype in (torch.float32, torch.bfloat16, torch.float16)}
+
+
+def decoding_kernels(dtype: torch.dtype, device: torch.device):
+    """The context a decoding step's attention runs in: DECODING_KERNELS[dtype] where the step attends
+    through scaled_dot_product_attention (a GPU), nothing on a CPU (two matrix products there)."""
+    if not fused_attention(device):
+        return contextlib.nullcontext()
+    return sdpa_kernel(list(DECODING_KERNELS[dtype]))
+
+
 def decode_step(model: Transformer, tokens: Tensor, state: DecoderState) -> Tensor:
     """One step of incremental decoding: the newest token of each row (N,) -> next-token logits (N, V)."""
     x = embed_at(model.embedding, tokens, state.cache.position)
     state.cache.begin_step()
-    for i, layer in enumerate(model.decoder.layers):
-        x = decoder_layer_step(layer, x, state, i)
+    with decoding_kernels(state.cache.keys[0].dtype, x.device):
+        for i, layer in enumerate(model.decoder.layers):
+            x = decoder_layer_step(layer, x, state, i)
     state.cache.end_step()
     if model.decoder.final_norm is not None:
         x = model.decoder.final_norm(x)
