@@ -210,10 +210,12 @@ def stage_corpus(args) -> dict:
     text.mkdir(parents=True, exist_ok=True)
     pairs, vocab = (3000, 2000) if args.smoke else (args.pairs, args.vocab)
     started = time.perf_counter()
-    for split, n, seed in (("train", pairs, 0), ("valid", min(3000, pairs // 10), 1)):
-        rows = [row for part in wmt_like_pairs(n, seed) for row in part if row[1]]
-        (text / f"{split}.en").write_text("".join(s + "\n" for s, _ in rows), encoding="utf-8")
-        (text / f"{split}.de").write_text("".join(t + "\n" for _, t in rows), encoding="utf-8")
+    # One draw, cut into the splits: a seed makes its own lexicon, and valid and test must be the language trained on.
+    valid, test = min(3000, pairs // 10), 3003 if not args.smoke else 300  # test: newstest2014's 3,003 lines
+    rows = [row for part in wmt_like_pairs(pairs + valid + test, 0, learnable=True) for row in part if row[1]]
+    for split, part in (("train", rows[: -valid - test]), ("valid", rows[-valid - test : -test]), ("test", rows[-test:])):
+        (text / f"{split}.en").write_text("".join(s + "\n" for s, _ in part), encoding="utf-8")
+        (text / f"{split}.de").write_text("".join(t + "\n" for _, t in part), encoding="utf-8")
     made = time.perf_counter() - started
     rc, _ = log_run([*NMT, "prepare", "--train", str(text / "train"), "--valid", str(text / "valid"), "-s", "en", "-t", "de",
                      "--vocab-size", str(vocab), "-o", str(data)], args.out / "corpus.log")

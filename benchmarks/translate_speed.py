@@ -146,6 +146,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sampling-specs", default="full,topk:10,topp:0.9", help="the sampling setting's --sampling specs, comma-separated")
     parser.add_argument("--no-pack", action="store_true", help="leave nmt's linear layers unpacked (CPU)")
     parser.add_argument("--no-graphs", action="store_true", help="no CUDA graphs for nmt (GPU)")
+    parser.add_argument("--json", help="also write the decoding table's rows to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: serve one engine's runs (see Worker)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -186,7 +187,7 @@ def main() -> None:
           f"each engine in its own process; {described}; {load_average()}"
           + (f"; {args.background_load} CPU-bound process(es) beside" if args.background_load else ""), file=sys.stderr)
 
-    rows: list[tuple[str, Run, int, float, float | None]] = []
+    rows: list[tuple[str, Run, int, float, float | None, dict | None]] = []
     sampling_rows: list[tuple[str, Run, int, float]] = []
     try:
         for setting in args.settings.split(","):
@@ -206,6 +207,7 @@ def main() -> None:
                 times: dict[Run, list[float]] = {r: [] for r in runs}
                 tokens: dict[Run, int] = {}
                 peak: dict[Run, float | None] = {}
+                graphs: dict[Run, dict | None] = {}
                 def engine_setting(run: Run) -> tuple[Worker, Run, str]:
                     name, plain = run.engine.removesuffix("-plain"), run.engine.endswith("-plain")
                     return workers[name], Run(name, run.dtype, run.batch), "natural" if plain else setting
@@ -218,9 +220,10 @@ def main() -> None:
                         worker, engine_run, engine_setting_name = engine_setting(run)
                         result = worker.decode(engine_run, engine_setting_name)
                         tokens[run], peak[run] = result["tokens"], result["peak_mib"]
+                        graphs[run] = summed_graphs(graphs.get(run), result.get("graphs"))
                         times[run].append(result["seconds"])
                         print(f"  {setting} round {i} {run}: {tokens[run] / times[run][-1]:.0f} tok/s", file=sys.stderr, flush=True)
-            rows += [(setting, run, tokens[run], statistics.median(times[run]), peak[run]) for run in runs]
+            rows += [(setting, run, tokens[run], statistics.median(times[run]), peak[run], graphs.get(run)) for run in runs]
             if setting == "prefix":
                 paired = {run: [t / p for t, p in zip(times[run], times[Run(f"{run.engine}-plain", run.dtype, run.batch)])]
                           for run in runs if not run.engine.endswith("-plain")}
@@ -229,6 +232,10 @@ def main() -> None:
             worker.close()
     if rows:
         print_table(rows, args.sentences)
+        if args.json:
+            Path(args.json).write_text(json.dumps([
+                {"setting": setting, "engine": run.engine, "dtype": run.dtype, "batch": run.batch, "tokens": n_tokens, "median_s": seconds,
+                 "peak_mib": peak, "graphs": graph_state} for setting, run, n_tokens, seconds, peak, graph_state in rows], indent=1) + "\n")
     if "prefix" in args.settings.split(","):
         print_prefix_ratios(paired)
     if sampling_rows:
@@ -329,6 +336,7 @@ def serve_worker(args) -> None:
         if gpu:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        before = engine.graph_state(run) if hasattr(engine, "graph_state") else None
         start = time.perf_counter()
         if forced is not None:
             tokens = engine.decode(run, batches, padded, False, args.length, prefixes=forced)
@@ -338,14 +346,41 @@ def serve_worker(args) -> None:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() / 2**20 if gpu and run.engine != "ct2" else None
-        print(json.dumps({"tokens": tokens, "seconds": seconds, "peak_mib": peak}), file=out, flush=True)
+        graphs = graph_run(before, engine.graph_state(run)) if before is not None else None
+        print(json.dumps({"tokens": tokens, "seconds": seconds, "peak_mib": peak, "graphs": graphs}), file=out, flush=True)
+
+
+def graph_run(before: dict, after: dict) -> dict:
+    """What nmt's CUDA graphs did during one timed run: on or off at its end (and why), and the graphs captured,
+    dropped (the Arena grew) and replayed in it. A benchmark must never time a fallback without saying so."""
+    counts = {k: after[k] - before[k] for k in ("captured", "dropped", "replayed") if after.get(k) is not None}
+    return {"enabled": after["enabled"], "off_reason": after.get("off_reason"), **counts}
+
+
+def graphs_cell(state: dict | None) -> str:
+    """A row's graph state for the table: captured / dropped / replayed in the timed runs, or OFF."""
+    if state is None:
+        return "-"
+    if not state["enabled"]:
+        return "OFF !"
+    return "on " + "/".join(f"{state.get(k, '?'):,}" if isinstance(state.get(k), int) else "?" for k in ("captured", "dropped", "replayed"))
+
+
+def summed_graphs(total: dict | None, one: dict | None) -> dict | None:
+    """The graph state over a row's timed runs: counters added, off if it was off after any run."""
+    if one is None:
+        return total
+    if total is None:
+        return dict(one)
+    added = {k: total[k] + one[k] for k in ("captured", "dropped", "replayed") if k in total and k in one}
+    return {**total, **added, "enabled": total["enabled"] and one["enabled"], "off_reason": total.get("off_reason") or one.get("off_reason")}
 
 
 def print_table(rows, n_sentences: int) -> None:
     """Tokens/s for the decoding settings (each engine and dtype's best batch marked), seconds for processes.
     The last columns compare with Hugging Face in the same dtype, the fastest Hugging Face row of the
     setting, and CTranslate2 fp32 (each at its best batch)."""
-    speed = {(setting, run): (n_tokens or n_sentences) / seconds for setting, run, n_tokens, seconds, _ in rows}
+    speed = {(setting, run): (n_tokens or n_sentences) / seconds for setting, run, n_tokens, seconds, *_ in rows}
     best: dict[tuple[str, str, str], float] = {}
     for (setting, run), v in speed.items():
         best[setting, run.engine, run.dtype] = max(best.get((setting, run.engine, run.dtype), 0.0), v)
@@ -355,17 +390,22 @@ def print_table(rows, n_sentences: int) -> None:
         return f"{v / peer:.2f}x" if peer else "-"
 
     print("| setting | engine | dtype | batch | output tokens | median s | target tok/s | sentences/s | peak GPU MiB "
-          "| vs HF same dtype | vs best HF | vs CT2 fp32 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for setting, run, n_tokens, seconds, peak in rows:
+          "| vs HF same dtype | vs best HF | vs CT2 fp32 | CUDA graphs captured/dropped/replayed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    off = []
+    for setting, run, n_tokens, seconds, peak, graph_state in rows:
         v = speed[setting, run]
         several = sum(1 for s, r, *_ in rows if s == setting and (r.engine, r.dtype) == (run.engine, run.dtype)) > 1
         batch = (f"{run.batch}" if run.batch else "default") + (" (best)" if several and v == best[setting, run.engine, run.dtype] else "")
         cells = [setting, run.engine, run.dtype, batch, f"{n_tokens}" if n_tokens else "-", f"{seconds:.2f}",
                  f"{n_tokens / seconds:.0f}" if n_tokens else "-", f"{n_sentences / seconds:.1f}",
                  f"{peak:,.0f}" if peak is not None else "-", ratio(v, best.get((setting, "hf", run.dtype))),
-                 ratio(v, best_hf.get(setting)), ratio(v, best.get((setting, "ct2", "fp32")))]
+                 ratio(v, best_hf.get(setting)), ratio(v, best.get((setting, "ct2", "fp32"))), graphs_cell(graph_state)]
         print("| " + " | ".join(cells) + " |")
+        if graph_state is not None and not graph_state["enabled"]:
+            off.append(f"{setting} {run}: {graph_state.get('off_reason') or 'graphs turned off'}")
+    for line in off:  # a row timed with graphs fallen off is not the speed of graphs
+        print(f"\n! CUDA graphs were OFF in {line}")
 
 
 def print_prefix_ratios(paired: dict[Run, list[float]]) -> None:
@@ -408,6 +448,14 @@ class Nmt:
 
             notes.append("malloc keeps freed memory" if keep_freed_memory() else "malloc as it is")
         self.describe = ", ".join(["same weights (imported)", *notes, *(["CUDA graphs"] if self.graphs[self.dtypes[0]] else [])])
+
+    def graph_state(self, run: Run) -> dict | None:
+        """The CUDA graphs' counters of `run`'s dtype (inference/graphs.py: StepGraphs.summary), None without graphs."""
+        graphs = self.graphs.get(run.dtype)
+        if graphs is None:
+            return None
+        return graphs.summary() if hasattr(graphs, "summary") else {
+            "enabled": graphs.enabled, "captured": graphs.captured, "dropped": graphs.dropped, "replayed": getattr(graphs, "replayed", None)}
 
     def graphs_for(self, dtype: str):
         """The step graphs of `dtype`'s model; the other dtypes' let go (fp32 and bf16 runs alternate, and each
@@ -669,7 +717,7 @@ def measure_processes(args, device: torch.device, work: Path, nmt_dir: Path, n_s
     if args.background_load:
         print_load_table(times, args.background_load, args.threads or cpus())
     # Processes write text, not tokens: the table shows their seconds and sentences/s.
-    return [("process", run, None, statistics.median(times[run, 0]), None) for run in commands]
+    return [("process", run, None, statistics.median(times[run, 0]), None, None) for run in commands]
 
 
 def print_load_table(times: dict, load: int, default_threads: int) -> None:
