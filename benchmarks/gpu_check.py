@@ -1,39 +1,40 @@
 #!/usr/bin/env python3
-"""Everything issue 11 (training at H100 speed) measures on a GPU, in one command.
+"""Everything the GPU issues measure (11: training speed; 33: translation; 34: training at 2x Hugging Face), in one command.
 
-    python benchmarks/gpu_check.py --out gpu_check                  # one GPU, all stages: ~30 minutes on an H100
-    python benchmarks/gpu_check.py --smoke --out /tmp/gpu_check     # CPU, tiny sizes: proves the script runs (~10 min)
+    python benchmarks/gpu_check.py --out OUT --data gpu/data --test gpu/test      # one GPU, issues 33 and 34: ~8 minutes
+    python benchmarks/gpu_check.py --smoke --out /tmp/gpu_check --data gpu/data --test gpu/test   # the same on a CPU, tiny sizes
 
-The same in parts of under 10 minutes each (the summary gathers them; a later call reuses OUT/data):
+Prepare the corpus on a CPU first and carry it (`--stages corpus --out gpu/check`, then move gpu/check/data and
+gpu/check/corpus/test.* to gpu/): `nmt prepare` of 300,000 pairs takes minutes of CPU a GPU lease should not pay.
 
-    python benchmarks/gpu_check.py --out gpu_check --stages env,check,micro
-    python benchmarks/gpu_check.py --out gpu_check --stages batch,corpus
-    python benchmarks/gpu_check.py --out gpu_check --stages train --train-variants eager,gpus
-    python benchmarks/gpu_check.py --out gpu_check --stages train --train-variants compile
-
-Stages, in order (--stages picks some):
+Stages, in order (--stages picks some; --deadline bounds the whole: a stage that cannot finish in what is left
+is skipped, and every step of a stage has its own timeout):
   env      PyTorch, CUDA, the GPU
-  check    on the device, against the reference: the chunked loss (training/loss.py) against the loss over
-           full logits, in fp32 and bf16 autocast (value and gradients), and packed source attention (the
-           flash kernel for padded batches) against the masked kernel, in bf16; relative errors
-  micro    benchmarks/train_throughput.py --preset both --precision bf16 at the paper's step (1000 x 25
-           source + target tokens): nmt against Hugging Face MarianMTModel in the same run, plus nmt with
-           the full-logits loss of before and nmt --compile; tokens/s, MFU, peak memory; and
-           torch.profiler's top operations over 5 nmt steps (OUT/micro.log, traces in OUT/)
-  batch    nmt alone, base, bf16, at 500, 1000, 2000 and 4000 sentences of 25 tokens a batch: target
-           tokens/s, MFU and peak memory against the batch per GPU (what --max-tokens should default to)
-  corpus   a generated WMT-shaped corpus (300,000 pairs, 32,000-piece vocabulary; benchmarks/prepare_speed.py's
-           generator) through the real `nmt prepare` (OUT/data)
-  train    the real `nmt train --preset base --max-time 3m` on it three ways: eager, --compile, and
-           --gpus 1 (through torchrun); target tokens/s in the first minute and after it, MFU, steps
-Writes OUT/summary.json and a log per stage, and prints a table last. --smoke runs the same stages on
-a CPU with the tiny preset, small sizes and no --compile variants (inductor takes minutes on a CPU;
-tests/test_training.py compiles for real there).
+  decode_attention  a decoding step's attention (one query a row against a fixed span, and `beam` a sentence
+           against the source) by kernel (PyTorch's choice, memory-efficient, cuDNN, math) in fp32 and bf16: the
+           steady time of one shape, and the time of a new shape every call (what eager decoding does)
+  translate  benchmarks/translate_speed.py --settings fixed,natural --engines nmt,hf (3,003 sentences, batches
+           512 and 3,003, fp32 and bf16), with each nmt row's CUDA graph state
+  micro    benchmarks/train_throughput.py --preset both: nmt against Hugging Face MarianMTModel at the paper's
+           step (1000 x 25 + 1000 x 25 tokens), with --variants (attention kinds, compiled layers) as systems of
+           their own; torch.profiler's top operations over 5 steps of --profile-system (OUT/micro.log)
+  train    the real `nmt train --preset base --max-time T` on the carried corpus: target tokens/s in the first
+           minute and after it, MFU, steps
+  cli      `nmt average` of that run, then `nmt translate` of the carried test set (3,003 lines) as whole
+           processes in fp32 and bf16, CUDA graphs on and off: seconds, lines/s, the graph state each printed,
+           BLEU (`nmt score`), and where a process's start-up goes (import, CUDA context, model load, first line)
+  loss     `nmt train --preset tiny --max-steps N` on the carried corpus on the GPU in bf16: its loss at every log line,
+           to hold against the same command on a CPU (the same seed and batches)
+  check, batch, corpus: issue 11's (the fused paths against their references; nmt at growing batches; the
+           corpus made and prepared)
+Writes OUT/summary.json and a log per stage, and prints a table last. --smoke runs the same stages on a CPU
+with the tiny preset and small sizes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -47,21 +48,26 @@ HERE = Path(__file__).resolve().parent
 NMT = [sys.executable, "-m", "nmtcli"]
 
 
-def log_run(command: list[str], log: Path, timeout: float | None = None) -> tuple[int, list[tuple[float, str]]]:
-    """Run a command, keeping each line of its output with the seconds since the start when it arrived."""
+def log_run(command: list[str], log: Path, timeout: float | None = None, stdin: Path | None = None,
+            stdout: Path | None = None) -> tuple[int, list[tuple[float, str]]]:
+    """Run a command (killed after `timeout` seconds: exit 124), keeping each line of its output with the seconds
+    since the start when it arrived; `stdin`/`stdout`: files for its standard streams (stderr is logged then)."""
     started = time.perf_counter()
     lines: list[tuple[float, str]] = []
     env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
-    with open(log, "w", encoding="utf-8") as out:
+    if timeout:
+        command = ["timeout", "-k", "5", str(int(timeout)), *command]
+    with open(log, "a", encoding="utf-8") as out, \
+            open(stdin or os.devnull, "rb") as given, open(stdout or os.devnull, "wb") as taken:
         out.write("$ " + " ".join(command) + "\n")
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        for line in process.stdout:
+        process = subprocess.Popen(command, stdin=given, stdout=taken if stdout else subprocess.PIPE,
+                                   stderr=subprocess.PIPE if stdout else subprocess.STDOUT, text=False, env=env)
+        for raw in (process.stderr if stdout else process.stdout):
+            line = raw.decode("utf-8", errors="replace")
             at = time.perf_counter() - started
             lines.append((at, line.rstrip("\n")))
             out.write(f"[{at:8.1f}s] {line}")
             out.flush()
-            if timeout and at > timeout:
-                process.kill()
         rc = process.wait()
     return rc, lines
 
@@ -169,20 +175,93 @@ SMOKE_THROUGHPUT = ["--device", "cpu", "--precision", "fp32", "--length", "12", 
 GPU_THROUGHPUT = ["--device", "cuda", "--precision", "bf16"]
 
 
-def throughput(args, name: str, flags: list[str]) -> dict:
+def throughput(args, name: str, flags: list[str], timeout: float | None = None) -> dict:
     """benchmarks/train_throughput.py with `flags`, its output in OUT/NAME.log and its numbers in OUT/NAME.json."""
     json_path = args.out / f"{name}.json"
     rc, _ = log_run([sys.executable, str(HERE / "train_throughput.py"), *(SMOKE_THROUGHPUT if args.smoke else GPU_THROUGHPUT),
-                     *flags, "--json", str(json_path)], args.out / f"{name}.log")
+                     *flags, "--json", str(json_path)], args.out / f"{name}.log", timeout=timeout)
     if rc != 0:
         return {"error": f"exit {rc}, see {args.out / (name + '.log')}"}
     return {"results": json.loads(json_path.read_text())}
 
 
 def stage_micro(args) -> dict:
+    """nmt against Hugging Face at the paper's step, with --variants as systems of their own, and a profile."""
+    variants = ["--variants", args.variants] if args.variants else []
+    profiled = ["--profile", "1" if args.smoke else "5", "--profile-system", args.profile_system]
     if args.smoke:
-        return throughput(args, "micro", ["--preset", "base", "--sentences", "8", "--full-logits", "--profile", "1"])
-    return throughput(args, "micro", ["--preset", args.micro_preset, "--full-logits", "--compile", "--profile", "5"])
+        return throughput(args, "micro", ["--preset", "tiny", "--sentences", "8", *variants, *profiled], timeout=args.budget("micro"))
+    return throughput(args, "micro", ["--preset", args.micro_preset, *variants, *profiled], timeout=args.budget("micro"))
+
+
+def stage_decode_attention(args) -> dict:
+    """A decoding step's attention calls by kernel: milliseconds per call at one steady shape (CUDA events over
+    many calls), and per call when every call has a new shape (what eager decoding gives a kernel that plans per
+    shape: the span grows every step, rows leave)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    device = torch.device(args.device)
+    sentences, beam, heads, d_k = (256, 4, 2, 8) if args.smoke else (1024, 4, 8, 64)
+    kernels = {"pytorch's choice": None, "efficient": [SDPBackend.EFFICIENT_ATTENTION], "cudnn": [SDPBackend.CUDNN_ATTENTION],
+               "math": [SDPBackend.MATH]}
+    results = {}
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    for dtype in (torch.float32, torch.bfloat16):
+        for kind in ("self", "cross"):
+            def call(width: int):
+                if kind == "self":  # rows x 1 query against a span, mask (1, 1, 1, span)
+                    q = torch.randn(sentences * beam, heads, 1, d_k, device=device, dtype=dtype)
+                    k = torch.randn(sentences * beam, heads, width, d_k, device=device, dtype=dtype)
+                    mask = torch.zeros(1, 1, 1, width, device=device, dtype=dtype)
+                else:  # a sentence's beam queries against its source, mask (n, 1, 1, S)
+                    q = torch.randn(sentences, heads, beam, d_k, device=device, dtype=dtype)
+                    k = torch.randn(sentences, heads, width, d_k, device=device, dtype=dtype)
+                    mask = torch.zeros(sentences, 1, 1, width, device=device, dtype=dtype)
+                return q, k, mask
+
+            for name, backends in kernels.items():
+                key = f"{kind} {str(dtype).removeprefix('torch.')} {name}"
+                context = sdpa_kernel(backends) if backends else contextlib.nullcontext()
+                try:
+                    with context:
+                        q, k, mask = call(48)
+                        for _ in range(3):
+                            F.scaled_dot_product_attention(q, k, k, attn_mask=mask)
+                        sync()
+                        start = time.perf_counter()
+                        for _ in range(50):
+                            F.scaled_dot_product_attention(q, k, k, attn_mask=mask)
+                        sync()
+                        steady = (time.perf_counter() - start) / 50
+                        shapes = [call(w) for w in range(17, 81)]  # made first: the loop times the calls alone
+                        sync()
+                        start = time.perf_counter()
+                        for q, k, mask in shapes:
+                            F.scaled_dot_product_attention(q, k, k, attn_mask=mask)
+                        sync()
+                        varying = (time.perf_counter() - start) / len(shapes)
+                    results[key] = {"steady_ms": round(steady * 1e3, 4), "new_shape_ms": round(varying * 1e3, 4)}
+                except RuntimeError as e:
+                    results[key] = {"error": str(e).splitlines()[0][:120]}
+    return results
+
+
+def stage_translate(args) -> dict:
+    """benchmarks/translate_speed.py, nmt against Hugging Face, fixed and natural lengths, with graph state."""
+    json_path = args.out / "translate.json"
+    flags = (["--device", "cpu", "--sentences", "16", "--batches", "8,16", "--runs", "1", "--length", "4"] if args.smoke
+             else ["--device", "cuda", "--batches", "512,3003", "--runs", "2"])
+    rc, _ = log_run([sys.executable, str(HERE / "translate_speed.py"), *flags, "--settings", "fixed,natural", "--engines", "nmt,hf",
+                     "--json", str(json_path)], args.out / "translate.log", timeout=args.budget("translate"))
+    if rc != 0 or not json_path.is_file():
+        return {"error": f"exit {rc}, see {args.out / 'translate.log'}"}
+    return {"rows": json.loads(json_path.read_text())}
 
 
 def stage_batch(args) -> dict:
@@ -249,12 +328,12 @@ def train_figures(lines: list[tuple[float, str]]) -> dict:
 
 
 def stage_train(args) -> dict:
-    data = args.out / "data"
+    data = args.data
     if not (data / "manifest.json").is_file():
-        return {"error": "no prepared data: run the corpus stage first"}
+        return {"error": f"no prepared data in {data}: run the corpus stage first (on a CPU) and carry it"}
     if args.smoke:
         common = ["--preset", "tiny", "--device", "cpu", "--max-time", "20s", "--max-tokens", "2048", "--log-every", "5"]
-        variants = {"eager": [], "gpus 1 (torchrun)": ["--gpus", "1"]}
+        variants = {"eager": [], "compile": ["--compile"], "gpus 1 (torchrun)": ["--gpus", "1"]}
     else:
         common = ["--preset", "base", "--device", "cuda", "--max-time", args.train_time, "--log-every", "20"]
         variants = {"eager": [], "compile": ["--compile"], "gpus 1 (torchrun)": ["--gpus", "1"]}
@@ -265,9 +344,100 @@ def stage_train(args) -> dict:
             continue
         run_dir = args.out / "runs" / name.split()[0]
         log = args.out / f"train-{name.split()[0]}.log"
-        rc, lines = log_run([*NMT, "train", "--data", str(data), "-o", str(run_dir), "--restart", *common, *flags], log)
+        rc, lines = log_run([*NMT, "train", "--data", str(data), "-o", str(run_dir), "--restart", *common, *flags], log,
+                            timeout=args.budget("train"))
         results[name] = {"exit": rc, "log": str(log), **train_figures(lines)}
     return results
+
+
+def stage_cli(args) -> dict:
+    """The base run of the train stage averaged, then `nmt translate` of the test set as whole processes."""
+    run = args.out / "runs" / "eager"
+    model = args.out / "model"
+    log = args.out / "cli.log"
+    rc, _ = log_run([*NMT, "average", str(run), "-o", str(model)], log, timeout=120)
+    if rc != 0:
+        return {"error": f"nmt average exit {rc}, see {log}"}
+    test = Path(str(args.test) + ".en")
+    device = "cpu" if args.smoke else "cuda"
+    results = {"lines": sum(1 for _ in open(test, encoding="utf-8"))}
+    dtypes = ("fp32",) if args.smoke else ("fp32", "bf16")
+    for dtype in dtypes:
+        for graphs in ("--cuda-graphs", "--no-cuda-graphs"):
+            if args.smoke and graphs == "--cuda-graphs":
+                continue
+            name = f"{dtype} {graphs.removeprefix('--')}"
+            out = args.out / f"translation.{dtype}.{graphs.removeprefix('--')}.de"
+            started = time.perf_counter()
+            rc, lines = log_run([*NMT, "translate", "-m", str(model), "--device", device, "--dtype", dtype, graphs], log,
+                                timeout=120, stdin=test, stdout=out)
+            whole = time.perf_counter() - started
+            said = next((line for _, line in lines if "translated" in line), "")
+            warnings = [line for _, line in lines if "warning" in line]
+            entry = {"exit": rc, "whole_process_s": round(whole, 2), "said": said.strip(), "warnings": warnings[:3]}
+            if rc == 0:
+                rc2, scored = log_run([*NMT, "score", str(out), "--ref", str(args.test) + ".de"], log, timeout=60)
+                entry["score"] = next((line.strip() for _, line in scored if "BLEU" in line), None)
+            results[name] = entry
+    results["startup"] = startup_breakdown(args, model, device)
+    return results
+
+
+STARTUP = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+device = torch.device(sys.argv[2])
+if device.type == "cuda":
+    torch.zeros(1, device=device); torch.cuda.synchronize()
+t2 = time.perf_counter()
+from nmtcli.inference.translator import Translator
+t3 = time.perf_counter()
+translator = Translator(sys.argv[1], device)
+if device.type == "cuda":
+    torch.cuda.synchronize()
+t4 = time.perf_counter()
+list(translator.translate(["A first line to translate."]))
+if device.type == "cuda":
+    torch.cuda.synchronize()
+t5 = time.perf_counter()
+print(json.dumps({"import torch": t1 - t0, "CUDA context": t2 - t1, "import nmt": t3 - t2, "model load": t4 - t3, "first line": t5 - t4}))
+"""
+
+
+def startup_breakdown(args, model: Path, device: str) -> dict:
+    """Where the seconds before the first translated line go, in a fresh process (median of 3)."""
+    runs = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", STARTUP, str(model), device], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))})
+        if out.returncode != 0:
+            return {"error": out.stderr[-500:]}
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {key: round(statistics.median(r[key] for r in runs), 3) for key in runs[0]}
+
+
+def stage_loss(args) -> dict:
+    """`nmt train --preset tiny --max-steps N` on the carried corpus: its loss at every log line (the same command
+    on a CPU gives the curve to hold it against: same seed, same batches)."""
+    if not (args.data / "manifest.json").is_file():
+        return {"error": f"no prepared data in {args.data}"}
+    device = "cpu" if args.smoke else "cuda"
+    results = {}
+    for precision in (("fp32",) if args.smoke else ("bf16", "fp32")):
+        log = args.out / f"loss-{precision}.log"
+        run_dir = args.out / "runs" / f"loss-{precision}"
+        rc, lines = log_run([*NMT, "train", "--data", str(args.data), "-o", str(run_dir), "--restart", "--preset", "tiny",
+                             "--max-steps", str(args.loss_steps), "--log-every", "25", "--valid-every", "1000000",
+                             "--save-every", "1000000", "--device", device, "--precision", precision, "--seed", "1"],
+                            log, timeout=args.budget("loss"))
+        curve = [(int(m.group(1)), float(m.group(2))) for _, line in lines if (m := LOSS_LINE.search(line))]
+        results[precision] = {"exit": rc, "loss": curve}
+    return results
+
+
+LOSS_LINE = re.compile(r"step\s+(\d+)\s+loss\s+([\d.]+)")
 
 
 def system_row(name: str, s: dict | str) -> str:
@@ -300,6 +470,22 @@ def table(summary: dict) -> list[str]:
     if isinstance(batch, dict) and batch:
         rows.append(f"\n{'nmt base, batch of':<28} {header}")
         rows.extend(system_row(name, s) for name, s in batch.items())
+    attention = summary.get("decode_attention")
+    if isinstance(attention, dict) and attention and "error" not in attention:
+        rows.append(f"\n{'decoding attention, ms a call':<40} {'steady':>8} {'new shape':>10}")
+        for name, r in attention.items():
+            rows.append(f"{name:<40} " + (f"{r['steady_ms']:>8.3f} {r['new_shape_ms']:>10.3f}" if "steady_ms" in r else r.get("error", "")))
+    translate = summary.get("translate")
+    if isinstance(translate, dict) and "rows" in translate:
+        rows.append(f"\n{'translate_speed':<28} {'batch':>6} {'median s':>9} {'tok/s':>9}  graphs captured/dropped/replayed")
+        for r in translate["rows"]:
+            g = r.get("graphs")
+            state = "-" if g is None else ("OFF " + str(g.get("off_reason"))[:60]) if not g["enabled"] else \
+                f"on {g.get('captured')}/{g.get('dropped')}/{g.get('replayed')}"
+            name = f"{r['setting']} {r['engine']} {r['dtype']}"
+            rows.append(f"{name:<28} {r['batch']:>6} {r['median_s']:>9.2f} {r['tokens'] / r['median_s']:>9,.0f}  {state}")
+    elif isinstance(translate, dict):
+        rows.append(f"\ntranslate: {translate}")
     train = summary.get("train")
     if isinstance(train, dict) and train:
         rows.append(f"\n{'nmt train':<20} {'exit':>4} {'steps':>7} {'1st log s':>9} {'tok/s 1st min':>14} {'tok/s after':>12} {'MFU after':>9}")
@@ -313,11 +499,32 @@ def table(summary: dict) -> list[str]:
             rows.append(f"{name:<20} {r['exit']:>4} {r['steps']:>7} {r['seconds_to_first_log_line']:>9} "
                         f"{fmt(r['first_minute_tokens_per_s']):>14} {fmt(r['after_first_minute_tokens_per_s']):>12} "
                         f"{fmt(r['after_first_minute_mfu_percent']):>9}")
+    cli = summary.get("cli")
+    if isinstance(cli, dict) and cli:
+        rows.append(f"\nnmt translate, {cli.get('lines')} lines (whole process s; what it said; BLEU)")
+        for name, r in cli.items():
+            if isinstance(r, dict) and "whole_process_s" in r:
+                rows.append(f"{name:<24} exit {r['exit']} {r['whole_process_s']:>7.2f} s  {r['said'][:110]}  {r.get('score') or ''}"
+                            + (f"  WARNINGS: {r['warnings']}" if r["warnings"] else ""))
+        if "startup" in cli:
+            rows.append(f"start-up (median of 3): {cli['startup']}")
+        if "error" in cli:
+            rows.append(f"cli: {cli['error']}")
+    loss = summary.get("loss")
+    if isinstance(loss, dict) and loss:
+        for name, r in loss.items():
+            if isinstance(r, dict) and "loss" in r:
+                rows.append(f"loss curve {name} (exit {r['exit']}): " + " ".join(f"{step}:{value:.3f}" for step, value in r["loss"]))
+    for name, value in summary.items():
+        if isinstance(value, dict) and set(value) == {"error"}:
+            rows.append(f"{name}: {value['error']}")
     return rows
 
 
-STAGES = {"env": stage_env, "check": stage_check, "micro": stage_micro, "batch": stage_batch, "corpus": stage_corpus,
-          "train": stage_train}
+STAGES = {"env": stage_env, "check": stage_check, "decode_attention": stage_decode_attention, "translate": stage_translate,
+          "micro": stage_micro, "batch": stage_batch, "corpus": stage_corpus, "train": stage_train, "cli": stage_cli, "loss": stage_loss}
+# Seconds each stage may take at most (its commands' timeouts); the deadline cuts them further.
+BUDGETS = {"translate": 200, "micro": 150, "train": 200, "loss": 90}
 
 
 def main() -> None:
@@ -330,7 +537,21 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=32_000, help="sentencepiece vocabulary of the generated corpus")
     parser.add_argument("--train-time", default="3m", help="--max-time of each `nmt train` run")
     parser.add_argument("--train-variants", help="comma-separated, of eager, compile, gpus (default: all)")
+    parser.add_argument("--data", type=Path, default=Path("gpu/data"), help="the prepared corpus (the corpus stage writes OUT/data)")
+    parser.add_argument("--test", type=Path, default=Path("gpu/test"), help="TEST.en / TEST.de: the lines the cli stage translates")
+    parser.add_argument("--variants", help="the micro stage's nmt variants (train_throughput.py --variants)")
+    parser.add_argument("--profile-system", default="nmt", help="the micro stage's system to profile")
+    parser.add_argument("--loss-steps", type=int, default=300, help="the loss stage's steps")
+    parser.add_argument("--deadline", type=float, default=0, help="seconds for everything (0: none): stages that cannot fit are skipped")
     args = parser.parse_args()
+    began = time.perf_counter()
+
+    def budget(stage: str) -> float:
+        """A stage's timeout: its own budget, cut to what the deadline leaves (30 s kept for the summary)."""
+        own = BUDGETS.get(stage, 600) * (3 if args.smoke else 1)
+        return max(10.0, min(own, args.deadline - (time.perf_counter() - began) - 30)) if args.deadline else own
+
+    args.budget = budget
     args.device = "cpu" if args.smoke else "cuda"
     args.train_variants = args.train_variants.split(",") if args.train_variants else None
     args.out.mkdir(parents=True, exist_ok=True)
@@ -338,6 +559,9 @@ def main() -> None:
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     for name in args.stages.split(","):
         started = time.perf_counter()
+        if args.deadline and args.deadline - (started - began) < 40:
+            summary[name] = {"error": f"skipped: {args.deadline - (started - began):.0f} s left of --deadline"}
+            continue
         print(f"gpu_check: {name} ...", file=sys.stderr, flush=True)
         try:
             result = STAGES[name](args)

@@ -62,13 +62,48 @@ def adam(model: torch.nn.Module) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
 
-def ours(config, device, autocast, full_logits: bool = False, compiled: bool = False):
+# --variants: nmt with one or more of its switches set, timed as systems of their own beside today's nmt.
+# attention: how attention over the padded source runs (model/packed_attention.py SOURCE_ATTENTION: varlen,
+# sdpa, efficient, cudnn, math); compile: layers (--compile's regional compile with dynamic sizes).
+VARIANT_KEYS = {"attention": ("varlen", "sdpa", "efficient", "cudnn", "math"), "compile": ("layers",)}
+
+
+def parse_variants(text: str | None) -> dict[str, dict[str, str]]:
+    """"attention=sdpa;attention=math,compile=layers" -> {"nmt attention=sdpa": {...}, ...}."""
+    variants = {}
+    for spec in filter(None, (text or "").split(";")):
+        settings = dict(item.split("=", 1) for item in spec.split(","))
+        for key, value in settings.items():
+            if key not in VARIANT_KEYS or value not in VARIANT_KEYS[key]:
+                raise SystemExit(f"unknown variant {key}={value}: choose from {VARIANT_KEYS}")
+        variants[f"nmt {spec}"] = settings
+    return variants
+
+
+@contextlib.contextmanager
+def variant_switches(variant: dict[str, str], dtype: torch.dtype | None):
+    """The module-level switches a variant sets, for the duration of one of its steps (systems alternate)."""
+    from nmtcli.model import packed_attention
+
+    saved = dict(packed_attention.SOURCE_ATTENTION)
+    if "attention" in variant and dtype is not None:
+        packed_attention.SOURCE_ATTENTION[dtype] = variant["attention"]
+    try:
+        yield
+    finally:
+        packed_attention.SOURCE_ATTENTION.clear()
+        packed_attention.SOURCE_ATTENTION.update(saved)
+
+
+def ours(config, device, autocast, full_logits: bool = False, compiled: bool = False, variant: dict[str, str] | None = None,
+         dtype: torch.dtype | None = None):
     if full_logits:
         sys.path.insert(0, str(TESTS))
         from reference_loss import label_smoothed_loss
+    variant = variant or {}
     torch.manual_seed(0)
     model = Transformer(config).to(device).train()
-    if compiled:
+    if compiled or variant.get("compile") == "layers":
         from nmtcli.training import compiling
 
         compiling.check_compile_works(device)
@@ -76,6 +111,10 @@ def ours(config, device, autocast, full_logits: bool = False, compiled: bool = F
     optimizer = adam(model)
 
     def step(src, tgt_in, tgt_out, tokens):
+        with variant_switches(variant, dtype):
+            one_step(src, tgt_in, tgt_out, tokens)
+
+    def one_step(src, tgt_in, tgt_out, tokens):
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             if full_logits:  # the loss before issue 11: every logit, then the loss over them
@@ -129,7 +168,7 @@ def profile(step, batch, device: torch.device, steps: int, out: Path | None) -> 
             step(*batch)
         sync(device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    print(f"\ntorch.profiler, nmt, {steps} steps, by {key}:\n")
+    print(f"\ntorch.profiler, {steps} steps, by {key}:\n")
     print(prof.key_averages().table(sort_by=key, row_limit=30))
     if out is not None:
         prof.export_chrome_trace(str(out))
@@ -187,6 +226,8 @@ def run(args: argparse.Namespace, preset: str) -> dict:
         systems["nmt, full-logits loss"] = ours(config, device, autocast, full_logits=True)
     if args.compile:
         systems["nmt --compile"] = ours(config, device, autocast, compiled=True)
+    for name, variant in parse_variants(args.variants).items():
+        systems[name] = ours(config, device, autocast, variant=variant, dtype=dtype)
     if not args.no_peer:
         systems[PEER] = marian(config, device, autocast)
     for name, (model, _) in systems.items():
@@ -222,7 +263,7 @@ def run(args: argparse.Namespace, preset: str) -> dict:
         print(line)
     if args.profile:
         trace = Path(args.json).with_suffix(f".{preset}.trace.json") if args.json else None
-        profile(systems["nmt"][1], batch, device, args.profile, trace)
+        profile(systems[args.profile_system][1], batch, device, args.profile, trace)
     for model, _ in systems.values():
         model.cpu()
     del systems
@@ -244,7 +285,10 @@ def main() -> None:
     parser.add_argument("--no-peer", action="store_true", help="time nmt alone (e.g. for MFU on a GPU)")
     parser.add_argument("--full-logits", action="store_true", help="also time nmt with the full-logits loss of before")
     parser.add_argument("--compile", action="store_true", help="also time nmt with compiled layers (as --compile)")
+    parser.add_argument("--variants", help="also time nmt with these switches, each a system: e.g. "
+                        "'attention=sdpa;attention=math;compile=layers,attention=efficient' (VARIANT_KEYS)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print torch.profiler's top operations over N steps of nmt")
+    parser.add_argument("--profile-system", default="nmt", help="the system --profile profiles (a name in the table)")
     parser.add_argument("--json", help="write the numbers to this file")
     parser.add_argument("--background-load", type=int, default=0, metavar="N",
                         help="N CPU-bound processes beside the timed steps (background_load.py): a busy machine")

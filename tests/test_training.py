@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -545,3 +547,18 @@ def test_compiled_training_computes_what_eager_training_computes(one_bucket_data
     assert len(losses[True]) == 4
     assert losses[True] == pytest.approx(losses[False], abs=2e-3)
     torch._dynamo.reset()
+
+
+def test_unigram_nll_is_the_entropy_of_the_target_tokens_with_one_eos_a_sentence():
+    from nmtcli.training.loss import unigram_nll
+
+    # Targets 5 5 6 and 7 (two sentences): tokens 5, 5, 6, 7, EOS, EOS -> p = 2/6, 1/6, 1/6, 2/6.
+    expected = -(2 * (2 / 6) * math.log(2 / 6) + 2 * (1 / 6) * math.log(1 / 6))
+    assert unigram_nll(np.array([5, 5, 6, 7]), 2, 10, 3) == pytest.approx(expected)
+
+
+def test_a_loss_still_at_the_unigram_level_past_twice_the_warmup_is_reported(prepared, tmp_path, nmt_main):
+    # A learning rate of 1e-9 of the paper's: the weights hardly move, so the loss stays where it started (above the unigram level).
+    out = nmt_main("train", "--data", str(prepared), "-o", str(tmp_path / "run"), "--preset", "tiny", "--max-steps", "4",
+                   "--warmup", "1", "--lr-scale", "1e-9", "--log-every", "2", "--save-every", "4", "--device", "cpu")
+    assert out.stderr.count("is still at the level of predicting each target token by its frequency alone") == 1, out.stderr

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say
+from nmtcli.cli.common import RUNS_ROOT, announce, console, default_data_dir, say, warn
 from nmtcli.errors import NmtError
 
 if TYPE_CHECKING:
@@ -362,6 +362,11 @@ def _display(max_steps: int | None, total_from_start: bool = False):
                     f"{v['target_tokens_per_s']:,.0f} tgt tok/s{mfu}  epoch {v['epoch']}"
                 )
                 bars.update(task, status=status())
+            elif kind == "unigram_level":
+                warn(f"at step {v['step']:,} the training loss (NLL {v['nll']:.3f}) is still at the level of predicting each target "
+                     f"token by its frequency alone ({v['unigram_nll']:.3f}), {v['step'] / max(v['warmup'], 1):.0f}x the warmup: the model "
+                     "is not using its source. Check that the two sides of the data are aligned translations; if they are, the "
+                     "learning rate may be too high for this model (try --lr-scale 0.5 or a longer --warmup)")
             elif kind == "valid" and "valid_ppl" in v:
                 bleu = f"  valid BLEU {v['valid_bleu']:.2f}" if "valid_bleu" in v else ""
                 console.print(f"step {v['step']:>7}  valid nll {v['valid_nll']:.3f}  valid ppl {v['valid_ppl']:.2f}{bleu}"

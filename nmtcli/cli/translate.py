@@ -361,9 +361,18 @@ def _sentence_warn(numbers: dict[int, tuple[int, int]]):
 
 
 def _on_cpu(translator) -> str:
-    """" on N CPU threads" on a CPU (nmtcli/threads.py chooses N unless told), else nothing."""
+    """" on N CPU threads" on a CPU (nmtcli/threads.py chooses N unless told); on a GPU what the CUDA graphs did
+    (inference/graphs.py), so that a run whose graphs fell off says so; else nothing."""
     n = translator.cpu_threads
-    return f" on {n} CPU thread{'s' if n > 1 else ''}" if n else ""
+    if n:
+        return f" on {n} CPU thread{'s' if n > 1 else ''}"
+    graphs = getattr(translator, "graphs", None)
+    if graphs is None:
+        return ""
+    state = graphs.summary()
+    if not state["enabled"]:
+        return f"; CUDA graphs were OFF ({state['off_reason']})"
+    return (f"; CUDA graphs: {state['captured']:,} captured, {state['dropped']:,} dropped, {state['replayed']:,} replays")
 
 
 def _write(results: Iterator[str], output: Path | None) -> tuple[int, float | None]:

@@ -61,12 +61,13 @@ PICKLED_WEIGHTS = ("pytorch_model.bin", "*.pt", "*.pth", "*.ckpt")
 BROKEN_HINT = "re-create the model dir with `nmt average`, or download it again with `nmt pull`"
 
 
-def load_weights(path: Path, broken_hint: str = BROKEN_HINT) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file; `broken_hint` says what to do when it is truncated or corrupt."""
+def load_weights(path: Path, broken_hint: str = BROKEN_HINT, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, on `device` (read from the mapped file straight to it: a GPU's copy
+    of a model needs no copy in host memory first); `broken_hint` says what to do when it is truncated or corrupt."""
     path = Path(path)
     check_weights(path, broken_hint)
     try:
-        return load_file(str(path))
+        return load_file(str(path), device=str(torch.device(device)))
     except (SafetensorError, OSError, ValueError) as e:
         raise NmtError(f"{path} is not a readable safetensors file: {e}", f"it is truncated or corrupt; {broken_hint}") from None
 
@@ -123,7 +124,7 @@ def load_model(model_dir: Path, device: str | torch.device = "cpu") -> tuple[Tra
     # Built without memory or initialization (which alone costs a base model half a second of
     # start-up), then given the loaded tensors themselves.
     model = skeleton(config)
-    load_state(model, load_weights(Path(model_dir) / WEIGHTS_FILE), Path(model_dir) / WEIGHTS_FILE, assign=True)
+    load_state(model, load_weights(Path(model_dir) / WEIGHTS_FILE, device=device), Path(model_dir) / WEIGHTS_FILE, assign=True)
     model.embedding.reset_positions()
     return model.to(device).eval(), values
 

@@ -62,13 +62,38 @@ class KeyPadding(NamedTuple):
         return cls(order, starts, real[:, None, None, :])
 
 
+# How teacher-forced attention over a padded source runs on a GPU, by compute dtype (issue 34): "varlen" packs
+# each sentence's real keys for the varlen flash kernel (this module); the others give
+# scaled_dot_product_attention a padding mask, with its backend chosen ("efficient", "cudnn", "math") or
+# left to PyTorch ("sdpa"). fp32 is always masked (the flash kernels take half precision only).
+# benchmarks/gpu_check.py's micro stage times each choice in a whole training step (train_throughput.py
+# --variants attention=...).
+SOURCE_ATTENTION: dict[torch.dtype, str] = {torch.bfloat16: "varlen", torch.float16: "varlen"}
+MASKED_KERNELS = {"efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}  # SDPBackend names
+
+
+def compute_dtype(model: nn.Module) -> torch.dtype:
+    """What a forward pass computes its matrix products in: autocast's dtype where it is on, else the weights'."""
+    return torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else model.embedding.tokens.weight.dtype
+
+
 def applies(model: nn.Module, src: Tensor) -> bool:
     """Whether teacher-forced attention over the source runs packed: on a GPU, in fp16/bf16 (what the
-    kernel takes) and without attention dropout (which it does not have)."""
+    kernel takes), without attention dropout (which it does not have), where SOURCE_ATTENTION says so."""
     if not src.is_cuda or (model.training and model.config.attention_dropout > 0) or varlen_attention() is None:
         return False
-    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else model.embedding.tokens.weight.dtype
-    return dtype in (torch.float16, torch.bfloat16)
+    return SOURCE_ATTENTION.get(compute_dtype(model)) == "varlen"
+
+
+def masked_kernels(dtype: torch.dtype, device: torch.device):
+    """The sdpa_kernel context that SOURCE_ATTENTION chooses for a masked attention over the source on a GPU,
+    or None (PyTorch's own choice)."""
+    kind = SOURCE_ATTENTION.get(dtype) if device.type == "cuda" else None
+    if kind not in MASKED_KERNELS:
+        return None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, MASKED_KERNELS[kind])])
 
 
 def attend(attention: nn.Module, x: Tensor, memory: Tensor, keys: KeyPadding) -> Tensor:

@@ -9,6 +9,7 @@ padded source with packed keys (training on a GPU) in packed_attention.py.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -88,7 +89,9 @@ class MultiHeadAttention(nn.Module):
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         dropout = self.attention_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+        kernels = packed_attention.masked_kernels(q.dtype, q.device) if mask is not None and self.training else None
+        with kernels if kernels is not None else contextlib.nullcontext():
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
         return self.out_proj(out.transpose(1, 2).flatten(2))
 
 

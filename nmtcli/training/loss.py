@@ -12,6 +12,7 @@ logits; the tests compare the two, value and gradients.)
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -157,6 +158,16 @@ class _ChunkedOutputLoss(torch.autograd.Function):
         grad_weight = (grad_w * grad_loss).to(w_dtype) if ctx.needs_input_grad[1] else None
         grad_bias = (grad_b * grad_loss).to(b_dtype) if grad_b is not None and ctx.needs_input_grad[2] else None
         return grad_hidden, grad_weight, grad_bias, None, None, None, None
+
+
+def unigram_nll(target_tokens: np.ndarray, sentences: int, vocab_size: int, eos_id: int) -> float:
+    """The NLL per target token (nats) of a model that ignores its source and predicts every token by its
+    frequency in the training targets (EOS once a sentence): a loss that stays there has learned nothing of
+    the source, whatever else is wrong (misaligned sides, a learning rate that diverged into this plateau)."""
+    counts = np.bincount(np.asarray(target_tokens, dtype=np.int64), minlength=vocab_size).astype(np.float64)
+    counts[eos_id] += sentences
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
 
 
 def perplexity(nll_per_token: float) -> float:

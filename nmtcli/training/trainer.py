@@ -31,14 +31,14 @@ from nmtcli.training import compiling, distributed, flops, precision, rundir
 from nmtcli.training.batch_size import batch_for_run, batches_per_epoch
 from nmtcli.training.finetune import InitModel, check_data
 from nmtcli.training.loader import StepBatches, StepLoader
-from nmtcli.training.loss import output_loss, perplexity
+from nmtcli.training.loss import output_loss, perplexity, unigram_nll
 from nmtcli.training.metrics import MetricsLog
 from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
 from nmtcli.training.settings import TrainSettings, step_floor, steps_for_epochs, steps_per_epoch
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
-# Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "step", "overflow", "log", "valid",
-# "best", "checkpoint", "early_stop", "time_limit", "done"}.
+# Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "step", "overflow", "log", "unigram_level",
+# "valid", "best", "checkpoint", "early_stop", "time_limit", "done"}.
 OnEvent = Callable[[str, dict[str, Any]], None]
 
 # In a run of several ranks, rank 0's clock (--max-time, --save-every in minutes) is shared every this
@@ -412,8 +412,25 @@ class Trainer:
             line["loss_scale"] = m["loss_scale"]
         metrics.write("train", line)
         self.on_event("log", line)
+        self._watch_unigram_level(nll)
         window.restart()
         return line
+
+    # A model still at the unigram level this many steps after the end of its warmup is not going to learn.
+    UNIGRAM_GRACE = 2
+
+    def _watch_unigram_level(self, nll: float) -> None:
+        """Once, past twice the warmup: say so when the training NLL is still within 5% of what predicting the
+        targets by their frequency alone gives (training/loss.py unigram_nll)."""
+        s = self.settings
+        if getattr(self, "_unigram_checked", False) or self.step < self.UNIGRAM_GRACE * s.warmup:
+            return
+        self._unigram_checked = True
+        data = self.train_data.tgt
+        level = unigram_nll(data.tokens, len(data), self.config.vocab_size, self.config.eos_id)
+        if nll >= 0.95 * level:
+            self.on_event("unigram_level", {"step": self.step, "nll": round(nll, 4), "unigram_nll": round(level, 4),
+                                            "warmup": s.warmup})
 
     def _validate_and_log(self, metrics: MetricsLog, last: dict[str, Any]) -> bool:
         """Validate, keep the best weights, add the values to the last log line `last`; True: stop early."""
