@@ -81,6 +81,7 @@ class Trainer:
         on_event: OnEvent | None = None,
         ranks: distributed.Ranks | None = None,
         init: InitModel | None = None,
+        shape_classes: bool | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.data_dir = Path(data_dir)
@@ -127,16 +128,24 @@ class Trainer:
         self.bad_validations = 0
         self.resumed_from: Path | None = None
         previous = self._load_checkpoint(resume) if resume else {}
-        self.batch = batch_for_run(settings, self.ranks.world_size, self.train_data, previous, self.run_dir)
+        # Batches of shape classes (data/batching.py) by default on a GPU, where every new batch shape
+        # costs a plan (cuDNN, compile); a CPU pays for padding in proportion. A resumed run keeps its
+        # checkpoint's way of making batches: its data position counts those batches.
+        if previous:
+            shape_classes = bool(previous["stream"].get("classes", 0))
+        elif shape_classes is None:
+            shape_classes = self.device.type == "cuda"
+        self.shape_classes = shape_classes
+        self.batch = batch_for_run(settings, self.ranks.world_size, self.train_data, previous, self.run_dir, shape_classes)
         self.update_freq, self.mean_batch_tokens = self.batch.update_freq, self.batch.mean_target_tokens
         self.steps_per_epoch: int | None = None
         if settings.epochs and not settings.max_steps:  # steps from the data: epochs x steps per epoch
             per_step = self.ranks.world_size * self.update_freq
-            per_epoch = batches_per_epoch(self.train_data, self.batch.max_tokens, settings.seed)
+            per_epoch = batches_per_epoch(self.train_data, self.batch.max_tokens, settings.seed, shape_classes)
             self.steps_per_epoch = steps_per_epoch(per_epoch, per_step)
             self.settings = settings = replace(settings, max_steps=steps_for_epochs(settings, per_epoch, per_step))
             self.run_config["training"]["max_steps"] = settings.max_steps
-        self.stream = BatchStream(self.train_data, self.batch.max_tokens, settings.seed)
+        self.stream = BatchStream(self.train_data, self.batch.max_tokens, settings.seed, shape_classes)
         if previous:
             self.stream.load_state_dict(previous["stream"])
         self.data_state = self.stream.state_dict()
