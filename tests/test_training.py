@@ -545,3 +545,95 @@ def test_compiled_training_computes_what_eager_training_computes(one_bucket_data
     assert len(losses[True]) == 4
     assert losses[True] == pytest.approx(losses[False], abs=2e-3)
     torch._dynamo.reset()
+
+
+# --- shape classes (issue 34) --------------------------------------------------------------------
+
+def test_a_batch_padded_to_its_class_has_the_loss_and_gradients_of_the_batch_unpadded():
+    """Padding rows (source EOS only, target all padding) and padded lengths change nothing real and
+    produce no NaN. (An all-padding source row would leave attention no key: a fully masked softmax
+    row, NaN in some kernels, and a sequence of length 0 for the varlen kernel; PyTorch's CPU kernel
+    happens to return a finite row for it, so this pins the batch's values, not the guard.)"""
+    import numpy as np
+
+    from nmtcli.data.batching import ShapeClass, collate
+    from nmtcli.model.config import PRESETS
+    from nmtcli.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(PRESETS["tiny"].replace(vocab_size=200, dropout=0.0))
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 200, n) for n in (5, 11, 3)]
+    tgt = [rng.integers(4, 200, n) for n in (7, 2, 9)]
+
+    def loss_and_grads(batch):
+        model.zero_grad(set_to_none=True)
+        hidden = model(batch.src, batch.tgt_in, hidden=True)
+        assert torch.isfinite(hidden).all()  # the padding rows' too
+        loss, nll = output_loss(hidden, model.embedding.tokens.weight, model.final_logits_bias, batch.tgt_out,
+                                0.1, model.config.pad_id, batch.target_tokens)
+        (loss / batch.target_tokens).backward()
+        return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    plain, plain_grads = loss_and_grads(collate(src, tgt))
+    padded_batch = collate(src, tgt, shape=ShapeClass(rows=8, src_len=16, tgt_len=16))
+    assert padded_batch.src.shape == padded_batch.tgt_out.shape == (8, 16)
+    padded, padded_grads = loss_and_grads(padded_batch)
+    assert torch.isfinite(padded) and padded_grads.keys() == plain_grads.keys()
+    torch.testing.assert_close(padded, plain, rtol=1e-5, atol=1e-5)
+    for k in plain_grads:
+        assert torch.isfinite(padded_grads[k]).all(), k
+        torch.testing.assert_close(padded_grads[k], plain_grads[k], rtol=1e-4, atol=1e-6)
+
+
+def test_the_loader_pads_every_batch_of_a_class_stream_to_its_class(prepared):
+    from nmtcli.data.batching import BatchStream, ParallelData
+    from nmtcli.data.prepare import read_manifest
+    from nmtcli.training.loader import StepLoader, multiple_of_8
+
+    data = ParallelData(prepared, "train", "en", "de", read_manifest(prepared)["vocab_size"])
+    stream = BatchStream(data, 300, seed=1, classes=True)
+    reference = BatchStream(data, 300, seed=1, classes=True)
+    loader = StepLoader(stream, 2, 0, 1, torch.device("cpu"), pad_length=multiple_of_8)  # classes win over pad_length
+    try:
+        shapes = set()
+        for _ in range(30):
+            step = next(loader)
+            for batch in step.batches:
+                indices = reference.next_indices()
+                assert tuple(batch.src.shape) == (reference.shape(indices).rows, reference.shape(indices).src_len)
+                assert batch.target_tokens == reference.target_tokens(indices)
+                shapes.add((tuple(batch.src.shape), tuple(batch.tgt_out.shape)))
+            assert step.target_tokens == sum(b.target_tokens for b in step.batches)
+    finally:
+        loader.close()
+    assert len(shapes) <= 8  # 60 batches of the demo corpus's short sentences: a few classes
+
+
+def test_training_in_shape_classes_resumes_identically(prepared, tmp_path):
+    config, settings = small_settings()
+    straight = Trainer(tmp_path / "straight", prepared, config, settings, shape_classes=True)
+    assert straight.stream.classes
+    straight.run()
+
+    config, first_half = small_settings(max_steps=3)
+    Trainer(tmp_path / "resumed", prepared, config, first_half, shape_classes=True).run()
+    resumed = Trainer(tmp_path / "resumed", prepared, config, settings)  # classes come from the checkpoint
+    assert resumed.step == 3 and resumed.stream.classes and resumed.shape_classes
+    resumed.run()
+
+    a = load_weights(tmp_path / "straight" / "checkpoints" / "6" / "model.safetensors")
+    b = load_weights(tmp_path / "resumed" / "checkpoints" / "6" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # On a CPU batches are by length unless asked for, and a run without classes resumes without them.
+    assert not Trainer(tmp_path / "plain", prepared, config, settings).stream.classes
+
+
+def test_shape_classes_are_the_compile_length_buckets():
+    """--compile pads lengths to its buckets where classes are off; with classes on, the same ladder
+    means the classes' lengths are buckets already and add no compiled graph."""
+    from nmtcli.data.batching import CLASS_LENGTHS, class_length
+    from nmtcli.training import compiling
+
+    assert CLASS_LENGTHS == compiling.LENGTH_BUCKETS
+    assert all(class_length(n) == compiling.bucket_length(n) for n in range(1, 700))
