@@ -637,3 +637,87 @@ def test_shape_classes_are_the_compile_length_buckets():
 
     assert CLASS_LENGTHS == compiling.LENGTH_BUCKETS
     assert all(class_length(n) == compiling.bucket_length(n) for n in range(1, 700))
+
+
+# --- checkpoints off the training thread (issue 34) ----------------------------------------------
+
+def test_a_checkpoint_is_written_while_training_goes_on_and_resumes_identically(prepared, tmp_path, monkeypatch):
+    """A save in the run is a snapshot the steps after it do not change, written by a thread while the
+    next steps train, announced once written; the run's last save is written before it returns."""
+    import threading
+
+    from nmtcli.training import rundir
+    from nmtcli.training import trainer as trainer_module
+
+    config, settings = small_settings(max_steps=6, save_every=2, valid_every=100)
+    step_3_trained, written_during_training = threading.Event(), []
+    real_save, real_step = rundir.save_checkpoint, Trainer.train_step
+
+    def slow_save(run_dir, step, *args):
+        if step == 2:  # holds the write until the training thread has trained step 3 after it
+            written_during_training.append(step_3_trained.wait(timeout=60))
+        return real_save(run_dir, step, *args)
+
+    def train_step(self, batches):
+        out = real_step(self, batches)
+        if self.step == 3:
+            step_3_trained.set()
+        return out
+
+    monkeypatch.setattr(trainer_module.rundir, "save_checkpoint", slow_save)
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    events = []
+    Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda kind, v: events.append((kind, v))).run()
+    assert written_during_training == [True]
+    assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["2", "4", "6"]
+    kinds = [kind if kind != "checkpoint" else (kind, v["step"]) for kind, v in events if kind in ("step", "checkpoint")]
+    assert kinds.index(("checkpoint", 2)) > kinds.index("step") + 2  # announced after step 3, once written
+    assert [k for k in kinds if k != "step"] == [("checkpoint", 2), ("checkpoint", 4), ("checkpoint", 6)]
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+
+    # Checkpoint 2 holds step 2's weights and trainer state, though steps 3 and 4 ran while it was written:
+    # it equals a run that stopped at step 2, and a run resumed from it ends where the run ended.
+    Trainer(tmp_path / "two", prepared, config, small_settings(max_steps=2, save_every=2, valid_every=100)[1]).run()
+    a = load_weights(tmp_path / "run" / "checkpoints" / "2" / "model.safetensors")
+    b = load_weights(tmp_path / "two" / "checkpoints" / "2" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    for later in ("4", "6"):
+        shutil.copytree(tmp_path / "run" / "checkpoints" / later, tmp_path / f"kept-{later}")
+        shutil.rmtree(tmp_path / "run" / "checkpoints" / later)
+    resumed = Trainer(tmp_path / "run", prepared, config, settings)
+    assert resumed.step == 2
+    resumed.run()
+    a = load_weights(tmp_path / "kept-6" / "model.safetensors")
+    b = load_weights(tmp_path / "run" / "checkpoints" / "6" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_checkpoint_saves_are_not_counted_in_the_throughput_window(prepared, tmp_path, monkeypatch):
+    """A save's time on the training thread (the snapshot, waiting for the last save) is left out of the
+    log line's tokens/s, as validation's is."""
+    from types import SimpleNamespace
+
+    from nmtcli.training import trainer as trainer_module
+
+    clock = [0.0]
+
+    def perf_counter():  # 1 s each time it is read; a save costs 1000 s on the training thread
+        clock[0] += 1.0
+        return clock[0]
+
+    real_save = Trainer.save_checkpoint
+
+    def slow_save(self, background=False):
+        clock[0] += 1000.0
+        return real_save(self, background)
+
+    monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=perf_counter))
+    monkeypatch.setattr(Trainer, "save_checkpoint", slow_save)
+    config, settings = small_settings(max_steps=8, save_every=2, log_every=4, valid_every=100)
+    events = []
+    Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda kind, v: events.append((kind, v))).run()
+    logs = [v for kind, v in events if kind == "log"]
+    assert [v["step"] for v in logs] == [4, 8]
+    # Steps 5-8 (the first window began on the real clock) hold the saves of steps 4 and 6, ~1,500 target
+    # tokens: counted in, that is under 1 token/s; left out, the window lasts some 20 clock readings.
+    assert logs[1]["target_tokens_per_s"] > 50

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -65,6 +66,51 @@ class _Window:
         self.tokens, self.flops = 0, 0.0
         self.loss.zero_()
         self.start = time.perf_counter()
+
+
+def _copied(value: Any) -> Any:
+    """`value` with every tensor in it cloned: a snapshot that the steps after it do not change."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(v) for v in value)
+    return value
+
+
+class _BackgroundSave:
+    """A checkpoint written by a thread while training goes on, one at a time.
+
+    What it writes is a snapshot taken on the training thread (weights and trainer state cloned), and
+    `rundir.save_checkpoint` builds it in a hidden dir renamed into place, so a kill during the write
+    leaves the previous checkpoint the newest. The thread is no daemon: the process waits for it."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._outcome: tuple[int, Path] | BaseException | None = None
+
+    def start(self, step: int, write: Callable[[], Path]) -> None:
+        assert self._thread is None, "one checkpoint at a time: collect the last one first"
+
+        def run() -> None:
+            try:
+                self._outcome = (step, write())
+            except BaseException as e:  # noqa: BLE001 - raised on the training thread when collected
+                self._outcome = e
+
+        self._thread = threading.Thread(target=run, name="nmt-checkpoint")
+        self._thread.start()
+
+    def collect(self, wait: bool) -> tuple[int, Path] | None:
+        """(step, path) of the save once it is written (with `wait`, once it is), else None; raises its error."""
+        if self._thread is None or (not wait and self._thread.is_alive()):
+            return None
+        self._thread.join()
+        outcome, self._thread, self._outcome = self._outcome, None, None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
 
 class Trainer:
@@ -149,6 +195,7 @@ class Trainer:
         if previous:
             self.stream.load_state_dict(previous["stream"])
         self.data_state = self.stream.state_dict()
+        self._saving = _BackgroundSave()
         self._first_bad_step: torch.Tensor | None = None  # on the device: the first step whose loss was not finite
         self._bad_loss: torch.Tensor | None = None
 
@@ -270,10 +317,12 @@ class Trainer:
 
     # --- checkpoints -----------------------------------------------------------------------------
 
-    def save_checkpoint(self) -> Path | None:
-        """Write checkpoints/<step>/ as a whole (rank 0; `rundir.save_checkpoint`).
+    def save_checkpoint(self, background: bool = False) -> Path | None:
+        """Write checkpoints/<step>/ as a whole (rank 0; `rundir.save_checkpoint`); returns its path.
 
         Every rank takes part: the ranks' weight fingerprints are compared, and a divergence is an error.
+        With `background`, rank 0 takes a snapshot and a thread writes it while training goes on
+        (`_saving`: collected by `_collect_save`, which the loop calls each step); returns None.
         """
         fingerprints = distributed.agreed_fingerprints(self.model, self.step) if self.ranks.distributed else None
         if not self.is_main:
@@ -293,7 +342,18 @@ class Trainer:
         }
         # A run that validates BLEU is averaged where it scored best (`nmt average`): those checkpoints stay.
         best_step = self.best["step"] if self.best and self.best["metric"] == "valid_bleu" else None
-        return rundir.save_checkpoint(self.run_dir, self.step, self.model.state_dict(), info, state, self.settings.keep_last, best_step)
+        weights, keep_last = self.model.state_dict(), self.settings.keep_last
+        if not background:
+            return rundir.save_checkpoint(self.run_dir, self.step, weights, info, state, keep_last, best_step)
+        weights, state, step = _copied(weights), _copied(state), self.step
+        self._saving.start(step, lambda: rundir.save_checkpoint(self.run_dir, step, weights, info, state, keep_last, best_step))
+        return None
+
+    def _collect_save(self, wait: bool) -> None:
+        """Announce a background checkpoint once it is written (`wait`: wait for it); raise its error."""
+        saved = self._saving.collect(wait)
+        if saved is not None:
+            self.on_event("checkpoint", {"step": saved[0], "path": str(saved[1])})
 
     def save_best(self) -> Path:
         """checkpoints/best/: the weights of the best validation so far."""
@@ -337,6 +397,10 @@ class Trainer:
         })
         try:
             return self._loop(loader, metrics)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the error that stopped training is the one to report
+                self._collect_save(wait=True)  # never exit with a checkpoint half written by our own thread
+            raise
         finally:
             loader.close()
             metrics.close()
@@ -352,6 +416,7 @@ class Trainer:
         out_of_time = False
         while self.step < s.max_steps and not stop and not out_of_time:
             m = self._next_step(loader)
+            self._collect_save(wait=False)
             window.add(m)
             if m["skipped"]:
                 self.on_event("overflow", {"step": self.step, "loss_scale": m["loss_scale"]})
@@ -372,8 +437,13 @@ class Trainer:
                 stop = self._validate_and_log(metrics, last)
                 window.start = time.perf_counter()  # validation time is not training throughput
             if due or stop or last_step:
-                path = self.save_checkpoint()
+                # Saves in the run are written in the background, the last one before the run ends; the
+                # time the training thread spends on them is no training throughput.
+                paused = time.perf_counter()
+                self._collect_save(wait=True)  # one at a time
+                path = self.save_checkpoint(background=not (stop or last_step))
                 last_save = time.perf_counter()
+                window.start += last_save - paused
                 if path is not None:
                     self.on_event("checkpoint", {"step": self.step, "path": str(path)})
         return self._finish(last, stop, out_of_time)
