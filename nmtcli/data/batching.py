@@ -13,8 +13,8 @@ Two ways to cut an epoch into batches (`make_batches`):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -99,8 +99,9 @@ def _collate_flat(src: np.ndarray, src_lengths: np.ndarray, tgt: np.ndarray, tgt
     tgt_in[:n, 1:][np.arange(tgt_len - 1) < tgt_lengths[:, None]] = tgt
     tgt_out[:n][np.arange(tgt_len) < tgt_lengths[:, None]] = tgt
     tgt_out[real, tgt_lengths] = eos_id
-    # Padding rows: a source of one EOS (an all-padding row would leave attention's softmax nothing to
-    # weigh: NaN) and BOS in the decoder's input; their output is all padding, so the loss skips them.
+    # Padding rows: a source of one EOS and BOS in the decoder's input, so that attention always has a key
+    # (an all-padding row is a fully masked softmax row, NaN in some kernels, and a sequence of length 0
+    # for the varlen kernel); their output is all padding, so the loss skips them.
     src_ids[n:, 0] = eos_id
     tgt_in[n:, 0] = bos_id
     target_tokens = int(tgt_lengths.sum()) + n
