@@ -434,6 +434,7 @@ class Trainer:
             if self.step % s.log_every == 0 or last_step:
                 last = self._log(m, window, metrics)
             if self.step % s.valid_every == 0 or last_step:
+                self._collect_save(wait=True)  # a failed save stops the run before it validates (and writes best/)
                 stop = self._validate_and_log(metrics, last)
                 window.start = time.perf_counter()  # validation time is not training throughput
             if due or stop or last_step:
