@@ -215,3 +215,172 @@ def test_the_build_script_keeps_clean_pairs_and_drops_placeholders_and_markup():
     for english, german in (("Hello %(name)s", "Hallo %(name)s"), ("{count} items", "{count} Einträge"), ("<b>Bold</b>", "<b>Fett</b>"),
                             ("Save %s", "%s speichern"), ("OK", "OK"), ("1/2", "1/2")):
         assert module.clean(english, german) is None
+
+
+# --- shape classes and vectorised batch making (issue 34) ----------------------------------------
+
+def per_sentence_loop_batches(src_lengths, tgt_lengths, max_tokens, seed, epoch):
+    """make_batches as it was before issue 34 (a Python loop over the sentences): the reference."""
+    rng = np.random.default_rng([seed, epoch])
+    n = len(src_lengths)
+    src_cost = np.asarray(src_lengths, dtype=np.int64) + 1
+    tgt_cost = np.asarray(tgt_lengths, dtype=np.int64) + 1
+    order = np.lexsort((rng.random(n), src_cost, tgt_cost))
+    batches = []
+    start, longest = 0, 0
+    for pos, i in enumerate(order):
+        length = max(src_cost[i], tgt_cost[i])
+        if pos > start and max(longest, length) * (pos - start + 1) > max_tokens:
+            batches.append(order[start:pos])
+            start, longest = pos, 0
+        longest = max(longest, length)
+    if start < n:
+        batches.append(order[start:])
+    rng.shuffle(batches)
+    return batches
+
+
+@pytest.mark.parametrize("max_tokens", [1, 7, 60, 500, 4096])
+def test_vectorised_batches_equal_the_per_sentence_loop(max_tokens):
+    rng = np.random.default_rng(max_tokens)
+    for n, high in ((1, 5), (37, 80), (3000, 120)):  # 80 > 60: some sentences exceed a budget alone
+        src_len, tgt_len = rng.integers(0, high, n), rng.integers(0, high, n)
+        for seed, epoch in ((1, 1), (5, 3)):
+            expected = per_sentence_loop_batches(src_len, tgt_len, max_tokens, seed, epoch)
+            got = make_batches(src_len, tgt_len, max_tokens, seed, epoch)
+            assert len(got) == len(expected)
+            assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+
+
+def wmt_shaped_lengths(pairs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Source and target lengths in sentencepiece tokens shaped like WMT en-de's: log-normal with a
+    median of about 24 and a long tail (up to the 250 `nmt prepare` keeps), targets about 5% longer
+    than their sources with a 15% spread (benchmarks/prepare_speed.py's corpus, in tokens not words)."""
+    rng = np.random.default_rng(seed)
+    src = np.clip(rng.lognormal(3.2, 0.55, pairs).astype(np.int64), 1, 250)
+    tgt = np.clip((src * rng.normal(1.05, 0.15, pairs)).astype(np.int64), 1, 250)
+    return src, tgt
+
+
+def epoch_shapes_and_padding(src_len, tgt_len, max_tokens, classes, pad_length=lambda n: n):
+    """The distinct (rows, source length, target length) of an epoch's batches as collated (and padded
+    by `pad_length`, as the loader does without classes), and the share of padding among all the
+    positions of both sides (what the model computes on)."""
+    from nmtcli.data.batching import shape_class
+
+    shapes, positions = set(), 0
+    for b in make_batches(src_len, tgt_len, max_tokens, seed=1, epoch=1, classes=classes):
+        if classes:
+            shape = tuple(shape_class(src_len[b], tgt_len[b], max_tokens))
+        else:
+            shape = (len(b), pad_length(int(src_len[b].max()) + 1), pad_length(int(tgt_len[b].max()) + 1))
+        shapes.add(shape)
+        positions += shape[0] * (shape[1] + shape[2])
+    real = int(src_len.sum() + tgt_len.sum()) + 2 * len(src_len)
+    return shapes, 1 - real / positions
+
+
+def multiple_of_8(n):
+    return n + (-n % 8)
+
+
+@pytest.mark.parametrize("max_tokens, padding_bound, above_today", [(4096, 0.18, 0.04), (25_000, 0.20, 0.0)])
+def test_a_wmt_shaped_epoch_of_shape_classes_has_at_most_15_shapes_and_bounded_padding(max_tokens, padding_bound, above_today):
+    # 200,000 pairs: at 25,000 tokens a batch the last, part-filled batch of each class is a few percent of an epoch.
+    src_len, tgt_len = wmt_shaped_lengths(200_000)
+    shapes, padding = epoch_shapes_and_padding(src_len, tgt_len, max_tokens, classes=True)
+    # At most one shape per class length (15 up to 256 tokens, and these lengths stop at 251): what a
+    # GPU warms up once. Without classes, nearly every batch is a shape of its own:
+    assert len(shapes) <= 15
+    assert len({(s, t) for _, s, t in shapes}) == len(shapes)  # one row count per class
+    before, before_padding = epoch_shapes_and_padding(src_len, tgt_len, max_tokens, classes=False, pad_length=multiple_of_8)
+    assert len(before) > 10 * len(shapes)
+    # Padding: the longer side rounded up to the ladder, the shorter side padded to the longer one, and
+    # the empty rows of each class's last batch. Measured (shapes, padding of both sides' positions):
+    #   4,096 tokens: classes 15, 16.1%; today's batches padded to multiples of 8 399, 12.6%
+    #   25,000 tokens (a GPU's budget): classes 15, 18.1%; today 208, 18.9%
+    # (their own longest, as on a CPU: 1,076 shapes, 2.5%; 293, 10.4%). Classes pay a little more
+    # padding at small budgets for a few shapes; at a GPU's budget they pad less than today.
+    assert padding < padding_bound
+    assert padding <= before_padding + above_today
+
+
+def test_class_batches_cover_every_sentence_once_and_fill_their_class():
+    from nmtcli.data.batching import CLASS_LENGTHS, class_length, class_rows, shape_class
+
+    src_len, tgt_len = wmt_shaped_lengths(20_000, seed=3)
+    src_len[:3] = 400  # beyond the ladder: multiples of 64
+    batches = make_batches(src_len, tgt_len, 4096, seed=2, epoch=1, classes=True)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(20_000))
+    full = {}
+    for b in batches:
+        rows, s, t = shape_class(src_len[b], tgt_len[b], 4096)
+        assert s == t and len(b) <= rows and (rows * s <= 4096 or rows == 1)
+        assert rows % 8 == 0 or rows < 8
+        # Every sentence of a batch is of the batch's class: the class is the sentence's, not the batch's.
+        assert all(class_length(int(max(x, y)) + 1) == s for x, y in zip(src_len[b], tgt_len[b]))
+        full.setdefault(s, []).append(len(b) == rows)
+    assert all(sum(f) >= len(f) - 1 for f in full.values())  # only a class's last batch is part-filled
+    assert class_length(401) == 448 and class_rows(448, 4096) == 8 and class_rows(448, 300) == 1
+    assert [class_length(n) for n in (1, 8, 9, 64, 65, 256)] == [8, 8, 16, 64, 80, 256]
+    assert CLASS_LENGTHS == tuple(sorted(CLASS_LENGTHS))
+    # A pure function of (seed, epoch), as resuming needs; another epoch is another order.
+    again = make_batches(src_len, tgt_len, 4096, seed=2, epoch=1, classes=True)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    other = make_batches(src_len, tgt_len, 4096, seed=2, epoch=2, classes=True)
+    assert not all(np.array_equal(a, b) for a, b in zip(batches, other))
+
+
+def test_collate_to_a_class_adds_padding_rows_the_loss_skips():
+    from nmtcli.data.batching import ShapeClass
+
+    src, tgt = [np.array([5, 6]), np.array([7])], [np.array([8]), np.array([9, 10, 11])]
+    plain = collate(src, tgt)
+    batch = collate(src, tgt, shape=ShapeClass(rows=4, src_len=5, tgt_len=6))
+    assert batch.src.tolist() == [[5, 6, EOS_ID, PAD_ID, PAD_ID], [7, EOS_ID, PAD_ID, PAD_ID, PAD_ID],
+                                  [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID], [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
+    assert batch.tgt_in.tolist()[2:] == [[BOS_ID] + [PAD_ID] * 5] * 2
+    assert batch.tgt_out.tolist()[2:] == [[PAD_ID] * 6] * 2  # no target: no loss
+    assert batch.tgt_in[:2, :4].tolist() == plain.tgt_in.tolist() and batch.tgt_out[:2, :4].tolist() == plain.tgt_out.tolist()
+    assert batch.target_tokens == plain.target_tokens == 6  # the loss's normalization counts real tokens only
+    with pytest.raises(ValueError, match="does not fit"):
+        collate(src, tgt, shape=ShapeClass(rows=1, src_len=5, tgt_len=6))
+
+
+def test_parallel_data_batches_read_from_the_shard_at_once_equal_collate_of_the_sentences(tmp_path):
+    from nmtcli.data.batching import ShapeClass
+
+    rng = np.random.default_rng(0)
+    sentences = {lang: [rng.integers(4, 70000, int(n)).tolist() for n in rng.integers(0, 30, 300)] for lang in ("en", "de")}
+    for lang, lines in sentences.items():
+        writer = ShardWriter(tmp_path / f"train.{lang}", 80000)
+        writer.add(lines)
+        writer.close()
+    data = ParallelData(tmp_path, "train", "en", "de", 80000)
+    for indices in (np.array([7]), np.array([3, 299, 0, 3, 150]), rng.permutation(300)):
+        src = [np.array(sentences["en"][i]) for i in indices]
+        tgt = [np.array(sentences["de"][i]) for i in indices]
+        for shape in (None, ShapeClass(len(indices) + 3, 40, 40)):
+            got, expected = data.batch(indices, shape), collate(src, tgt, shape=shape)
+            assert all(torch_equal(getattr(got, k), getattr(expected, k)) for k in ("src", "tgt_in", "tgt_out"))
+            assert got.target_tokens == expected.target_tokens
+
+
+def test_batch_stream_of_classes_resumes_in_classes(prepared):
+    data = ParallelData(prepared, "train", "en", "de", read_manifest(prepared)["vocab_size"])
+    stream = BatchStream(data, 400, seed=7, classes=True)
+    for _ in range(5):
+        next(stream)
+    state = json.loads(json.dumps(stream.state_dict()))
+    expected = [next(stream) for _ in range(60)]
+    resumed = BatchStream(data, 400, seed=7)  # a checkpoint's way of making batches wins
+    resumed.load_state_dict(state)
+    for a in expected:
+        b = next(resumed)
+        assert torch_equal(a.src, b.src) and torch_equal(a.tgt_out, b.tgt_out)
+        assert a.src.shape == (resumed.shape(resumed._batches[resumed.position - 1]).rows, a.src.size(1))
+    assert len({tuple(b.src.shape) for b in expected}) <= len({b.src.size(1) for b in expected})
+    # A checkpoint written before classes has no "classes": its batches are by length.
+    old = BatchStream(data, 400, seed=7, classes=True)
+    old.load_state_dict({"epoch": 1, "position": 0})
+    assert not old.classes

@@ -562,3 +562,180 @@ def test_a_loss_still_at_the_unigram_level_past_twice_the_warmup_is_reported(pre
     out = nmt_main("train", "--data", str(prepared), "-o", str(tmp_path / "run"), "--preset", "tiny", "--max-steps", "4",
                    "--warmup", "1", "--lr-scale", "1e-9", "--log-every", "2", "--save-every", "4", "--device", "cpu")
     assert out.stderr.count("is still at the level of predicting each target token by its frequency alone") == 1, out.stderr
+
+
+# --- shape classes (issue 34) --------------------------------------------------------------------
+
+
+def test_a_batch_padded_to_its_class_has_the_loss_and_gradients_of_the_batch_unpadded():
+    """Padding rows (source EOS only, target all padding) and padded lengths change nothing real and
+    produce no NaN. (An all-padding source row would leave attention no key: a fully masked softmax
+    row, NaN in some kernels, and a sequence of length 0 for the varlen kernel; PyTorch's CPU kernel
+    happens to return a finite row for it, so this pins the batch's values, not the guard.)"""
+    import numpy as np
+
+    from nmtcli.data.batching import ShapeClass, collate
+    from nmtcli.model.config import PRESETS
+    from nmtcli.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(PRESETS["tiny"].replace(vocab_size=200, dropout=0.0))
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 200, n) for n in (5, 11, 3)]
+    tgt = [rng.integers(4, 200, n) for n in (7, 2, 9)]
+
+    def loss_and_grads(batch):
+        model.zero_grad(set_to_none=True)
+        hidden = model(batch.src, batch.tgt_in, hidden=True)
+        assert torch.isfinite(hidden).all()  # the padding rows' too
+        loss, nll = output_loss(hidden, model.embedding.tokens.weight, model.final_logits_bias, batch.tgt_out,
+                                0.1, model.config.pad_id, batch.target_tokens)
+        (loss / batch.target_tokens).backward()
+        return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    plain, plain_grads = loss_and_grads(collate(src, tgt))
+    padded_batch = collate(src, tgt, shape=ShapeClass(rows=8, src_len=16, tgt_len=16))
+    assert padded_batch.src.shape == padded_batch.tgt_out.shape == (8, 16)
+    padded, padded_grads = loss_and_grads(padded_batch)
+    assert torch.isfinite(padded) and padded_grads.keys() == plain_grads.keys()
+    torch.testing.assert_close(padded, plain, rtol=1e-5, atol=1e-5)
+    for k in plain_grads:
+        assert torch.isfinite(padded_grads[k]).all(), k
+        torch.testing.assert_close(padded_grads[k], plain_grads[k], rtol=1e-4, atol=1e-6)
+
+
+def test_the_loader_pads_every_batch_of_a_class_stream_to_its_class(prepared):
+    from nmtcli.data.batching import BatchStream, ParallelData
+    from nmtcli.data.prepare import read_manifest
+    from nmtcli.training.loader import StepLoader, multiple_of_8
+
+    data = ParallelData(prepared, "train", "en", "de", read_manifest(prepared)["vocab_size"])
+    stream = BatchStream(data, 300, seed=1, classes=True)
+    reference = BatchStream(data, 300, seed=1, classes=True)
+    loader = StepLoader(stream, 2, 0, 1, torch.device("cpu"), pad_length=multiple_of_8)  # classes win over pad_length
+    try:
+        shapes = set()
+        for _ in range(30):
+            step = next(loader)
+            for batch in step.batches:
+                indices = reference.next_indices()
+                assert tuple(batch.src.shape) == (reference.shape(indices).rows, reference.shape(indices).src_len)
+                assert batch.target_tokens == reference.target_tokens(indices)
+                shapes.add((tuple(batch.src.shape), tuple(batch.tgt_out.shape)))
+            assert step.target_tokens == sum(b.target_tokens for b in step.batches)
+    finally:
+        loader.close()
+    assert len(shapes) <= 8  # 60 batches of the demo corpus's short sentences: a few classes
+
+
+def test_training_in_shape_classes_resumes_identically(prepared, tmp_path):
+    config, settings = small_settings()
+    straight = Trainer(tmp_path / "straight", prepared, config, settings, shape_classes=True)
+    assert straight.stream.classes
+    straight.run()
+
+    config, first_half = small_settings(max_steps=3)
+    Trainer(tmp_path / "resumed", prepared, config, first_half, shape_classes=True).run()
+    resumed = Trainer(tmp_path / "resumed", prepared, config, settings)  # classes come from the checkpoint
+    assert resumed.step == 3 and resumed.stream.classes and resumed.shape_classes
+    resumed.run()
+
+    a = load_weights(tmp_path / "straight" / "checkpoints" / "6" / "model.safetensors")
+    b = load_weights(tmp_path / "resumed" / "checkpoints" / "6" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # On a CPU batches are by length unless asked for, and a run without classes resumes without them.
+    assert not Trainer(tmp_path / "plain", prepared, config, settings).stream.classes
+
+
+def test_shape_classes_are_the_compile_length_buckets():
+    """--compile pads lengths to its buckets where classes are off; with classes on, the same ladder
+    means the classes' lengths are buckets already and add no compiled graph."""
+    from nmtcli.data.batching import CLASS_LENGTHS, class_length
+    from nmtcli.training import compiling
+
+    assert CLASS_LENGTHS == compiling.LENGTH_BUCKETS
+    assert all(class_length(n) == compiling.bucket_length(n) for n in range(1, 700))
+
+
+# --- checkpoints off the training thread (issue 34) ----------------------------------------------
+
+def test_a_checkpoint_is_written_while_training_goes_on_and_resumes_identically(prepared, tmp_path, monkeypatch):
+    """A save in the run is a snapshot the steps after it do not change, written by a thread while the
+    next steps train, announced once written; the run's last save is written before it returns."""
+    import threading
+
+    from nmtcli.training import rundir
+    from nmtcli.training import trainer as trainer_module
+
+    config, settings = small_settings(max_steps=6, save_every=2, valid_every=100)
+    step_3_trained, written_during_training = threading.Event(), []
+    real_save, real_step = rundir.save_checkpoint, Trainer.train_step
+
+    def slow_save(run_dir, step, *args):
+        if step == 2:  # holds the write until the training thread has trained step 3 after it
+            written_during_training.append(step_3_trained.wait(timeout=60))
+        return real_save(run_dir, step, *args)
+
+    def train_step(self, batches):
+        out = real_step(self, batches)
+        if self.step == 3:
+            step_3_trained.set()
+        return out
+
+    monkeypatch.setattr(trainer_module.rundir, "save_checkpoint", slow_save)
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    events = []
+    Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda kind, v: events.append((kind, v))).run()
+    assert written_during_training == [True]
+    assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["2", "4", "6"]
+    kinds = [kind if kind != "checkpoint" else (kind, v["step"]) for kind, v in events if kind in ("step", "checkpoint")]
+    assert kinds.index(("checkpoint", 2)) > kinds.index("step") + 2  # announced after step 3, once written
+    assert [k for k in kinds if k != "step"] == [("checkpoint", 2), ("checkpoint", 4), ("checkpoint", 6)]
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+
+    # Checkpoint 2 holds step 2's weights and trainer state, though steps 3 and 4 ran while it was written:
+    # it equals a run that stopped at step 2, and a run resumed from it ends where the run ended.
+    Trainer(tmp_path / "two", prepared, config, small_settings(max_steps=2, save_every=2, valid_every=100)[1]).run()
+    a = load_weights(tmp_path / "run" / "checkpoints" / "2" / "model.safetensors")
+    b = load_weights(tmp_path / "two" / "checkpoints" / "2" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    for later in ("4", "6"):
+        shutil.copytree(tmp_path / "run" / "checkpoints" / later, tmp_path / f"kept-{later}")
+        shutil.rmtree(tmp_path / "run" / "checkpoints" / later)
+    resumed = Trainer(tmp_path / "run", prepared, config, settings)
+    assert resumed.step == 2
+    resumed.run()
+    a = load_weights(tmp_path / "kept-6" / "model.safetensors")
+    b = load_weights(tmp_path / "run" / "checkpoints" / "6" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_checkpoint_saves_are_not_counted_in_the_throughput_window(prepared, tmp_path, monkeypatch):
+    """A save's time on the training thread (the snapshot, waiting for the last save) is left out of the
+    log line's tokens/s, as validation's is."""
+    from types import SimpleNamespace
+
+    from nmtcli.training import trainer as trainer_module
+
+    clock = [0.0]
+
+    def perf_counter():  # 1 s each time it is read; a save costs 1000 s on the training thread
+        clock[0] += 1.0
+        return clock[0]
+
+    real_save = Trainer.save_checkpoint
+
+    def slow_save(self, background=False):
+        clock[0] += 1000.0
+        return real_save(self, background)
+
+    monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=perf_counter))
+    monkeypatch.setattr(Trainer, "save_checkpoint", slow_save)
+    config, settings = small_settings(max_steps=8, save_every=2, log_every=4, valid_every=100)
+    events = []
+    Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda kind, v: events.append((kind, v))).run()
+    logs = [v for kind, v in events if kind == "log"]
+    assert [v["step"] for v in logs] == [4, 8]
+    # Steps 5-8 (the first window began on the real clock) hold the saves of steps 4 and 6, ~1,500 target
+    # tokens: counted in, that is under 1 token/s; left out, the window lasts some 20 clock readings.
+    assert logs[1]["target_tokens_per_s"] > 50

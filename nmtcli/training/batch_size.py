@@ -31,37 +31,39 @@ class BatchChoice:
         return about
 
 
-def mean_batch_target_tokens(data: ParallelData, max_tokens: int, seed: int) -> float:
+def mean_batch_target_tokens(data: ParallelData, max_tokens: int, seed: int, classes: bool = False) -> float:
     """The mean target tokens of a batch of at most `max_tokens` tokens in the first epoch's order."""
-    batches = make_batches(data.src.lengths, data.tgt.lengths, max_tokens, seed, 1)
+    batches = make_batches(data.src.lengths, data.tgt.lengths, max_tokens, seed, 1, classes)
     return sum(int(data.tgt.lengths[b].sum()) + len(b) for b in batches) / max(len(batches), 1)
 
 
-def batches_per_epoch(data: ParallelData, max_tokens: int, seed: int) -> int:
+def batches_per_epoch(data: ParallelData, max_tokens: int, seed: int, classes: bool = False) -> int:
     """Batches of at most `max_tokens` tokens in the first epoch (later epochs differ by a batch or two at most)."""
-    return len(make_batches(data.src.lengths, data.tgt.lengths, max_tokens, seed, 1))
+    return len(make_batches(data.src.lengths, data.tgt.lengths, max_tokens, seed, 1, classes))
 
 
-def choose_batch(data: ParallelData, max_tokens: int, tokens_per_step: int, world_size: int, seed: int) -> BatchChoice:
+def choose_batch(data: ParallelData, max_tokens: int, tokens_per_step: int, world_size: int, seed: int,
+                 classes: bool = False) -> BatchChoice:
     """Batches per rank per step so that a step holds about `tokens_per_step` target tokens.
 
     Gradient accumulation can only add batches: when one batch on every rank already holds more than
     `tokens_per_step` (many GPUs, or a --max-tokens above the step), the batches are made smaller
     instead, in proportion, so that one batch per rank makes the step the user asked for.
     """
-    mean = mean_batch_target_tokens(data, max_tokens, seed)
+    mean = mean_batch_target_tokens(data, max_tokens, seed, classes)
     lowered_from = unlowered = None
     if world_size * mean > tokens_per_step:
         lowered_from, unlowered = max_tokens, world_size * mean
         max_tokens = max(1, int(max_tokens * tokens_per_step / unlowered))
-        mean = mean_batch_target_tokens(data, max_tokens, seed)
+        mean = mean_batch_target_tokens(data, max_tokens, seed, classes)
     update_freq = max(1, round(tokens_per_step / (world_size * max(mean, 1.0))))
     return BatchChoice(max_tokens, update_freq, mean, lowered_from, unlowered)
 
 
 def batch_for_run(settings: TrainSettings, world_size: int, data: ParallelData, previous: dict[str, Any],
-                  run_dir: Path) -> BatchChoice:
-    """The batch of a new run (`previous` empty) or of a resumed one (`previous`: its trainer state)."""
+                  run_dir: Path, classes: bool = False) -> BatchChoice:
+    """The batch of a new run (`previous` empty) or of a resumed one (`previous`: its trainer state);
+    `classes`: its batches are made of shape classes (data/batching.py)."""
     s, world = settings, world_size
     previous_batches_per_step = previous.get("batches_per_step")
     if previous_batches_per_step:
@@ -80,4 +82,4 @@ def batch_for_run(settings: TrainSettings, world_size: int, data: ParallelData, 
     if s.update_freq:
         return BatchChoice(s.max_tokens, s.update_freq)
     assert s.tokens_per_step is not None
-    return choose_batch(data, s.max_tokens, s.tokens_per_step, world, s.seed)
+    return choose_batch(data, s.max_tokens, s.tokens_per_step, world, s.seed, classes)

@@ -57,8 +57,11 @@ class StepLoader:
 
     On a GPU the batches are pinned by the background thread, and the copy of the next step to the
     device starts on a side stream as soon as the current step is handed out, so it overlaps the
-    current step's work instead of waiting in front of the next one. `pad_length` maps a sequence
-    length to the padded length the batches take (default: unchanged on a CPU, multiples of 8 on a GPU).
+    current step's work instead of waiting in front of the next one.
+
+    A stream of shape classes (`BatchStream(classes=True)`, the trainer's default on a GPU) has every
+    batch padded to its class, rows and lengths. Otherwise `pad_length` maps a sequence length to the
+    padded length the batches take (default: unchanged on a CPU, multiples of 8 on a GPU).
     """
 
     def __init__(self, stream: BatchStream, update_freq: int, rank: int, world_size: int, device: torch.device,
@@ -87,8 +90,8 @@ class StepLoader:
         tokens = sum(s.target_tokens(indices) for indices in step)
         batches = []
         for indices in mine:
-            b = s.data.batch(indices)
-            if self.pad_length is not None:
+            b = s.data.batch(indices, s.shape(indices))
+            if self.pad_length is not None and not s.classes:
                 b = pad_lengths(b, self.pad_length, s.data.special_ids[0])
             if self.on_gpu:
                 b = Batch(b.src.pin_memory(), b.tgt_in.pin_memory(), b.tgt_out.pin_memory(), b.target_tokens)

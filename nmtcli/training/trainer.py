@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -67,6 +68,51 @@ class _Window:
         self.start = time.perf_counter()
 
 
+def _copied(value: Any) -> Any:
+    """`value` with every tensor in it cloned: a snapshot that the steps after it do not change."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(v) for v in value)
+    return value
+
+
+class _BackgroundSave:
+    """A checkpoint written by a thread while training goes on, one at a time.
+
+    What it writes is a snapshot taken on the training thread (weights and trainer state cloned), and
+    `rundir.save_checkpoint` builds it in a hidden dir renamed into place, so a kill during the write
+    leaves the previous checkpoint the newest. The thread is no daemon: the process waits for it."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._outcome: tuple[int, Path] | BaseException | None = None
+
+    def start(self, step: int, write: Callable[[], Path]) -> None:
+        assert self._thread is None, "one checkpoint at a time: collect the last one first"
+
+        def run() -> None:
+            try:
+                self._outcome = (step, write())
+            except BaseException as e:  # noqa: BLE001 - raised on the training thread when collected
+                self._outcome = e
+
+        self._thread = threading.Thread(target=run, name="nmt-checkpoint")
+        self._thread.start()
+
+    def collect(self, wait: bool) -> tuple[int, Path] | None:
+        """(step, path) of the save once it is written (with `wait`, once it is), else None; raises its error."""
+        if self._thread is None or (not wait and self._thread.is_alive()):
+            return None
+        self._thread.join()
+        outcome, self._thread, self._outcome = self._outcome, None, None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
 class Trainer:
     """One run in a run dir: the model, the optimizer and the position in the data, new or resumed.
     `run()` trains until --max-steps, --max-time or early stopping."""
@@ -81,6 +127,7 @@ class Trainer:
         on_event: OnEvent | None = None,
         ranks: distributed.Ranks | None = None,
         init: InitModel | None = None,
+        shape_classes: bool | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.data_dir = Path(data_dir)
@@ -127,19 +174,28 @@ class Trainer:
         self.bad_validations = 0
         self.resumed_from: Path | None = None
         previous = self._load_checkpoint(resume) if resume else {}
-        self.batch = batch_for_run(settings, self.ranks.world_size, self.train_data, previous, self.run_dir)
+        # Batches of shape classes (data/batching.py) by default on a GPU, where every new batch shape
+        # costs a plan (cuDNN, compile); a CPU pays for padding in proportion. A resumed run keeps its
+        # checkpoint's way of making batches: its data position counts those batches.
+        if previous:
+            shape_classes = bool(previous["stream"].get("classes", 0))
+        elif shape_classes is None:
+            shape_classes = self.device.type == "cuda"
+        self.shape_classes = shape_classes
+        self.batch = batch_for_run(settings, self.ranks.world_size, self.train_data, previous, self.run_dir, shape_classes)
         self.update_freq, self.mean_batch_tokens = self.batch.update_freq, self.batch.mean_target_tokens
         self.steps_per_epoch: int | None = None
         if settings.epochs and not settings.max_steps:  # steps from the data: epochs x steps per epoch
             per_step = self.ranks.world_size * self.update_freq
-            per_epoch = batches_per_epoch(self.train_data, self.batch.max_tokens, settings.seed)
+            per_epoch = batches_per_epoch(self.train_data, self.batch.max_tokens, settings.seed, shape_classes)
             self.steps_per_epoch = steps_per_epoch(per_epoch, per_step)
             self.settings = settings = replace(settings, max_steps=steps_for_epochs(settings, per_epoch, per_step))
             self.run_config["training"]["max_steps"] = settings.max_steps
-        self.stream = BatchStream(self.train_data, self.batch.max_tokens, settings.seed)
+        self.stream = BatchStream(self.train_data, self.batch.max_tokens, settings.seed, shape_classes)
         if previous:
             self.stream.load_state_dict(previous["stream"])
         self.data_state = self.stream.state_dict()
+        self._saving = _BackgroundSave()
         self._first_bad_step: torch.Tensor | None = None  # on the device: the first step whose loss was not finite
         self._bad_loss: torch.Tensor | None = None
 
@@ -261,10 +317,12 @@ class Trainer:
 
     # --- checkpoints -----------------------------------------------------------------------------
 
-    def save_checkpoint(self) -> Path | None:
-        """Write checkpoints/<step>/ as a whole (rank 0; `rundir.save_checkpoint`).
+    def save_checkpoint(self, background: bool = False) -> Path | None:
+        """Write checkpoints/<step>/ as a whole (rank 0; `rundir.save_checkpoint`); returns its path.
 
         Every rank takes part: the ranks' weight fingerprints are compared, and a divergence is an error.
+        With `background`, rank 0 takes a snapshot and a thread writes it while training goes on
+        (`_saving`: collected by `_collect_save`, which the loop calls each step); returns None.
         """
         fingerprints = distributed.agreed_fingerprints(self.model, self.step) if self.ranks.distributed else None
         if not self.is_main:
@@ -284,7 +342,18 @@ class Trainer:
         }
         # A run that validates BLEU is averaged where it scored best (`nmt average`): those checkpoints stay.
         best_step = self.best["step"] if self.best and self.best["metric"] == "valid_bleu" else None
-        return rundir.save_checkpoint(self.run_dir, self.step, self.model.state_dict(), info, state, self.settings.keep_last, best_step)
+        weights, keep_last = self.model.state_dict(), self.settings.keep_last
+        if not background:
+            return rundir.save_checkpoint(self.run_dir, self.step, weights, info, state, keep_last, best_step)
+        weights, state, step = _copied(weights), _copied(state), self.step
+        self._saving.start(step, lambda: rundir.save_checkpoint(self.run_dir, step, weights, info, state, keep_last, best_step))
+        return None
+
+    def _collect_save(self, wait: bool) -> None:
+        """Announce a background checkpoint once it is written (`wait`: wait for it); raise its error."""
+        saved = self._saving.collect(wait)
+        if saved is not None:
+            self.on_event("checkpoint", {"step": saved[0], "path": str(saved[1])})
 
     def save_best(self) -> Path:
         """checkpoints/best/: the weights of the best validation so far."""
@@ -328,6 +397,10 @@ class Trainer:
         })
         try:
             return self._loop(loader, metrics)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the error that stopped training is the one to report
+                self._collect_save(wait=True)  # never exit with a checkpoint half written by our own thread
+            raise
         finally:
             loader.close()
             metrics.close()
@@ -343,6 +416,7 @@ class Trainer:
         out_of_time = False
         while self.step < s.max_steps and not stop and not out_of_time:
             m = self._next_step(loader)
+            self._collect_save(wait=False)
             window.add(m)
             if m["skipped"]:
                 self.on_event("overflow", {"step": self.step, "loss_scale": m["loss_scale"]})
@@ -360,11 +434,17 @@ class Trainer:
             if self.step % s.log_every == 0 or last_step:
                 last = self._log(m, window, metrics)
             if self.step % s.valid_every == 0 or last_step:
+                self._collect_save(wait=True)  # a failed save stops the run before it validates (and writes best/)
                 stop = self._validate_and_log(metrics, last)
                 window.start = time.perf_counter()  # validation time is not training throughput
             if due or stop or last_step:
-                path = self.save_checkpoint()
+                # Saves in the run are written in the background, the last one before the run ends; the
+                # time the training thread spends on them is no training throughput.
+                paused = time.perf_counter()
+                self._collect_save(wait=True)  # one at a time
+                path = self.save_checkpoint(background=not (stop or last_step))
                 last_save = time.perf_counter()
+                window.start += last_save - paused
                 if path is not None:
                     self.on_event("checkpoint", {"step": self.step, "path": str(path)})
         return self._finish(last, stop, out_of_time)
