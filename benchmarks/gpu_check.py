@@ -255,7 +255,7 @@ def stage_decode_attention(args) -> dict:
 def stage_translate(args) -> dict:
     """benchmarks/translate_speed.py, nmt against Hugging Face, fixed and natural lengths, with graph state."""
     json_path = args.out / "translate.json"
-    flags = (["--device", "cpu", "--sentences", "16", "--batches", "8,16", "--runs", "1", "--length", "4"] if args.smoke
+    flags = (["--device", "cpu", "--sentences", "16", "--batches", "8,16", "--runs", "1", "--length", "4", "--vocab-size", "2000"] if args.smoke
              else ["--device", "cuda", "--batches", "512,3003", "--runs", "2"])
     rc, _ = log_run([sys.executable, str(HERE / "translate_speed.py"), *flags, "--settings", "fixed,natural", "--engines", "nmt,hf",
                      "--json", str(json_path)], args.out / "translate.log", timeout=args.budget("translate"))

@@ -64,8 +64,9 @@ def adam(model: torch.nn.Module) -> torch.optim.Optimizer:
 
 # --variants: nmt with one or more of its switches set, timed as systems of their own beside today's nmt.
 # attention: how attention over the padded source runs (model/packed_attention.py SOURCE_ATTENTION: varlen,
-# sdpa, efficient, cudnn, math); compile: layers (--compile's regional compile with dynamic sizes).
-VARIANT_KEYS = {"attention": ("varlen", "sdpa", "efficient", "cudnn", "math"), "compile": ("layers",)}
+# sdpa, efficient, cudnn, math); compile: layers (--compile's regional compile with dynamic sizes) or static (the
+# same with a graph per shape: what batches in shape classes would get).
+VARIANT_KEYS = {"attention": ("varlen", "sdpa", "efficient", "cudnn", "math"), "compile": ("layers", "static")}
 
 
 def parse_variants(text: str | None) -> dict[str, dict[str, str]]:
@@ -103,11 +104,11 @@ def ours(config, device, autocast, full_logits: bool = False, compiled: bool = F
     variant = variant or {}
     torch.manual_seed(0)
     model = Transformer(config).to(device).train()
-    if compiled or variant.get("compile") == "layers":
+    if compiled or "compile" in variant:
         from nmtcli.training import compiling
 
         compiling.check_compile_works(device)
-        compiling.compile_layers(model)
+        compiling.compile_layers(model, dynamic=variant.get("compile") != "static")
     optimizer = adam(model)
 
     def step(src, tgt_in, tgt_out, tokens):

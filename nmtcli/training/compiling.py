@@ -57,8 +57,9 @@ def check_compile_works(device: torch.device) -> None:
                        "train without --compile")
 
 
-def compile_layers(model: Transformer) -> None:
-    """Compile each encoder and decoder layer in place (state_dict keys do not change)."""
+def compile_layers(model: Transformer, dynamic: bool = True) -> None:
+    """Compile each encoder and decoder layer in place (state_dict keys do not change). `dynamic=False`: a graph
+    for each shape that comes (for batches in shape classes; the benchmarks' one shape)."""
     limit = 8 * len(LENGTH_BUCKETS)  # room for recompiles (a batch of one row), far more than the two graphs
     for name in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, name):
@@ -68,16 +69,16 @@ def compile_layers(model: Transformer) -> None:
         kind = type(layer)
         if kind not in compiled:  # one compiled function per kind: the layers are its argument
             compiled[kind] = torch.compile(kind.forward, dynamic=False, backend=BACKEND)
-        layer.forward = _training_forward(layer, compiled[kind])
+        layer.forward = _training_forward(layer, compiled[kind], dynamic)
 
 
-def _training_forward(layer: nn.Module, compiled):
+def _training_forward(layer: nn.Module, compiled, dynamic: bool = True):
     eager = layer.forward
 
     def forward(*args):
         if not layer.training:
             return eager(*args)
-        for arg in args:
+        for arg in args if dynamic else ():
             for t in arg if isinstance(arg, KeyPadding) else (arg,):
                 for dim in _varying(t):
                     torch._dynamo.maybe_mark_dynamic(t, dim)
