@@ -390,6 +390,71 @@ def test_the_loss_of_a_gpu_batch_weighting_rows_by_a_mask_equals_the_full_loss(m
     assert torch.all(results[0][2][50:] == 0)  # padding gets no gradient
 
 
+def _loss_and_gradients(loss_fn, precision: str, rows: int = 70):
+    """(loss, nll, d hidden, d weight, d bias) of a sharp GPU batch (rows weighted by their mask) under `precision`."""
+    torch.manual_seed(4)
+    hidden = (torch.randn(rows, 32) * 3).requires_grad_()
+    weight = (torch.randn(300, 32) * 2).requires_grad_()
+    bias = torch.randn(300, requires_grad=True)
+    target = torch.randint(4, 300, (rows,))
+    target[rows * 5 // 7 :] = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        loss, nll = loss_fn(hidden, weight, bias, target)
+    (loss * 0.5).backward()
+    return loss.detach(), nll, hidden.grad, weight.grad, bias.grad
+
+
+def test_the_fused_loss_makes_one_graph_for_any_number_of_rows(monkeypatch):
+    # FUSED "on": chunk_terms compiled as on a GPU (static vocabulary, symbolic rows), here with a backend
+    # that counts graphs and runs them eagerly. Every batch's last chunk has other rows: still one graph,
+    # and one more for a chunk of one row (dynamo specializes a size of 1).
+    from torch._dynamo.testing import CompileCounter
+
+    from nmtcli.training import loss as loss_module
+
+    counter = CompileCounter()
+    monkeypatch.setattr(loss_module, "COMPILE_BACKEND", counter)
+    monkeypatch.setattr(loss_module, "_compiled_chunk_terms", None)
+    monkeypatch.setattr(loss_module, "_target_rows", lambda mask, tokens: None)
+    monkeypatch.setitem(loss_module.CHUNK_LOGITS, "cpu", 16 * 300)
+    torch._dynamo.reset()
+    for rows in (70, 37, 51, 66, 17):
+        monkeypatch.setattr(loss_module, "FUSED", "off")
+        eager = _loss_and_gradients(lambda *a: loss_module.output_loss(*a, 0.1, pad_id=0), "fp32", rows)
+        monkeypatch.setattr(loss_module, "FUSED", "on")
+        fused = _loss_and_gradients(lambda *a: loss_module.output_loss(*a, 0.1, pad_id=0), "fp32", rows)
+        for ours, reference in zip(fused, eager):
+            torch.testing.assert_close(ours, reference, rtol=1e-6, atol=1e-5)
+    assert counter.frame_count == 2, counter.frame_count  # chunks of 16, 6, 5, 3, 2 rows; then of 1 row (17)
+    monkeypatch.setattr(loss_module, "FUSED", "sometimes")
+    with pytest.raises(ValueError, match="NMT_FUSED_LOSS"):
+        _loss_and_gradients(lambda *a: loss_module.output_loss(*a, 0.1, pad_id=0), "fp32")
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_fused_loss_compiled_by_inductor_equals_the_full_loss(monkeypatch, precision):
+    """The GPU's fused loss through inductor (its CPU code generator: the same graph, C++ instead of Triton)
+    against the loss over full logits, with the tolerances of the eager path."""
+    from reference_loss import label_smoothed_loss
+
+    from nmtcli.training import loss as loss_module
+
+    monkeypatch.setattr(loss_module, "FUSED", "on")
+    monkeypatch.setattr(loss_module, "_compiled_chunk_terms", None)
+    monkeypatch.setattr(loss_module, "_target_rows", lambda mask, tokens: None)
+    monkeypatch.setitem(loss_module.CHUNK_LOGITS, "cpu", 16 * 300)
+    torch._dynamo.reset()
+    fused = _loss_and_gradients(lambda *a: loss_module.output_loss(*a, 0.1, pad_id=0), precision)
+    full = _loss_and_gradients(lambda h, w, b, t: label_smoothed_loss(F.linear(h, w, b), t, 0.1, pad_id=0), precision)
+    tolerance = {"rtol": 1e-5, "atol": 1e-4} if precision == "fp32" else {"rtol": 2e-2, "atol": 2e-2}
+    for ours, reference in zip(fused, full):
+        torch.testing.assert_close(ours.float(), reference.float(), **tolerance)
+    assert torch.all(fused[2][50:] == 0)  # padding gets no gradient
+    torch._dynamo.reset()
+
+
 # --- the varlen kernel under --compile ------------------------------------------------------------
 
 
@@ -728,3 +793,4 @@ def test_after_running_out_of_memory_the_arena_holds_nothing(monkeypatch, positi
     with pytest.raises(NmtError, match="out of memory translating a single line"):
         translate_ids(model, SENTENCES[:1], settings, BatchBudget(1000), torch.device("cpu"), graphs=graphs)
     assert graphs.arena.nbytes == 0 and not graphs.recorded_keys
+

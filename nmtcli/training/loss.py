@@ -5,12 +5,16 @@ embedding matrix (sec. 3.4) itself, a chunk of rows at a time, so that neither t
 logits nor a float32 buffer of that size ever exists. The smoothed target puts 1 - eps on the reference
 token and spreads eps uniformly over the vocabulary: loss = (1 - eps) * NLL + eps * mean_v(-log p_v).
 With log p_v = z_v - logsumexp(z), NLL = lse - z_target and mean_v(-log p_v) = lse - mean_v(z), so the
-log-probabilities never need to exist either; see _ChunkedOutputLoss for the few passes over the
-logits that remain. (tests/reference_loss.py computes the same loss over full
-logits; the tests compare the two, value and gradients.)
+log-probabilities never need to exist either. After each chunk's product, `chunk_terms` does the rest
+of the chunk's work (the fp32 log-softmax, the loss terms, the softmax for the gradient in the products'
+dtype): on a GPU compiled into one kernel that passes over the logits once (FUSED). The matrix products
+stay cuBLAS's. (tests/reference_loss.py computes the same loss over full logits; the tests compare the
+two, value and gradients.)
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import torch
@@ -34,7 +38,8 @@ def output_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Ten
     knows it (every batch does), lets a GPU find those rows without waiting for the device.
 
     Under autocast the projection runs in the autocast dtype, as F.linear would, and the softmax
-    in float32, chunk by chunk; without autocast everything is float32. The gradients with respect
+    in float32, chunk by chunk; without autocast in the dtype of `hidden` (float32, or bf16 for bf16
+    weights: training/precision.py, bf16-master), the softmax in float32 at least. The gradients with respect
     to hidden, weight and bias are computed in the same pass (the loss is the last node of the
     graph, so its backward only scales them), which costs the three matrix products of an unfused
     linear layer, not four.
@@ -71,16 +76,71 @@ def _autocast_dtype(device_type: str) -> torch.dtype | None:
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
+# The per-chunk work after the logits' product (`chunk_terms`): "auto" compiles it on a GPU, where inductor
+# fuses it into one reduction kernel per block of rows that reads the logits once and writes the softmax once
+# in the compute dtype, and runs it eagerly on a CPU (the same Python: the CPU tests test the GPU's
+# algorithm); "off" runs it eagerly everywhere (the GPU's kernels before fusing, for a benchmark to compare);
+# "on" compiles it on a CPU too. NMT_FUSED_LOSS sets it for a whole process (`nmt train` included).
+FUSED = os.environ.get("NMT_FUSED_LOSS", "auto")
+FUSED_MODES = ("auto", "on", "off")
+COMPILE_BACKEND = "inductor"  # a test counts the graphs with its own backend
+_compiled_chunk_terms = None  # made on first use: torch.compile imports TorchDynamo, seconds nothing else needs
+
+
+def chunk_terms(z: Tensor, target: Tensor, row_weight: Tensor | None, smoothing: float,
+                grad_dtype: torch.dtype | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """One chunk of logits z (rows, V) and its targets (rows,) -> (smoothed loss, NLL, softmax) per row.
+
+    The loss and NLL are float32 (at least); the softmax, the only (rows x V) term of the gradient, is
+    written in `grad_dtype` (the products' dtype), with row_weight's zero rows zeroed, or not at all (None:
+    no gradient). loss = (1 - eps) * NLL + eps * mean_v(-log p_v), with mean_v(-log p_v) = lse - mean_v(z).
+    Compiled, this is one pass over the logits; eagerly, a fused log_softmax, the mean, and exp in place.
+    """
+    log_p = torch.log_softmax(z, dim=-1, dtype=torch.promote_types(z.dtype, torch.float32))
+    nll = -log_p.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    uniform = -log_p.mean(-1)
+    loss = (1.0 - smoothing) * nll + smoothing * uniform
+    if row_weight is not None:
+        loss, nll = loss * row_weight, nll * row_weight
+    if grad_dtype is None:
+        return loss, nll, None
+    p = log_p.exp_()  # softmax, in place of log p (read already)
+    if row_weight is not None:
+        p = p * row_weight.unsqueeze(-1)
+    return loss, nll, p.to(grad_dtype)
+
+
+def _chunk_terms_for(device_type: str):
+    """chunk_terms as FUSED says for this device: compiled (static V, any number of rows) or eager."""
+    global _compiled_chunk_terms
+    if FUSED not in FUSED_MODES:
+        raise ValueError(f"NMT_FUSED_LOSS / loss.FUSED is {FUSED!r}; choose one of {', '.join(FUSED_MODES)}")
+    if FUSED == "off" or (FUSED == "auto" and device_type != "cuda"):
+        return chunk_terms
+    if _compiled_chunk_terms is None:
+        compiled = torch.compile(chunk_terms, dynamic=False, backend=COMPILE_BACKEND)
+
+        def dynamic_rows(z, target, row_weight, smoothing, grad_dtype):
+            # The vocabulary is fixed, the rows are not (the last chunk of every batch differs): rows are
+            # symbolic, so one graph serves every chunk (and one more a chunk of one row, which dynamo specializes).
+            for t in (z, target, row_weight):
+                if t is not None:
+                    torch._dynamo.mark_dynamic(t, 0)
+            return compiled(z, target, row_weight, smoothing, grad_dtype)
+
+        _compiled_chunk_terms = dynamic_rows
+    return _compiled_chunk_terms
+
+
 class _ChunkedOutputLoss(torch.autograd.Function):
     """logits = hidden W^T + b for a chunk of rows, then the loss and d loss / d logits of that chunk,
     then d hidden = g W and d W += g^T hidden: per chunk.
 
     d loss / d z_v = g * (softmax(z)_v - eps / V - (1 - eps) [v = target]) for a token with weight g (0 at
     padding). Only softmax(z) is a (rows x V) term: the constant and the target's term go into the
-    products as rank-one and per-row corrections (eps / V * sum_v W_v, (1 - eps) W_target), and
-    mean_v(z) = h . mean_v(W) + mean_v(b) is a product with one vector. So the logits are read and
-    written by three passes: the projection, one fused log_softmax, its exp in place (for the
-    gradient); the loss needs no other pass (NLL = -log p_target, lse = z_target - log p_target).
+    products as rank-one and per-row corrections (eps / V * sum_v W_v, (1 - eps) W_target). So the
+    logits are written by the projection and read by `chunk_terms`, which writes the softmax in the
+    products' dtype: one pass where it is compiled (FUSED), three eagerly (log_softmax, mean, exp).
     """
 
     @staticmethod
@@ -89,12 +149,11 @@ class _ChunkedOutputLoss(torch.autograd.Function):
         dtype = _autocast_dtype(hidden.device.type) or hidden.dtype
         exact = torch.promote_types(dtype, torch.float32)  # the softmax and the sums: float32 at least
         eps = smoothing
+        terms = _chunk_terms_for(hidden.device.type)
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
             b = bias.to(dtype) if bias is not None else None
             n, vocab = h.size(0), w.size(0)
-            w_mean = w.mean(0, dtype=exact)  # mean_v(z) = h . w_mean + b_mean
-            b_mean = b.mean(dtype=exact) if b is not None else 0.0
             loss = torch.zeros((), dtype=exact, device=h.device)
             nll = torch.zeros((), dtype=exact, device=h.device)
             if needs_grad:
@@ -102,42 +161,35 @@ class _ChunkedOutputLoss(torch.autograd.Function):
                 grad_w = torch.zeros(w.shape, dtype=exact, device=w.device)
                 grad_b = torch.zeros(vocab, dtype=exact, device=w.device) if b is not None else None
                 h_sum = torch.zeros(h.size(1), dtype=exact, device=h.device)  # sum of g * h over the rows
-                smoothing_row = (eps * w_mean).to(dtype)  # eps / V * sum_v W_v
+                smoothing_row = (eps * w.mean(0, dtype=exact)).to(dtype)  # eps / V * sum_v W_v
             step = max(1, CHUNK_LOGITS.get(h.device.type, CHUNK_LOGITS["cuda"]) // vocab)
             for start in range(0, n, step):
-                hc, tc = h[start : start + step], target[start : start + step].unsqueeze(-1)
-                z = F.linear(hc, w, b)
-                z_target = z.gather(-1, tc).squeeze(-1).to(exact)
-                log_p = torch.log_softmax(z, dim=-1, dtype=exact)  # one pass: max, sum of exp, write
-                del z
-                nll_c = -log_p.gather(-1, tc).squeeze(-1)
-                uniform_c = z_target + nll_c - (hc.to(exact) @ w_mean + b_mean)  # lse - mean_v(z)
+                hc, tc = h[start : start + step], target[start : start + step]
                 row_weight = mask[start : start + step].to(exact) if mask is not None else None
-                if row_weight is not None:
-                    nll_c, uniform_c = nll_c * row_weight, uniform_c * row_weight
-                loss += ((1.0 - eps) * nll_c + eps * uniform_c).sum()
+                z = F.linear(hc, w, b)
+                loss_c, nll_c, p = terms(z, tc, row_weight, eps, dtype if needs_grad else None)
+                del z
+                loss += loss_c.sum()
                 nll += nll_c.sum()
                 if not needs_grad:
                     continue
-                p = log_p.exp_()  # softmax, in place
                 hg = hc if row_weight is None else hc * row_weight.unsqueeze(-1).to(dtype)  # g * h
                 if b is not None:
-                    grad_b += p.sum(0) if row_weight is None else row_weight @ p
-                    grad_b.index_add_(0, tc.squeeze(-1), row_weight if row_weight is not None else
+                    grad_b += p.sum(0, dtype=exact)
+                    grad_b.index_add_(0, tc, row_weight if row_weight is not None else
                                       torch.ones(tc.size(0), dtype=exact, device=p.device), alpha=-(1.0 - eps))
-                p = p.to(dtype)
                 # g W = softmax W - eps / V sum_v W_v - (1 - eps) W_target, in one product with its correction
-                correction = w.index_select(0, tc.squeeze(-1)).mul_(-(1.0 - eps)).sub_(smoothing_row)
+                correction = w.index_select(0, tc).mul_(-(1.0 - eps)).sub_(smoothing_row)
                 out = grad_h[start : start + step]
-                torch.addmm(correction, p, w, out=out)
                 if row_weight is not None:
-                    out.mul_(row_weight.unsqueeze(-1).to(dtype))
+                    correction.mul_(row_weight.unsqueeze(-1).to(dtype))  # p's rows of padding are 0 already
+                torch.addmm(correction, p, w, out=out)
                 # g^T h = softmax^T (g h) - eps / V (sum of g h) on every row - (1 - eps) (g h) on the target's row
                 if dtype == exact:
                     grad_w.addmm_(p.t(), hg)
                 else:
                     grad_w += (p.t() @ hg).to(exact)
-                grad_w.index_add_(0, tc.squeeze(-1), hg.to(exact), alpha=-(1.0 - eps))
+                grad_w.index_add_(0, tc, hg.to(exact), alpha=-(1.0 - eps))
                 h_sum += hg.sum(0, dtype=exact)
             if needs_grad:
                 grad_w -= (eps / vocab) * h_sum
