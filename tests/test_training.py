@@ -172,6 +172,51 @@ def test_interrupted_training_resumes_identically(prepared, tmp_path):
     assert steps == sorted(steps) and steps.count(6) == 2  # the train log line and the valid line
 
 
+def test_bf16_master_weights_train_a_bf16_copy_save_the_fp32_masters_and_resume_identically(prepared, tmp_path):
+    # update_freq 2: the batches' gradients are summed into the masters' fp32 gradients (copied, then added).
+    config, settings = small_settings(precision="bf16-master", update_freq=2)
+    straight = Trainer(tmp_path / "straight", prepared, config, settings)
+    assert straight.precision.label == "bf16-master" and straight.precision.name == "bf16"
+    assert {p.dtype for p in straight.train_model.parameters()} == {torch.bfloat16}
+    assert straight.train_model.embedding.positions.dtype == torch.bfloat16
+    masters = [p for group in straight.optimizer.param_groups for p in group["params"]]
+    assert [m is p for m, p in zip(masters, straight.model.parameters())] == [True] * len(masters)
+    assert {m.dtype for m in masters} == {torch.float32}
+    straight.run()
+    # After every step the bf16 weights are the masters rounded; the masters keep what bf16 cannot hold
+    # (early in the warmup most updates are smaller than a bf16 weight's rounding step).
+    assert all(torch.equal(p, m.bfloat16()) for p, m in zip(straight.train_model.parameters(), masters))
+    assert any(not torch.equal(m, m.bfloat16().float()) for m in masters)
+
+    config, first_half = small_settings(precision="bf16-master", update_freq=2, max_steps=3)
+    Trainer(tmp_path / "resumed", prepared, config, first_half).run()
+    resumed = Trainer(tmp_path / "resumed", prepared, config, settings)
+    assert resumed.step == 3
+    resumed.run()
+    a = load_weights(tmp_path / "straight" / "checkpoints" / "6" / "model.safetensors")
+    b = load_weights(tmp_path / "resumed" / "checkpoints" / "6" / "model.safetensors")
+    assert {t.dtype for t in a.values()} == {torch.float32}
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(a[k], v) for k, v in straight.model.state_dict().items())
+
+
+def test_a_bf16_master_step_computes_the_gradients_of_an_fp32_step(prepared, tmp_path):
+    from nmtcli.training.loader import StepLoader
+
+    gradients = {}
+    for precision in ("fp32", "bf16-master"):
+        config, settings = small_settings(precision=precision, max_steps=1)
+        trainer = Trainer(tmp_path / precision, prepared, config.replace(dropout=0.0), settings)
+        loader = StepLoader(trainer.stream, 1, 0, 1, trainer.device)
+        trainer.train_step(next(loader))
+        loader.close()
+        gradients[precision] = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
+    ours, exact = gradients["bf16-master"], gradients["fp32"]
+    assert ours.dtype == torch.float32
+    assert F.cosine_similarity(ours, exact, dim=0) > 0.999
+    assert (ours - exact).norm() < 0.03 * exact.norm()
+
+
 def test_resuming_with_another_model_shape_is_refused(prepared, tmp_path):
     config, settings = small_settings(max_steps=3)
     Trainer(tmp_path / "run", prepared, config, settings).run()

@@ -1,22 +1,38 @@
-"""Numeric precision of training: fp32, bf16 autocast, or fp16 autocast with a dynamic loss scaler.
+"""Numeric precision of training: fp32, bf16 autocast, bf16 weights with fp32 masters, or fp16 autocast
+with a dynamic loss scaler.
 
 bf16 has fp32's exponent range, so it needs no loss scaling; it is the default on GPUs that have it
 (Ampere and newer). fp16 (for older GPUs) overflows and underflows easily: the loss is multiplied by
 a scale before backward, steps whose gradients overflow are skipped and the scale halved, and the
-scale grows again after a run of good steps (Micikevicius et al., 2018). Weights, optimizer state
-and the loss itself always stay fp32.
+scale grows again after a run of good steps (Micikevicius et al., 2018). Under autocast the weights,
+optimizer state and the loss itself stay fp32, and every matrix product casts its weight (and, backward,
+its gradient) at every use.
+
+bf16-master (`MasterWeights`) keeps a bf16 copy of the model for the forward and backward passes and
+the fp32 model as the optimizer's master weights, as Megatron-LM's mixed precision does: no weight is
+cast per use; once a step the bf16 gradients are copied into the masters' fp32 gradients (one foreach
+copy) and, after fused Adam has stepped the masters, the masters into the bf16 weights (one foreach
+copy). What then runs in bf16 that autocast ran in fp32: LayerNorm's input and output (its mean and
+variance are still accumulated in fp32 by PyTorch's kernels), the residual stream and its additions,
+the positional encodings (a bf16 table: 3 significant digits of sin/cos), and the gradients as
+backward accumulates them within a batch. Attention's softmax runs in fp32 inside the fused kernels
+either way, and the loss's log-softmax is fp32 (training/loss.py). The weights the optimizer updates,
+its moments, the checkpoints, validation and `nmt average` stay fp32: an update smaller than a bf16
+weight's rounding step is not lost, it accumulates in the master.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from nmtcli.errors import NmtError
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "bf16-master", "fp16")
 
 
 @dataclass
@@ -24,6 +40,12 @@ class Precision:
     name: str  # fp32, bf16 or fp16: what runs
     device: torch.device
     scaler: torch.amp.GradScaler  # enabled only for fp16; a no-op otherwise
+    master_weights: bool = False  # bf16-master: a bf16 model trains, the fp32 model holds the masters
+
+    @property
+    def label(self) -> str:
+        """The name it was chosen by: bf16-master, or the name of what runs."""
+        return "bf16-master" if self.master_weights else self.name
 
     @property
     def dtype(self) -> torch.dtype:
@@ -45,24 +67,76 @@ class Precision:
         return self.scaler.get_scale() < float(before)
 
     def autocast(self):
-        """The context every forward pass runs in."""
+        """The context every forward pass of the fp32 model runs in (bf16-master trains its bf16 copy
+        outside autocast: `training_autocast`)."""
         if self.name == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
+    def training_autocast(self):
+        """The context a training step's forward pass runs in: none for bf16 weights, else `autocast`."""
+        return contextlib.nullcontext() if self.master_weights else self.autocast()
+
 
 def resolve(name: str, device: torch.device) -> Precision:
-    """auto: bf16 on a GPU that supports it, fp32 otherwise (fp16 only when asked for)."""
+    """auto: bf16 on a GPU that supports it, fp32 otherwise (fp16 and bf16-master only when asked for)."""
     if name not in PRECISIONS:
         raise NmtError(f"unknown precision {name!r}", f"choose one of {', '.join(PRECISIONS)}", exit_code=2)
     if name == "auto":
         name = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    master_weights = name == "bf16-master"
+    if master_weights:
+        name = "bf16"
     if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise NmtError(f"{torch.cuda.get_device_name(device)} does not support bf16", "use --precision fp16 (or fp32)")
     if name == "fp32" and device.type == "cuda":
         use_tf32()
     scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
-    return Precision(name, device, scaler)
+    return Precision(name, device, scaler, master_weights)
+
+
+class MasterWeights:
+    """A bf16 copy of `model` (`working`) that the training step runs, with `model`'s fp32 parameters
+    as the master weights its optimizer steps.
+
+    The masters' gradients are allocated once and kept (the optimizer's zero_grad must not drop them):
+    `gradients_to_masters` after each batch's backward copies (first batch) or adds (later batches of the
+    step) the bf16 gradients into them in one foreach op and drops the bf16 ones, so gradient accumulation
+    over --update-freq batches sums in fp32; `masters_to_working` after the optimizer step copies the masters
+    into the bf16 weights in one foreach op. The fp32 model stays what is saved, validated and averaged.
+    """
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype = torch.bfloat16):
+        self.working = copy.deepcopy(model).to(dtype)  # its buffers too: the positional encodings' table
+        self.masters = list(model.parameters())
+        self.params = list(self.working.parameters())
+        for master in self.masters:
+            master.grad = torch.zeros_like(master)
+        self._grads = [m.grad for m in self.masters]
+
+    @torch.no_grad()
+    def gradients_to_masters(self, first: bool) -> None:
+        """The bf16 gradients of this batch into the masters' fp32 gradients: copied (`first` batch of a
+        step) or added. A parameter no gradient reached counts as a zero gradient."""
+        missing = [m for m, p in zip(self._grads, self.params) if p.grad is None]
+        if missing:
+            if first:
+                torch._foreach_zero_(missing)
+            pairs = [(m, p.grad) for m, p in zip(self._grads, self.params) if p.grad is not None]
+            masters, grads = [m for m, _ in pairs], [g for _, g in pairs]
+        else:
+            masters, grads = self._grads, [p.grad for p in self.params]
+        if first:
+            torch._foreach_copy_(masters, grads)
+        else:
+            torch._foreach_add_(masters, grads)
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def masters_to_working(self) -> None:
+        """The masters (just stepped) into the bf16 weights: one rounding per weight and step."""
+        torch._foreach_copy_(self.params, self.masters)
 
 
 def use_tf32() -> None:

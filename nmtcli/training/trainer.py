@@ -158,7 +158,8 @@ class Trainer:
         if init is not None and not resume:  # step 0 is the model's weights, exactly
             load_state(self.model, init.weights(), init.model_dir / WEIGHTS_FILE)
         self.model.to(self.device)
-        # Fused Adam: one kernel for all parameters on a GPU (and a vectorized loop on a CPU).
+        # Fused Adam: one kernel for all parameters on a GPU (and a vectorized loop on a CPU). With
+        # bf16-master these are the fp32 masters; the bf16 weights the step runs are copies of them.
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
             lr=0.0,
@@ -199,11 +200,15 @@ class Trainer:
         self._first_bad_step: torch.Tensor | None = None  # on the device: the first step whose loss was not finite
         self._bad_loss: torch.Tensor | None = None
 
+        # bf16-master: a bf16 copy trains and the fp32 model holds the optimizer's master weights; otherwise
+        # the model trains itself. Made after the checkpoint is loaded, from the fp32 weights it holds.
+        self.masters = precision.MasterWeights(self.model) if self.precision.master_weights else None
+        self.train_model: Transformer = self.masters.working if self.masters else self.model
         if settings.compile:
             compiling.check_compile_works(self.device)
-            compiling.compile_layers(self.model)
-        self.ddp = distributed.wrap(self.model, self.device) if self.ranks.distributed else None
-        self.forward_model: torch.nn.Module = self.model if self.ddp is None else self.ddp
+            compiling.compile_layers(self.train_model)
+        self.ddp = distributed.wrap(self.train_model, self.device) if self.ranks.distributed else None
+        self.forward_model: torch.nn.Module = self.train_model if self.ddp is None else self.ddp
         self.peak = flops.device_peak_flops(self.device, self.precision.name, settings.peak_tflops)
         if settings.valid_bleu:
             from nmtcli.inference.tokenizer import load_tokenizer
@@ -233,34 +238,45 @@ class Trainer:
         return int(np.random.SeedSequence([self.settings.seed, self.step, batch_index]).generate_state(1)[0])
 
     def train_step(self, step_batches: StepBatches) -> dict[str, Any]:
-        """One optimizer step over this rank's batches; the loss is divided by the whole step's target tokens."""
-        self.model.train()
+        """One optimizer step over this rank's batches; the loss is divided by the whole step's target tokens.
+
+        Nothing in it waits for the device (tests/test_gpu_paths.py records its ops), but fp16's loss scale.
+        """
+        self.train_model.train()
         s = self.settings
         d_model = self.config.d_model
         lr = inverse_sqrt_lr(self.step + 1, d_model, s.warmup, s.lr_scale * peak_scale(d_model, s.warmup, s.lr))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.masters is None:  # the masters' gradients are overwritten by the first batch instead
+            self.optimizer.zero_grad(set_to_none=True)
         scaler = self.precision.scaler
         # DDP averages gradients over ranks; scaling by world_size makes that a sum over the step.
         factor = self.ranks.world_size / step_batches.target_tokens
         loss_sum = torch.zeros((), device=self.device)
         nll_sum = torch.zeros((), device=self.device)
         last = len(step_batches.batches) - 1
-        output = self.model.embedding.tokens.weight  # the pre-softmax projection shares it (sec. 3.4)
+        model = self.train_model
+        output = model.embedding.tokens.weight  # the pre-softmax projection shares it (sec. 3.4)
         for i, batch in enumerate(step_batches.batches):
             torch.manual_seed(self._dropout_seed(step_batches.first_index + i))
             # Gradients are exchanged once per step, after the last batch, not after every batch.
             sync = self.ddp.no_sync() if self.ddp is not None and i < last else contextlib.nullcontext()
             with sync:
-                with self.precision.autocast():
+                with self.precision.training_autocast():
                     hidden = self.forward_model(batch.src, batch.tgt_in, hidden=True)
-                    loss, nll = output_loss(hidden, output, self.model.final_logits_bias, batch.tgt_out,
+                    loss, nll = output_loss(hidden, output, model.final_logits_bias, batch.tgt_out,
                                             s.label_smoothing, self.config.pad_id, batch.target_tokens)
                 scaler.scale(loss * factor).backward()
+            # bf16-master: the gradients are summed in fp32 over the step's batches; with several ranks they
+            # stay in bf16 until the last batch, whose backward all-reduces what the batches accumulated.
+            if self.masters is not None and (self.ddp is None or i == last):
+                self.masters.gradients_to_masters(first=i == 0 or self.ddp is not None)
             loss_sum += loss.detach()
             nll_sum += nll
         skipped = self.precision.step(self.optimizer)  # fp16: skipped when a gradient is inf/nan
+        if self.masters is not None:
+            self.masters.masters_to_working()
         self.data_state = step_batches.stream_state
         if not skipped:
             self.step += 1
@@ -383,7 +399,7 @@ class Trainer:
             "max_steps": s.max_steps,
             "parameters": self.model.num_parameters(),
             "device": str(self.device),
-            "precision": self.precision.name,
+            "precision": self.precision.label,
             "compile": s.compile,
             "resumed_from": str(self.resumed_from) if self.resumed_from else None,
             "init": (self.run_config.get("init") or {}).get("model"),
