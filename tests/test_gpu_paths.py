@@ -794,3 +794,118 @@ def test_after_running_out_of_memory_the_arena_holds_nothing(monkeypatch, positi
         translate_ids(model, SENTENCES[:1], settings, BatchBudget(1000), torch.device("cpu"), graphs=graphs)
     assert graphs.arena.nbytes == 0 and not graphs.recorded_keys
 
+
+# --- one training step on the GPU's path: host syncs, casts, the optimizer ------------------------
+
+# Ops whose result the host must wait for: a value read back (.item(), bool(), .tolist()), or an output
+# whose size depends on the values (nonzero, masked_select, boolean indexing, unique, ...).
+HOST_SYNCS = {"_local_scalar_dense", "item", "is_nonzero", "nonzero", "masked_select", "equal", "unique",
+              "_unique", "_unique2", "unique_consecutive", "unique_dim", "bincount", "repeat_interleave", "allclose"}
+
+
+def _step_ops_mode():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        """Every aten op of a block: the host syncs, the dtype casts (`_to_copy`, `copy_` and foreach copies
+        that change a dtype; a foreach copy counts once, it is one kernel), and the ops by name. Casts inside
+        the loss's `chunk_terms` are counted apart: compiled on a GPU, they are part of its one kernel."""
+
+        def __init__(self):
+            super().__init__()
+            self.ops: dict[str, int] = {}
+            self.syncs: list[str] = []
+            self.casts: list[str] = []
+            self.fused_casts: list[str] = []
+            self.in_fused = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = func.overloadpacket.__name__
+            self.ops[name] = self.ops.get(name, 0) + 1
+            out = func(*args, **kwargs)
+            if name in HOST_SYNCS:
+                self.syncs.append(name)
+            cast = None
+            if name == "_to_copy":
+                if out.device != args[0].device:
+                    self.syncs.append(f"_to_copy to {out.device}")
+                if out.dtype != args[0].dtype:
+                    cast = f"_to_copy {args[0].dtype}->{out.dtype} {tuple(out.shape)}"
+            elif name == "copy_" and args[0].dtype != args[1].dtype:
+                cast = f"copy_ {args[1].dtype}->{args[0].dtype} {tuple(args[0].shape)}"
+            elif name == "_foreach_copy_" and any(a.dtype != b.dtype for a, b in zip(args[0], args[1])):
+                cast = f"_foreach_copy_ {args[1][0].dtype}->{args[0][0].dtype} x{len(args[0])}"
+            if cast:
+                (self.fused_casts if self.in_fused else self.casts).append(cast)
+            return out
+
+    return Recorder()
+
+
+@pytest.fixture
+def gpu_step(cpu_varlen, monkeypatch, prepared, tmp_path):
+    """step(precision, layers) -> the Recorder of one steady training step (the second: the first makes
+    Adam's state) of a d_model 64 model, through the GPU's code path on the CPU: packed attention through
+    the varlen op (cpu_varlen), the loss's rows found without a wait (`first_true`), the loss's chunk terms
+    as `FUSED` runs them on a CPU (eagerly; the recorder sees them apart)."""
+    from nmtcli.model import packed_attention
+    from nmtcli.training import loss as loss_module
+    from nmtcli.training.loader import StepLoader
+    from nmtcli.training.settings import train_settings_for
+    from nmtcli.training.trainer import Trainer
+
+    monkeypatch.setattr(packed_attention, "applies", lambda model, src: True)
+    monkeypatch.setattr(packed_attention, "VARLEN_ATTENTION", packed_attention._load_varlen())
+    monkeypatch.setattr(loss_module, "_target_rows", lambda mask, tokens: loss_module.first_true(mask, tokens))
+    chunk_terms = loss_module.chunk_terms
+
+    def step(precision: str, layers: int = 2):
+        recorder = _step_ops_mode()
+
+        def fused(*args):
+            recorder.in_fused = True
+            try:
+                return chunk_terms(*args)
+            finally:
+                recorder.in_fused = False
+
+        monkeypatch.setattr(loss_module, "chunk_terms", fused)
+        config, settings = train_settings_for("tiny", max_steps=2, max_tokens=300, device="cpu", precision=precision)
+        config = config.replace(d_model=64, d_ff=256, heads=4, layers=layers)
+        trainer = Trainer(tmp_path / f"{precision}-{layers}", prepared, config, settings)
+        loader = StepLoader(trainer.stream, 1, 0, 1, trainer.device)
+        try:
+            trainer.train_step(next(loader))
+            batches = next(loader)
+            with recorder:
+                trainer.train_step(batches)
+        finally:
+            loader.close()
+        return recorder
+
+    return step
+
+
+def test_a_bf16_master_step_on_the_gpu_path_waits_for_nothing_casts_little_and_steps_adam_once(gpu_step):
+    with _step_ops_mode() as probe:  # what the recorder calls a wait: a value read back, a size from values
+        torch.arange(3).nonzero()
+        float(torch.ones(()))
+    assert probe.syncs == ["nonzero", "_local_scalar_dense"]
+    ops = gpu_step("bf16-master")
+    assert ops.syncs == []
+    assert ops.ops.get("_fused_adam_") == 1 and ops.ops.get("_varlen_attn", 0) > 0
+    # No weight is cast per use: the gradients go into the masters and the masters into the bf16 weights in
+    # one foreach copy each. The loss casts a vector (eps / V sum_v W_v), per chunk (one here) the weight's
+    # gradient product into its float32 sum and the rows' g h for its index_add, and once the sum back to
+    # bf16. The rest are indices (the packed attention's and the loss's sorts take uint8, the varlen kernel
+    # int32 offsets).
+    floating = [c for c in ops.casts if "bfloat16" in c]
+    assert len(ops.casts) == 9 and len(floating) == 6, ops.casts
+    assert sum(c.startswith("_foreach_copy_") for c in ops.casts) == 2
+    assert len(ops.fused_casts) == 2, ops.fused_casts  # bf16 logits -> float32 softmax -> bf16: in its one kernel
+    assert len(gpu_step("bf16-master", layers=3).casts) == 9  # none per layer
+    # Today's bf16 autocast, the same step: 9 + 61 per encoder and decoder layer (131 here, 375 for base's 6).
+    autocast = gpu_step("bf16")
+    assert autocast.syncs == [] and autocast.ops.get("_fused_adam_") == 1
+    assert len(autocast.casts) > 10 * len(ops.casts), len(autocast.casts)
