@@ -115,7 +115,7 @@ def _chunk_terms_for(device_type: str):
     global _compiled_chunk_terms
     if FUSED not in FUSED_MODES:
         raise ValueError(f"NMT_FUSED_LOSS / loss.FUSED is {FUSED!r}; choose one of {', '.join(FUSED_MODES)}")
-    if FUSED == "off" or (FUSED == "auto" and device_type != "cuda"):
+    if FUSED == "off" or (FUSED == "auto" and (device_type != "cuda" or not _has_triton())):
         return chunk_terms
     if _compiled_chunk_terms is None:
         compiled = torch.compile(chunk_terms, dynamic=False, backend=COMPILE_BACKEND)
@@ -130,6 +130,13 @@ def _chunk_terms_for(device_type: str):
 
         _compiled_chunk_terms = dynamic_rows
     return _compiled_chunk_terms
+
+
+def _has_triton() -> bool:
+    """Whether inductor can write GPU kernels here (a GPU without Triton runs chunk_terms eagerly)."""
+    from torch.utils._triton import has_triton
+
+    return has_triton()
 
 
 class _ChunkedOutputLoss(torch.autograd.Function):
