@@ -65,8 +65,11 @@ def adam(model: torch.nn.Module) -> torch.optim.Optimizer:
 # --variants: nmt with one or more of its switches set, timed as systems of their own beside today's nmt.
 # attention: how attention over the padded source runs (model/packed_attention.py SOURCE_ATTENTION: varlen,
 # sdpa, efficient, cudnn, math); compile: layers (--compile's regional compile with dynamic sizes) or static (the
-# same with a graph per shape: what batches in shape classes would get).
-VARIANT_KEYS = {"attention": ("varlen", "sdpa", "efficient", "cudnn", "math"), "compile": ("layers", "static")}
+# same with a graph per shape: what batches in shape classes would get); loss: fused (training/loss.py FUSED
+# "auto": compiled on a GPU) or off (eager, the kernels of before); weights: bf16-master (a bf16 copy of the
+# model trains without autocast, fp32 masters in the optimizer: training/precision.py MasterWeights).
+VARIANT_KEYS = {"attention": ("varlen", "sdpa", "efficient", "cudnn", "math"), "compile": ("layers", "static"),
+                "loss": ("fused", "off"), "weights": ("bf16-master",)}
 
 
 def parse_variants(text: str | None) -> dict[str, dict[str, str]]:
@@ -85,15 +88,19 @@ def parse_variants(text: str | None) -> dict[str, dict[str, str]]:
 def variant_switches(variant: dict[str, str], dtype: torch.dtype | None):
     """The module-level switches a variant sets, for the duration of one of its steps (systems alternate)."""
     from nmtcli.model import packed_attention
+    from nmtcli.training import loss
 
-    saved = dict(packed_attention.SOURCE_ATTENTION)
+    saved, fused = dict(packed_attention.SOURCE_ATTENTION), loss.FUSED
     if "attention" in variant and dtype is not None:
         packed_attention.SOURCE_ATTENTION[dtype] = variant["attention"]
+    if "loss" in variant:
+        loss.FUSED = "auto" if variant["loss"] == "fused" else "off"
     try:
         yield
     finally:
         packed_attention.SOURCE_ATTENTION.clear()
         packed_attention.SOURCE_ATTENTION.update(saved)
+        loss.FUSED = fused
 
 
 def ours(config, device, autocast, full_logits: bool = False, compiled: bool = False, variant: dict[str, str] | None = None,
@@ -104,11 +111,18 @@ def ours(config, device, autocast, full_logits: bool = False, compiled: bool = F
     variant = variant or {}
     torch.manual_seed(0)
     model = Transformer(config).to(device).train()
+    masters = None
+    if variant.get("weights") == "bf16-master":
+        from nmtcli.training.precision import MasterWeights
+
+        masters = MasterWeights(model)
+        autocast = contextlib.nullcontext  # the bf16 copy computes in bf16 as it is
+    trained = masters.working.train() if masters is not None else model
     if compiled or "compile" in variant:
         from nmtcli.training import compiling
 
         compiling.check_compile_works(device)
-        compiling.compile_layers(model, dynamic=variant.get("compile") != "static")
+        compiling.compile_layers(trained, dynamic=variant.get("compile") != "static")
     optimizer = adam(model)
 
     def step(src, tgt_in, tgt_out, tokens):
@@ -116,18 +130,22 @@ def ours(config, device, autocast, full_logits: bool = False, compiled: bool = F
             one_step(src, tgt_in, tgt_out, tokens)
 
     def one_step(src, tgt_in, tgt_out, tokens):
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=masters is None)  # the masters keep their gradient buffers
         with autocast():
             if full_logits:  # the loss before issue 11: every logit, then the loss over them
-                logits = model(src, tgt_in)
+                logits = trained(src, tgt_in)
             else:
-                hidden = model(src, tgt_in, hidden=True)
-                loss, _ = output_loss(hidden, model.embedding.tokens.weight, model.final_logits_bias, tgt_out, 0.1,
+                hidden = trained(src, tgt_in, hidden=True)
+                loss, _ = output_loss(hidden, trained.embedding.tokens.weight, trained.final_logits_bias, tgt_out, 0.1,
                                       config.pad_id, tokens)
         if full_logits:
             loss, _ = label_smoothed_loss(logits, tgt_out, 0.1, config.pad_id)
         (loss / tokens).backward()
+        if masters is not None:
+            masters.gradients_to_masters(first=True)
         optimizer.step()
+        if masters is not None:
+            masters.masters_to_working()
 
     return model, step
 
