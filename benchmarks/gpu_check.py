@@ -257,7 +257,8 @@ def stage_translate(args) -> dict:
     json_path = args.out / "translate.json"
     flags = (["--device", "cpu", "--sentences", "16", "--batches", "8,16", "--runs", "1", "--length", "4", "--vocab-size", "2000"] if args.smoke
              else ["--device", "cuda", "--batches", "512,3003", "--runs", "2"])
-    rc, _ = log_run([sys.executable, str(HERE / "translate_speed.py"), *flags, "--settings", "fixed,natural", "--engines", "nmt,hf",
+    settings = "fixed" if args.smoke else "fixed,natural"  # a random model's natural lengths run to the limit: minutes on a CPU
+    rc, _ = log_run([sys.executable, str(HERE / "translate_speed.py"), *flags, "--settings", settings, "--engines", "nmt,hf",
                      "--json", str(json_path)], args.out / "translate.log", timeout=args.budget("translate"))
     if rc != 0 or not json_path.is_file():
         return {"error": f"exit {rc}, see {args.out / 'translate.log'}"}
@@ -425,7 +426,7 @@ def stage_loss(args) -> dict:
         return {"error": f"no prepared data in {args.data}"}
     device = "cpu" if args.smoke else "cuda"
     results = {}
-    for precision in (("fp32",) if args.smoke else ("bf16", "fp32")):
+    for precision in (("fp32",) if args.smoke else args.loss_precisions.split(",")):
         log = args.out / f"loss-{precision}.log"
         run_dir = args.out / "runs" / f"loss-{precision}"
         rc, lines = log_run([*NMT, "train", "--data", str(args.data), "-o", str(run_dir), "--restart", "--preset", "tiny",
@@ -542,6 +543,7 @@ def main() -> None:
     parser.add_argument("--variants", help="the micro stage's nmt variants (train_throughput.py --variants)")
     parser.add_argument("--profile-system", default="nmt", help="the micro stage's system to profile")
     parser.add_argument("--loss-steps", type=int, default=300, help="the loss stage's steps")
+    parser.add_argument("--loss-precisions", default="bf16", help="the loss stage's --precision values, comma-separated")
     parser.add_argument("--deadline", type=float, default=0, help="seconds for everything (0: none): stages that cannot fit are skipped")
     args = parser.parse_args()
     began = time.perf_counter()
