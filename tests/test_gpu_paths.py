@@ -5,6 +5,7 @@ listed in docs/architecture.md, "What the CPU tests cover of a GPU"."""
 from __future__ import annotations
 
 import copy
+import weakref
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from test_beam import SENTENCES, _as_lists, _batch, tiny_model
 
 from nmtcli import faults
 from nmtcli.inference.beam import beam_search
-from nmtcli.inference.graphs import StepGraphs
+from nmtcli.inference.graphs import GraphPool, StepGraphs
 from nmtcli.inference.memory import arena_bytes, arena_reserve, shape_class
 from nmtcli.inference.precision import autocast, to_half
 from nmtcli.inference.translator import BatchBudget, SearchSettings, translate_ids
@@ -98,15 +99,32 @@ class Recorder:
     its host side, on the tensors the step had when it was recorded (a real graph's kernels hold their
     addresses), also when a later search replays it. A replay checks what a real one would silently get
     wrong: the replaying search's tensors must be where the recorded ones were, with their shapes, and
-    the host must count the positions the device has."""
+    the host must count the positions the device has.
+
+    Captures name their pool through the production GraphPool, and the recorder keeps the caching
+    allocator's count of the graphs that hold each pool (a capture adds one, a graph that dies takes one
+    off): a capture into a pool whose graphs all died fails as PyTorch's allocator does."""
 
     def __init__(self):
         self.recorded = self.replayed = self.released = 0
+        self.pool = GraphPool(self._mint)
+        self.use_count: dict[int, int] = {}  # pool handle -> live graphs recorded into it (the allocator's use_count)
+        self._minted = 0
+
+    def _mint(self) -> int:
+        self._minted += 1
+        return self._minted
 
     def warm_up(self, step):
         step()
 
     def record(self, step):
+        return self.pool.record(lambda pool: self._capture(step, pool))
+
+    def _capture(self, step, pool):
+        if self.use_count.get(pool, 1) == 0:  # CUDACachingAllocator's beginAllocateToPool
+            raise RuntimeError('it->second->use_count > 0 INTERNAL ASSERT FAILED at "c10/cuda/CUDACachingAllocator.cpp" '
+                               "(a capture into a pool whose graphs all died)")
         search = step.__self__
         cache = search.state.cache
         host, before, addresses = cache.host_state(), search.snapshot(), _addresses(search)
@@ -119,7 +137,13 @@ class Recorder:
         search.restore(before)
         cache.set_host_state(after)
         self.recorded += 1
-        return Replay(frozen, addresses)
+        self.use_count[pool] = self.use_count.get(pool, 0) + 1
+        graph = Replay(frozen, addresses)
+        weakref.finalize(graph, self._graph_died, pool)
+        return graph
+
+    def _graph_died(self, pool):
+        self.use_count[pool] -= 1
 
     def replay(self, graph, search):
         assert _addresses(search) == graph.addresses, "a graph replayed on tensors that moved"
@@ -129,6 +153,7 @@ class Recorder:
 
     def release(self):
         self.released += 1
+        self.pool.release()
 
 
 class Replay:
@@ -574,6 +599,23 @@ def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_ba
     recorded = recorder.recorded
     assert _same_translations(_translate_stream(windows, graphs)[0], eager) and recorder.recorded == recorded
     assert graphs.arena.nbytes == held and graphs.arena.version == version
+
+
+def test_graphs_stay_on_when_a_longer_window_makes_the_arena_grow(positions_agree):
+    # Issue 33: when a larger class made the Arena grow, every graph was let go but their pool's handle was
+    # kept; the next capture named a pool whose graphs had all died, PyTorch's allocator failed an internal
+    # assert, and graphs were off for the rest of every GPU run.
+    short = [line for line in SENTENCES if len(line) <= 3]  # small classes: the Arena is sized for them
+    longer = [[3 + (7 * i + j) % 26 for j in range(12 + i)] for i in range(12)]  # more and longer lines: it grows
+    recorder, off = Recorder(), []
+    graphs = StepGraphs(bucket=4, backend=recorder, warn=off.append)
+    lines, warnings, _ = _translate_stream([short, longer], graphs)
+    eager, _, _ = _translate_stream([short, longer])
+    assert off == [] and warnings == [] and graphs.enabled
+    assert graphs.dropped > 0 and recorder.recorded > graphs.dropped, "the Arena never grew after graphs were recorded"
+    assert _same_translations(lines, eager)
+    live = [count for count in recorder.use_count.values() if count]
+    assert live == [len(graphs.recorded_keys)]  # the graphs held all hold one pool, the ones let go none
 
 
 @pytest.mark.parametrize("spec", ["graph-oom:capture:3", "graph-oom:replay:40", "graph-error:capture:3"])

@@ -28,6 +28,8 @@ go of the old one and drops every graph (they read its memory); that is rare, be
 ladder-rounded and a run's first batches already have its largest shapes. The graphs share one pool; no
 tensor made there is read by another graph (every result is copied into the Arena), so the pool holds about
 one step's temporaries, the largest class's (memory.search_bytes' "graph pool"), whatever the number of graphs.
+When the graphs are let go, so is the pool's handle, and later captures get a new pool (GraphPool: PyTorch's
+allocator refuses a capture into a pool whose graphs all died).
 
 A step reorders the decoder cache's keys/values from one set of buffers into the other (each byte
 moves once), so the two sets take turns and a span has two graphs, one for each (`cache.advance()`
@@ -52,6 +54,7 @@ in its place that records the step's Python function and replays it, which runs 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -64,11 +67,56 @@ from nmtcli.inference.beam import BeamSearch, GraphsOff
 WARMUP_STEPS = 2  # eager steps before the first capture: lazy initialisation (cuBLAS, kernels) must not be captured
 
 
+class GraphPool:
+    """The handle of the memory pool every graph of a `StepGraphs` is recorded into, and which graphs hold it.
+
+    PyTorch's caching allocator counts the graphs that hold a pool: a capture into it adds one, a graph
+    destroyed takes one off. Once the count is back at 0 the pool is on its way out, and a capture that names
+    the same handle again fails (`it->second->use_count > 0 INTERNAL ASSERT FAILED`, CUDACachingAllocator.cpp;
+    the bug class of pytorch/pytorch#189126). That happens whenever every graph is let go (the Arena grew,
+    out of memory) and recording goes on. So a handle is kept only while a graph recorded into it lives: when
+    the last one dies, or on `release`, it is forgotten, and the next capture mints a new one.
+
+    `mint()` makes a new handle (`torch.cuda.graph_pool_handle`; the tests' stand-in has its own). Both the
+    CUDA backend and the tests' recorder capture through `record`, so the tests run this logic."""
+
+    def __init__(self, mint: Callable[[], object]):
+        self._mint = mint
+        self._handle = None
+        self.holders = 0  # graphs recorded into the current handle and still alive
+
+    def handle(self):
+        """The handle to capture into: the current one while a graph holds it, else a new one."""
+        if self._handle is None:
+            self._handle = self._mint()
+            self.holders = 0
+        return self._handle
+
+    def record(self, capture: Callable[[object], object]):
+        """capture(handle) -> a graph recorded into the pool; the graph is counted as holding it until it dies."""
+        handle = self.handle()
+        graph = capture(handle)
+        self.holders += 1
+        weakref.finalize(graph, self._graph_died, handle)
+        return graph
+
+    def release(self) -> None:
+        """Forget the handle (the graphs are being let go): the next capture mints a new one."""
+        self._handle = None
+        self.holders = 0
+
+    def _graph_died(self, handle) -> None:
+        if handle == self._handle:
+            self.holders -= 1
+            if self.holders == 0:
+                self._handle = None
+
+
 class CudaGraphs:
-    """Warm-up, capture and replay on the current CUDA device, every graph in one memory pool."""
+    """Warm-up, capture and replay on the current CUDA device, the graphs held at once in one memory pool."""
 
     def __init__(self):
-        self._pool = None
+        self.pool = GraphPool(torch.cuda.graph_pool_handle)
         self._stream: torch.cuda.Stream | None = None
 
     def _side_stream(self) -> torch.cuda.Stream:
@@ -87,13 +135,14 @@ class CudaGraphs:
     def record(self, step: Callable[[], None]) -> torch.cuda.CUDAGraph:
         """`step` captured, not run. Unlike `torch.cuda.graph`, without synchronizing the device and
         emptying the allocator's cache before every capture: the graphs of a search share one pool."""
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+        return self.pool.record(lambda pool: self._capture(step, pool))
+
+    def _capture(self, step: Callable[[], None], pool) -> torch.cuda.CUDAGraph:
         graph = torch.cuda.CUDAGraph()
         side = self._side_stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            graph.capture_begin(pool=self._pool)
+            graph.capture_begin(pool=pool)
             try:
                 step()
             except BaseException:
@@ -112,7 +161,7 @@ class CudaGraphs:
 
     def release(self) -> None:
         """Let go of the pool: with the graphs gone too, the allocator can reuse or free its memory."""
-        self._pool = None
+        self.pool.release()
 
 
 class Arena:
@@ -192,8 +241,13 @@ class StepGraphs:
     def release(self) -> None:
         """Drop every graph, the pool they share and the Arena (before emptying the allocator's cache: a
         graph's memory must not be handed out while the graph may still be replayed)."""
-        self._graphs.clear()
+        self._drop_graphs()
         self.arena.release()
+
+    def _drop_graphs(self) -> None:
+        """Let go of every graph, and of the pool's handle with them: a capture into a pool whose graphs all
+        died fails in PyTorch's allocator (GraphPool), so the next capture mints a new handle."""
+        self._graphs.clear()
         if self.backend is not None:
             self.backend.release()
 
@@ -205,7 +259,7 @@ class StepGraphs:
     def _replay(self, search: BeamSearch, span: int) -> None:
         if self.arena.version != self._version:  # a buffer was let go: the graphs point at memory that is gone
             self.dropped += len(self._graphs)
-            self._graphs.clear()
+            self._drop_graphs()
             self._version = self.arena.version
         cache = search.state.cache
         # The decoder cache's two sets of buffers take turns: a graph for each.
