@@ -24,9 +24,13 @@ The padding sentences of a class cost its encoder pass and steps as much, also a
 Memory: each role's buffer in the Arena is as large as that role's tensor in the largest class that came so
 far: it grows with the classes that come, not with what the batch budget could bring (a request's beam, n-best
 or output length may be far beyond what a GPU holds for the budget's largest class). A buffer made larger lets
-go of the old one and drops every graph (they read its memory); that is rare, because classes are
-ladder-rounded and a run's first batches already have its largest shapes. The graphs share one pool; no
-tensor made there is read by another graph (every result is copied into the Arena), so the pool holds about
+go of the old one and drops every graph (they read its memory). A window is sorted shortest first, so its
+classes do not come largest first; but its batches are known before the first is searched, and the Arena is
+sized once for all of them (StepGraphs.reserve_window): within a window nothing grows (until out of memory)
+and each graph is recorded once. A later window grows it only where one of its classes is larger than every
+class before it (a window of longer lines), and then the graphs are recorded again as they are needed.
+The first step of each (class, span) runs eagerly, not captured: cuBLAS and cuDNN build their plans for a
+new shape there, never inside a capture. The graphs share one pool; no tensor made there is read by another graph (every result is copied into the Arena), so the pool holds about
 one step's temporaries, the largest class's (memory.search_bytes' "graph pool"), whatever the number of graphs.
 When the graphs are let go, so is the pool's handle, and later captures get a new pool (GraphPool: PyTorch's
 allocator refuses a capture into a pool whose graphs all died).
@@ -55,7 +59,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -63,8 +67,11 @@ from torch import Tensor
 from nmtcli import faults
 from nmtcli.device import is_out_of_memory
 from nmtcli.inference.beam import BeamSearch, GraphsOff
+from nmtcli.inference.memory import arena_bytes, ladder, shape_class
+from nmtcli.model.config import ModelConfig
+from nmtcli.model.transformer import Transformer
 
-WARMUP_STEPS = 2  # eager steps before the first capture: lazy initialisation (cuBLAS, kernels) must not be captured
+WARMUP_STEPS = 2  # eager steps before the first capture of all: lazy initialisation (cuBLAS, kernels) must not be captured
 
 
 class GraphPool:
@@ -172,10 +179,23 @@ class Arena:
     def __init__(self):
         self._flat: dict[str, Tensor] = {}
         self.version = 0  # new whenever a buffer is let go: graphs recorded before read memory that is gone
+        self._reserved: dict[str, int] = {}  # bytes by role to size the buffers for at the next tensor taken
+
+    def reserve(self, nbytes: dict[str, int]) -> None:
+        """Size every buffer for at least `nbytes` (by role) when the next tensor is taken: in the search of the
+        next batch, so that running out of memory there halves the batch as anywhere else."""
+        self._reserved = dict(nbytes)
 
     def tensor(self, role: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
         """An empty tensor for `role`, at the front of its buffer (made, or made larger, if it is short)."""
+        reserved, self._reserved = self._reserved, {}
+        for other, size in reserved.items():
+            self._buffer(other, size, device)
         nbytes = math.prod(shape) * dtype.itemsize
+        return self._buffer(role, nbytes, device)[:nbytes].view(dtype).view(shape)
+
+    def _buffer(self, role: str, nbytes: int, device: torch.device) -> Tensor:
+        """The buffer of `role`, made, or made larger, if it holds fewer than `nbytes`."""
         flat = self._flat.get(role)
         if flat is None or flat.numel() < nbytes or flat.device != device:
             if flat is not None:
@@ -183,7 +203,7 @@ class Arena:
                 self.version += 1
             faults.point("cuda-graph", phase="arena")
             flat = self._flat[role] = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        return flat[:nbytes].view(dtype).view(shape)
+        return flat
 
     @property
     def nbytes(self) -> int:
@@ -193,6 +213,7 @@ class Arena:
         if self._flat:
             self.version += 1
         self._flat.clear()
+        self._reserved = {}  # after out of memory the batches are smaller: each takes what its class needs
 
 
 class StepGraphs:
@@ -206,7 +227,8 @@ class StepGraphs:
         self.warn = warn or (lambda message: None)
         self.enabled = True
         self.checked = False
-        self.warmed_up = 0
+        self.warmed_up = 0  # warm-up steps run
+        self._warm: set[tuple] = set()  # (class, span) warmed up (a shape's plans outlive a growth of the Arena)
         self.captured = 0  # graphs recorded so far (for the log and the tests)
         self.dropped = 0  # graphs let go because a buffer of the Arena was made larger
         self._cleared: int | None = None  # the generation whose cache had its unwritten positions zeroed
@@ -216,6 +238,22 @@ class StepGraphs:
     def cap(self) -> int | None:
         """The most sentences a batch has (a GPU's default batch): the largest class's."""
         return self.budget[1] if self.budget else None
+
+    def reserve_window(self, model: Transformer, batches: Sequence[tuple[Sequence[int], Sequence[int]]], beam: int, nbest: int,
+                       max_len_a: float, max_len_b: int) -> None:
+        """Size the Arena once for a window's batches, before the first is searched: each role for its largest over
+        the classes the batches fall in, so that no later batch of the window makes a buffer larger (and drops
+        the graphs recorded so far). `batches`: each batch's source lengths (without EOS) and prefix lengths.
+        Called where the search runs (autocast on or off): its dtype is the keys/values'."""
+        cfg = model.config
+        kind = model.embedding.tokens.weight.device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else model.embedding.tokens.weight.dtype
+        most: dict[str, int] = {}
+        for lengths, prefix_lengths in batches:
+            rows, source, capacity, prefix = batch_class(cfg, lengths, prefix_lengths, max_len_a, max_len_b, self.bucket, self.cap)
+            for role, nbytes in arena_bytes(cfg, rows, source, capacity, beam, nbest, prefix, dtype.itemsize).items():
+                most[role] = max(most.get(role, 0), nbytes)
+        self.arena.reserve(most)
 
     def step(self, search: BeamSearch) -> None:
         if not self.enabled:
@@ -230,11 +268,8 @@ class StepGraphs:
         try:
             if not self.capture:
                 search.step()
-            elif self.warmed_up < WARMUP_STEPS:
-                self._guarded(search, "warm-up", lambda: (self.backend.warm_up(search.step), faults.point("cuda-graph", phase="warm-up")))
-                self.warmed_up += 1
             else:
-                self._replay(search, span)
+                self._graphed_step(search, span)
         finally:
             cache.fixed_span = None
 
@@ -242,6 +277,7 @@ class StepGraphs:
         """Drop every graph, the pool they share and the Arena (before emptying the allocator's cache: a
         graph's memory must not be handed out while the graph may still be replayed)."""
         self._drop_graphs()
+        self._warm.clear()  # warm up again after out of memory: what the libraries held may have gone with the cache
         self.arena.release()
 
     def _drop_graphs(self) -> None:
@@ -256,14 +292,26 @@ class StepGraphs:
         """(class, span, buffer set) of every graph held."""
         return set(self._graphs)
 
-    def _replay(self, search: BeamSearch, span: int) -> None:
+    def _graphed_step(self, search: BeamSearch, span: int) -> None:
+        """The step replayed; recorded first if its (class, span, buffer set) has no graph yet, and warmed up
+        before that: the first step of a shape runs eagerly on the capture's stream, so that cuBLAS and cuDNN
+        build their plans for it there and not inside a capture (also the first WARMUP_STEPS of all: the
+        libraries' lazy initialisation)."""
         if self.arena.version != self._version:  # a buffer was let go: the graphs point at memory that is gone
             self.dropped += len(self._graphs)
             self._drop_graphs()
             self._version = self.arena.version
-        cache = search.state.cache
         # The decoder cache's two sets of buffers take turns: a graph for each.
-        key = (search.class_key(), span, cache.keys[0].data_ptr())
+        key = (search.class_key(), span, search.state.cache.keys[0].data_ptr())
+        if key not in self._graphs and (self.warmed_up < WARMUP_STEPS or key[:2] not in self._warm):
+            self._guarded(search, "warm-up", lambda: (self.backend.warm_up(search.step), faults.point("cuda-graph", phase="warm-up")))
+            self.warmed_up += 1
+            self._warm.add(key[:2])
+            return
+        self._replay(search, key)
+
+    def _replay(self, search: BeamSearch, key: tuple) -> None:
+        cache = search.state.cache
         graph = self._graphs.get(key)
         if graph is None:
             graph = self._record(search)
@@ -337,6 +385,22 @@ class StepGraphs:
     def _replay_graph(self, graph, search: BeamSearch) -> None:
         faults.point("cuda-graph", phase="replay")
         self.backend.replay(graph, search)
+
+
+def batch_class(config: ModelConfig, lengths: Sequence[int], prefix_lengths: Sequence[int], max_len_a: float, max_len_b: int,
+                bucket: int, cap: int | None) -> tuple[int, int, int, int]:
+    """(sentences, source width, capacity, prefix width) of the class BeamSearch searches a batch in: sources of
+    `lengths` tokens (without EOS), target prefixes of `prefix_lengths` (0: none), limits as beam.max_output_lengths
+    and beam.prefix_tensors make them (a prefix longer than the limit is the whole output)."""
+    rows, source, _ = shape_class(config, len(lengths), max(lengths) + 1, 0, max_len_a, max_len_b, bucket, cap)
+    steps = 0
+    for length, prefix in zip(lengths, prefix_lengths or [0] * len(lengths)):
+        limit = min(max(math.floor(max_len_a * length + max_len_b), 0), config.max_positions - 2)
+        limit = prefix if length == 0 and prefix else max(limit, prefix)
+        steps = max(steps, limit + 1)
+    capacity = shape_class(config, rows, source, steps, max_len_a, max_len_b, bucket, cap)[2]
+    prefix_width = ladder(max(prefix_lengths)) if prefix_lengths and any(prefix_lengths) else 0
+    return rows, source, capacity, prefix_width
 
 
 def _same(a: Tensor, b: Tensor) -> bool:
