@@ -207,6 +207,8 @@ def test_recorded_graphs_replay_the_eager_search(positions_agree, eager_lines):
     lines, warnings, _, graphs = _search_lines(recorder)
     assert lines == eager_lines and warnings == []
     assert graphs.enabled and graphs.checked and recorder.replayed > recorder.recorded >= 3
+    assert graphs.summary() == {"enabled": True, "captured": recorder.recorded, "dropped": graphs.dropped, "replayed": recorder.replayed,
+                                "off_reason": None}
 
 
 @pytest.mark.parametrize("phase", ["arena", "warm-up", "capture", "replay"])
@@ -228,6 +230,8 @@ def test_any_other_graph_failure_turns_graphs_off_and_changes_no_line(monkeypatc
     assert lines == eager_lines
     assert len(warnings) == 1 and warnings[0].startswith("CUDA graphs are off") and "RuntimeError" in warnings[0], warnings
     assert not graphs.enabled and budget.tokens == 1000
+    summary = graphs.summary()
+    assert not summary["enabled"] and summary["off_reason"] == warnings[0] and summary["replayed"] == recorder.replayed
 
 
 def test_a_replay_that_differs_from_the_eager_step_keeps_the_eager_result(monkeypatch, positions_agree, eager_lines):
@@ -247,6 +251,7 @@ def test_a_replay_that_differs_from_the_eager_step_keeps_the_eager_result(monkey
     lines, warnings, _, graphs = _search_lines(Wrong())
     assert lines == eager_lines and not graphs.enabled
     assert len(warnings) == 1 and "differs from the eager step in scores" in warnings[0]
+    assert graphs.summary()["off_reason"] == warnings[0] and graphs.summary()["captured"] == 1
 
 
 def test_the_graph_check_copies_only_the_span_a_step_reads():

@@ -231,8 +231,16 @@ class StepGraphs:
         self._warm: set[tuple] = set()  # (class, span) warmed up (a shape's plans outlive a growth of the Arena)
         self.captured = 0  # graphs recorded so far (for the log and the tests)
         self.dropped = 0  # graphs let go because a buffer of the Arena was made larger
+        self.replayed = 0  # steps run as a replay of a graph
+        self.off_reason: str | None = None  # why graphs turned themselves off (the warning), while they are off
         self._cleared: int | None = None  # the generation whose cache had its unwritten positions zeroed
         self._graphs: dict[tuple, object] = {}
+
+    def summary(self) -> dict:
+        """What the graphs did, for `nmt translate -v` and the benchmarks: whether they are on, the graphs
+        captured, dropped (the Arena grew) and the steps replayed, and why they turned off (None: they did not)."""
+        return {"enabled": self.enabled, "captured": self.captured, "dropped": self.dropped, "replayed": self.replayed,
+                "off_reason": self.off_reason}
 
     @property
     def cap(self) -> int | None:
@@ -379,12 +387,14 @@ class StepGraphs:
 
     def _give_up(self, message: str) -> None:
         self.enabled = False
+        self.off_reason = message
         self.release()
         self.warn(message)
 
     def _replay_graph(self, graph, search: BeamSearch) -> None:
         faults.point("cuda-graph", phase="replay")
         self.backend.replay(graph, search)
+        self.replayed += 1
 
 
 def batch_class(config: ModelConfig, lengths: Sequence[int], prefix_lengths: Sequence[int], max_len_a: float, max_len_b: int,
