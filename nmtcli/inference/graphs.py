@@ -247,6 +247,51 @@ class StepGraphs:
         """The most sentences a batch has (a GPU's default batch): the largest class's."""
         return self.budget[1] if self.budget else None
 
+    # --- a search in a shape class (BeamSearch calls these with graphs) -------------------------------------
+
+    def pad_to_class(self, config: ModelConfig, src: Tensor, prefixes: Sequence[list[int]] | None, max_len_a: float,
+                     max_len_b: int) -> tuple[Tensor, Sequence[list[int]] | None]:
+        """A batch (and its prefixes) padded to its shape class's sentences and source width: each padding sentence
+        an empty source (EOS alone) without a prefix."""
+        real = src.size(0)
+        rows, width, _ = shape_class(config, real, src.size(1), 0, max_len_a, max_len_b, self.bucket, self.cap)
+        src = torch.nn.functional.pad(src, (0, width - src.size(1), 0, rows - real), value=config.pad_id)
+        src[real:, 0] = config.eos_id
+        if prefixes is not None:
+            prefixes = [*prefixes, *[[]] * (rows - real)]
+        return src, prefixes
+
+    def class_tensors(self, config: ModelConfig, src: Tensor, steps: int, prefix: Tensor | None, max_len_a: float,
+                      max_len_b: int) -> tuple[int, Tensor | None, Callable]:
+        """For a padded batch that decodes at most `steps` positions: its class's decoder capacity, its prefixes
+        padded to the class's width (a ladder size), and alloc(role, shape, dtype), which takes the search's
+        tensors from the Arena."""
+        capacity = shape_class(config, src.size(0), src.size(1), steps, max_len_a, max_len_b, self.bucket, self.cap)[2]
+        if prefix is not None:
+            prefix = torch.nn.functional.pad(prefix, (0, ladder(prefix.size(1)) - prefix.size(1)), value=config.pad_id)
+        device = src.device
+        return capacity, prefix, lambda role, shape, dtype: self.arena.tensor(role, shape, dtype, device)
+
+    def move_into_arena(self, search: BeamSearch, real: int) -> None:
+        """The search's own tensors (what a step reads and changes) copied into the Arena, where the previous
+        batch of the class had them; the padding sentences after the `real` ones decided from the start."""
+        for name in search._INPUTS + search._STEP_STATE:
+            value = getattr(search, name, None)
+            if value is not None:
+                setattr(search, name, self.arena.tensor(name, value.shape, value.dtype, value.device).copy_(value))
+        search.done[real:] = True
+        search.sentence[real:] = -1
+
+    @staticmethod
+    def rows_in_smaller_class(done: list[bool]) -> list[int] | None:
+        """The sentences that go on when the live ones fit a smaller class: the live ones and, in order, as many
+        decided ones as fill that class (they ride along, masked); None while they need the present class."""
+        live = [i for i, d in enumerate(done) if not d]
+        rows = ladder(len(live))
+        if rows >= len(done):
+            return None
+        return sorted(live + [i for i, d in enumerate(done) if d][: rows - len(live)])
+
     def reserve_window(self, model: Transformer, batches: Sequence[tuple[Sequence[int], Sequence[int]]], beam: int, nbest: int,
                        max_len_a: float, max_len_b: int) -> None:
         """Size the Arena once for a window's batches, before the first is searched: each role for its largest over
