@@ -175,10 +175,10 @@ class BeamSearch:
     offer the same K candidates K times (CTranslate2 issue 277).
 
     With step graphs (`graphs`, inference/graphs.py) the search runs in a shape class (memory.shape_class):
-    the batch is padded to the class's sentences (an EOS each, decided from the start) and source width,
-    the decoder cache has the class's capacity, and every tensor a step reads or writes is a view of the
-    graphs' Arena, where the previous batch of the class had its own: a graph recorded for the class
-    replays for this batch. Decided sentences leave only at class boundaries (_leave_in_class).
+    the graphs pad the batch to the class's sentences (an EOS each, decided from the start) and source width,
+    give the decoder cache the class's capacity, and make every tensor a step reads or writes a view of their
+    Arena, where the previous batch of the class had its own: a graph recorded for the class replays for this
+    batch. Decided sentences leave only at class boundaries (_leave_in_class).
     """
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
