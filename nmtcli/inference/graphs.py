@@ -102,7 +102,12 @@ class GraphPool:
     def record(self, capture: Callable[[object], object]):
         """capture(handle) -> a graph recorded into the pool; the graph is counted as holding it until it dies."""
         handle = self.handle()
-        graph = capture(handle)
+        try:
+            graph = capture(handle)
+        except BaseException:
+            if self.holders == 0:  # the failed capture may have made the pool and let it go: never name it again
+                self._handle = None
+            raise
         self.holders += 1
         weakref.finalize(graph, self._graph_died, handle)
         return graph
