@@ -5,6 +5,7 @@ listed in docs/architecture.md, "What the CPU tests cover of a GPU"."""
 from __future__ import annotations
 
 import copy
+import weakref
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from test_beam import SENTENCES, _as_lists, _batch, tiny_model
 
 from nmtcli import faults
 from nmtcli.inference.beam import beam_search
-from nmtcli.inference.graphs import StepGraphs
+from nmtcli.inference.graphs import GraphPool, StepGraphs
 from nmtcli.inference.memory import arena_bytes, arena_reserve, shape_class
 from nmtcli.inference.precision import autocast, to_half
 from nmtcli.inference.translator import BatchBudget, SearchSettings, translate_ids
@@ -146,15 +147,32 @@ class Recorder:
     its host side, on the tensors the step had when it was recorded (a real graph's kernels hold their
     addresses), also when a later search replays it. A replay checks what a real one would silently get
     wrong: the replaying search's tensors must be where the recorded ones were, with their shapes, and
-    the host must count the positions the device has."""
+    the host must count the positions the device has.
+
+    Captures name their pool through the production GraphPool, and the recorder keeps the caching
+    allocator's count of the graphs that hold each pool (a capture adds one, a graph that dies takes one
+    off): a capture into a pool whose graphs all died fails as PyTorch's allocator does."""
 
     def __init__(self):
         self.recorded = self.replayed = self.released = 0
+        self.pool = GraphPool(self._mint)
+        self.use_count: dict[int, int] = {}  # pool handle -> live graphs recorded into it (the allocator's use_count)
+        self._minted = 0
+
+    def _mint(self) -> int:
+        self._minted += 1
+        return self._minted
 
     def warm_up(self, step):
         step()
 
     def record(self, step):
+        return self.pool.record(lambda pool: self._capture(step, pool))
+
+    def _capture(self, step, pool):
+        if self.use_count.get(pool, 1) == 0:  # CUDACachingAllocator's beginAllocateToPool
+            raise RuntimeError('it->second->use_count > 0 INTERNAL ASSERT FAILED at "c10/cuda/CUDACachingAllocator.cpp" '
+                               "(a capture into a pool whose graphs all died)")
         search = step.__self__
         cache = search.state.cache
         host, before, addresses = cache.host_state(), search.snapshot(), _addresses(search)
@@ -167,7 +185,13 @@ class Recorder:
         search.restore(before)
         cache.set_host_state(after)
         self.recorded += 1
-        return Replay(frozen, addresses)
+        self.use_count[pool] = self.use_count.get(pool, 0) + 1
+        graph = Replay(frozen, addresses)
+        weakref.finalize(graph, self._graph_died, pool)
+        return graph
+
+    def _graph_died(self, pool):
+        self.use_count[pool] -= 1
 
     def replay(self, graph, search):
         assert _addresses(search) == graph.addresses, "a graph replayed on tensors that moved"
@@ -177,6 +201,7 @@ class Recorder:
 
     def release(self):
         self.released += 1
+        self.pool.release()
 
 
 class Replay:
@@ -229,7 +254,9 @@ def test_recorded_graphs_replay_the_eager_search(positions_agree, eager_lines):
     recorder = Recorder()
     lines, warnings, _, graphs = _search_lines(recorder)
     assert lines == eager_lines and warnings == []
-    assert graphs.enabled and graphs.checked and recorder.recorded >= 3 and recorder.replayed > 10
+    assert graphs.enabled and graphs.checked and recorder.replayed > recorder.recorded >= 3
+    assert graphs.summary() == {"enabled": True, "captured": recorder.recorded, "dropped": graphs.dropped, "replayed": recorder.replayed,
+                                "off_reason": None}
 
 
 @pytest.mark.parametrize("phase", ["arena", "warm-up", "capture", "replay"])
@@ -251,6 +278,8 @@ def test_any_other_graph_failure_turns_graphs_off_and_changes_no_line(monkeypatc
     assert lines == eager_lines
     assert len(warnings) == 1 and warnings[0].startswith("CUDA graphs are off") and "RuntimeError" in warnings[0], warnings
     assert not graphs.enabled and budget.tokens == 1000
+    summary = graphs.summary()
+    assert not summary["enabled"] and summary["off_reason"] == warnings[0] and summary["replayed"] == recorder.replayed
 
 
 def test_a_replay_that_differs_from_the_eager_step_keeps_the_eager_result(monkeypatch, positions_agree, eager_lines):
@@ -270,6 +299,7 @@ def test_a_replay_that_differs_from_the_eager_step_keeps_the_eager_result(monkey
     lines, warnings, _, graphs = _search_lines(Wrong())
     assert lines == eager_lines and not graphs.enabled
     assert len(warnings) == 1 and "differs from the eager step in scores" in warnings[0]
+    assert graphs.summary()["off_reason"] == warnings[0] and graphs.summary()["captured"] == 1
 
 
 def test_the_graph_check_copies_only_the_span_a_step_reads():
@@ -659,37 +689,64 @@ def stream():
 
 
 def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_batch(monkeypatch, positions_agree, stream):
-
     windows, eager = stream
-    visits = []  # (search, class) of every graphed step: a search per batch, a new class when sentences leave
-    step = StepGraphs.step
-    monkeypatch.setattr(StepGraphs, "step", lambda self, search: (visits.append((id(search), search.class_key())), step(self, search))[1])
+    visits = []  # (search, class, Arena version) of every graphed step: a search per batch, a new class when sentences leave
+    step, record = StepGraphs.step, StepGraphs._record
+    monkeypatch.setattr(StepGraphs, "step", lambda self, search: (visits.append((id(search), search.class_key(), self.arena.version)),
+                                                                  step(self, search))[1])
+    captures = []  # (class, span, set of decoder buffers) of every capture
+    monkeypatch.setattr(StepGraphs, "_record", lambda self, search: (captures.append(
+        (search.class_key(), search.state.cache.fixed_span, search.state.cache.keys[0].data_ptr())), record(self, search))[1])
     recorder = Recorder()
     graphs = StepGraphs(bucket=4, backend=recorder)
-    lines, warnings, _ = _translate_stream(windows, graphs)
+    lines, warnings = [], []
+    for window in windows:
+        first, captured = len(visits), len(captures)
+        window_lines, window_warnings, _ = _translate_stream([window], graphs)
+        lines += window_lines
+        warnings += window_warnings
+        # The Arena was sized for the whole window before its first batch: no batch of it made a buffer larger
+        # (which would have dropped the graphs), and each (class, span, buffer set) was recorded once.
+        assert len({version for _, _, version in visits[first:]}) == 1
+        assert len(set(captures[captured:])) == len(captures) - captured
     assert _same_translations(lines, eager) and warnings == []
-    searches, classes = len({s for s, _ in visits}), {c for _, c in visits}
-    assert searches >= 9 and len(set(visits)) > len(classes), "the stream never comes back to a class: it tests no reuse"
-    # Each graph recorded once, and again only after a buffer of the Arena was made larger for a larger class
-    # (the graphs read the memory it let go): as many recordings as (class, span, set of decoder buffers) used.
-    assert recorder.recorded == len(graphs.recorded_keys) + graphs.dropped and graphs.dropped < len(graphs.recorded_keys) and {key[0] for key in graphs.recorded_keys} <= classes
+    searches, classes = len({s for s, _, _ in visits}), {c for _, c, _ in visits}
+    assert searches >= 9 and len({(s, c) for s, c, _ in visits}) > len(classes), "the stream never comes back to a class: it tests no reuse"
+    # Across windows a graph is recorded again only after a later window's larger class made the Arena grow.
+    assert recorder.recorded == len(graphs.recorded_keys) + graphs.dropped and {key[0] for key in graphs.recorded_keys} <= classes
     assert recorder.replayed > recorder.recorded
     # The Arena grew with the classes that came, never past what the budget's largest class needs.
     config = tiny_model(8, vocab_size=30).config
     reserve = arena_reserve(config, 240, 16, 4, 2, 4, 0.25, 4, 4)  # each role's largest over the budget's classes
     assert set(graphs.arena._flat) == set(reserve) and graphs.arena.nbytes <= sum(reserve.values())
-    held, version = graphs.arena.nbytes, graphs.arena.version
-    # The same stream again takes no memory and records only the graphs dropped when the Arena grew; a third
-    # time it records nothing: every class has its graphs.
-    recorded = recorder.recorded
-    assert _same_translations(_translate_stream(windows, graphs)[0], eager) and recorder.recorded - recorded <= graphs.dropped
-    assert graphs.arena.nbytes == held and graphs.arena.version == version
+    held, version, dropped = graphs.arena.nbytes, graphs.arena.version, graphs.dropped
+    # The same stream again takes no memory and drops no graph (it records those dropped before, and those of
+    # shapes that were only warmed up); a third time it records nothing: every class has its graphs.
+    assert _same_translations(_translate_stream(windows, graphs)[0], eager)
+    assert graphs.arena.nbytes == held and graphs.arena.version == version and graphs.dropped == dropped
     recorded = recorder.recorded
     assert _same_translations(_translate_stream(windows, graphs)[0], eager) and recorder.recorded == recorded
     assert graphs.arena.nbytes == held and graphs.arena.version == version
 
 
-@pytest.mark.parametrize("spec", ["graph-oom:capture:3", "graph-oom:replay:40", "graph-error:capture:3"])
+def test_graphs_stay_on_when_a_longer_window_makes_the_arena_grow(positions_agree):
+    # Issue 33: when a larger class made the Arena grow, every graph was let go but their pool's handle was
+    # kept; the next capture named a pool whose graphs had all died, PyTorch's allocator failed an internal
+    # assert, and graphs were off for the rest of every GPU run.
+    short = [line for line in SENTENCES if len(line) <= 3]  # small classes: the Arena is sized for them
+    longer = [[3 + (7 * i + j) % 26 for j in range(12 + i)] for i in range(12)]  # more and longer lines: it grows
+    recorder, off = Recorder(), []
+    graphs = StepGraphs(bucket=4, backend=recorder, warn=off.append)
+    lines, warnings, _ = _translate_stream([short, longer], graphs)
+    eager, _, _ = _translate_stream([short, longer])
+    assert off == [] and warnings == [] and graphs.enabled
+    assert graphs.dropped > 0 and recorder.recorded > graphs.dropped, "the Arena never grew after graphs were recorded"
+    assert _same_translations(lines, eager)
+    live = [count for count in recorder.use_count.values() if count]
+    assert live == [len(graphs.recorded_keys)]  # the graphs held all hold one pool, the ones let go none
+
+
+@pytest.mark.parametrize("spec", ["graph-oom:capture:3", "graph-oom:replay:30", "graph-error:capture:3"])
 def test_a_graph_that_failed_is_never_replayed_and_the_stream_loses_no_line(monkeypatch, positions_agree, stream, spec):
     windows, eager = stream
     _fault(monkeypatch, spec)
@@ -753,6 +810,28 @@ def test_the_arena_grows_to_the_classes_that_come_not_to_the_worst_case_of_their
             assert graphs.arena.version == version  # the line's class is the front of the large batch's
     worst = arena_reserve(model.config, 1000, 16, 8, 2, 4, 1.0, 60, 4)
     assert graphs.arena.nbytes < sum(worst.values()) / 4
+
+
+def test_a_window_sizes_the_arena_once_for_its_batches_largest_classes(monkeypatch, positions_agree, stream):
+    from nmtcli.inference.translator import length_sorted_batches
+
+    windows, _ = stream
+    model = tiny_model(8, vocab_size=30)
+    settings = SearchSettings(beam=4, nbest=2, max_len_a=0.25, max_len_b=4)
+    batches = [[ids for _, ids in batch] for batch in length_sorted_batches(windows[0], BatchBudget(240, sentences=16))]
+    need: dict[str, int] = {}
+    for lines in batches:
+        for role, size in _class_bytes(model.config, lines, settings).items():
+            need[role] = max(need.get(role, 0), size)
+    # No one batch needs all of it (the first has the most sentences, the last the longest lines): sized ahead,
+    # not by taking the largest batch first.
+    assert len(batches) > 2 and all(_class_bytes(model.config, lines, settings) != need for lines in batches)
+    held = []  # the Arena's bytes at every graphed step
+    step = StepGraphs.step
+    monkeypatch.setattr(StepGraphs, "step", lambda self, search: (held.append(self.arena.nbytes), step(self, search))[1])
+    graphs = StepGraphs(bucket=4, backend=Recorder())
+    translate_ids(model, windows[0], settings, BatchBudget(240, sentences=16), torch.device("cpu"), graphs=graphs)
+    assert set(held) == {sum(need.values())} and graphs.dropped == 0
 
 
 def test_under_bf16_autocast_the_arena_holds_bf16_sizes(positions_agree):

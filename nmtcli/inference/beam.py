@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-from nmtcli.inference.memory import ladder, shape_class
+from nmtcli.inference.outputs import Hypothesis, ban, keep_sentences, leaving, never_produced
 from nmtcli.model.incremental import decode_step, select_in_front, start_decoding
 from nmtcli.model.transformer import Transformer
 
@@ -36,14 +34,6 @@ _GENERATIONS = itertools.count()  # tells apart the tensors of every search stat
 class GraphsOff(Exception):
     """The step graphs (inference/graphs.py) failed in a way that leaves the search's state untrusted and
     turned themselves off: the batch is searched again from its start without them."""
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # without BOS and EOS
-    score: float  # log-probability divided by the length penalty: what the search ranks by
-    log_prob: float
-    alignment: str | None = None  # Pharaoh links to the source, when asked for (inference/alignment.py)
 
 
 def length_penalty(length: int | Tensor, alpha: float, kind: str = "gnmt"):
@@ -185,10 +175,10 @@ class BeamSearch:
     offer the same K candidates K times (CTranslate2 issue 277).
 
     With step graphs (`graphs`, inference/graphs.py) the search runs in a shape class (memory.shape_class):
-    the batch is padded to the class's sentences (an EOS each, decided from the start) and source width,
-    the decoder cache has the class's capacity, and every tensor a step reads or writes is a view of the
-    graphs' Arena, where the previous batch of the class had its own: a graph recorded for the class
-    replays for this batch. Decided sentences leave only at class boundaries (_leave_in_class).
+    the graphs pad the batch to the class's sentences (an EOS each, decided from the start) and source width,
+    give the decoder cache the class's capacity, and make every tensor a step reads or writes a view of their
+    Arena, where the previous batch of the class had its own: a graph recorded for the class replays for this
+    batch. Decided sentences leave only at class boundaries (_leave_in_class).
     """
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
@@ -198,13 +188,9 @@ class BeamSearch:
         device = src.device
         real = src.size(0)  # the batch's sentences; more rows are padding in a shape class
         self.shape_key = None  # (sentences aside) the shape class the search runs in, with graphs
-        in_class = graphs is not None and graphs.enabled and real > 0
-        if in_class:
-            rows, width, _ = shape_class(cfg, real, src.size(1), 0, max_len_a, max_len_b, graphs.bucket, graphs.cap)
-            src = torch.nn.functional.pad(src, (0, width - src.size(1), 0, rows - real), value=cfg.pad_id)
-            src[real:, 0] = cfg.eos_id  # padding sentences: empty sources
-            if prefixes is not None:
-                prefixes = [*prefixes, *[[]] * (rows - real)]
+        self.graphs = graphs if graphs is not None and graphs.enabled and real > 0 else None
+        if self.graphs is not None:
+            src, prefixes = self.graphs.pad_to_class(cfg, src, prefixes, max_len_a, max_len_b)
         n, K = src.size(0), beam
         self.n_sentences = n
         self.max_len = max_output_lengths(model, src, max_len_a, max_len_b)  # (n,)
@@ -216,11 +202,8 @@ class BeamSearch:
         self.min_len = torch.tensor(min_len, device=device)
         memory, src_mask = model.encode(src)
         capacity, alloc = self.steps, None
-        if in_class:
-            capacity = shape_class(cfg, n, src.size(1), self.steps, max_len_a, max_len_b, graphs.bucket, graphs.cap)[2]
-            if self.prefix is not None:
-                self.prefix = torch.nn.functional.pad(self.prefix, (0, ladder(self.prefix.size(1)) - self.prefix.size(1)), value=cfg.pad_id)
-            alloc = lambda role, shape, dtype: graphs.arena.tensor(role, shape, dtype, device)  # noqa: E731
+        if self.graphs is not None:
+            capacity, self.prefix, alloc = self.graphs.class_tensors(cfg, src, self.steps, self.prefix, max_len_a, max_len_b)
             self.shape_key = (src.size(1), capacity, 0 if self.prefix is None else self.prefix.size(1), K, nbest, alpha, penalty,
                               decoder_dtype(memory))
         self.state = start_decoding(model, memory, src_mask, K, capacity=capacity, alloc=alloc)
@@ -237,17 +220,11 @@ class BeamSearch:
         self.finished_tokens = torch.zeros((n, nbest, C), dtype=torch.long, device=device)
         self.finished_length = torch.zeros((n, nbest), dtype=torch.long, device=device)
         self.done = torch.zeros(n, dtype=torch.bool, device=device)
-        # Vocabulary ids the search never produces.
-        self.banned = torch.tensor([cfg.pad_id, cfg.bos_id], device=device)
+        self.banned = never_produced(model, device)
         self.results: list[list[Hypothesis]] = [[] for _ in range(real)]
         self.generation = next(_GENERATIONS)  # new whenever the state gets new tensors (decided sentences leave)
-        if alloc is not None:  # the Arena's tensors, the padding sentences decided from the start
-            for name in self._INPUTS + self._STEP_STATE:
-                if getattr(self, name, None) is not None:
-                    value = getattr(self, name)
-                    setattr(self, name, alloc(name, value.shape, value.dtype).copy_(value))
-            self.done[real:] = True
-            self.sentence[real:] = -1
+        if self.graphs is not None:
+            self.graphs.move_into_arena(self, real)
 
     # --- one step, on the device ------------------------------------------------------------------
 
@@ -263,7 +240,7 @@ class BeamSearch:
         R = cache.rows // n  # rows per sentence: K, or 1 in a first step that decodes the one start of all beams
         log_probs = torch.log_softmax(decode_step(self.model, self.last[: n * R], self.state).float(), dim=-1)  # (n * R, V)
         generated = cache.position  # tokens generated, EOS included, once this step's token is chosen
-        log_probs.index_fill_(1, self.banned, float("-inf"))
+        ban(log_probs, self.banned)
         log_probs[:, cfg.eos_id].masked_fill_(generated <= self.min_len, float("-inf"))
         if self.prefix is not None:
             force_prefix(log_probs, self.prefix, self.prefix_len, generated, R)
@@ -343,21 +320,18 @@ class BeamSearch:
         """Collect the decided sentences' results and continue with the others only (one sync), once
         more than `leave_fraction` of the sentences are decided (or all of them)."""
         done = self.done.tolist()
-        finished = [i for i, d in enumerate(done) if d]
-        if not finished or len(finished) < len(done) and len(finished) <= leave_fraction * len(done):
+        finished = leaving(done, leave_fraction)
+        if not finished:
             return
         self._collect(finished)
         if len(finished) == len(done):
             self.sentence = self.sentence[:0]
             return
-        live = torch.tensor([i for i, d in enumerate(done) if not d], device=self.done.device)
-        self.state.keep(live)
-        for name in ("sentence", "max_len", "max_penalty", "history", "scores", "finished_score",
-                     "finished_log_prob", "finished_tokens", "finished_length", "done",
-                     *(("prefix", "prefix_len") if self.prefix is not None else ())):
-            setattr(self, name, getattr(self, name).index_select(0, live))
-        K = self.beam
-        self.last = self.last.view(-1, K).index_select(0, live).view(-1)
+        names = ("sentence", "max_len", "max_penalty", "history", "scores", "finished_score", "finished_log_prob", "finished_tokens",
+                 "finished_length", "done", *(("prefix", "prefix_len") if self.prefix is not None else ()))
+        kept, (self.last,) = keep_sentences(self.state, done, self.beam, [getattr(self, name) for name in names], [self.last])
+        for name, t in zip(names, kept):
+            setattr(self, name, t)
         self.generation = next(_GENERATIONS)
 
     def _leave_in_class(self) -> None:
@@ -376,10 +350,10 @@ class BeamSearch:
         if not live:
             self.sentence = self.sentence[:0]
             return
-        rows = ladder(len(live))
-        if rows >= len(done):
+        going_on = self.graphs.rows_in_smaller_class(done)
+        if going_on is None:
             return
-        index = torch.tensor(sorted(live + [i for i, d in enumerate(done) if d][: rows - len(live)]), device=self.done.device)
+        index = torch.tensor(going_on, device=self.done.device)
         self.state.keep(index, in_place=True)
         for name in ("sentence", *self._INPUTS, *self._STEP_STATE):
             if getattr(self, name, None) is not None and name not in ("last", "min_len", "banned"):

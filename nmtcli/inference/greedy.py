@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from nmtcli.inference.beam import Hypothesis, default_sync_every, max_output_lengths, prefix_tensors
+from nmtcli.inference.beam import default_sync_every, max_output_lengths, prefix_tensors
+from nmtcli.inference.outputs import Hypothesis, TokenRows, ban, never_produced
 from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer
 
@@ -25,53 +26,29 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
                   sync_every: int | None = None, prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
     """src: (B, S) ids ending in EOS, right-padded. Output tokens before EOS are at most a*|x| + b (sec. 6.1).
     `prefixes`: token ids each sentence's output must start with ([] for none; see beam.prefix_tensors)."""
-    cfg = model.config
     device = src.device
     n = src.size(0)
     sync_every = sync_every or default_sync_every(device)
     max_len = max_output_lengths(model, src, max_len_a, max_len_b)
-    prefix = prefix_len = None
+    carried = {}
     if prefixes is not None and any(prefixes):
         prefix, prefix_len, max_len = prefix_tensors(model, prefixes, src, max_len)
+        carried = {"prefix": prefix, "prefix_len": prefix_len}
     steps = int(max_len.max()) + 1 if n else 0
     memory, src_mask = model.encode(src)
     state = start_decoding(model, memory, src_mask, 1, capacity=steps)
-    banned = torch.tensor([cfg.pad_id, cfg.bos_id], device=device)
-    sentence = torch.arange(n, device=device)
-    last = torch.full((n,), cfg.bos_id, dtype=torch.long, device=device)
-    tokens = torch.zeros((n, max(steps, 1)), dtype=torch.long, device=device)
-    length = torch.zeros(n, dtype=torch.long, device=device)
-    log_prob = torch.zeros(n, device=device)
-    done = torch.zeros(n, dtype=torch.bool, device=device)
+    rows = TokenRows(model, state, max_len, steps, carried=carried)
+    banned = never_produced(model, device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
     for step in range(steps):
-        log_probs = torch.log_softmax(decode_step(model, last, state).float(), dim=-1)
-        log_probs.index_fill_(1, banned, float("-inf"))  # never generated, as in beam search
+        log_probs = ban(torch.log_softmax(decode_step(model, rows.last, state).float(), dim=-1), banned)
         best = log_probs.argmax(-1)
-        if prefix is not None:  # within its prefix a sentence takes the prefix's token (never EOS: limits >= prefixes)
+        if carried:  # within its prefix a sentence takes the prefix's token (never EOS: limits >= prefixes)
+            prefix, prefix_len = rows.carried["prefix"], rows.carried["prefix_len"]
             best = torch.where(step < prefix_len, prefix[:, min(step, prefix.size(1) - 1)], best)
-        best = torch.where(step >= max_len, cfg.eos_id, best)  # the limit forces EOS
-        best_lp = log_probs.gather(1, best[:, None])[:, 0]
-        log_prob += torch.where(done, 0.0, best_lp)
-        tokens[:, step] = best
-        ended = (best == cfg.eos_id) & ~done
-        length = torch.where(ended, step, length)
-        done |= ended
-        last = best
+        rows.add(step, best, log_probs)
         if (step + 1) % sync_every and step + 1 < steps:
             continue
-        finished = done.tolist()
-        if not any(finished):
-            continue
-        which = [i for i, d in enumerate(finished) if d]
-        for s, row, count, lp in zip(sentence[which].tolist(), tokens[which].tolist(), length[which].tolist(), log_prob[which].tolist()):
-            results[s] = [Hypothesis(row[:count], lp, lp)]
-        if len(which) == len(finished):
+        if rows.collect(results):
             break
-        live = torch.tensor([i for i, d in enumerate(finished) if not d], device=device)
-        state.keep(live)  # one row per sentence: finished sentences leave
-        sentence, last, tokens, length, log_prob, done = (t.index_select(0, live) for t in (sentence, last, tokens, length, log_prob, done))
-        max_len = max_len.index_select(0, live)
-        if prefix is not None:
-            prefix, prefix_len = prefix.index_select(0, live), prefix_len.index_select(0, live)
     return results

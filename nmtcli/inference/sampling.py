@@ -37,7 +37,8 @@ import torch
 from torch import Tensor
 
 from nmtcli.errors import NmtError
-from nmtcli.inference.beam import Hypothesis, default_leave_fraction, default_sync_every, max_output_lengths, top_k_per_row
+from nmtcli.inference.beam import default_leave_fraction, default_sync_every, max_output_lengths, top_k_per_row
+from nmtcli.inference.outputs import Hypothesis, TokenRows, ban, never_produced
 from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer
 
@@ -222,7 +223,6 @@ def sample(
         raise ValueError(f"temperature must be > 0, not {temperature}")
     if samples < 1:
         raise ValueError(f"samples must be >= 1, not {samples}")
-    cfg = model.config
     device = src.device
     n, N = src.size(0), samples
     lines = torch.arange(1, n + 1, device=device) if lines is None else lines.to(device)
@@ -232,47 +232,19 @@ def sample(
     steps = int(max_len.max()) + 1 if n else 0
     memory, src_mask = model.encode(src)
     state = start_decoding(model, memory, src_mask, N, capacity=steps)  # N rows per sentence
-    keys = row_keys(seed, lines, N)
-    banned = torch.tensor([cfg.pad_id, cfg.bos_id], device=device)
-    banned_eos = torch.tensor([cfg.pad_id, cfg.bos_id, cfg.eos_id], device=device)
-    sentence = torch.arange(n, device=device)  # original index of each sentence still in the batch
-    last = torch.full((n * N,), cfg.bos_id, dtype=torch.long, device=device)
-    tokens = torch.zeros((n * N, max(steps, 1)), dtype=torch.long, device=device)
-    length = torch.zeros(n * N, dtype=torch.long, device=device)
-    log_prob = torch.zeros(n * N, device=device)
-    done = torch.zeros(n * N, dtype=torch.bool, device=device)
+    rows = TokenRows(model, state, max_len, steps, N, carried={"keys": row_keys(seed, lines, N)})
+    banned, banned_eos = never_produced(model, device), never_produced(model, device, eos=True)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
     for step in range(steps):
-        logits = decode_step(model, last, state).float()
+        logits = decode_step(model, rows.last, state).float()
         log_probs = torch.log_softmax(logits, dim=-1)  # the model's: what a sample's log_prob sums
         tempered = log_probs if temperature == 1.0 else torch.log_softmax(logits.div_(temperature), dim=-1)
         never = banned_eos if step < min_len else banned
         allowed = 1.0 - tempered.index_select(1, never).double().exp().sum(1)  # the mass drawn from
-        token = draw(tempered.index_fill_(1, never, float("-inf")), sampling, uniforms(keys, step), allowed)
-        token = torch.where(step >= max_len, cfg.eos_id, token)  # the limit forces EOS
-        log_prob += torch.where(done, 0.0, log_probs.gather(1, token[:, None])[:, 0])
-        tokens[:, step] = token
-        ended = (token == cfg.eos_id) & ~done
-        length = torch.where(ended, step, length)
-        done |= ended
-        last = token
+        token = draw(ban(tempered, never), sampling, uniforms(rows.carried["keys"], step), allowed)
+        rows.add(step, token, log_probs)
         if (step + 1) % sync_every and step + 1 < steps:
             continue
-        decided = done.view(-1, N).all(1).tolist()  # a sentence is decided when all its samples have ended
-        which = [i for i, d in enumerate(decided) if d]
-        if not which or len(which) < len(decided) and len(which) <= leave_fraction * len(decided):
-            continue
-        rows = (torch.tensor(which, device=device)[:, None] * N + torch.arange(N, device=device)).view(-1)
-        counts, row_log_prob = length[rows].tolist(), log_prob[rows].tolist()
-        row_tokens = tokens[rows, : max(counts) + 1].tolist()
-        for i, s in enumerate(sentence[which].tolist()):
-            results[s] = [Hypothesis(row_tokens[r][: counts[r]], row_log_prob[r], row_log_prob[r]) for r in range(i * N, (i + 1) * N)]
-        if len(which) == len(decided):
+        if rows.collect(results, leave_fraction):  # a sentence is decided when all its samples have ended
             break
-        live = torch.tensor([i for i, d in enumerate(decided) if not d], device=device)
-        state.keep(live)  # with all their rows
-        sentence = sentence.index_select(0, live)
-        rows = (live[:, None] * N + torch.arange(N, device=device)).view(-1)
-        keys, max_len, last, tokens, length, log_prob, done = (
-            t.index_select(0, rows) for t in (keys, max_len, last, tokens, length, log_prob, done))
     return results

@@ -340,6 +340,15 @@ def translate_ids(
     warn = warn or (lambda message: None)
     numbers = numbers or range(1, len(sentences) + 1)
     results: list[list[Hypothesis]] = [[] for _ in sentences]
+    if graphs is not None and graphs.enabled and settings.sampling is None and settings.beam > 1:
+        # The window's batches are known before the first is searched: the Arena is sized once for all of them,
+        # so its graphs are recorded once. (Not by searching the largest batch first: the roles peak in
+        # different batches, sentences with the many short lines, the decoder's capacity with the few long ones.)
+        graphs.budget = (budget.tokens, budget.sentences)
+        plan = [([len(ids) for _, ids in batch], [len(prefixes[pos]) for pos, _ in batch] if prefixes else [])
+                for batch in length_sorted_batches(sentences, budget, prefixes)]
+        with on_device(device), autocast():
+            graphs.reserve_window(model, plan, settings.beam, settings.nbest, settings.max_len_a, settings.max_len_b)
     for batch in length_sorted_batches(sentences, budget, prefixes):
         for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, numbers, prefixes)):
             results[pos] = hyps
