@@ -249,6 +249,10 @@ def stage_decode_attention(args) -> dict:
                     results[key] = {"steady_ms": round(steady * 1e3, 4), "new_shape_ms": round(varying * 1e3, 4)}
                 except RuntimeError as e:
                     results[key] = {"error": str(e).splitlines()[0][:120]}
+                finally:
+                    q = k = mask = shapes = None
+    if device.type == "cuda":  # the shapes took tens of GB: give them back before the stages that start processes
+        torch.cuda.empty_cache()
     return results
 
 
@@ -338,7 +342,7 @@ def stage_train(args) -> dict:
     else:
         common = ["--preset", "base", "--device", "cuda", "--max-time", args.train_time, "--log-every", "20"]
         variants = {"eager": [], "compile": ["--compile"], "gpus 1 (torchrun)": ["--gpus", "1"]}
-    common += ["--valid-every", "1000000", "--save-every", "1000000"]  # one validation and one checkpoint, at the end
+    common += ["--valid-every", "1000000", "--save-every", "1000000", *args.train_flags.split()]  # one validation and one checkpoint, at the end
     results = {}
     for name, flags in variants.items():
         if args.train_variants and name.split()[0] not in args.train_variants:
@@ -380,7 +384,43 @@ def stage_cli(args) -> dict:
                 rc2, scored = log_run([*NMT, "score", str(out), "--ref", str(args.test) + ".de"], log, timeout=60)
                 entry["score"] = next((line.strip() for _, line in scored if "BLEU" in line), None)
             results[name] = entry
-    results["startup"] = startup_breakdown(args, model, device)
+    if not args.no_startup:
+        results["startup"] = startup_breakdown(args, model, device)
+    results["profile"] = translation_profile(args, model, test, device)
+    return results
+
+
+PROFILE = r"""
+import sys, time, torch
+from torch.profiler import ProfilerActivity, profile
+from nmtcli.inference.translator import SearchSettings, Translator
+model, test, device, dtype, graphs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "graphs"
+lines = open(test, encoding="utf-8").read().splitlines()[: int(sys.argv[6])]
+sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+translator = Translator(model, device, SearchSettings(cuda_graphs=graphs), dtype=dtype)
+list(translator.translate(lines))  # warm: graphs recorded, kernels loaded
+sync()
+start = time.perf_counter()
+list(translator.translate(lines))
+sync()
+print(f"second pass, {len(lines)} lines, {dtype}, graphs {graphs}: {time.perf_counter() - start:.2f} s; {translator.graphs.summary() if translator.graphs else ''}")
+with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])) as prof:
+    list(translator.translate(lines))
+    sync()
+if device.startswith("cuda"):
+    print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=22, max_name_column_width=60))
+print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
+"""
+
+
+def translation_profile(args, model: Path, test: Path, device: str) -> dict:
+    """A second and third pass over the test set in one process (bf16, with and without graphs): the time of a
+    warm pass (graphs recorded) and torch.profiler's top operations of the third (OUT/profile.log)."""
+    results = {}
+    for graphs in ("graphs", "eager"):
+        rc, lines = log_run([sys.executable, "-c", PROFILE, str(model), str(test), device, "fp32" if args.smoke else "bf16", graphs,
+                             "20" if args.smoke else "100000"], args.out / "profile.log", timeout=90)
+        results[graphs] = next((line.strip() for _, line in lines if line.startswith("second pass")), f"exit {rc}")
     return results
 
 
@@ -509,6 +549,8 @@ def table(summary: dict) -> list[str]:
                             + (f"  WARNINGS: {r['warnings']}" if r["warnings"] else ""))
         if "startup" in cli:
             rows.append(f"start-up (median of 3): {cli['startup']}")
+        for name, said in (cli.get("profile") or {}).items():
+            rows.append(f"in-process {name}: {said}")
         if "error" in cli:
             rows.append(f"cli: {cli['error']}")
     loss = summary.get("loss")
@@ -543,6 +585,8 @@ def main() -> None:
     parser.add_argument("--variants", help="the micro stage's nmt variants (train_throughput.py --variants)")
     parser.add_argument("--profile-system", default="nmt", help="the micro stage's system to profile")
     parser.add_argument("--loss-steps", type=int, default=300, help="the loss stage's steps")
+    parser.add_argument("--train-flags", default="", help="more `nmt train` flags for the train stage (e.g. '--precision bf16-master')")
+    parser.add_argument("--no-startup", action="store_true", help="the cli stage leaves out its start-up breakdown")
     parser.add_argument("--loss-precisions", default="bf16", help="the loss stage's --precision values, comma-separated")
     parser.add_argument("--deadline", type=float, default=0, help="seconds for everything (0: none): stages that cannot fit are skipped")
     args = parser.parse_args()

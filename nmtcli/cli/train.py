@@ -130,8 +130,9 @@ def command(
     patience: Annotated[Optional[int], typer.Option(help="Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny and small 5 when counting --epochs).", rich_help_panel="Checkpoints and validation")] = None,
     log_every: Annotated[Optional[int], typer.Option(help="Steps between log lines.", rich_help_panel="Checkpoints and validation")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto (each rank's GPU, else CPU), cpu, cuda or cuda:N.", rich_help_panel="Hardware")] = None,
-    precision: Annotated[Optional[str], typer.Option(help="auto (bf16 on GPUs that have it, else fp32), fp32, bf16, or fp16 (with a dynamic loss scaler).", rich_help_panel="Hardware")] = None,
+    precision: Annotated[Optional[str], typer.Option(help="auto (bf16 on GPUs that have it, else fp32), fp32, bf16 (autocast: fp32 weights, bf16 products), bf16-master (bf16 weights trained with fp32 master weights in the optimizer: no cast per use), or fp16 (with a dynamic loss scaler).", rich_help_panel="Hardware")] = None,
     compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model (pays on a GPU over long runs; the first steps are slow).", rich_help_panel="Hardware")] = None,
+    shape_classes: Annotated[Optional[bool], typer.Option("--shape-classes/--no-shape-classes", help="Pad batches to a few shapes (15 lengths, rows filled to --max-tokens): a GPU plans each new shape once. Default: on a GPU, off on a CPU (padding costs a CPU in proportion). A resumed run keeps its own.", rich_help_panel="Hardware")] = None,
     peak_tflops: Annotated[Optional[float], typer.Option(help="The GPU's peak TFLOP/s at this precision, for MFU in the log where nmt does not know the GPU.", rich_help_panel="Hardware")] = None,
     restart: Annotated[bool, typer.Option("--restart", help="Delete an existing run dir and start over instead of resuming.", rich_help_panel="Run")] = False,
 ) -> None:
@@ -149,7 +150,7 @@ def command(
         "lr": lr,
         "label_smoothing": label_smoothing, "seed": seed, "keep_last": keep_last, "valid_every": valid_every,
         "valid_bleu": valid_bleu, "patience": patience, "log_every": log_every, "device": device,
-        "precision": precision, "compile": compile, "peak_tflops": peak_tflops,
+        "precision": precision, "compile": compile, "shape_classes": shape_classes, "peak_tflops": peak_tflops,
     }
     steps, minutes = parse_save_every(save_every)
     flags.update(save_every=steps, save_minutes=minutes, max_minutes=parse_duration(max_time))

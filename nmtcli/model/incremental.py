@@ -208,14 +208,20 @@ def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: i
 
 # The attention kernels a decoding step may use on a GPU, by the dtype its keys and values are in (issue 33).
 # A step's queries are one position a row (or `beam` a sentence) against a fixed span or the source, always
-# under a mask: flash takes no mask; cuDNN (bf16 and fp16 only) builds a plan on the host for every new shape,
-# and eager decoding makes a new shape nearly every step (the span grows, rows leave): 3,003 lines of a
-# base model in bf16 took 12.9 s with it and 7.3 s with it off (H200, torch 2.11), slower than fp32, which
-# cuDNN never takes. The memory-efficient kernel reads an additive mask in every dtype with no plan per
-# shape; math is the fallback for a shape it refuses. benchmarks/gpu_check.py's decode-attention stage times
-# the kernels on the decoding shapes.
-DECODING_KERNELS = {dtype: (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
-                    for dtype in (torch.float32, torch.bfloat16, torch.float16)}
+# under a mask, so flash is out. Measured by benchmarks/gpu_check.py's decode_attention stage (4,096 rows
+# against a span of 48, and 1,024 sentences x 4 beams against a source of 48; H200, torch 2.11, 2026-11-26),
+# ms a call at one shape / with a new shape every call:
+#   bf16 self:  PyTorch's choice (cuDNN) 0.40 / 52.2, efficient 0.42 / 0.50, cuDNN 0.40 / 0.43, math 1.44 / 1.46
+#   bf16 cross: PyTorch's choice (cuDNN) 0.21 / 66.4, efficient 0.11 / 0.14, cuDNN 0.21 / 0.32, math 0.42 / 0.43
+#   fp32 self:  PyTorch's choice (efficient) 1.18 / 1.37, efficient 1.17 / 1.36, math 0.85 / 0.87
+#   fp32 cross: PyTorch's choice (efficient) 0.30 / 0.63, efficient 0.30 / 0.36, math 0.25 / 0.45
+# Left to itself PyTorch takes cuDNN for bf16, which builds a plan on the host for every new shape (50-66 ms),
+# and eager decoding makes a new shape nearly every step (the span grows, rows leave): bf16 decoding was
+# slower than fp32. bf16 and fp16 take the memory-efficient kernel (math where it refuses a shape); fp32,
+# which cuDNN never takes, the two matrix products of math, faster than the efficient kernel at one query a row.
+DECODING_KERNELS = {torch.float32: (SDPBackend.MATH,),
+                    torch.bfloat16: (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH),
+                    torch.float16: (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)}
 
 
 def decoding_kernels(dtype: torch.dtype, device: torch.device):

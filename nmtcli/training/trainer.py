@@ -181,7 +181,7 @@ class Trainer:
         if previous:
             shape_classes = bool(previous["stream"].get("classes", 0))
         elif shape_classes is None:
-            shape_classes = self.device.type == "cuda"
+            shape_classes = settings.shape_classes if settings.shape_classes is not None else self.device.type == "cuda"
         self.shape_classes = shape_classes
         self.batch = batch_for_run(settings, self.ranks.world_size, self.train_data, previous, self.run_dir, shape_classes)
         self.update_freq, self.mean_batch_tokens = self.batch.update_freq, self.batch.mean_target_tokens
