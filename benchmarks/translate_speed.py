@@ -346,6 +346,8 @@ def serve_worker(args) -> None:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() / 2**20 if gpu and run.engine != "ct2" else None
+        if gpu and run.engine == "hf":  # what generate kept cached goes back: nmt's worker shares the GPU
+            torch.cuda.empty_cache()
         graphs = graph_run(before, engine.graph_state(run)) if before is not None else None
         print(json.dumps({"tokens": tokens, "seconds": seconds, "peak_mib": peak, "graphs": graphs}), file=out, flush=True)
 
@@ -460,9 +462,13 @@ class Nmt:
     def graphs_for(self, dtype: str):
         """The step graphs of `dtype`'s model; the other dtypes' let go (fp32 and bf16 runs alternate, and each
         StepGraphs' Arena would otherwise stay on the GPU beside the running one's)."""
+        released = False
         for other, graphs in self.graphs.items():
-            if other != dtype and graphs is not None:
+            if other != dtype and graphs is not None and graphs.arena.nbytes:
                 graphs.release()
+                released = True
+        if released:  # back to the driver: the peer's worker shares the GPU (it ran out beside 89 GB kept here)
+            torch.cuda.empty_cache()
         return self.graphs[dtype]
 
     def best_tokens(self, run: Run, batch, padded) -> list[list[int]]:

@@ -97,7 +97,7 @@ function __nmt_values_prepare_NAME
 end
 
 function __nmt_values_precision
-    printf '%s\n' auto fp32 bf16 fp16
+    printf '%s\n' auto fp32 bf16 bf16-master fp16
 end
 
 function __nmt_values_length_penalty
@@ -209,9 +209,11 @@ complete -c nmt -n "__nmt_using 'train'" -l valid-bleu -x -d 'BLEU on the first 
 complete -c nmt -n "__nmt_using 'train'" -l patience -x -d 'Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny and small 5 when counting --epochs)'
 complete -c nmt -n "__nmt_using 'train'" -l log-every -x -d 'Steps between log lines'
 complete -c nmt -n "__nmt_using 'train'" -l device -x -a '(__nmt_values_device)' -d 'auto (each rank\'s GPU, else CPU), cpu, cuda or cuda:N'
-complete -c nmt -n "__nmt_using 'train'" -l precision -x -a '(__nmt_values_precision)' -d 'auto (bf16 on GPUs that have it, else fp32), fp32, bf16, or fp16 (with a dynamic loss scaler)'
+complete -c nmt -n "__nmt_using 'train'" -l precision -x -a '(__nmt_values_precision)' -d 'auto (bf16-master on a GPU that has bf16, bf16 with several GPUs or --compile, else fp32), fp32, bf16 (autocast: fp32 weights, bf16 products), bf16-master (bf16 weights trained with fp32 master weights in the optimizer: no cast per use), or fp16 (with a dynamic loss scaler)'
 complete -c nmt -n "__nmt_using 'train'" -l compile -d 'torch.compile the model (pays on a GPU over long runs; the first steps are slow)'
 complete -c nmt -n "__nmt_using 'train'" -l no-compile -d 'The opposite of --compile'
+complete -c nmt -n "__nmt_using 'train'" -l shape-classes -d 'Pad batches to a few shapes (15 lengths, rows filled to --max-tokens): a GPU plans each new shape once'
+complete -c nmt -n "__nmt_using 'train'" -l no-shape-classes -d 'The opposite of --shape-classes'
 complete -c nmt -n "__nmt_using 'train'" -l peak-tflops -x -d 'The GPU\'s peak TFLOP/s at this precision, for MFU in the log where nmt does not know the GPU'
 complete -c nmt -n "__nmt_using 'train'" -l restart -d 'Delete an existing run dir and start over instead of resuming'
 complete -c nmt -n "__nmt_using 'train'" -l help -s h -d 'Show this message and exit'

@@ -137,7 +137,7 @@ class Trainer:
         self.is_main = self.ranks.is_main
         self.device = resolve_device(settings.device, self.ranks.local_rank)
         distributed.init(self.ranks, self.device)
-        self.precision = precision.resolve(settings.precision, self.device)
+        self.precision = precision.resolve(settings.precision, self.device, self.ranks.world_size, settings.compile)
         manifest = read_manifest(data_dir)
         self.src_lang, self.tgt_lang = manifest["source_lang"], manifest["target_lang"]
         if init is not None:  # --init: the model's config as it is, on data in its token ids
