@@ -69,6 +69,7 @@ from nmtcli.device import is_out_of_memory
 from nmtcli.inference.beam import BeamSearch, GraphsOff
 from nmtcli.inference.memory import arena_bytes, ladder, shape_class
 from nmtcli.model.config import ModelConfig
+from nmtcli.model.packed_attention import compute_dtype
 from nmtcli.model.transformer import Transformer
 
 WARMUP_STEPS = 2  # eager steps before the first capture of all: lazy initialisation (cuBLAS, kernels) must not be captured
@@ -304,8 +305,7 @@ class StepGraphs:
         the graphs recorded so far). `batches`: each batch's source lengths (without EOS) and prefix lengths.
         Called where the search runs (autocast on or off): its dtype is the keys/values'."""
         cfg = model.config
-        kind = model.embedding.tokens.weight.device.type
-        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else model.embedding.tokens.weight.dtype
+        dtype = compute_dtype(model)
         most: dict[str, int] = {}
         for lengths, prefix_lengths in batches:
             rows, source, capacity, prefix = batch_class(cfg, lengths, prefix_lengths, max_len_a, max_len_b, self.bucket, self.cap)

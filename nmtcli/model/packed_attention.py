@@ -77,8 +77,11 @@ MASKED_KERNELS = {"efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION"
 
 
 def compute_dtype(model: nn.Module) -> torch.dtype:
-    """What a forward pass computes its matrix products in: autocast's dtype where it is on, else the weights'."""
-    return torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else model.embedding.tokens.weight.dtype
+    """What a forward pass computes its matrix products in: autocast's dtype where it is on (for the device the
+    weights are on), else the weights'."""
+    weight = model.embedding.tokens.weight
+    kind = weight.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else weight.dtype
 
 
 def applies(model: nn.Module, src: Tensor) -> bool:

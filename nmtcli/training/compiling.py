@@ -20,25 +20,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from nmtcli.data.batching import CLASS_LENGTHS, class_length
 from nmtcli.errors import NmtError
 from nmtcli.model.packed_attention import KeyPadding
 from nmtcli.model.transformer import Transformer
 
-# Padded sequence lengths: multiples of 8 (tensor cores) up to 32, then steps of about 1/8 to 1/4.
-# Up to 256 tokens (longer than any sentence `nmt prepare` keeps) that is 15 sizes; a batch of
-# length-sorted sentences pads about as much as rounding to a multiple of 8 would.
-LENGTH_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256)
+# Padded sequence lengths: the shape classes' lengths (data/batching.py), so that batches in classes add no
+# graphs: multiples of 8 (tensor cores) up to 64, then steps of about 1/4; up to 256 tokens (longer than any
+# sentence `nmt prepare` keeps) 15 sizes, beyond them multiples of 64.
+LENGTH_BUCKETS = CLASS_LENGTHS
+bucket_length = class_length  # the smallest bucket that holds a length
 
 # Where torch.compile sends the graphs; the tests swap in a counting backend.
 BACKEND = "inductor"
-
-
-def bucket_length(length: int) -> int:
-    """The smallest bucket that holds `length`; beyond the ladder, the next multiple of 64."""
-    for size in LENGTH_BUCKETS:
-        if length <= size:
-            return size
-    return length + (-length % 64)
 
 
 def check_compile_works(device: torch.device) -> None:

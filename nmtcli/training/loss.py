@@ -219,11 +219,16 @@ class _ChunkedOutputLoss(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
+UNIGRAM_CHUNK = 1 << 24  # tokens counted at once: 128 MB of int64, whatever the corpus
+
+
 def unigram_nll(target_tokens: np.ndarray, sentences: int, vocab_size: int, eos_id: int) -> float:
     """The NLL per target token (nats) of a model that ignores its source and predicts every token by its
     frequency in the training targets (EOS once a sentence): a loss that stays there has learned nothing of
     the source, whatever else is wrong (misaligned sides, a learning rate that diverged into this plateau)."""
-    counts = np.bincount(np.asarray(target_tokens, dtype=np.int64), minlength=vocab_size).astype(np.float64)
+    counts = np.zeros(vocab_size, dtype=np.float64)
+    for start in range(0, len(target_tokens), UNIGRAM_CHUNK):  # a memory-mapped shard, counted a slice at a time
+        counts += np.bincount(target_tokens[start : start + UNIGRAM_CHUNK], minlength=vocab_size)
     counts[eos_id] += sentences
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())

@@ -197,6 +197,7 @@ class Trainer:
             self.stream.load_state_dict(previous["stream"])
         self.data_state = self.stream.state_dict()
         self._saving = _BackgroundSave()
+        self._unigram_checked = False  # whether the loss was held against the unigram level (once a run)
         self._first_bad_step: torch.Tensor | None = None  # on the device: the first step whose loss was not finite
         self._bad_loss: torch.Tensor | None = None
 
@@ -512,14 +513,14 @@ class Trainer:
         window.restart()
         return line
 
-    # A model still at the unigram level this many steps after the end of its warmup is not going to learn.
+    # A model still at the unigram level after this many times its warmup steps is not going to learn.
     UNIGRAM_GRACE = 2
 
     def _watch_unigram_level(self, nll: float) -> None:
         """Once, past twice the warmup: say so when the training NLL is still within 5% of what predicting the
         targets by their frequency alone gives (training/loss.py unigram_nll)."""
         s = self.settings
-        if getattr(self, "_unigram_checked", False) or self.step < self.UNIGRAM_GRACE * s.warmup:
+        if self._unigram_checked or self.step < self.UNIGRAM_GRACE * s.warmup:
             return
         self._unigram_checked = True
         data = self.train_data.tgt
