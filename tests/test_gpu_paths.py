@@ -457,8 +457,11 @@ def test_the_fused_loss_makes_one_graph_for_any_number_of_rows(monkeypatch):
             torch.testing.assert_close(ours, reference, rtol=1e-6, atol=1e-5)
     assert counter.frame_count == 2, counter.frame_count  # chunks of 16, 6, 5, 3, 2 rows; then of 1 row (17)
     monkeypatch.setattr(loss_module, "FUSED", "sometimes")
-    with pytest.raises(ValueError, match="NMT_FUSED_LOSS"):
+    from nmtcli.errors import NmtError
+
+    with pytest.raises(NmtError, match="NMT_FUSED_LOSS is 'sometimes'") as error:  # a user's setting: one line, exit 2
         _loss_and_gradients(lambda *a: loss_module.output_loss(*a, 0.1, pad_id=0), "fp32")
+    assert error.value.exit_code == 2
     torch._dynamo.reset()
 
 

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nmtcli.errors import NmtError
+
 # Logits computed at once by `output_loss`: on a GPU large chunks keep the matrix products efficient
 # and the per-chunk weight-gradient additions few (2^27 logits: a 512 MB float32 chunk); on a CPU,
 # chunks that stay near the caches are faster than one pass over the whole tokens x vocabulary block.
@@ -114,7 +116,7 @@ def _chunk_terms_for(device_type: str):
     """chunk_terms as FUSED says for this device: compiled (static V, any number of rows) or eager."""
     global _compiled_chunk_terms
     if FUSED not in FUSED_MODES:
-        raise ValueError(f"NMT_FUSED_LOSS / loss.FUSED is {FUSED!r}; choose one of {', '.join(FUSED_MODES)}")
+        raise NmtError(f"NMT_FUSED_LOSS is {FUSED!r}", f"set it to one of {', '.join(FUSED_MODES)}, or unset it (auto)", exit_code=2)
     if FUSED == "off" or (FUSED == "auto" and (device_type != "cuda" or not _has_triton())):
         return chunk_terms
     if _compiled_chunk_terms is None:
