@@ -49,12 +49,13 @@ NMT = [sys.executable, "-m", "nmtcli"]
 
 
 def log_run(command: list[str], log: Path, timeout: float | None = None, stdin: Path | None = None,
-            stdout: Path | None = None) -> tuple[int, list[tuple[float, str]]]:
+            stdout: Path | None = None, env: dict[str, str] | None = None) -> tuple[int, list[tuple[float, str]]]:
     """Run a command (killed after `timeout` seconds: exit 124), keeping each line of its output with the seconds
-    since the start when it arrived; `stdin`/`stdout`: files for its standard streams (stderr is logged then)."""
+    since the start when it arrived; `stdin`/`stdout`: files for its standard streams (stderr is logged then);
+    `env`: variables set for it."""
     started = time.perf_counter()
     lines: list[tuple[float, str]] = []
-    env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1", **(env or {})}
     if timeout:
         command = ["timeout", "-k", "5", str(int(timeout)), *command]
     with open(log, "a", encoding="utf-8") as out, \
@@ -367,23 +368,31 @@ def stage_cli(args) -> dict:
     device = "cpu" if args.smoke else "cuda"
     results = {"lines": sum(1 for _ in open(test, encoding="utf-8"))}
     dtypes = ("fp32",) if args.smoke else ("fp32", "bf16")
-    for dtype in dtypes:
-        for graphs in ("--cuda-graphs", "--no-cuda-graphs"):
-            if args.smoke and graphs == "--cuda-graphs":
-                continue
-            name = f"{dtype} {graphs.removeprefix('--')}"
-            out = args.out / f"translation.{dtype}.{graphs.removeprefix('--')}.de"
-            started = time.perf_counter()
-            rc, lines = log_run([*NMT, "translate", "-m", str(model), "--device", device, "--dtype", dtype, graphs], log,
-                                timeout=120, stdin=test, stdout=out)
-            whole = time.perf_counter() - started
-            said = next((line for _, line in lines if "translated" in line), "")
-            warnings = [line for _, line in lines if "warning" in line]
-            entry = {"exit": rc, "whole_process_s": round(whole, 2), "said": said.strip(), "warnings": warnings[:3]}
-            if rc == 0:
-                rc2, scored = log_run([*NMT, "score", str(out), "--ref", str(args.test) + ".de"], log, timeout=60)
-                entry["score"] = next((line.strip() for _, line in scored if "BLEU" in line), None)
-            results[name] = entry
+    # The default beam cache (read through slots on a GPU) in every setting; the cache that reorders
+    # (NMT_BEAM_CACHE=reorder) beside it with graphs, where the two differ most.
+    runs = [(dtype, graphs, "auto") for dtype in dtypes for graphs in ("--cuda-graphs", "--no-cuda-graphs")]
+    runs += [(dtype, "--cuda-graphs", "reorder") for dtype in dtypes]
+    for dtype, graphs, cache in runs:
+        if args.smoke and graphs == "--cuda-graphs":
+            continue
+        name = f"{dtype} {graphs.removeprefix('--')}" + ("" if cache == "auto" else f" {cache}")
+        out = args.out / f"translation.{dtype}.{graphs.removeprefix('--')}.{cache}.de"
+        started = time.perf_counter()
+        rc, lines = log_run([*NMT, "translate", "-m", str(model), "--device", device, "--dtype", dtype, graphs], log,
+                            timeout=120, stdin=test, stdout=out, env={"NMT_BEAM_CACHE": cache})
+        whole = time.perf_counter() - started
+        said = next((line for _, line in lines if "translated" in line), "")
+        warnings = [line for _, line in lines if "warning" in line]
+        entry = {"exit": rc, "whole_process_s": round(whole, 2), "said": said.strip(), "warnings": warnings[:3]}
+        if rc == 0:
+            rc2, scored = log_run([*NMT, "score", str(out), "--ref", str(args.test) + ".de"], log, timeout=60)
+            entry["score"] = next((line.strip() for _, line in scored if "BLEU" in line), None)
+        results[name] = entry
+    for dtype in dtypes:  # the same translations whichever way the cache follows the beam
+        a, b = (args.out / f"translation.{dtype}.cuda-graphs.{cache}.de" for cache in ("auto", "reorder"))
+        if a.is_file() and b.is_file():
+            pairs = list(zip(a.read_text(encoding="utf-8").splitlines(), b.read_text(encoding="utf-8").splitlines()))
+            results[f"{dtype} lines differing, slots vs reorder"] = sum(x != y for x, y in pairs)
     if not args.no_startup:
         results["startup"] = startup_breakdown(args, model, device)
     results["profile"] = translation_profile(args, model, test, device)
@@ -417,10 +426,11 @@ def translation_profile(args, model: Path, test: Path, device: str) -> dict:
     """A second and third pass over the test set in one process (bf16, with and without graphs): the time of a
     warm pass (graphs recorded) and torch.profiler's top operations of the third (OUT/profile.log)."""
     results = {}
-    for graphs in ("graphs", "eager"):
+    for graphs, cache in (("graphs", "auto"), ("graphs", "reorder"), ("eager", "auto")):
         rc, lines = log_run([sys.executable, "-c", PROFILE, str(model), str(test), device, "fp32" if args.smoke else "bf16", graphs,
-                             "20" if args.smoke else "100000"], args.out / "profile.log", timeout=90)
-        results[graphs] = next((line.strip() for _, line in lines if line.startswith("second pass")), f"exit {rc}")
+                             "20" if args.smoke else "100000"], args.out / "profile.log", timeout=90, env={"NMT_BEAM_CACHE": cache})
+        results[graphs + ("" if cache == "auto" else f" {cache}")] = next((line.strip() for _, line in lines if line.startswith("second pass")),
+                                                                          f"exit {rc}")
     return results
 
 
@@ -547,6 +557,7 @@ def table(summary: dict) -> list[str]:
             if isinstance(r, dict) and "whole_process_s" in r:
                 rows.append(f"{name:<24} exit {r['exit']} {r['whole_process_s']:>7.2f} s  {r['said'][:110]}  {r.get('score') or ''}"
                             + (f"  WARNINGS: {r['warnings']}" if r["warnings"] else ""))
+        rows += [f"{name}: {value}" for name, value in cli.items() if name.endswith("slots vs reorder")]
         if "startup" in cli:
             rows.append(f"start-up (median of 3): {cli['startup']}")
         for name, said in (cli.get("profile") or {}).items():

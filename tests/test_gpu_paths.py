@@ -691,7 +691,10 @@ def stream():
     return windows, _translate_stream(windows)[0]
 
 
-def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_batch(monkeypatch, positions_agree, stream):
+@pytest.mark.parametrize("beam_cache", ["reorder", "slots"])
+def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_batch(monkeypatch, positions_agree, stream, beam_cache):
+    # slots: the cache read through slots (model/beam_attention.py, its twin on a CPU) is never reordered.
+    monkeypatch.setenv("NMT_BEAM_CACHE", beam_cache)
     windows, eager = stream
     visits = []  # (search, class, Arena version) of every graphed step: a search per batch, a new class when sentences leave
     step, record = StepGraphs.step, StepGraphs._record
@@ -720,8 +723,10 @@ def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_ba
     assert recorder.replayed > recorder.recorded
     # The Arena grew with the classes that came, never past what the budget's largest class needs.
     config = tiny_model(8, vocab_size=30).config
-    reserve = arena_reserve(config, 240, 16, 4, 2, 4, 0.25, 4, 4)  # each role's largest over the budget's classes
+    reserve = arena_reserve(config, 240, 16, 4, 2, 4, 0.25, 4, 4, slots=beam_cache == "slots")  # each role's largest over the budget's classes
     assert set(graphs.arena._flat) == set(reserve) and graphs.arena.nbytes <= sum(reserve.values())
+    if beam_cache == "slots":  # one graph a class: one span (the capacity), one set of buffers
+        assert len(graphs.recorded_keys) == len({key[0] for key in graphs.recorded_keys})
     held, version, dropped = graphs.arena.nbytes, graphs.arena.version, graphs.dropped
     # The same stream again takes no memory and drops no graph (it records those dropped before, and those of
     # shapes that were only warmed up); a third time it records nothing: every class has its graphs.

@@ -376,6 +376,8 @@ class BeamSearch:
         """Every tensor a step reads or writes: a graph replays on them where it recorded them."""
         state = self.state
         tensors = {**self.step_tensors(), "memory_mask": state.memory_mask}
+        if state.cache.reads_slots:  # the position a step writes moves; the whole buffers are listed below
+            tensors = {name: t for name, t in tensors.items() if not name.startswith(("keys.", "values."))}
         tensors |= {name: getattr(self, name) for name in self._INPUTS if getattr(self, name) is not None}
         for i, (k, v) in enumerate(state.memory_kv):
             tensors[f"memory.keys.{i}"], tensors[f"memory.values.{i}"] = k, v
@@ -384,6 +386,8 @@ class BeamSearch:
         for name, buffers in (("current", current), ("spare", spare)):
             for kv, layers in zip(("keys", "values"), buffers or ()):
                 tensors |= {f"cache.{name}.{kv}.{i}": t[: cache.rows] for i, t in enumerate(layers)}
+        if cache.reads_slots:
+            tensors["cache.slots"] = cache.slots[: cache.rows]
         return tensors
 
     def step_tensors(self) -> dict[str, Tensor]:
@@ -392,9 +396,12 @@ class BeamSearch:
         cache = self.state.cache
         tensors = {name: getattr(self, name) for name in self._STEP_STATE}
         tensors["position"] = cache.position
-        span = cache.span()
+        # Read through slots, a step writes one position and the slots; otherwise it reorders its whole span.
+        start, end = (cache.length, cache.length + 1) if cache.reads_slots else (0, cache.span())
         for i, (k, v) in enumerate(zip(cache.keys, cache.values)):
-            tensors[f"keys.{i}"], tensors[f"values.{i}"] = k[:, :, :span], v[:, :, :span]
+            tensors[f"keys.{i}"], tensors[f"values.{i}"] = k[:, :, start:end], v[:, :, start:end]
+        if cache.reads_slots:
+            tensors["slots"] = cache.slots[: cache.rows]
         return tensors
 
     def snapshot(self) -> dict[str, Tensor]:

@@ -69,6 +69,7 @@ from nmtcli.device import is_out_of_memory
 from nmtcli.inference.beam import BeamSearch, GraphsOff
 from nmtcli.inference.memory import arena_bytes, ladder, shape_class
 from nmtcli.model.config import ModelConfig
+from nmtcli.model.incremental import reads_slots
 from nmtcli.model.packed_attention import compute_dtype
 from nmtcli.model.transformer import Transformer
 
@@ -306,10 +307,11 @@ class StepGraphs:
         Called where the search runs (autocast on or off): its dtype is the keys/values'."""
         cfg = model.config
         dtype = compute_dtype(model)
+        slots = reads_slots(next(model.parameters()).device, beam)
         most: dict[str, int] = {}
         for lengths, prefix_lengths in batches:
             rows, source, capacity, prefix = batch_class(cfg, lengths, prefix_lengths, max_len_a, max_len_b, self.bucket, self.cap)
-            for role, nbytes in arena_bytes(cfg, rows, source, capacity, beam, nbest, prefix, dtype.itemsize).items():
+            for role, nbytes in arena_bytes(cfg, rows, source, capacity, beam, nbest, prefix, dtype.itemsize, slots).items():
                 most[role] = max(most.get(role, 0), nbytes)
         self.arena.reserve(most)
 
@@ -321,7 +323,8 @@ class StepGraphs:
         if search.generation != self._cleared:  # buffers new to fixed spans
             cache.clear_unwritten()
             self._cleared = search.generation
-        span = min(-(-(cache.length + 1) // self.bucket) * self.bucket, cache.capacity)
+        # Read through slots, a step attends up to its position on the device: one span, the whole capacity.
+        span = cache.capacity if cache.reads_slots else min(-(-(cache.length + 1) // self.bucket) * self.bucket, cache.capacity)
         cache.fixed_span = span
         try:
             if not self.capture:

@@ -103,12 +103,15 @@ def shape_class(config: ModelConfig, sentences: int, width: int, steps: int, max
 
 
 def arena_bytes(config: ModelConfig, sentences: int, source: int, capacity: int, beam: int = 4, nbest: int = 1,
-                prefix: int = 0, dtype_bytes: int = 4) -> dict[str, int]:
+                prefix: int = 0, dtype_bytes: int = 4, slots: bool = False) -> dict[str, int]:
     """The bytes of each tensor of a search in one shape class, by the role the Arena keeps it under (the
-    decoder's sets of keys/values, the encoder's keys/values, the search state: beam.BeamSearch)."""
+    decoder's sets of keys/values, the encoder's keys/values, the search state: beam.BeamSearch). `slots`:
+    the cache is read through slots (model/beam_attention.py): one set of keys/values and the slots."""
     rows, d = sentences * beam, config.d_model
     parts = {f"cache.{s}.{kv}.{i}": rows * capacity * d * dtype_bytes
-             for s in (0, 1) for kv in ("keys", "values") for i in range(config.layers)}
+             for s in ((0,) if slots else (0, 1)) for kv in ("keys", "values") for i in range(config.layers)}
+    if slots:
+        parts["cache.slots"] = 4 * rows * capacity
     parts |= {f"memory.{kv}.{i}": sentences * source * d * dtype_bytes for kv in ("keys", "values") for i in range(config.layers)}
     parts |= {"memory_mask": sentences * source * dtype_bytes, "position": 8, "min_len": 8, "banned": 16,
               "last": 8 * rows, "history": 8 * rows * capacity, "scores": 4 * rows, "done": sentences,
@@ -122,7 +125,7 @@ def arena_bytes(config: ModelConfig, sentences: int, source: int, capacity: int,
 
 def arena_reserve(config: ModelConfig, batch_tokens: int, sentences: int | None, beam: int = 4, nbest: int = 1,
                   dtype_bytes: int = 4, max_len_a: float = 1.0, max_len_b: int = 50, bucket: int = 16,
-                  prefix: int = 0) -> dict[str, int]:
+                  prefix: int = 0, slots: bool = False) -> dict[str, int]:
     """The most bytes the Arena comes to hold for the batches of a budget with these settings: each role's
     largest over every class the budget's batches fall in (over every longest source L, as many sentences as
     fit batch_tokens). The Arena is never made this large in advance: it grows with the classes that come."""
@@ -131,6 +134,6 @@ def arena_reserve(config: ModelConfig, batch_tokens: int, sentences: int | None,
         n = min(sentences or batch_tokens, batch_tokens // (longest + 1))
         if n:
             shape = shape_class(config, n, longest + 1, 0, max_len_a, max_len_b, bucket, sentences)
-            for role, size in arena_bytes(config, *shape, beam, nbest, prefix, dtype_bytes).items():
+            for role, size in arena_bytes(config, *shape, beam, nbest, prefix, dtype_bytes, slots).items():
                 most[role] = max(most.get(role, 0), size)
     return most

@@ -15,15 +15,17 @@ decoding code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import contextlib
+import os
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from nmtcli.errors import NmtError
+from nmtcli.model import beam_attention
 from nmtcli.model.transformer import DecoderLayer, Embedding, MultiHeadAttention, Transformer
 
 # alloc(role, shape, dtype) -> an empty tensor for one part of the decoding state (see start_decoding)
@@ -40,10 +42,16 @@ class DecoderCache:
     Attention reads the first `span` positions. Eager decoding reads exactly the positions written so
     far and needs no mask. A captured step has one span for a range of positions (`fixed_span`) and
     masks the positions beyond the current one.
+
+    With `beam` set (model/beam_attention.py), the keys/values never move when the beam reorders: `slots`
+    (rows, capacity), int32, says for each row and position which beam of the row's sentence holds that
+    position, a reorder copies the slots of the parents, and attention reads through them. Then there is
+    one set of buffers (no spare set to reorder into), and a captured step reads up to the position on the
+    device, so one graph serves a whole batch (StepGraphs takes the whole capacity as its span).
     """
 
     def __init__(self, layers: int, rows: int, heads: int, capacity: int, d_k: int, dtype: torch.dtype, device: torch.device,
-                 alloc: Alloc | None = None):
+                 alloc: Alloc | None = None, beam: int | None = None):
         # Empty memory: eager steps read only what was written (fixed spans: see clear_unwritten).
         self._alloc = alloc or (lambda role, shape, dtype: torch.empty(shape, dtype=dtype, device=device))
         self._shape, self._dtype, self._layers = (rows, heads, capacity, d_k), dtype, layers
@@ -55,6 +63,8 @@ class DecoderCache:
         self.fixed_span: int | None = None  # set while a captured step runs
         self.mask: Tensor | None = None  # additive (1, 1, 1, span): -inf beyond `position` in a fixed span
         self._spare: tuple[list[Tensor], list[Tensor]] | None = None  # the second set of whole buffers
+        self.beam = beam
+        self.slots = None if beam is None else self._alloc("cache.slots", (rows, capacity), torch.int32).zero_()
 
     def _buffer_set(self, which: int) -> tuple[list[Tensor], list[Tensor]]:
         return tuple([self._alloc(f"cache.{which}.{kv}.{i}", self._shape, self._dtype) for i in range(self._layers)]
@@ -68,6 +78,15 @@ class DecoderCache:
         self.keys, self.values = ([b[:rows] for b in buffers] for buffers in self._buffers)
 
     @property
+    def reads_slots(self) -> bool:
+        return self.slots is not None
+
+    def _own_slots(self, rows: int) -> Tensor:
+        """(rows, 1): each row's own beam within its sentence, what a step writes into the slots of its
+        position. Made by the step (a captured step makes it in its graph, not read from a batch's tensor)."""
+        return (torch.arange(rows, device=self.position.device, dtype=torch.int32) % self.beam).unsqueeze(1)
+
+    @property
     def rows(self) -> int:
         return self.keys[0].size(0)
 
@@ -78,9 +97,9 @@ class DecoderCache:
         """Zero the positions not written yet, in both sets of buffers. A fixed span reads them (masked; but
         empty memory can hold NaN, and NaN * 0 is NaN): call before fixed-span steps on buffers that are
         new to them, and not within a captured step (the spare set may be made here)."""
-        if self._spare is None:
+        if self._spare is None and not self.reads_slots:
             self._spare = self._buffer_set(1)
-        for buffers in (self._buffers, self._spare):
+        for buffers in (self._buffers, self._spare) if self._spare is not None else (self._buffers,):
             for buffer in (*buffers[0], *buffers[1]):
                 buffer[: self.rows, :, self.length:].zero_()
 
@@ -94,12 +113,16 @@ class DecoderCache:
 
     def advance(self) -> None:
         """What a fixed-span step does on the host, for a replay of it: one position more, and the set
-        the step reordered into is the current one."""
+        the step reordered into is the current one (with slots there is one set)."""
         self.length += 1
-        self._use_spare(self.rows)
+        if not self.reads_slots:
+            self._use_spare(self.rows)
 
     def begin_step(self) -> None:
-        if self.fixed_span is not None:
+        if self.reads_slots:  # every row holds its own key/value of this position; attention reads up to it
+            self.slots[: self.rows].index_copy_(1, self.position, self._own_slots(self.rows))
+            self.mask = None
+        elif self.fixed_span is not None:
             # (1, 1, 1, span), as every attention kernel takes a mask: broadcastable to (rows, h, 1, span).
             # (A 1-d mask broadcasts in the math but not in the backends' checks: cuDNN's reads size(-2).)
             visible = (torch.arange(self.fixed_span, device=self.position.device) <= self.position).view(1, 1, 1, -1)
@@ -127,9 +150,13 @@ class DecoderCache:
         captured step copies its whole span and keeps the number of rows, so the two sets take turns
         (two graphs per span, one for each set: inference/graphs.py).
         """
+        if self.fixed_span is not None and rows.numel() != self.rows:
+            raise ValueError("a captured step cannot change the number of rows")
+        if self.reads_slots and rows.numel() == self.rows:  # the parents' slots, not their keys/values
+            slots = self.slots[: self.rows]
+            slots.copy_(slots.index_select(0, rows))
+            return
         if self.fixed_span is not None:
-            if rows.numel() != self.rows:
-                raise ValueError("a captured step cannot change the number of rows")
             self._swap(rows, self.fixed_span)
             return
         self._swap(rows)
@@ -141,6 +168,9 @@ class DecoderCache:
 
     def _swap(self, rows: Tensor, span: int | None = None) -> None:
         """Rows `rows` of the first `span` positions (default: those written) into the spare set, swapped in."""
+        if self.reads_slots:
+            self._move_rows(rows)
+            return
         if self._spare is None:  # the second set of buffers, made at the first reorder
             self._spare = self._buffer_set(1)
         span = self.length if span is None else span
@@ -149,6 +179,16 @@ class DecoderCache:
         for old, new in zip((*self.keys, *self.values), (*self._spare[0], *self._spare[1])):
             torch.index_select(old[:, :, :span], 0, rows, out=new[:count, :, :span])
         self._use_spare(count)
+
+    def _move_rows(self, rows: Tensor) -> None:
+        """With slots, rows `rows` (whole sentences, or the first step's one row a sentence into its `beam`)
+        into the front rows of the one set of buffers, through a copy of the positions written; each now holds
+        its own positions. Only between steps that change the rows: never in a captured step."""
+        count, span = rows.numel(), self.length
+        for buffer in (*self._buffers[0], *self._buffers[1]):
+            buffer[:count, :, :span].copy_(buffer[:, :, :span].index_select(0, rows))
+        self.slots[:count].copy_(self._own_slots(count).expand(-1, self.capacity) if count > self.rows else self.slots.index_select(0, rows))
+        self.keys, self.values = ([b[:count] for b in buffers] for buffers in self._buffers)
 
     def _use_spare(self, rows: int) -> None:
         self._buffers, self._spare = self._spare, self._buffers
@@ -202,8 +242,25 @@ def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: i
     dtype = memory_kv[0][0].dtype  # what the projections compute in (bf16 under autocast)
     # An additive mask, made once: -inf at source padding.
     memory_mask = own("memory_mask", torch.zeros(src_mask.shape, dtype=dtype, device=memory.device).masked_fill_(~src_mask, float("-inf")))
-    cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device, alloc)
+    slots = beam if reads_slots(memory.device, beam) else None
+    cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device, alloc, slots)
     return DecoderState(memory_kv, memory_mask, beam, cache)
+
+
+# How a beam search's self-attention cache follows the beam (NMT_BEAM_CACHE): "slots" reads it through slots
+# and never moves it (model/beam_attention.py), "reorder" copies the parents' keys/values at every step,
+# "auto" reads through slots where the kernel runs (a GPU with Triton).
+BEAM_CACHES = ("auto", "slots", "reorder")
+
+
+def reads_slots(device: torch.device, beam: int) -> bool:
+    """Whether a search of `beam` rows a sentence keeps its cache in place and reads it through slots."""
+    choice = os.environ.get("NMT_BEAM_CACHE", "auto")
+    if choice not in BEAM_CACHES:
+        raise NmtError(f"NMT_BEAM_CACHE is {choice!r}", f"set it to one of {', '.join(BEAM_CACHES)}, or unset it (auto)", exit_code=2)
+    if beam < 2 or choice == "reorder":  # one row a sentence never reorders
+        return False
+    return choice == "slots" or (device.type == "cuda" and beam_attention.available(device))
 
 
 # The attention kernels a decoding step may use on a GPU, by the dtype its keys and values are in (issue 33).
@@ -267,7 +324,11 @@ def self_attention_step(attention: MultiHeadAttention, x: Tensor, cache: Decoder
     """Self-attention of one new position (N, 1, d) over itself and all earlier ones, kept in `cache`."""
     q, k, v = (attention.split_heads(t) for t in attention.qkv_proj(x).chunk(3, dim=-1))
     keys, values = cache.write(layer, k, v)
-    return attention.out_proj(cached_attention(q, keys, values, cache.mask).transpose(1, 2).flatten(2))
+    if cache.reads_slots:
+        out = beam_attention.beam_attention(q, keys, values, cache.slots, cache.position, cache.beam)
+    else:
+        out = cached_attention(q, keys, values, cache.mask)
+    return attention.out_proj(out.transpose(1, 2).flatten(2))
 
 
 def memory_attention_step(attention: MultiHeadAttention, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:

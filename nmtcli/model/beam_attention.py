@@ -1,0 +1,116 @@
+"""Self-attention of a beam search step over a cache it never reorders (a Triton kernel; issue 33).
+
+Beam search continues each surviving hypothesis from a parent row. The plain way (DecoderCache.reorder)
+copies the parents' keys and values of every earlier position into the survivors' rows at every step: on an
+H200 those copies were 21% of a warm bf16 search's GPU time, as much as the attention that reads them.
+Here nothing moves. Row r's key and value for position p stay where the row that computed them wrote them,
+and a small table says which row that was: `slots[r, p]`, the beam (0..K-1) within r's sentence whose row
+holds position p of r's hypothesis. A reorder copies the table's rows (int32, K * C entries a sentence,
+not K * C * d_model keys and values), and this kernel reads each position's key and value through it, as
+FasterTransformer's masked attention reads its `cache_indirection`.
+
+The kernel reads how many positions to attend to from the cache's position tensor on the device, not from
+a shape, so one CUDA graph of a step serves every position of a batch (no span, no second set of buffers):
+a run records one graph per shape class where it recorded one per class, span and buffer set.
+
+On a CPU the tests run this same kernel through Triton's interpreter (TRITON_INTERPRET=1).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+
+def available(device: torch.device) -> bool:
+    """Whether the kernel runs on `device`: a GPU with Triton (a CPU reads through slots with
+    `gathered_attention`, the kernel's twin, where a test asks it to)."""
+    if device.type != "cuda":
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    # Strides are not specialized: a class of another size would compile the kernel again.
+    @triton.jit(do_not_specialize=["q_row", "q_head", "k_row", "k_head", "k_pos", "slot_row", "out_row", "out_head"])
+    def beam_attention_kernel(q_ptr, k_ptr, v_ptr, slot_ptr, position_ptr, out_ptr,
+                              q_row, q_head, k_row, k_head, k_pos, slot_row, out_row, out_head,
+                              scale, BEAM: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
+        # One program: one row's one head. softmax(q k_p / sqrt(d_k)) over positions p <= position,
+        # with an online softmax (running maximum m and sum l) over blocks of positions.
+        row = tl.program_id(0).to(tl.int64)  # offsets in int64: a class's cache passes 2^31 elements
+        head = tl.program_id(1).to(tl.int64)
+        length = tl.load(position_ptr) + 1  # this step's own position included
+        d = tl.arange(0, D)
+        q = tl.load(q_ptr + row * q_row + head * q_head + d).to(tl.float32) * scale
+        first_row = (row // BEAM) * BEAM  # the sentence's first row: slots count from there
+        m = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), 0)
+        l = tl.sum(tl.zeros([BLOCK], tl.float32), 0)
+        acc = tl.zeros([D], tl.float32)
+        for start in range(0, length, BLOCK):
+            p = start + tl.arange(0, BLOCK)
+            valid = p < length
+            slot = tl.load(slot_ptr + row * slot_row + p, mask=valid, other=0).to(tl.int64)
+            at = (first_row + slot)[:, None] * k_row + head * k_head + p[:, None].to(tl.int64) * k_pos + d[None, :]
+            k = tl.load(k_ptr + at, mask=valid[:, None], other=0.0).to(tl.float32)
+            s = tl.where(valid, tl.sum(k * q[None, :], 1), float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 0))
+            correction = tl.exp(m - m_new)
+            e = tl.exp(s - m_new)
+            v = tl.load(v_ptr + at, mask=valid[:, None], other=0.0).to(tl.float32)
+            l = l * correction + tl.sum(e, 0)
+            acc = acc * correction + tl.sum(e[:, None] * v, 0)
+            m = m_new
+        tl.store(out_ptr + row * out_row + head * out_head + d, (acc / l).to(out_ptr.dtype.element_ty))
+
+    return beam_attention_kernel
+
+
+def beam_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, position: Tensor, beam: int) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V (sec. 3.2.1) of one new position a row over positions 0..position,
+    each read from the row its slot names.
+
+    q: (N, h, 1, d_k); keys, values: (N, h, span, d_k) with span > position, contiguous in d_k, the same
+    strides; slots: (N', C) int32, N' >= N, C >= span, the beam within the row's sentence (rows `beam` a
+    sentence, adjacent) whose row holds each position; position: (1,) the position this step wrote.
+    Returns (N, h, 1, d_k). The Triton kernel on a GPU, its twin elsewhere.
+    """
+    if q.is_cuda:
+        return kernel_attention(q, keys, values, slots, position, beam)
+    return gathered_attention(q, keys, values, slots, position, beam)
+
+
+def gathered_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, position: Tensor, beam: int) -> Tensor:
+    """What the kernel computes, in PyTorch operations: each row's keys/values gathered through its slots
+    (a copy: what the kernel exists to avoid), the positions past `position` masked."""
+    rows, span = q.size(0), keys.size(2)
+    at = torch.arange(span, device=q.device)
+    holder = (torch.arange(rows, device=q.device) // beam * beam).unsqueeze(1) + slots[:rows, :span].long()  # (N, span)
+    k, v = (t[holder, :, at].transpose(1, 2) for t in (keys, values))  # (N, h, span, d_k)
+    weights = torch.matmul(q, k.transpose(-1, -2)).mul_(q.size(-1) ** -0.5)
+    weights.masked_fill_((at > position).view(1, 1, 1, span), float("-inf"))
+    return torch.matmul(weights.softmax(dim=-1), v)
+
+
+def kernel_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, position: Tensor, beam: int) -> Tensor:
+    """beam_attention by the Triton kernel (on a CPU: through Triton's interpreter, TRITON_INTERPRET=1 set
+    before the kernel is first made)."""
+    rows, heads, _, d_k = q.shape
+    if keys.stride() != values.stride() or keys.stride(-1) != 1 or q.stride(-1) != 1:
+        raise ValueError("keys and values need the same strides, each contiguous in d_k")
+    out = torch.empty_like(q)
+    _kernel()[(rows, heads)](
+        q, keys, values, slots, position, out,
+        q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), keys.stride(2), slots.stride(0), out.stride(0), out.stride(1),
+        d_k ** -0.5, BEAM=beam, D=d_k, BLOCK=16, num_warps=2)
+    return out

@@ -1,0 +1,131 @@
+"""A beam search whose cache is read through slots (model/beam_attention.py): the Triton kernel a GPU runs,
+through Triton's interpreter on a CPU, against its twin; the search through slots against the search that
+reorders its cache; the memory it holds. Graphs through slots: tests/test_gpu_paths.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import torch_threads
+from test_beam import SENTENCES, _as_lists, tiny_model
+
+from nmtcli.errors import NmtError
+from nmtcli.inference.translator import BatchBudget, SearchSettings, translate_ids
+from nmtcli.model.incremental import reads_slots
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    with torch_threads(1):
+        yield
+
+
+def _cache(rows: int, beam: int, heads: int = 2, capacity: int = 24, d_k: int = 16, dtype=torch.float32, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    keys, values = (torch.randn(rows + beam, heads, capacity, d_k, generator=g).to(dtype) for _ in range(2))  # rows past N: never read
+    q = torch.randn(rows, heads, 1, d_k, generator=g).to(dtype)
+    slots = torch.randint(0, beam, (rows + beam, capacity), generator=g, dtype=torch.int32)
+    return q, keys, values, slots
+
+
+def _by_hand(q, keys, values, slots, position: int, beam: int):
+    """Each row's positions 0..position copied out of the rows their slots name, then softmax(QK^T/sqrt(d))V."""
+    out = torch.empty(q.shape, dtype=torch.float32)
+    for r in range(q.size(0)):
+        holder = [r // beam * beam + int(slots[r, p]) for p in range(position + 1)]
+        k = torch.stack([keys[h, :, p] for p, h in enumerate(holder)], dim=1).float()  # (heads, L, d_k)
+        v = torch.stack([values[h, :, p] for p, h in enumerate(holder)], dim=1).float()
+        weights = torch.softmax(q[r].float() @ k.transpose(-1, -2) / q.size(-1) ** 0.5, dim=-1)
+        out[r] = weights @ v
+    return out
+
+
+KERNEL_CHECK = """
+import json, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from test_beam_attention import _by_hand, _cache
+from nmtcli.model.beam_attention import gathered_attention, kernel_attention
+
+errors = []
+for dtype in (torch.float32, torch.bfloat16):
+    for position, span in ((0, 1), (13, 16), (22, 24)):
+        beam = 4
+        q, keys, values, slots = _cache(3 * beam, beam, dtype=dtype, seed=position)
+        # The caller's views: the rows in use and the span a step reads (the kernel stops at the position).
+        args = (q, keys[: q.size(0), :, :span], values[: q.size(0), :, :span], slots, torch.tensor([position]), beam)
+        kernel, twin, expected = kernel_attention(*args), gathered_attention(*args), _by_hand(q, keys, values, slots, position, beam)
+        assert kernel.shape == twin.shape == q.shape and kernel.dtype == twin.dtype == dtype
+        errors.append([str(dtype), position, (kernel.float() - expected).abs().max().item(), (twin.float() - expected).abs().max().item()])
+# A step's queries are a chunk of one projection (not contiguous), its keys the front rows of a larger buffer.
+qkv = torch.randn(4, 2 * 16 * 3)
+q = qkv[:, : 2 * 16].view(4, 1, 2, 16).transpose(1, 2)
+_, keys, values, slots = _cache(4, 2, 2, 8, 16)
+kernel = kernel_attention(q, keys[:4, :, :8], values[:4, :, :8], slots, torch.tensor([5]), 2)
+errors.append(["strides", 5, (kernel - _by_hand(q, keys, values, slots, 5, 2)).abs().max().item(), 0.0])
+print(json.dumps(errors))
+"""
+
+
+def test_the_kernel_and_its_twin_attend_through_the_slots():
+    # Triton's interpreter must be on before Triton is first imported (its library's functions are made then):
+    # the kernel runs in a process of its own, on the CPU, each of its programs in NumPy.
+    pytest.importorskip("triton", reason="Triton is a dev dependency: pip install -e '.[dev]'")
+    tests = Path(__file__).parent
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    done = subprocess.run([sys.executable, "-c", KERNEL_CHECK, str(tests)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    errors = json.loads(done.stdout.splitlines()[-1])
+    assert len(errors) == 7
+    for dtype, position, kernel, twin in errors:
+        tolerance = 2e-2 if "bfloat16" in dtype else 1e-5
+        assert kernel <= tolerance and twin <= tolerance, (dtype, position, kernel, twin)
+
+
+def _lines(cache: str, monkeypatch, prefixes=None, nbest: int = 2, budget_tokens: int = 1000):
+    monkeypatch.setenv("NMT_BEAM_CACHE", cache)
+    model = tiny_model(8, vocab_size=30)
+    hyps = translate_ids(model, SENTENCES * 2, SearchSettings(beam=4, nbest=nbest, max_len_b=7), BatchBudget(budget_tokens),
+                         torch.device("cpu"), prefixes=prefixes)
+    return _as_lists(hyps)
+
+
+@pytest.mark.parametrize("budget_tokens", [1000, 30])  # one batch; many, whose sentences leave as they end
+def test_a_search_through_slots_equals_the_search_that_reorders(monkeypatch, budget_tokens):
+    assert _lines("slots", monkeypatch, budget_tokens=budget_tokens) == _lines("reorder", monkeypatch, budget_tokens=budget_tokens)
+
+
+def test_with_prefixes_a_search_through_slots_equals_the_search_that_reorders(monkeypatch):
+    prefixes = [[5, 6], [], [7], [], [8, 9, 10], [], [5], [], [6, 7], []] * 2
+    assert _lines("slots", monkeypatch, prefixes) == _lines("reorder", monkeypatch, prefixes)
+
+
+def test_a_gpu_reads_through_slots_by_default_and_the_setting_is_checked(monkeypatch):
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert not reads_slots(cpu, 4)  # a CPU reorders (its matrix products; the kernel is a GPU's)
+    assert not reads_slots(gpu, 1)  # one row a sentence never reorders
+    monkeypatch.setenv("NMT_BEAM_CACHE", "slots")
+    assert reads_slots(cpu, 4)
+    monkeypatch.setenv("NMT_BEAM_CACHE", "reorder")
+    assert not reads_slots(gpu, 4)
+    monkeypatch.setenv("NMT_BEAM_CACHE", "moved")
+    with pytest.raises(NmtError, match="NMT_BEAM_CACHE is 'moved'") as error:
+        reads_slots(cpu, 4)
+    assert error.value.exit_code == 2
+
+
+def test_through_slots_the_arena_holds_one_set_of_keys_and_values_and_the_slots():
+    from nmtcli.inference.memory import arena_bytes
+    from nmtcli.model.config import ModelConfig
+
+    config = ModelConfig()
+    reorder, slots = arena_bytes(config, 64, 32, 96), arena_bytes(config, 64, 32, 96, slots=True)
+    cache = lambda parts: sum(v for k, v in parts.items() if k.startswith("cache."))  # noqa: E731
+    assert cache(slots) == cache(reorder) // 2 + 4 * 64 * 4 * 96  # half the keys/values; an int32 slot a row and position
+    assert "cache.1.keys.0" in reorder and "cache.1.keys.0" not in slots
