@@ -10,6 +10,7 @@ gpu/check/corpus/test.* to gpu/): `nmt prepare` of 300,000 pairs takes minutes o
 Stages, in order (--stages picks some; --deadline bounds the whole: a stage that cannot finish in what is left
 is skipped, and every step of a stage has its own timeout):
   env      PyTorch, CUDA, the GPU
+  beam_attention    a beam step's self-attention: through slots (the Triton kernel, by block and warps) vs reorder + efficient
   decode_attention  a decoding step's attention (one query a row against a fixed span, and `beam` a sentence
            against the source) by kernel (PyTorch's choice, memory-efficient, cuDNN, math) in fp32 and bf16: the
            steady time of one shape, and the time of a new shape every call (what eager decoding does)
@@ -253,6 +254,69 @@ def stage_decode_attention(args) -> dict:
                 finally:
                     q = k = mask = shapes = None
     if device.type == "cuda":  # the shapes took tens of GB: give them back before the stages that start processes
+        torch.cuda.empty_cache()
+    return results
+
+
+def stage_beam_attention(args) -> dict:
+    """A beam step's self-attention, ms a step for all layers' keys and values of one layer (CUDA events over many
+    calls): reading through slots (model/beam_attention.py's kernel, by positions a program and warps) against
+    the memory-efficient kernel on a cache that is reordered first (index_select of keys and values, as
+    DecoderCache.reorder does). Spans 16 and 48 of a 96-position cache, 8,192 rows x 8 heads x 64, bf16 and fp32."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from nmtcli.model.beam_attention import gathered_attention, kernel_attention
+
+    device = torch.device(args.device)
+    rows, beam, heads, capacity, d_k = (64, 4, 2, 32, 16) if args.smoke else (8192, 4, 8, 96, 64)
+    results = {}
+
+    def timed(call, repeat: int = 20) -> float:
+        for _ in range(2):
+            call()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeat):
+            call()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return round((time.perf_counter() - start) / repeat * 1e3, 4)
+
+    for dtype in (torch.bfloat16, torch.float32):
+        keys, values = (torch.randn(rows, heads, capacity, d_k, device=device, dtype=dtype) for _ in range(2))
+        spare = torch.empty_like(keys)
+        q = torch.randn(rows, heads, 1, d_k, device=device, dtype=dtype)
+        slots = torch.randint(0, beam, (rows, capacity), device=device, dtype=torch.int32)
+        parents = (torch.arange(rows, device=device) // beam * beam + torch.randint(0, beam, (rows,), device=device))
+        for span in ((8, 16) if args.smoke else (16, 48)):
+            position = torch.tensor([span - 1], device=device)
+            name = f"{str(dtype).removeprefix('torch.')} span {span}"
+            mask = torch.zeros(1, 1, 1, span, device=device, dtype=dtype)
+
+            def reorder_and_attend():
+                for t in (keys, values):  # the reorder of keys and values (into the spare set) ...
+                    torch.index_select(t[:, :, :span], 0, parents, out=spare[:, :, :span])
+                with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):  # ... and the attention
+                    F.scaled_dot_product_attention(q, keys[:, :, :span], values[:, :, :span], attn_mask=mask)
+
+            results[f"{name} reorder + efficient"] = timed(reorder_and_attend) if device.type == "cuda" else None
+            if device.type != "cuda":
+                results[f"{name} slots twin"] = timed(lambda: gathered_attention(q, keys[:, :, :span], values[:, :, :span], slots, position, beam))
+                continue
+            reference = gathered_attention(q, keys[:, :, :span], values[:, :, :span], slots, position, beam).float()
+            for block in (16, 32, 64):
+                for warps in (1, 2, 4):
+                    call = lambda: kernel_attention(q, keys, values, slots, position, beam, block, warps)  # noqa: E731
+                    try:
+                        error = (call().float() - reference).abs().max().item()
+                        results[f"{name} slots block {block} warps {warps}"] = {"ms": timed(call), "max_error": round(error, 5)}
+                    except Exception as e:  # a config the compiler refuses: say so, go on
+                        results[f"{name} slots block {block} warps {warps}"] = {"error": str(e).splitlines()[0][:120]}
+        keys = values = spare = None
+    if device.type == "cuda":
         torch.cuda.empty_cache()
     return results
 
@@ -526,6 +590,10 @@ def table(summary: dict) -> list[str]:
         rows.append(f"\n{'decoding attention, ms a call':<40} {'steady':>8} {'new shape':>10}")
         for name, r in attention.items():
             rows.append(f"{name:<40} " + (f"{r['steady_ms']:>8.3f} {r['new_shape_ms']:>10.3f}" if "steady_ms" in r else r.get("error", "")))
+    beam_attention = summary.get("beam_attention")
+    if isinstance(beam_attention, dict) and beam_attention:
+        rows.append("\nbeam step self-attention, ms (keys and values of one layer)")
+        rows.extend(f"{name:<44} {r}" for name, r in beam_attention.items())
     translate = summary.get("translate")
     if isinstance(translate, dict) and "rows" in translate:
         rows.append(f"\n{'translate_speed':<28} {'batch':>6} {'median s':>9} {'tok/s':>9}  graphs captured/dropped/replayed")
@@ -575,7 +643,7 @@ def table(summary: dict) -> list[str]:
     return rows
 
 
-STAGES = {"env": stage_env, "check": stage_check, "decode_attention": stage_decode_attention, "translate": stage_translate,
+STAGES = {"env": stage_env, "check": stage_check, "decode_attention": stage_decode_attention, "beam_attention": stage_beam_attention, "translate": stage_translate,
           "micro": stage_micro, "batch": stage_batch, "corpus": stage_corpus, "train": stage_train, "cli": stage_cli, "loss": stage_loss}
 # Seconds each stage may take at most (its commands' timeouts); the deadline cuts them further.
 BUDGETS = {"translate": 200, "micro": 150, "train": 200, "loss": 90}

@@ -206,7 +206,7 @@ class BeamSearch:
             capacity, self.prefix, alloc = self.graphs.class_tensors(cfg, src, self.steps, self.prefix, max_len_a, max_len_b)
             self.shape_key = (src.size(1), capacity, 0 if self.prefix is None else self.prefix.size(1), K, nbest, alpha, penalty,
                               decoder_dtype(memory))
-        self.state = start_decoding(model, memory, src_mask, K, capacity=capacity, alloc=alloc)
+        self.state = start_decoding(model, memory, src_mask, K, capacity=capacity, alloc=alloc, reorders=True)
         if 2 * K <= cfg.vocab_size:  # the first step's one row per sentence offers the 2K candidates a step ranks
             self.state.cache.start_with(n)  # all beams start identical: the first step decodes one row per sentence
         C = self.state.cache.capacity

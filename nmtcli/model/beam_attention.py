@@ -102,7 +102,12 @@ def gathered_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, p
     return torch.matmul(weights.softmax(dim=-1), v)
 
 
-def kernel_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, position: Tensor, beam: int) -> Tensor:
+# Positions a program reads at a time, and its warps (benchmarks/gpu_check.py's beam_attention stage).
+BLOCK, WARPS = 16, 2
+
+
+def kernel_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, position: Tensor, beam: int,
+                     block: int | None = None, warps: int | None = None) -> Tensor:
     """beam_attention by the Triton kernel (on a CPU: through Triton's interpreter, TRITON_INTERPRET=1 set
     before the kernel is first made)."""
     rows, heads, _, d_k = q.shape
@@ -112,5 +117,5 @@ def kernel_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, pos
     _kernel()[(rows, heads)](
         q, keys, values, slots, position, out,
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), keys.stride(2), slots.stride(0), out.stride(0), out.stride(1),
-        d_k ** -0.5, BEAM=beam, D=d_k, BLOCK=16, num_warps=2)
+        d_k ** -0.5, BEAM=beam, D=d_k, BLOCK=block or BLOCK, num_warps=warps or WARPS)
     return out

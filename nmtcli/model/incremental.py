@@ -228,11 +228,12 @@ def select_in_front(t: Tensor, index: Tensor) -> Tensor:
 
 
 def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: int = 1, capacity: int | None = None,
-                   alloc: Alloc | None = None) -> DecoderState:
+                   alloc: Alloc | None = None, reorders: bool = False) -> DecoderState:
     """State for decoding `beam` rows per sentence of `memory` (n, S, d), the encoder output, one
     position at a time, for at most `capacity` positions (default: as many as the position table holds).
     `alloc(role, shape, dtype)`: where the state's tensors go (default: new ones; CUDA graphs: tensors
-    kept from batch to batch, inference/graphs.py's Arena)."""
+    kept from batch to batch, inference/graphs.py's Arena). `reorders`: the search continues rows from other
+    rows (beam search), so its cache may be read through slots (reads_slots) instead of reordered."""
     cfg = model.config
     capacity = min(capacity or cfg.max_positions, cfg.max_positions)
     # Contiguous once, not copied by every step's matrix product.
@@ -242,7 +243,7 @@ def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: i
     dtype = memory_kv[0][0].dtype  # what the projections compute in (bf16 under autocast)
     # An additive mask, made once: -inf at source padding.
     memory_mask = own("memory_mask", torch.zeros(src_mask.shape, dtype=dtype, device=memory.device).masked_fill_(~src_mask, float("-inf")))
-    slots = beam if reads_slots(memory.device, beam) else None
+    slots = beam if reorders and reads_slots(memory.device, beam) else None
     cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device, alloc, slots)
     return DecoderState(memory_kv, memory_mask, beam, cache)
 
