@@ -285,7 +285,8 @@ def test_a_search_step_never_reads_a_value_back_to_the_host(monkeypatch, prefixe
             bool(search.scores[0, 0] > 0)
         for _ in range(3):
             expected.step()
-    assert torch.equal(search.history, expected.history) and torch.equal(search.last, expected.last)
+    assert torch.equal(search.tokens, expected.tokens) and torch.equal(search.parents, expected.parents)
+    assert torch.equal(search.last, expected.last)
     assert torch.allclose(search.scores, expected.scores)
 
 
@@ -307,3 +308,15 @@ def test_half_precision_decoding_rounds_only_the_matrix_products():
     # bf16 keeps 8 significant bits: a sentence's score moves by a little, not by a token's worth.
     for ours, theirs in zip(half, reference):
         assert all(abs(a.score - b.score) < 0.1 for a, b in zip(ours, theirs))
+
+
+def test_a_hypothesis_is_read_back_from_its_last_beam_through_the_parents():
+    from nmtcli.inference.beam import backtrack
+
+    # One sentence, 2 beams, 3 positions. Beam 0: tokens 5 6 7, each continuing beam 0; beam 1 took 8 at
+    # position 1 from beam 0 and 9 at position 2 from itself: its hypothesis is 5 8 9.
+    tokens = torch.tensor([[[5, 6, 7], [4, 8, 9]]])
+    parents = torch.tensor([[[0, 0, 0], [0, 0, 1]]])
+    ended = torch.tensor([[1, 0, 1]])  # beam 1 after 3 positions, beam 0 after 3, beam 1 after 2 (5 8)
+    length = torch.tensor([[3, 3, 2]])
+    assert backtrack(tokens, parents, ended, length).tolist() == [[[5, 8, 9], [5, 6, 7], [5, 8, 0]]]

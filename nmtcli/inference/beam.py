@@ -164,9 +164,13 @@ def decoder_dtype(memory: Tensor) -> torch.dtype:
 class BeamSearch:
     """The state of a batched beam search, all of it on the model's device (n sentences, K beams, C positions).
 
-    history (n, K, C)      the tokens of each live hypothesis
-    scores (n, K)          their log-probabilities (-inf: no hypothesis)
-    finished_* (n, nbest)  the best ended hypotheses so far, best first: score, log-prob, tokens, length
+    tokens (n, K, C)       the token each beam took at each position, and
+    parents (n, K, C)      the beam it continued (position t's hypothesis in beam k is position t-1's in beam
+                           parents[k, t], plus tokens[k, t]): a step writes one position of each and never
+                           copies a hypothesis; a hypothesis's tokens are read back from its end when it leaves
+    scores (n, K)          the live hypotheses' log-probabilities (-inf: no hypothesis)
+    finished_* (n, nbest)  the best ended hypotheses so far, best first: score, log-prob, the beam and
+                           length they ended in (their last token is at position length - 1 of that beam)
     done (n,)              decided: nothing can beat the finished ones any more
     prefix (n, P), prefix_len (n,)  the tokens forced at the first steps (None without prefixes)
 
@@ -212,12 +216,13 @@ class BeamSearch:
         C = self.state.cache.capacity
         self.sentence = torch.arange(n, device=device)  # original index of each sentence still in the batch
         self.last = torch.full((n * K,), cfg.bos_id, dtype=torch.long, device=device)
-        self.history = torch.zeros((n, K, C), dtype=torch.long, device=device)
+        self.tokens = torch.zeros((n, K, C), dtype=torch.long, device=device)
+        self.parents = torch.zeros((n, K, C), dtype=torch.long, device=device)
         self.scores = torch.full((n, K), float("-inf"), device=device)
         self.scores[:, 0] = 0.0  # all beams start identical: keep one alive so the first step has no duplicates
         self.finished_score = torch.full((n, nbest), float("-inf"), device=device)
         self.finished_log_prob = torch.full((n, nbest), float("-inf"), device=device)
-        self.finished_tokens = torch.zeros((n, nbest, C), dtype=torch.long, device=device)
+        self.finished_beam = torch.zeros((n, nbest), dtype=torch.long, device=device)
         self.finished_length = torch.zeros((n, nbest), dtype=torch.long, device=device)
         self.done = torch.zeros(n, dtype=torch.bool, device=device)
         self.banned = never_produced(model, device)
@@ -271,8 +276,8 @@ class BeamSearch:
         best_live = next_scores.max(1).values / self.max_penalty
         self.done |= at_max | (self.finished_score[:, -1] >= best_live)
 
-        self.history.copy_(self.history.gather(1, next_beam.unsqueeze(-1).expand_as(self.history)))
-        self.history.index_copy_(2, generated - 1, next_token.unsqueeze(-1))
+        self.tokens.index_copy_(2, generated - 1, next_token.unsqueeze(-1))
+        self.parents.index_copy_(2, generated - 1, next_beam.unsqueeze(-1))
         self.scores.copy_(next_scores)
         self.last.copy_(next_token.view(-1))
         self.state.reorder((torch.arange(n, device=next_beam.device).unsqueeze(1) * R + next_beam).view(-1))
@@ -288,13 +293,11 @@ class BeamSearch:
         new_log_prob = torch.where(ends, scores, float("-inf"))
         all_score = torch.cat([self.finished_score, new_score], dim=1)
         order = torch.sort(all_score, dim=1, descending=True, stable=True).indices[:, : self.nbest]
-        C = self.history.size(2)
-        new_tokens = self.history.gather(1, beam.unsqueeze(-1).expand(-1, -1, C))
-        all_tokens = torch.cat([self.finished_tokens, new_tokens], dim=1)
+        all_beam = torch.cat([self.finished_beam, beam], dim=1)  # an ended candidate's tokens are its beam's so far
         all_length = torch.cat([self.finished_length, (generated - 1).expand_as(beam)], dim=1)
         self.finished_score.copy_(all_score.gather(1, order))
         self.finished_log_prob.copy_(torch.cat([self.finished_log_prob, new_log_prob], dim=1).gather(1, order))
-        self.finished_tokens.copy_(all_tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, C)))
+        self.finished_beam.copy_(all_beam.gather(1, order))
         self.finished_length.copy_(all_length.gather(1, order))
 
     # --- the host's part ------------------------------------------------------------------------
@@ -327,8 +330,8 @@ class BeamSearch:
         if len(finished) == len(done):
             self.sentence = self.sentence[:0]
             return
-        names = ("sentence", "max_len", "max_penalty", "history", "scores", "finished_score", "finished_log_prob", "finished_tokens",
-                 "finished_length", "done", *(("prefix", "prefix_len") if self.prefix is not None else ()))
+        names = ("sentence", "max_len", "max_penalty", "tokens", "parents", "scores", "finished_score", "finished_log_prob",
+                 "finished_beam", "finished_length", "done", *(("prefix", "prefix_len") if self.prefix is not None else ()))
         kept, (self.last,) = keep_sentences(self.state, done, self.beam, [getattr(self, name) for name in names], [self.last])
         for name, t in zip(names, kept):
             setattr(self, name, t)
@@ -362,7 +365,7 @@ class BeamSearch:
         self.generation = next(_GENERATIONS)
 
     # What a step changes: checked and restored by inference/graphs.py.
-    _STEP_STATE = ("last", "history", "scores", "finished_score", "finished_log_prob", "finished_tokens",
+    _STEP_STATE = ("last", "tokens", "parents", "scores", "finished_score", "finished_log_prob", "finished_beam",
                    "finished_length", "done")
     # What a step reads and never changes (besides the decoder state's encoder keys/values).
     _INPUTS = ("max_len", "max_penalty", "min_len", "banned", "prefix", "prefix_len")
@@ -418,10 +421,27 @@ class BeamSearch:
         sentence = self.sentence.index_select(0, index).tolist()
         score = self.finished_score.index_select(0, index).tolist()
         log_prob = self.finished_log_prob.index_select(0, index).tolist()
-        length = self.finished_length.index_select(0, index).tolist()
-        tokens = self.finished_tokens.index_select(0, index)[:, :, : max(max(l) for l in length) if length else 0].tolist()
+        length = self.finished_length.index_select(0, index)
+        longest = int(length.max()) if length.numel() else 0
+        tokens = backtrack(self.tokens.index_select(0, index)[:, :, :longest], self.parents.index_select(0, index)[:, :, :longest],
+                           self.finished_beam.index_select(0, index), length).tolist()
+        length = length.tolist()
         for i, s in enumerate(sentence):
             self.results[s] = [
                 Hypothesis(tokens[i][j][: length[i][j]], score[i][j], log_prob[i][j])
                 for j in range(self.nbest) if score[i][j] != float("-inf")
             ]
+
+
+def backtrack(tokens: Tensor, parents: Tensor, beam: Tensor, length: Tensor) -> Tensor:
+    """The tokens of hypotheses that ended in `beam` (n, h) after `length` (n, h) positions, from the beams'
+    tokens and parents (n, K, L): read from the last position back, each position's beam the parent of the
+    next one's. Returns (n, h, L), each row's first `length` entries its tokens (the rest: padding)."""
+    n, hyps, L = beam.size(0), beam.size(1), tokens.size(2)
+    out = torch.zeros((n, hyps, L), dtype=tokens.dtype, device=tokens.device)
+    at = beam.clone()
+    for t in range(L - 1, -1, -1):
+        inside = length > t  # a hypothesis shorter than t + 1 has not started reading back yet
+        out[:, :, t] = torch.where(inside, tokens[:, :, t].gather(1, at), 0)
+        at = torch.where(inside, parents[:, :, t].gather(1, at), at)
+    return out

@@ -56,8 +56,8 @@ def search_bytes(config: ModelConfig, sentences: int, longest: int, beam: int = 
         "keys/values": 2 * rows * capacity * per_position,
         "encoder keys/values": sentences * (longest + 1) * per_position,
         "logits": logits,
-        # history, its gather, finished tokens (nbest + 2 beam candidates while merging): int64
-        "search state": 8 * capacity * sentences * (2 * beam + 2 * nbest + 2 * beam),
+        # each beam's tokens and parents: int64
+        "search state": 8 * capacity * sentences * 2 * beam,
     }
     if graphs:
         parts["graph pool"] = logits
@@ -114,9 +114,9 @@ def arena_bytes(config: ModelConfig, sentences: int, source: int, capacity: int,
         parts["cache.slots"] = 4 * rows * capacity
     parts |= {f"memory.{kv}.{i}": sentences * source * d * dtype_bytes for kv in ("keys", "values") for i in range(config.layers)}
     parts |= {"memory_mask": sentences * source * dtype_bytes, "position": 8, "min_len": 8, "banned": 16,
-              "last": 8 * rows, "history": 8 * rows * capacity, "scores": 4 * rows, "done": sentences,
+              "last": 8 * rows, "tokens": 8 * rows * capacity, "parents": 8 * rows * capacity, "scores": 4 * rows, "done": sentences,
               "max_len": 8 * sentences, "max_penalty": 4 * sentences, "finished_score": 4 * sentences * nbest,
-              "finished_log_prob": 4 * sentences * nbest, "finished_tokens": 8 * sentences * nbest * capacity,
+              "finished_log_prob": 4 * sentences * nbest, "finished_beam": 8 * sentences * nbest,
               "finished_length": 8 * sentences * nbest}
     if prefix:
         parts |= {"prefix": 8 * sentences * prefix, "prefix_len": 8 * sentences}
