@@ -267,7 +267,7 @@ def stage_beam_attention(args) -> dict:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from nmtcli.model.beam_attention import gathered_attention, kernel_attention
+    from nmtcli.model.beam_attention import gathered_attention, kernel_attention, kernel_source_attention
 
     device = torch.device(args.device)
     rows, beam, heads, capacity, d_k = (64, 4, 2, 32, 16) if args.smoke else (8192, 4, 8, 96, 64)
@@ -316,6 +316,31 @@ def stage_beam_attention(args) -> dict:
                     except Exception as e:  # a config the compiler refuses: say so, go on
                         results[f"{name} slots block {block} warps {warps}"] = {"error": str(e).splitlines()[0][:120]}
         keys = values = spare = None
+        # Encoder-decoder attention: a sentence's beam queries against its source of 48 (a third of it padding
+        # in every other sentence), the memory-efficient kernel against the one for few queries.
+        n, source = rows // beam, 48
+        q = torch.randn(n, beam, heads, d_k, device=device, dtype=dtype).transpose(1, 2)
+        keys, values = (torch.randn(n, heads, source, d_k, device=device, dtype=dtype) for _ in range(2))
+        mask = torch.zeros(n, 1, 1, source, device=device, dtype=dtype)
+        mask[::2, ..., 32:] = float("-inf")
+        name = f"{str(dtype).removeprefix('torch.')} source {source}"
+
+        def efficient():
+            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+                return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+
+        results[f"{name} efficient"] = timed(efficient)
+        if device.type == "cuda":
+            reference = efficient().float()
+            for block in (16, 32, 64):
+                for warps in (1, 2, 4):
+                    call = lambda: kernel_source_attention(q, keys, values, mask, block, warps)  # noqa: E731
+                    try:
+                        error = (call().float() - reference).abs().max().item()
+                        results[f"{name} few-queries block {block} warps {warps}"] = {"ms": timed(call), "max_error": round(error, 5)}
+                    except Exception as e:
+                        results[f"{name} few-queries block {block} warps {warps}"] = {"error": str(e).splitlines()[0][:120]}
+        q = keys = values = mask = None
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return results

@@ -1,5 +1,6 @@
-"""A beam search whose cache is read through slots (model/beam_attention.py): the Triton kernel a GPU runs,
-through Triton's interpreter on a CPU, against its twin; the search through slots against the search that
+"""A beam search whose cache is read through slots (model/beam_attention.py): the Triton kernels a GPU runs
+(self-attention through slots, encoder-decoder attention of a sentence's beam queries), through Triton's
+interpreter on a CPU, against their twins; the search through slots against the search that
 reorders its cache; the memory it holds. Graphs through slots: tests/test_gpu_paths.py."""
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import json, sys
 import torch
 sys.path.insert(0, sys.argv[1])
 from test_beam_attention import _by_hand, _cache
-from nmtcli.model.beam_attention import gathered_attention, kernel_attention
+from nmtcli.model.beam_attention import gathered_attention, kernel_attention, kernel_source_attention, source_attention
 
 errors = []
 for dtype in (torch.float32, torch.bfloat16):
@@ -69,11 +70,28 @@ q = qkv[:, : 2 * 16].view(4, 1, 2, 16).transpose(1, 2)
 _, keys, values, slots = _cache(4, 2, 2, 8, 16)
 kernel = kernel_attention(q, keys[:4, :, :8], values[:4, :, :8], slots, torch.tensor([5]), 2)
 errors.append(["strides", 5, (kernel - _by_hand(q, keys, values, slots, 5, 2)).abs().max().item(), 0.0])
+# Encoder-decoder attention: a sentence's beam queries (any number: padded to a power of two inside) against its
+# source, under the additive padding mask; a query laid out as a step lays it out (a view of the projection).
+for dtype in (torch.float32, torch.bfloat16):
+    for beam in (1, 3, 4):
+        g = torch.Generator().manual_seed(beam)
+        n, heads, S, d_k = 3, 2, 21, 16
+        q = torch.randn(n, beam, heads, d_k, generator=g).to(dtype).transpose(1, 2)
+        keys, values = (torch.randn(n, heads, S, d_k, generator=g).to(dtype) for _ in range(2))
+        mask = torch.zeros(n, 1, 1, S, dtype=dtype)
+        mask[0, ..., 15:] = float("-inf")  # padding, a block of it alone included
+        mask[2, ..., 1:] = float("-inf")
+        weights = torch.softmax(q.float() @ keys.float().transpose(-1, -2) / d_k ** 0.5 + mask.float(), dim=-1)
+        expected = weights @ values.float()
+        kernel, twin = kernel_source_attention(q, keys, values, mask), source_attention(q, keys, values, mask)
+        assert kernel.shape == twin.shape == q.shape and kernel.dtype == dtype
+        errors.append([str(dtype), f"source beam {beam}", (kernel.float() - expected).abs().max().item(),
+                       (twin.float() - expected).abs().max().item()])
 print(json.dumps(errors))
 """
 
 
-def test_the_kernel_and_its_twin_attend_through_the_slots():
+def test_the_kernels_and_their_twins_attend_as_the_paper_says():
     # Triton's interpreter must be on before Triton is first imported (its library's functions are made then):
     # the kernel runs in a process of its own, on the CPU, each of its programs in NumPy.
     pytest.importorskip("triton", reason="Triton is a dev dependency: pip install -e '.[dev]'")
@@ -82,7 +100,7 @@ def test_the_kernel_and_its_twin_attend_through_the_slots():
     done = subprocess.run([sys.executable, "-c", KERNEL_CHECK, str(tests)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     errors = json.loads(done.stdout.splitlines()[-1])
-    assert len(errors) == 7
+    assert len(errors) == 13
     for dtype, position, kernel, twin in errors:
         tolerance = 2e-2 if "bfloat16" in dtype else 1e-5
         assert kernel <= tolerance and twin <= tolerance, (dtype, position, kernel, twin)
@@ -108,6 +126,7 @@ def test_with_prefixes_a_search_through_slots_equals_the_search_that_reorders(mo
 
 def test_a_gpu_reads_through_slots_by_default_and_the_setting_is_checked(monkeypatch):
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv("NMT_BEAM_CACHE", raising=False)
     assert not reads_slots(cpu, 4)  # a CPU reorders (its matrix products; the kernel is a GPU's)
     assert not reads_slots(gpu, 1)  # one row a sentence never reorders
     monkeypatch.setenv("NMT_BEAM_CACHE", "slots")

@@ -1,19 +1,23 @@
-"""Self-attention of a beam search step over a cache it never reorders (a Triton kernel; issue 33).
+"""A beam search step's attention on a GPU, in two Triton kernels made for its few queries (issue 33).
 
-Beam search continues each surviving hypothesis from a parent row. The plain way (DecoderCache.reorder)
-copies the parents' keys and values of every earlier position into the survivors' rows at every step: on an
-H200 those copies were 21% of a warm bf16 search's GPU time, as much as the attention that reads them.
-Here nothing moves. Row r's key and value for position p stay where the row that computed them wrote them,
-and a small table says which row that was: `slots[r, p]`, the beam (0..K-1) within r's sentence whose row
-holds position p of r's hypothesis. A reorder copies the table's rows (int32, K * C entries a sentence,
-not K * C * d_model keys and values), and this kernel reads each position's key and value through it, as
-FasterTransformer's masked attention reads its `cache_indirection`.
+On an H200 a warm bf16 beam search spent 30% of its GPU time in PyTorch's memory-efficient attention: a
+kernel made for long queries, given one query a row (self-attention) or `beam` a sentence (encoder-decoder
+attention), fills one of the 64 rows of its tiles and pays for all of them. These kernels give each program
+one row's head (self) or one sentence's head with all its beam queries (encoder-decoder), and read each key
+and value once, as the step needs.
 
-The kernel reads how many positions to attend to from the cache's position tensor on the device, not from
-a shape, so one CUDA graph of a step serves every position of a batch (no span, no second set of buffers):
-a run records one graph per shape class where it recorded one per class, span and buffer set.
+Self-attention also reads its cache through slots, so that beam search never reorders it. A survivor of a
+step continues a parent row; the plain way (DecoderCache.reorder) copies the parent's keys and values of
+every earlier position into the survivor's row, every step. Here row r's key and value for position p stay
+where the row that computed them wrote them, and `slots[r, p]` says which beam (0..K-1) of r's sentence
+that was: a reorder copies the parents' slots (int32), not their keys and values, as FasterTransformer's
+masked attention reads its `cache_indirection`. The kernel reads how many positions to attend to from the
+cache's position tensor on the device, not from a shape, so one CUDA graph of a step serves every position
+of a batch (no span, no second set of buffers): one graph per shape class where there were one per class,
+span and buffer set.
 
-On a CPU the tests run this same kernel through Triton's interpreter (TRITON_INTERPRET=1).
+On a CPU the tests run these same kernels through Triton's interpreter (TRITON_INTERPRET=1), against their
+PyTorch twins, which the CPU tests of whole searches run.
 """
 
 from __future__ import annotations
@@ -118,4 +122,74 @@ def kernel_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, pos
         q, keys, values, slots, position, out,
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), keys.stride(2), slots.stride(0), out.stride(0), out.stride(1),
         d_k ** -0.5, BEAM=beam, D=d_k, BLOCK=block or BLOCK, num_warps=warps or WARPS)
+    return out
+
+
+@functools.cache
+def _source_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit(do_not_specialize=["q_sentence", "q_head", "q_beam", "k_sentence", "k_head", "k_pos", "mask_sentence",
+                                   "out_sentence", "out_head", "out_beam", "length"])
+    def source_attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr,
+                                q_sentence, q_head, q_beam, k_sentence, k_head, k_pos, mask_sentence,
+                                out_sentence, out_head, out_beam, length, scale,
+                                BEAM: tl.constexpr, QUERIES: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
+        # One program: one sentence's one head, its BEAM queries (QUERIES: BEAM rounded up to a power of two)
+        # against its source, each key and value read once for all of them; an online softmax over blocks.
+        sentence = tl.program_id(0).to(tl.int64)
+        head = tl.program_id(1).to(tl.int64)
+        b = tl.arange(0, QUERIES)
+        d = tl.arange(0, D)
+        real = b < BEAM
+        q = tl.load(q_ptr + sentence * q_sentence + head * q_head + b[:, None] * q_beam + d[None, :],
+                    mask=real[:, None], other=0.0).to(tl.float32) * scale  # (QUERIES, D)
+        m = tl.full([QUERIES], float("-inf"), tl.float32)
+        l = tl.zeros([QUERIES], tl.float32)
+        acc = tl.zeros([QUERIES, D], tl.float32)
+        for start in range(0, length, BLOCK):
+            p = start + tl.arange(0, BLOCK)
+            valid = p < length
+            at = sentence * k_sentence + head * k_head + p[:, None].to(tl.int64) * k_pos + d[None, :]
+            k = tl.load(k_ptr + at, mask=valid[:, None], other=0.0).to(tl.float32)  # (BLOCK, D)
+            bias = tl.load(mask_ptr + sentence * mask_sentence + p, mask=valid, other=float("-inf")).to(tl.float32)
+            s = tl.sum(q[:, None, :] * k[None, :, :], 2) + bias[None, :]  # (QUERIES, BLOCK)
+            m_new = tl.maximum(m, tl.max(s, 1))
+            # A block of padding alone leaves m at -inf: no correction, no weight (not NaN).
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            correction = tl.exp(m - m_safe)
+            e = tl.exp(s - m_safe[:, None])
+            v = tl.load(v_ptr + at, mask=valid[:, None], other=0.0).to(tl.float32)
+            l = l * correction + tl.sum(e, 1)
+            acc = acc * correction[:, None] + tl.sum(e[:, :, None] * v[None, :, :], 1)
+            m = m_new
+        out = acc / l[:, None]
+        tl.store(out_ptr + sentence * out_sentence + head * out_head + b[:, None] * out_beam + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=real[:, None])
+
+    return source_attention_kernel
+
+
+def source_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    """Encoder-decoder attention of a step: q (n, h, beam, d_k), a sentence's beam queries against its keys and
+    values (n, h, S, d_k) under an additive mask (n, 1, 1, S) (-inf at source padding) -> (n, h, beam, d_k).
+    The Triton kernel on a GPU, two matrix products elsewhere (the kernel's twin)."""
+    if q.is_cuda:
+        return kernel_source_attention(q, keys, values, mask)
+    weights = torch.matmul(q, keys.transpose(-1, -2)).mul_(q.size(-1) ** -0.5).add_(mask)
+    return torch.matmul(weights.softmax(dim=-1), values)
+
+
+def kernel_source_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, block: int | None = None,
+                            warps: int | None = None) -> Tensor:
+    n, heads, beam, d_k = q.shape
+    if keys.stride() != values.stride() or keys.stride(-1) != 1 or q.stride(-1) != 1 or mask.stride(-1) != 1:
+        raise ValueError("keys and values need the same strides, each (and the queries and mask) contiguous in the last")
+    out = torch.empty_like(q)
+    _source_kernel()[(n, heads)](
+        q, keys, values, mask, out,
+        q.stride(0), q.stride(1), q.stride(2), keys.stride(0), keys.stride(1), keys.stride(2), mask.stride(0),
+        out.stride(0), out.stride(1), out.stride(2), keys.size(2), d_k ** -0.5,
+        BEAM=beam, QUERIES=max(2, 1 << (beam - 1).bit_length()), D=d_k, BLOCK=block or BLOCK, num_warps=warps or WARPS)
     return out

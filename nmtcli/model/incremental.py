@@ -312,7 +312,8 @@ def embed_at(embedding: Embedding, tokens: Tensor, position: Tensor) -> Tensor:
 def decoder_layer_step(layer: DecoderLayer, x: Tensor, state: DecoderState, i: int) -> Tensor:
     """DecoderLayer i for one new position per row, x: (N, 1, d)."""
     x = layer.sublayer[0](x, lambda y: self_attention_step(layer.self_attn, y, state.cache, i))
-    x = layer.sublayer[1](x, lambda y: memory_attention_step(layer.cross_attn, y, *state.memory_kv[i], state.memory_mask))
+    x = layer.sublayer[1](x, lambda y: memory_attention_step(layer.cross_attn, y, *state.memory_kv[i], state.memory_mask,
+                                                             few_queries=state.cache.reads_slots))
     return layer.sublayer[2](x, layer.ffn)
 
 
@@ -332,16 +333,18 @@ def self_attention_step(attention: MultiHeadAttention, x: Tensor, cache: Decoder
     return attention.out_proj(out.transpose(1, 2).flatten(2))
 
 
-def memory_attention_step(attention: MultiHeadAttention, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+def memory_attention_step(attention: MultiHeadAttention, x: Tensor, k: Tensor, v: Tensor, mask: Tensor,
+                          few_queries: bool = False) -> Tensor:
     """Encoder-decoder attention of one new position for rows grouped by sentence.
 
     x: (n * beam, 1, d), beams of a sentence adjacent; k, v: (n, h, S, d_k); mask (n, 1, 1, S), additive.
     The beam hypotheses of a sentence are its `beam` queries against one copy of its keys/values, so
-    nothing is repeated per beam and beam reordering never touches them.
+    nothing is repeated per beam and beam reordering never touches them. `few_queries`: on the kernel made
+    for a step's few queries (model/beam_attention.py), where the search reads its cache through slots.
     """
     rows, n = x.size(0), k.size(0)
     q = attention.q_proj(x).view(n, rows // n, attention.heads, -1).transpose(1, 2)  # (n, h, beam, d_k)
-    out = cached_attention(q, k, v, mask)
+    out = beam_attention.source_attention(q, k, v, mask) if few_queries else cached_attention(q, k, v, mask)
     return attention.out_proj(out.transpose(1, 2).reshape(rows, 1, -1))
 
 
