@@ -359,6 +359,10 @@ def _display(max_steps: int | None, total_from_start: bool = False):
                 bars.update(task, completed=v["step"])
             elif kind == "cuda_graphs_off":
                 warn(v["reason"])
+            elif kind == "done" and v.get("cuda_graphs"):
+                g = v["cuda_graphs"]
+                say(f"CUDA graphs: {g['captured']} captured, {g['replayed']:,} parts of steps replayed"
+                    + ("" if g["enabled"] else ", then off (the warning above says why)"))
             elif kind == "step":  # the loss on the live line is the last log line's: reading each step's would wait for the GPU
                 bars.update(task, completed=v["step"])
             elif kind == "overflow":
