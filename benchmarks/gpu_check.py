@@ -20,7 +20,7 @@ is skipped, and every step of a stage has its own timeout):
            step (1000 x 25 + 1000 x 25 tokens), with --variants (attention kinds, compiled layers) as systems of
            their own; torch.profiler's top operations over 5 steps of --profile-system (OUT/micro.log)
   train    the real `nmt train --preset base --max-time T` on the carried corpus: target tokens/s in the first
-           minute and after it, MFU, steps
+           minute and after it, MFU, steps; eager, with --cuda-graphs, --compile, and as one torchrun rank
   cli      `nmt average` of that run, then `nmt translate` of the carried test set (3,003 lines) as whole
            processes in fp32 and bf16, CUDA graphs on and off: seconds, lines/s, the graph state each printed,
            BLEU (`nmt score`), and where a process's start-up goes (import, CUDA context, model load, first line)
@@ -428,10 +428,10 @@ def stage_train(args) -> dict:
         return {"error": f"no prepared data in {data}: run the corpus stage first (on a CPU) and carry it"}
     if args.smoke:
         common = ["--preset", "tiny", "--device", "cpu", "--max-time", "20s", "--max-tokens", "2048", "--log-every", "5"]
-        variants = {"eager": [], "compile": ["--compile"], "gpus 1 (torchrun)": ["--gpus", "1"]}
     else:
         common = ["--preset", "base", "--device", "cuda", "--max-time", args.train_time, "--log-every", "20"]
-        variants = {"eager": [], "compile": ["--compile"], "gpus 1 (torchrun)": ["--gpus", "1"]}
+    # graphs: the step replayed from CUDA graphs (on a CPU the flag is a warning and the run is eager's).
+    variants = {"eager": [], "graphs": ["--cuda-graphs"], "compile": ["--compile"], "gpus 1 (torchrun)": ["--gpus", "1"]}
     common += ["--valid-every", "1000000", "--save-every", "1000000", *args.train_flags.split()]  # one validation and one checkpoint, at the end
     results = {}
     for name, flags in variants.items():
@@ -683,7 +683,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=300_000, help="generated training pairs")
     parser.add_argument("--vocab", type=int, default=32_000, help="sentencepiece vocabulary of the generated corpus")
     parser.add_argument("--train-time", default="3m", help="--max-time of each `nmt train` run")
-    parser.add_argument("--train-variants", help="comma-separated, of eager, compile, gpus (default: all)")
+    parser.add_argument("--train-variants", help="comma-separated, of eager, graphs, compile, gpus (default: all)")
     parser.add_argument("--data", type=Path, default=Path("gpu/data"), help="the prepared corpus (the corpus stage writes OUT/data)")
     parser.add_argument("--test", type=Path, default=Path("gpu/test"), help="TEST.en / TEST.de: the lines the cli stage translates")
     parser.add_argument("--variants", help="the micro stage's nmt variants (train_throughput.py --variants)")

@@ -67,9 +67,12 @@ def adam(model: torch.nn.Module) -> torch.optim.Optimizer:
 # sdpa, efficient, cudnn, math); compile: layers (--compile's regional compile with dynamic sizes) or static (the
 # same with a graph per shape: what batches in shape classes would get); loss: fused (training/loss.py FUSED
 # "auto": compiled on a GPU) or off (eager, the kernels of before); weights: bf16-master (a bf16 copy of the
-# model trains without autocast, fp32 masters in the optimizer: training/precision.py MasterWeights).
+# model trains without autocast, fp32 masters in the optimizer: training/precision.py MasterWeights); graphs: step
+# (the step replayed from CUDA graphs, `nmt train --cuda-graphs`: training/graphs.py TrainingGraphs; its first step
+# is the warm-up, its second the capture, so --warmup 2 leaves only replays to time; the loss keeps every row, and
+# this batch has no padding rows to cost it anything).
 VARIANT_KEYS = {"attention": ("varlen", "sdpa", "efficient", "cudnn", "math"), "compile": ("layers", "static"),
-                "loss": ("fused", "off"), "weights": ("bf16-master",)}
+                "loss": ("fused", "off"), "weights": ("bf16-master",), "graphs": ("step",)}
 
 
 def parse_variants(text: str | None) -> dict[str, dict[str, str]]:
@@ -124,6 +127,8 @@ def ours(config, device, autocast, full_logits: bool = False, compiled: bool = F
         compiling.check_compile_works(device)
         compiling.compile_layers(trained, dynamic=variant.get("compile") != "static")
     optimizer = adam(model)
+    if variant.get("graphs") == "step":
+        return model, graphed_step(config, trained, optimizer, masters, autocast, variant, dtype)
 
     def step(src, tgt_in, tgt_out, tokens):
         with variant_switches(variant, dtype):
@@ -148,6 +153,31 @@ def ours(config, device, autocast, full_logits: bool = False, compiled: bool = F
             masters.masters_to_working()
 
     return model, step
+
+
+def graphed_step(config, trained, optimizer, masters, autocast, variant: dict[str, str], dtype: torch.dtype | None):
+    """nmt's step through TrainingGraphs, as `nmt train --cuda-graphs` runs it; the graphs' state is in `step.graphs`."""
+    from nmtcli.data.batching import Batch
+    from nmtcli.training.graphs import TrainingGraphs
+
+    if not trained.embedding.tokens.weight.is_cuda:
+        raise SystemExit("the variant graphs=step needs --device cuda")
+
+    def losses(src, tgt_in, tgt_out):
+        with autocast():
+            hidden = trained(src, tgt_in, hidden=True)
+            return output_loss(hidden, trained.embedding.tokens.weight, trained.final_logits_bias, tgt_out, 0.1,
+                               config.pad_id, every_row=True)
+
+    warnings: list[str] = []
+    graphs = TrainingGraphs(losses, trained, optimizer, masters, warn=warnings.append)
+
+    def step(src, tgt_in, tgt_out, tokens):
+        with variant_switches(variant, dtype):
+            graphs.step([Batch(src, tgt_in, tgt_out, tokens)], 1.0 / tokens, 1e-4, [0])
+
+    step.graphs = graphs
+    return step
 
 
 def marian(config, device, autocast):
@@ -280,6 +310,11 @@ def run(args: argparse.Namespace, preset: str) -> dict:
             entry["peak_memory_bytes"] = peak_memory[name]
         result["systems"][name] = entry
         print(line)
+    for name, (_, step) in systems.items():
+        if hasattr(step, "graphs"):
+            state = step.graphs.summary()
+            result["systems"][name]["cuda_graphs"] = state
+            print(f"{name}: CUDA graphs {state}")
     if args.profile:
         trace = Path(args.json).with_suffix(f".{preset}.trace.json") if args.json else None
         profile(systems[args.profile_system][1], batch, device, args.profile, trace)

@@ -13,7 +13,7 @@ NMT_TEST_FAULT (read here only, so it also reaches the `nmt` processes the tests
   serve-slow-lines           `nmt serve` holds a batch for S seconds on a line "<slow S>"
   graph-oom:PHASE:N          a GPU's out-of-memory error the N-th time a CUDA graph PHASE (warm-up,
                              capture, replay; arena: a buffer of the graphs' Arena taken) is reached
-                             (translation)
+                             (translation; training's step graphs reach capture only)
   graph-error:PHASE:N        the same with another error (an operation that cannot be captured)
 
 Never set it otherwise. Unset, as it always is outside the tests, a point is one dictionary look-up.

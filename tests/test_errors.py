@@ -415,6 +415,11 @@ def _(c: Case):
     return c.nmt("train", "--data", str(c.fixture("prepared")), "-o", "run", "--preset", "tiny", "--device", "cuda")
 
 
+@row("cuda-graphs-fp16")
+def _(c: Case):
+    return c.nmt("train", "--data", str(c.fixture("prepared")), "-o", "run", *TRAIN, "--precision", "fp16", "--cuda-graphs")
+
+
 @row("compile-unavailable")
 def _(c: Case):
     # No C++ compiler: inductor cannot build CPU code (a fresh cache, so nothing compiled before is reused).

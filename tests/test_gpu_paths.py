@@ -7,9 +7,11 @@ from __future__ import annotations
 import copy
 import weakref
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from conftest import torch_threads
 from test_beam import SENTENCES, _as_lists, _batch, tiny_model
 
@@ -996,3 +998,283 @@ def test_a_bf16_master_step_on_the_gpu_path_waits_for_nothing_casts_little_and_s
     autocast = gpu_step("bf16")
     assert autocast.syncs == [] and autocast.ops.get("_fused_adam_") == 1
     assert len(autocast.casts) > 10 * len(ops.casts), len(autocast.casts)
+
+# --- the training step as CUDA graphs (training/graphs.py), recorded op by op ----------------------
+
+
+class Tape:
+    """CUDA graphs as a CPU can have them, op by op, for the training step (its batches and its update).
+
+    A capture runs the part under a dispatch mode that records every aten op with its arguments, then puts back
+    every tensor that existed before it (a real capture runs nothing on the device; the CPU's random state too).
+    A replay runs the recorded ops again and nothing of the part's Python: tensors that existed before the capture
+    are the same tensors (a graph's kernels hold their addresses), and they must still be alive, where they were
+    and of the same shape; tensors the capture made are the pool's and are made again by each replay; Python
+    values (a float, a shape, a count of rows) are the capture's, as a graph's kernel arguments are. So a step
+    that reads a Python value that changes from batch to batch, or gives a tensor a new address, goes wrong here
+    as it would on a GPU. A value read back to the host inside a capture fails it, as on a GPU (and `ops` keeps
+    the dispatch-mode checker's record of each capture). Pools and their use counts as `Recorder`'s."""
+
+    def __init__(self):
+        self.pool = GraphPool(self._mint)
+        self.use_count: dict[int, int] = {}
+        self._minted = 0
+        self.recorded = self.replayed = self.warmed = 0
+        self.ops: list = []  # _step_ops_mode() of each capture, in order
+
+    def _mint(self) -> int:
+        self._minted += 1
+        return self._minted
+
+    def warm_up(self, part):
+        self.warmed += 1
+        part()
+
+    def record(self, part):
+        return self.pool.record(lambda pool: self._capture(part, pool))
+
+    def _capture(self, part, pool):
+        if self.use_count.get(pool, 1) == 0:  # CUDACachingAllocator's beginAllocateToPool
+            raise RuntimeError("it->second->use_count > 0 INTERNAL ASSERT FAILED (a capture into a pool whose graphs all died)")
+        rng = torch.get_rng_state()
+        tape = _taping_mode()
+        checker = _step_ops_mode()
+        try:
+            with checker, tape:
+                part()
+        finally:
+            tape.put_back()
+            torch.set_rng_state(rng)
+        self.ops.append(checker)
+        self.recorded += 1
+        self.use_count[pool] = self.use_count.get(pool, 0) + 1
+        graph = _TapedGraph(tape.ops)
+        weakref.finalize(graph, self._graph_died, pool)
+        return graph
+
+    def _graph_died(self, pool):
+        self.use_count[pool] -= 1
+
+    def replay(self, graph, owner=None):
+        graph.run()
+        self.replayed += 1
+
+    def release(self):
+        self.pool.release()
+
+
+def _taping_mode():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Taping(TorchDispatchMode):
+        """Records each op as (op, arguments, outputs), a tensor argument as ("made", slot) when an earlier op of the
+        capture made it, else as ("kept", weakref, address, shape); keeps a copy of every kept tensor to put back."""
+
+        def __init__(self):
+            super().__init__()
+            self.ops: list = []
+            self.slots: dict[int, int] = {}  # id of a tensor made in the capture -> its slot
+            self.made: list = []  # the tensors made in the capture (alive, so that their ids stay theirs)
+            self.before: dict[int, tuple] = {}  # id of a kept tensor -> (it, a copy as it was)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = func.overloadpacket.__name__
+            if func.namespace == "profiler":  # record_function markers: host bookkeeping, no device work
+                return func(*args, **kwargs)
+            if name in HOST_SYNCS:
+                raise RuntimeError(f"operation not permitted when stream is capturing ({name}: a value read back to the host)")
+            spec = pytree.tree_map(self._argument, (args, kwargs))
+            out = func(*args, **kwargs)
+            slots = []
+            for t in pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and id(t) not in self.slots and id(t) not in self.before:
+                    self.slots[id(t)] = len(self.made)
+                    self.made.append(t)
+                    slots.append(self.slots[id(t)])
+                else:
+                    slots.append(None)
+            self.ops.append((func, spec, slots))
+            return out
+
+        def _argument(self, value):
+            if not isinstance(value, torch.Tensor):
+                return ("value", value)
+            if id(value) in self.slots:
+                return ("made", self.slots[id(value)])
+            if id(value) not in self.before:
+                self.before[id(value)] = (value, value.detach().clone())
+            return ("kept", weakref.ref(value), value.data_ptr(), tuple(value.shape))
+
+        def put_back(self):
+            with torch.no_grad():
+                for kept, copy_ in self.before.values():
+                    kept.copy_(copy_)
+            self.made.clear()
+
+    return Taping()
+
+
+class _TapedGraph:
+    def __init__(self, ops):
+        self.ops = ops
+
+    @torch.no_grad()
+    def run(self):
+        made: dict[int, torch.Tensor] = {}
+
+        def resolve(spec):
+            kind = spec[0]
+            if kind == "value":
+                return spec[1]
+            if kind == "made":
+                return made[spec[1]]
+            tensor = spec[1]()
+            assert tensor is not None, "a graph replayed on a tensor that was freed after its capture"
+            assert (tensor.data_ptr(), tuple(tensor.shape)) == spec[2:], "a graph replayed on a tensor that moved"
+            return tensor
+
+        for func, spec, slots in self.ops:  # ops as they reached the device, below autograd: no graph is built again
+            args, kwargs = pytree.tree_map(resolve, spec, is_leaf=lambda x: isinstance(x, tuple) and len(x) > 0 and x[0] in ("value", "made", "kept"))
+            out = func(*args, **kwargs)
+            for slot, t in zip(slots, pytree.tree_leaves(out)):
+                if slot is not None:
+                    made[slot] = t
+
+
+def _trainer(prepared, run_dir, update_freq: int, precision: str = "fp32", graphs=None, events=None):
+    """A 2-layer d_model 64 model's trainer on the prepared data in shape classes; `graphs`: a capture backend for
+    --cuda-graphs (None: the eager step)."""
+    from nmtcli.training.settings import train_settings_for
+    from nmtcli.training.trainer import Trainer
+
+    # Adam's eps 1e-6, not 1e-9: the key projections' biases get no gradient but rounding noise (~1e-10: softmax
+    # ignores what is added to a whole row of scores), which eps 1e-9 would make full-size steps of either sign.
+    config, settings = train_settings_for("tiny", max_steps=10, max_tokens=300, device="cpu", precision=precision,
+                                          update_freq=update_freq, cuda_graphs=graphs is not None, adam_eps=1e-6)
+    config = config.replace(d_model=64, d_ff=128, heads=4, layers=2)  # dropout 0.1, as tiny's
+    on_event = (lambda kind, values: events.append((kind, values))) if events is not None else None
+    return Trainer(run_dir, prepared, config, settings, shape_classes=True, graph_backend=graphs, on_event=on_event)
+
+
+def _steps_of_two_classes(trainer, update_freq: int, steps: int):
+    """`steps` steps of `update_freq` batches from the stream's two commonest shape classes A and B, in the order
+    A B A B ... (one a step) or A B, B A, A B, ... (two a step)."""
+    from nmtcli.training.flops import LengthStats
+    from nmtcli.training.loader import StepBatches
+
+    stream, data = trainer.stream, trainer.train_data
+    by_class: dict = {}
+    for _ in range(80):
+        indices = stream.next_indices()
+        by_class.setdefault(stream.shape(indices), []).append(indices)
+    a, b = sorted(by_class, key=lambda shape: -len(by_class[shape]))[:2]
+    pattern = ("AB" if update_freq == 1 else "ABBA") * steps
+    taken = {"A": iter(by_class[a]), "B": iter(by_class[b])}
+    chosen = [next(taken[c]) for c in pattern[: steps * update_freq]]
+    result = []
+    for k in range(steps):
+        mine = chosen[k * update_freq : (k + 1) * update_freq]
+        every = np.concatenate(mine)
+        batches = [data.batch(indices, stream.shape(indices)) for indices in mine]
+        result.append(StepBatches(batches, 0, sum(b.target_tokens for b in batches),
+                                  LengthStats.of(data.src.lengths[every], data.tgt.lengths[every]), stream.state_dict()))
+    assert len({tuple(b.src.shape) for step in result for b in step.batches}) == 2
+    return result
+
+
+class Unrecorded:
+    """The capture backend's contract with nothing recorded: a capture keeps the part's Python, a replay runs it again.
+    The same functions as the graphs, run eagerly: what a replay must equal bit for bit."""
+
+    def warm_up(self, part):
+        part()
+
+    def record(self, part):
+        return part
+
+    def replay(self, graph, owner=None):
+        graph()
+
+    def release(self):
+        pass
+
+
+def _same_training(graphed, eager, steps, exactly=None) -> None:
+    """The trainers take `steps`; each step's loss and, at the end, every weight agree: bit for bit with `exactly`
+    (the graphs' functions run eagerly), to float rounding with `eager` (its loss drops padding rows where the graphs'
+    weights them 0, and its learning rate is a Python float where theirs is a float32 tensor). A wrong scale, a stale
+    learning rate, a lost batch or other dropout masks would be an update apart: 4e-5 (the first step's lr) or more."""
+    start = [p.detach().clone() for p in eager.model.parameters()]
+    for step in steps:
+        ours = graphed.train_step(step)
+        for other in (eager, exactly) if exactly is not None else (eager,):
+            theirs = other.train_step(step)
+            for key in ("loss_sum", "nll_sum"):
+                assert float(ours[key]) == pytest.approx(float(theirs[key]), rel=1e-5), key
+    with torch.no_grad():
+        moved = max(float((p - s).abs().max()) for p, s in zip(eager.model.parameters(), start))
+        apart = max(float((p - q).abs().max()) for p, q in zip(graphed.model.parameters(), eager.model.parameters()))
+    assert moved > 4e-4 and apart < 1e-5, (moved, apart)
+    if exactly is not None:
+        assert all(torch.equal(p, q) for p, q in zip(graphed.model.parameters(), exactly.model.parameters()))
+
+
+@pytest.mark.parametrize("update_freq", [1, 2])
+def test_training_steps_replayed_from_graphs_train_as_the_eager_steps(prepared, tmp_path, update_freq):
+    """Two shape classes taking turns, dropout on (each batch's seed is honoured by the replays): a class is warmed up
+    at its first batch, captured at its second and replayed from then on, the update likewise, and the weights
+    are the eager steps' to float rounding."""
+    tape, events = Tape(), []
+    graphed = _trainer(prepared, tmp_path / "graphed", update_freq, graphs=tape, events=events)
+    eager = _trainer(prepared, tmp_path / "eager", update_freq)
+    unrecorded = _trainer(prepared, tmp_path / "unrecorded", update_freq, graphs=Unrecorded())
+    steps = _steps_of_two_classes(eager, update_freq, 6 if update_freq == 1 else 4)
+    _same_training(graphed, eager, steps, exactly=unrecorded)
+    assert [kind for kind, _ in events] == []
+    # 1: A, B warmed up / 2: B, A and the update captured (two a step; one a step: A and B at their second batch,
+    # the update at the second step) / then replayed.
+    assert graphed.graphs.summary() == {"enabled": True, "captured": 3, "warmed_up": 3, "replayed": 9, "off_reason": None}
+    assert tape.recorded == 3 and tape.replayed == 9 and tape.warmed == 3
+
+
+def test_a_captured_training_step_reads_nothing_back_and_steps_adam_once(prepared, tmp_path):
+    """bf16 masters, one batch a step: whatever a capture records (the update's, then each class's batch) reads no
+    value back to the host; the update is one fused Adam and one foreach copy into the bf16 weights, a batch one
+    foreach add into the masters' gradients; and a whole step with graphs (the batch copied in, the seed, the lr,
+    the replays) waits for nothing either."""
+    tape = Tape()
+    trainer = _trainer(prepared, tmp_path / "run", 1, precision="bf16-master", graphs=tape)
+    steps = _steps_of_two_classes(trainer, 1, 5)
+    for step in steps[:4]:
+        trainer.train_step(step)
+    with _step_ops_mode() as host:
+        trainer.train_step(steps[4])  # every part replayed
+    update, *batches = tape.ops
+    assert len(batches) == 2 and trainer.graphs.enabled
+    assert [ops.syncs for ops in tape.ops] == [[], [], []] and host.syncs == []
+    assert update.ops.get("_fused_adam_") == 1 and [ops.ops.get("_fused_adam_", 0) for ops in batches] == [0, 0]
+    assert update.casts == ["_foreach_copy_ torch.float32->torch.bfloat16 x" + str(len(trainer.graphs.grads))]
+    for ops in batches:  # the gradients into the masters: one foreach add (and no per-parameter op)
+        assert ops.ops.get("_foreach_add_") == 1 and ops.ops.get("_foreach_zero_") == 1
+
+
+@pytest.mark.parametrize("failure", ["graph-error:capture:2", "graph-oom:capture:1", "a value read back"])
+def test_a_capture_that_fails_warns_once_and_training_goes_on_eagerly_as_before(prepared, tmp_path, monkeypatch, failure):
+    """A capture that fails (an operation it cannot record, out of memory, a host read inside the captured region)
+    turns graphs off with one warning; the part it was capturing runs eagerly and the weights are the eager run's."""
+    tape, events = Tape(), []
+    _fault(monkeypatch, failure if failure.startswith("graph-") else None)
+    graphed = _trainer(prepared, tmp_path / "graphed", 1, graphs=tape, events=events)
+    eager = _trainer(prepared, tmp_path / "eager", 1)
+    if failure == "a value read back":  # the eager loss, which drops padding rows: a CPU finds them with nonzero()
+        graphed.graphs.losses = lambda src, tgt_in, tgt_out: graphed._losses(src, tgt_in, tgt_out, tokens=0)
+    _same_training(graphed, eager, _steps_of_two_classes(eager, 1, 5))
+    warnings = [values["reason"] for kind, values in events if kind == "cuda_graphs_off"]
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    expected = {"graph-error:capture:2": "RuntimeError: NMT_TEST_FAULT: CUDA graph capture",
+                "graph-oom:capture:1": "OutOfMemoryError: NMT_TEST_FAULT: CUDA graph capture",
+                "a value read back": "operation not permitted when stream is capturing (nonzero"}[failure]
+    assert warnings[0].startswith("CUDA graphs are off (") and expected in warnings[0], warnings[0]
+    assert not graphed.graphs.enabled and graphed.graphs.summary()["off_reason"] == warnings[0]
+    assert tape.pool._handle is None  # the pool's handle let go with the graphs

@@ -692,6 +692,18 @@ def test_training_in_shape_classes_resumes_identically(prepared, tmp_path):
     assert not Trainer(tmp_path / "plain", prepared, config, settings).stream.classes
 
 
+def test_cuda_graphs_where_they_cannot_run_are_one_warning_and_the_run_trains_eagerly(prepared, tmp_path, nmt_main):
+    """--cuda-graphs on a CPU: one warning line that says why, the run trains as it would without the flag, and the
+    run's config.json records what was asked for. (The graphs themselves: tests/test_gpu_paths.py.)"""
+    out = nmt_main("train", "--data", str(prepared), "-o", str(tmp_path / "run"), "--preset", "tiny", "--max-steps", "2",
+                   "--save-every", "2", "--device", "cpu", "--cuda-graphs")
+    assert out.stderr.count("nmt: warning: --cuda-graphs is ignored: they need a CUDA GPU") == 1, out.stderr
+    start = next(line for line in out.stderr.splitlines() if "starting:" in line)
+    assert "device cpu, fp32" in start and "CUDA graphs" not in start
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["training"]["cuda_graphs"] is True
+    assert (tmp_path / "run" / "checkpoints" / "2").is_dir()
+
+
 def test_shape_classes_are_the_compile_length_buckets():
     """--compile pads lengths to its buckets where classes are off; with classes on, the same ladder
     means the classes' lengths are buckets already and add no compiled graph."""

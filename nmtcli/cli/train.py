@@ -133,6 +133,7 @@ def command(
     precision: Annotated[Optional[str], typer.Option(help="auto (bf16-master on a GPU that has bf16, bf16 with several GPUs or --compile, else fp32), fp32, bf16 (autocast: fp32 weights, bf16 products), bf16-master (bf16 weights trained with fp32 master weights in the optimizer: no cast per use), or fp16 (with a dynamic loss scaler).", rich_help_panel="Hardware")] = None,
     compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model (pays on a GPU over long runs; the first steps are slow).", rich_help_panel="Hardware")] = None,
     shape_classes: Annotated[Optional[bool], typer.Option("--shape-classes/--no-shape-classes", help="Pad batches to a few shapes (15 lengths, rows filled to --max-tokens): a GPU plans each new shape once. Default: on a GPU, off on a CPU (padding costs a CPU in proportion). A resumed run keeps its own.", rich_help_panel="Hardware")] = None,
+    cuda_graphs: Annotated[Optional[bool], typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay each step from CUDA graphs (one per batch shape, one for Adam) instead of launching its kernels one by one from Python. One GPU, batches in shape classes, and not fp16; a capture that fails warns once and training goes on without them. Off by default: it becomes the default once a GPU run measures that it pays.", rich_help_panel="Hardware")] = None,
     peak_tflops: Annotated[Optional[float], typer.Option(help="The GPU's peak TFLOP/s at this precision, for MFU in the log where nmt does not know the GPU.", rich_help_panel="Hardware")] = None,
     restart: Annotated[bool, typer.Option("--restart", help="Delete an existing run dir and start over instead of resuming.", rich_help_panel="Run")] = False,
 ) -> None:
@@ -150,7 +151,8 @@ def command(
         "lr": lr,
         "label_smoothing": label_smoothing, "seed": seed, "keep_last": keep_last, "valid_every": valid_every,
         "valid_bleu": valid_bleu, "patience": patience, "log_every": log_every, "device": device,
-        "precision": precision, "compile": compile, "shape_classes": shape_classes, "peak_tflops": peak_tflops,
+        "precision": precision, "compile": compile, "shape_classes": shape_classes, "cuda_graphs": cuda_graphs,
+        "peak_tflops": peak_tflops,
     }
     steps, minutes = parse_save_every(save_every)
     flags.update(save_every=steps, save_minutes=minutes, max_minutes=parse_duration(max_time))
@@ -254,6 +256,9 @@ def _check_settings(settings: TrainSettings) -> None:
         raise NmtError("--lr must be a positive number", "e.g. 1e-4; leave it out for the default", exit_code=2)
     if settings.precision not in PRECISIONS:
         raise NmtError(f"unknown precision {settings.precision!r}", f"choose one of {', '.join(PRECISIONS)}", exit_code=2)
+    if settings.cuda_graphs and settings.precision == "fp16":  # its loss scaler decides on the host whether a step counts
+        raise NmtError("--cuda-graphs cannot replay fp16 steps (the loss scaler skips steps from the host)",
+                       "use --precision bf16-master or bf16, or leave out --cuda-graphs", exit_code=2)
 
 
 def _launch(gpus: int, values: dict[str, Any], restart: bool) -> None:
@@ -335,7 +340,8 @@ def _display(max_steps: int | None, total_from_start: bool = False):
             elif kind == "start":
                 where = f"resuming from {v['resumed_from']}" if v["resumed_from"] else (f"starting from {v['init']}" if v.get("init") else "starting")
                 say(f"{where}: {v['parameters']:,} parameters, {v['train_pairs']:,} training pairs, "
-                    f"device {v['device']}, {v['precision']}{', compiled' if v['compile'] else ''}")
+                    f"device {v['device']}, {v['precision']}{', compiled' if v['compile'] else ''}"
+                    f"{', CUDA graphs' if v.get('cuda_graphs') else ''}")
                 batch = f"{v['world_size']} rank{'s' if v['world_size'] > 1 else ''} x {v['update_freq']} batch{'es' if v['update_freq'] > 1 else ''} of <= {v['max_tokens']:,} tokens"
                 if v.get("expected_step_target_tokens"):
                     say(f"batch: {batch} (~{v['mean_batch_target_tokens']:,} target tokens each) = ~{v['expected_step_target_tokens']:,} "
@@ -351,6 +357,12 @@ def _display(max_steps: int | None, total_from_start: bool = False):
                 if total_from_start:
                     bars.update(task, total=v["max_steps"])
                 bars.update(task, completed=v["step"])
+            elif kind == "cuda_graphs_off":
+                warn(v["reason"])
+            elif kind == "done" and v.get("cuda_graphs"):
+                g = v["cuda_graphs"]
+                say(f"CUDA graphs: {g['captured']} captured, {g['replayed']:,} parts of steps replayed"
+                    + ("" if g["enabled"] else ", then off (the warning above says why)"))
             elif kind == "step":  # the loss on the live line is the last log line's: reading each step's would wait for the GPU
                 bars.update(task, completed=v["step"])
             elif kind == "overflow":

@@ -127,10 +127,16 @@ class GraphPool:
 
 
 class CudaGraphs:
-    """Warm-up, capture and replay on the current CUDA device, the graphs held at once in one memory pool."""
+    """Warm-up, capture and replay on the current CUDA device, the graphs held at once in one memory pool.
+    Training's step graphs (training/graphs.py) use it too.
 
-    def __init__(self):
+    `capture_error_mode` is CUDA's stream capture mode: "global" fails a capture when any thread makes a call
+    that is unsafe during one; "thread_local" only when the capturing thread does (training: the loader's
+    thread pins the next batches, a cudaHostAlloc, while a step is captured)."""
+
+    def __init__(self, capture_error_mode: str = "global"):
         self.pool = GraphPool(torch.cuda.graph_pool_handle)
+        self.capture_error_mode = capture_error_mode
         self._stream: torch.cuda.Stream | None = None
 
     def _side_stream(self) -> torch.cuda.Stream:
@@ -156,7 +162,7 @@ class CudaGraphs:
         side = self._side_stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            graph.capture_begin(pool=pool)
+            graph.capture_begin(pool=pool, capture_error_mode=self.capture_error_mode)
             try:
                 step()
             except BaseException:
@@ -169,8 +175,9 @@ class CudaGraphs:
         torch.cuda.current_stream().wait_stream(side)
         return graph
 
-    def replay(self, graph: torch.cuda.CUDAGraph, search: BeamSearch) -> None:
-        """Replay `graph` (recorded for `search`'s class: on its tensors, which the Arena keeps in place)."""
+    def replay(self, graph: torch.cuda.CUDAGraph, search: BeamSearch | None = None) -> None:
+        """Replay `graph` (recorded for `search`'s class: on its tensors, which the Arena keeps in place; the
+        tests' recorder checks that they are)."""
         graph.replay()
 
     def release(self) -> None:

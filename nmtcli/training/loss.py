@@ -30,14 +30,16 @@ CHUNK_LOGITS = {"cuda": 1 << 27, "cpu": 1 << 25}
 
 
 def output_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, smoothing: float, pad_id: int,
-                tokens: int | None = None) -> tuple[Tensor, Tensor]:
+                tokens: int | None = None, every_row: bool = False) -> tuple[Tensor, Tensor]:
     """The label-smoothed loss of the logits F.linear(hidden, weight, bias), without the logits: (loss, NLL)
     summed over the non-pad target tokens.
 
     hidden: (..., d) decoder output; weight: (V, d) the shared embedding matrix; bias: Marian's
     final_logits_bias or None; target: (...) ids. Rows whose target is padding are dropped before
     the projection (they carry no loss); `tokens`, the number of non-pad targets when the caller
-    knows it (every batch does), lets a GPU find those rows without waiting for the device.
+    knows it (every batch does), lets a GPU find those rows without waiting for the device. With
+    `every_row` no row is dropped, padding is weighted 0 instead: every shape then follows from the
+    batch's shape alone, not from its values, as a CUDA graph's must (training/graphs.py).
 
     Under autocast the projection runs in the autocast dtype, as F.linear would, and the softmax
     in float32, chunk by chunk; without autocast in the dtype of `hidden` (float32, or bf16 for bf16
@@ -48,7 +50,7 @@ def output_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Ten
     """
     d = hidden.size(-1)
     hidden, target = hidden.reshape(-1, d), target.reshape(-1)
-    rows = _target_rows(target != pad_id, tokens)
+    rows = None if every_row else _target_rows(target != pad_id, tokens)
     if rows is not None:
         hidden, target = hidden.index_select(0, rows), target.index_select(0, rows)
         mask = None

@@ -28,7 +28,7 @@ from nmtcli.errors import NmtError
 from nmtcli.model.checkpoint import WEIGHTS_FILE, load_state
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer
-from nmtcli.training import compiling, distributed, flops, precision, rundir
+from nmtcli.training import compiling, distributed, flops, graphs, precision, rundir
 from nmtcli.training.batch_size import batch_for_run, batches_per_epoch
 from nmtcli.training.finetune import InitModel, check_data
 from nmtcli.training.loader import StepBatches, StepLoader
@@ -38,8 +38,8 @@ from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
 from nmtcli.training.settings import TrainSettings, step_floor, steps_for_epochs, steps_per_epoch
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
-# Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "step", "overflow", "log", "unigram_level",
-# "valid", "best", "checkpoint", "early_stop", "time_limit", "done"}.
+# Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "cuda_graphs_off", "step", "overflow", "log",
+# "unigram_level", "valid", "best", "checkpoint", "early_stop", "time_limit", "done"}.
 OnEvent = Callable[[str, dict[str, Any]], None]
 
 # In a run of several ranks, rank 0's clock (--max-time, --save-every in minutes) is shared every this
@@ -128,6 +128,7 @@ class Trainer:
         ranks: distributed.Ranks | None = None,
         init: InitModel | None = None,
         shape_classes: bool | None = None,
+        graph_backend=None,
     ):
         self.run_dir = Path(run_dir)
         self.data_dir = Path(data_dir)
@@ -210,6 +211,9 @@ class Trainer:
             compiling.compile_layers(self.train_model)
         self.ddp = distributed.wrap(self.train_model, self.device) if self.ranks.distributed else None
         self.forward_model: torch.nn.Module = self.train_model if self.ddp is None else self.ddp
+        # --cuda-graphs: the step replayed from CUDA graphs (training/graphs.py); `graph_backend` stands in for
+        # CUDA's capture (the tests' CPU recorder).
+        self.graphs = self._training_graphs(graph_backend) if settings.cuda_graphs else None
         self.peak = flops.device_peak_flops(self.device, self.precision.name, settings.peak_tflops)
         if settings.valid_bleu:
             from nmtcli.inference.tokenizer import load_tokenizer
@@ -231,6 +235,20 @@ class Trainer:
         self.resumed_from = path
         return state
 
+    def _training_graphs(self, backend) -> graphs.TrainingGraphs | None:
+        """The step as CUDA graphs where they apply; else None, and a warning that says why (graphs.refusal)."""
+        on_cuda = self.device.type == "cuda" or backend is not None
+        why = graphs.refusal(self.precision.label, self.shape_classes, self.ranks.world_size, on_cuda)
+        if why:
+            self.on_event("cuda_graphs_off", {"step": self.step, "reason": f"--cuda-graphs is ignored: {why}"})
+            return None
+
+        def turned_off(message: str) -> None:
+            self.on_event("cuda_graphs_off", {"step": self.step + 1, "reason": message})
+
+        return graphs.TrainingGraphs(lambda src, tgt_in, tgt_out: self._losses(src, tgt_in, tgt_out, None),
+                                     self.train_model, self.optimizer, self.masters, backend, warn=turned_off)
+
     # --- one step --------------------------------------------------------------------------------
 
     def _dropout_seed(self, batch_index: int) -> int:
@@ -242,6 +260,7 @@ class Trainer:
         """One optimizer step over this rank's batches; the loss is divided by the whole step's target tokens.
 
         Nothing in it waits for the device (tests/test_gpu_paths.py records its ops), but fp16's loss scale.
+        With --cuda-graphs (while they are on) the same step is replayed from CUDA graphs (`self.graphs`).
         """
         self.train_model.train()
         s = self.settings
@@ -249,25 +268,42 @@ class Trainer:
         lr = inverse_sqrt_lr(self.step + 1, d_model, s.warmup, s.lr_scale * peak_scale(d_model, s.warmup, s.lr))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        # DDP averages gradients over ranks; scaling by world_size makes that a sum over the step.
+        factor = self.ranks.world_size / step_batches.target_tokens
+        if self.graphs is not None and self.graphs.enabled:
+            seeds = [self._dropout_seed(step_batches.first_index + i) for i in range(len(step_batches.batches))]
+            loss_sum, nll_sum = self.graphs.step(step_batches.batches, factor, lr, seeds)
+            skipped = False
+        else:
+            loss_sum, nll_sum, skipped = self._eager_step(step_batches, factor)
+        self.data_state = step_batches.stream_state
+        if not skipped:
+            self.step += 1
+        scaler = self.precision.scaler
+        return {
+            "loss_sum": loss_sum,
+            "nll_sum": nll_sum,
+            "target_tokens": step_batches.target_tokens,
+            "flops": flops.training_flops(self.config, step_batches.lengths),
+            "lr": lr,
+            "skipped": skipped,
+            "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,  # fp16 has waited for the device already
+        }
+
+    def _eager_step(self, step_batches: StepBatches, factor: float) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """The step's batches and Adam, launched op by op: (loss sum, NLL sum, whether fp16 skipped the step)."""
         if self.masters is None:  # the masters' gradients are overwritten by the first batch instead
             self.optimizer.zero_grad(set_to_none=True)
         scaler = self.precision.scaler
-        # DDP averages gradients over ranks; scaling by world_size makes that a sum over the step.
-        factor = self.ranks.world_size / step_batches.target_tokens
         loss_sum = torch.zeros((), device=self.device)
         nll_sum = torch.zeros((), device=self.device)
         last = len(step_batches.batches) - 1
-        model = self.train_model
-        output = model.embedding.tokens.weight  # the pre-softmax projection shares it (sec. 3.4)
         for i, batch in enumerate(step_batches.batches):
             torch.manual_seed(self._dropout_seed(step_batches.first_index + i))
             # Gradients are exchanged once per step, after the last batch, not after every batch.
             sync = self.ddp.no_sync() if self.ddp is not None and i < last else contextlib.nullcontext()
             with sync:
-                with self.precision.training_autocast():
-                    hidden = self.forward_model(batch.src, batch.tgt_in, hidden=True)
-                    loss, nll = output_loss(hidden, output, model.final_logits_bias, batch.tgt_out,
-                                            s.label_smoothing, self.config.pad_id, batch.target_tokens)
+                loss, nll = self._losses(batch.src, batch.tgt_in, batch.tgt_out, batch.target_tokens)
                 scaler.scale(loss * factor).backward()
             # bf16-master: the gradients are summed in fp32 over the step's batches; with several ranks they
             # stay in bf16 until the last batch, whose backward all-reduces what the batches accumulated.
@@ -278,18 +314,18 @@ class Trainer:
         skipped = self.precision.step(self.optimizer)  # fp16: skipped when a gradient is inf/nan
         if self.masters is not None:
             self.masters.masters_to_working()
-        self.data_state = step_batches.stream_state
-        if not skipped:
-            self.step += 1
-        return {
-            "loss_sum": loss_sum,
-            "nll_sum": nll_sum,
-            "target_tokens": step_batches.target_tokens,
-            "flops": flops.training_flops(self.config, step_batches.lengths),
-            "lr": lr,
-            "skipped": skipped,
-            "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,  # fp16 has waited for the device already
-        }
+        return loss_sum, nll_sum, skipped
+
+    def _losses(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
+                tokens: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch's forward pass and its label-smoothed loss and NLL, summed over its `tokens` real targets; None:
+        every target row kept, padding weighted 0 (a CUDA graph's shapes cannot follow the batch's values)."""
+        model = self.train_model
+        output = model.embedding.tokens.weight  # the pre-softmax projection shares it (sec. 3.4)
+        with self.precision.training_autocast():
+            hidden = self.forward_model(src, tgt_in, hidden=True)
+            return output_loss(hidden, output, model.final_logits_bias, tgt_out, self.settings.label_smoothing,
+                               self.config.pad_id, tokens, every_row=tokens is None)
 
     def _watch_loss(self, loss_sum: torch.Tensor) -> None:
         """Remember the first step whose loss was not finite, on the device: reading it every step would
@@ -402,6 +438,7 @@ class Trainer:
             "device": str(self.device),
             "precision": self.precision.label,
             "compile": s.compile,
+            "cuda_graphs": self.graphs is not None,
             "resumed_from": str(self.resumed_from) if self.resumed_from else None,
             "init": (self.run_config.get("init") or {}).get("model"),
             "train_pairs": len(self.train_data),
@@ -555,5 +592,7 @@ class Trainer:
                 **{k: v for k, v in last.items() if k not in ("step", "best")}}
         if self.best:
             done["best"] = self.best
+        if self.graphs is not None:
+            done["cuda_graphs"] = self.graphs.summary()
         self.on_event("done", done)
         return done
