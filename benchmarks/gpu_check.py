@@ -350,7 +350,7 @@ def stage_translate(args) -> dict:
     """benchmarks/translate_speed.py, nmt against Hugging Face, fixed and natural lengths, with graph state."""
     json_path = args.out / "translate.json"
     flags = (["--device", "cpu", "--sentences", "16", "--batches", "8,16", "--runs", "1", "--length", "4", "--vocab-size", "2000"] if args.smoke
-             else ["--device", "cuda", "--batches", "512,3003", "--runs", "2"])
+             else ["--device", "cuda", "--batches", args.translate_batches, "--runs", "2"])
     settings = "fixed" if args.smoke else "fixed,natural"  # a random model's natural lengths run to the limit: minutes on a CPU
     rc, _ = log_run([sys.executable, str(HERE / "translate_speed.py"), *flags, "--settings", settings, "--engines", "nmt,hf",
                      "--json", str(json_path)], args.out / "translate.log", timeout=args.budget("translate"))
@@ -690,6 +690,7 @@ def main() -> None:
     parser.add_argument("--profile-system", default="nmt", help="the micro stage's system to profile")
     parser.add_argument("--loss-steps", type=int, default=300, help="the loss stage's steps")
     parser.add_argument("--train-flags", default="", help="more `nmt train` flags for the train stage (e.g. '--precision bf16-master')")
+    parser.add_argument("--translate-batches", default="512,3003", help="the translate stage's batch sizes (sentences)")
     parser.add_argument("--no-startup", action="store_true", help="the cli stage leaves out its start-up breakdown")
     parser.add_argument("--loss-precisions", default="bf16", help="the loss stage's --precision values, comma-separated")
     parser.add_argument("--deadline", type=float, default=0, help="seconds for everything (0: none): stages that cannot fit are skipped")
