@@ -1278,3 +1278,14 @@ def test_a_capture_that_fails_warns_once_and_training_goes_on_eagerly_as_before(
     assert warnings[0].startswith("CUDA graphs are off (") and expected in warnings[0], warnings[0]
     assert not graphed.graphs.enabled and graphed.graphs.summary()["off_reason"] == warnings[0]
     assert tape.pool._handle is None  # the pool's handle let go with the graphs
+
+
+def test_training_replays_graphs_by_default_only_where_they_were_measured_to_pay():
+    from nmtcli.training import graphs as training_graphs
+
+    assert training_graphs.by_default("bf16-master", True, 1, True, False)  # one H200, base: +26%
+    assert not training_graphs.by_default("bf16-master", True, 1, True, True)  # with --compile: not measured
+    assert not training_graphs.by_default("bf16", True, 1, True, False)  # autocast: not measured
+    assert not training_graphs.by_default("bf16-master", True, 2, True, False)  # several ranks: refused
+    assert not training_graphs.by_default("bf16-master", False, 1, True, False)  # no shape classes: refused
+    assert not training_graphs.by_default("fp32", True, 1, False, False)  # a CPU

@@ -106,8 +106,14 @@ def gathered_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, p
     return torch.matmul(weights.softmax(dim=-1), v)
 
 
-# Positions a program reads at a time, and its warps (benchmarks/gpu_check.py's beam_attention stage).
-BLOCK, WARPS = 16, 2
+# Positions a program reads at a time, and its warps, by kernel: measured by benchmarks/gpu_check.py's
+# beam_attention stage (H200, torch 2.11, Triton 3.6, 2026-11-26; 8,192 rows x 8 heads x 64; ms a call, bf16):
+#   self, span 16:  block 16 / 32 / 64 with 1 warp 0.245 / 0.295 / 0.429, 2 warps 0.269 / 0.566 / 2.18
+#   self, span 48:  1 warp 0.666 / 0.584 / 0.559, 2 warps 0.697 / 1.147 / 2.47; reorder + efficient: 1.22 (16), 2.07 (48)
+#   source of 48:   1 warp 0.205 / 0.227 / 0.347, 2 warps 0.398 / 0.550 / 0.602; efficient: 0.224 (fp32: 0.617)
+# (fp32 alike). One warp everywhere; 32 positions a block for self-attention, whose spans grow to 100 and more.
+BLOCK, WARPS = 32, 1
+SOURCE_BLOCK = 16
 
 
 def kernel_attention(q: Tensor, keys: Tensor, values: Tensor, slots: Tensor, position: Tensor, beam: int,
@@ -191,5 +197,5 @@ def kernel_source_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tenso
         q, keys, values, mask, out,
         q.stride(0), q.stride(1), q.stride(2), keys.stride(0), keys.stride(1), keys.stride(2), mask.stride(0),
         out.stride(0), out.stride(1), out.stride(2), keys.size(2), d_k ** -0.5,
-        BEAM=beam, QUERIES=max(2, 1 << (beam - 1).bit_length()), D=d_k, BLOCK=block or BLOCK, num_warps=warps or WARPS)
+        BEAM=beam, QUERIES=max(2, 1 << (beam - 1).bit_length()), D=d_k, BLOCK=block or SOURCE_BLOCK, num_warps=warps or WARPS)
     return out

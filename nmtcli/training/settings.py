@@ -43,7 +43,9 @@ class TrainSettings:
     precision: str = "auto"  # auto: bf16 on a GPU that has it, fp32 otherwise; or fp32, bf16, fp16
     compile: bool = False  # torch.compile the model
     shape_classes: bool | None = None  # batches padded to shape classes (data/batching.py); None: on a GPU only
-    cuda_graphs: bool = False  # the step replayed from CUDA graphs (training/graphs.py): one GPU, shape classes, not fp16
+    # the step replayed from CUDA graphs (training/graphs.py): one GPU, shape classes, not fp16; None: where measured
+    # to pay (graphs.wanted: one GPU, shape classes, bf16-master, no --compile)
+    cuda_graphs: bool | None = None
     peak_tflops: float | None = None  # the device's peak, for MFU where nmt does not know it
 
 

@@ -213,7 +213,7 @@ class Trainer:
         self.forward_model: torch.nn.Module = self.train_model if self.ddp is None else self.ddp
         # --cuda-graphs: the step replayed from CUDA graphs (training/graphs.py); `graph_backend` stands in for
         # CUDA's capture (the tests' CPU recorder).
-        self.graphs = self._training_graphs(graph_backend) if settings.cuda_graphs else None
+        self.graphs = self._training_graphs(graph_backend) if self._wants_graphs(graph_backend) else None
         self.peak = flops.device_peak_flops(self.device, self.precision.name, settings.peak_tflops)
         if settings.valid_bleu:
             from nmtcli.inference.tokenizer import load_tokenizer
@@ -234,6 +234,13 @@ class Trainer:
         self.bad_validations = int(state.get("bad_validations", 0))
         self.resumed_from = path
         return state
+
+    def _wants_graphs(self, backend) -> bool:
+        """--cuda-graphs or --no-cuda-graphs as given; unset, where they were measured to pay (graphs.by_default)."""
+        if self.settings.cuda_graphs is not None:
+            return self.settings.cuda_graphs
+        on_cuda = self.device.type == "cuda" or backend is not None
+        return graphs.by_default(self.precision.label, self.shape_classes, self.ranks.world_size, on_cuda, self.settings.compile)
 
     def _training_graphs(self, backend) -> graphs.TrainingGraphs | None:
         """The step as CUDA graphs where they apply; else None, and a warning that says why (graphs.refusal)."""
