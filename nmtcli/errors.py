@@ -30,6 +30,11 @@ class NmtError(Exception):
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
 
+class NotAvailable(NmtError, NotImplementedError):
+    """Something asked for that nmt does not do yet (the Python API's `glossary=`): an NmtError, and a
+    NotImplementedError for code that catches those."""
+
+
 class FileSystemError(NmtError):
     """The machine refused a read or write of `path` (`errno` says why); not a bug in nmt."""
 

@@ -183,9 +183,9 @@ def test_json_output_carries_scores_tokens_and_nbest(trained_model, nmt_main):
                      input="the dog sees a cat\n\nthe red car visits every house\n")
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(records) == 3
-    assert records[1] == {"translation": "", "score": None, "log_prob": None, "tokens": [], "nbest": []}
+    assert records[1] == {"translation": "", "score": None, "log_prob": None, "tokens": [], "confidence": None, "nbest": []}
     for record in (records[0], records[2]):
-        assert len(record["nbest"]) == 3
+        assert len(record["nbest"]) == 3 and all(0 <= n["confidence"] <= 1 for n in record["nbest"])
         assert record["translation"] == record["nbest"][0]["translation"]
         scores = [n["score"] for n in record["nbest"]]
         assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
@@ -239,3 +239,17 @@ def _read_line_within(stream, seconds: float) -> str | None:
     reader.start()
     reader.join(seconds)
     return line[0] if line else None
+
+
+def test_min_confidence_flags_lines_below_it_and_counts_them(trained_model, nmt_main):
+    lines = "the dog sees a cat\n\nthe red car visits every house\n"
+    plain = nmt_main("translate", "-m", str(trained_model), "--output-format", "json", input=lines)
+    confidences = [json.loads(line)["confidence"] for line in plain.stdout.splitlines()]
+    middle = (confidences[0] + confidences[2]) / 2  # one line above it, one below
+    flagged = nmt_main("translate", "-m", str(trained_model), "--output-format", "json", "--min-confidence", f"{middle}", input=lines)
+    records = [json.loads(line) for line in flagged.stdout.splitlines()]
+    assert [r["low_confidence"] for r in records] == [c is not None and c < middle for c in confidences]
+    assert [r["translation"] for r in records] == [json.loads(line)["translation"] for line in plain.stdout.splitlines()]  # still written
+    assert "nmt: 1 of 2 translated line(s) below --min-confidence" in flagged.stderr
+    text = nmt_main("translate", "-m", str(trained_model), "--min-confidence", "1", input=lines)
+    assert len(text.stdout.splitlines()) == 3 and "nmt: 2 of 2 translated line(s) below --min-confidence 1" in text.stderr

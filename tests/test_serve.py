@@ -314,7 +314,23 @@ def test_paragraphs_are_translated_sentence_by_sentence_and_joined_with_their_ow
     assert [(s["source"], s["start"], s["end"], s["tokens"]) for s in record["sentences"]] == [
         (line[a:b], a, b, r["tokens"]) for (a, b), r in zip(spans, alone["translations"])]
     assert record["log_prob"] == pytest.approx(sum(r["log_prob"] for r in alone["translations"]), abs=1e-3)
-    assert split["translations"][1] == {"translation": "", "score": None, "log_prob": None, "nbest": [], "sentences": []}
+    assert split["translations"][1] == {"translation": "", "score": None, "log_prob": None, "confidence": None, "nbest": [], "sentences": []}
+
+
+def test_min_confidence_answers_a_line_below_it_with_its_source_flagged(server):
+    body = {"lines": ["a red car", "the dog sees a cat", ""], "source": "en", "target": "de"}
+    status, plain, _ = request(server, "POST", "/nmt/translate", body)
+    assert status == 200 and all(0 <= r["confidence"] <= 1 for r in plain["translations"][:2])
+    least = max(r["confidence"] for r in plain["translations"][:2])  # the first two below it unless they are equal
+    status, answer, _ = request(server, "POST", "/nmt/translate", {**body, "min_confidence": least})
+    for line, before, after in zip(body["lines"], plain["translations"], answer["translations"]):
+        if before["confidence"] is not None and before["confidence"] < least:
+            assert after == {"translation": line, "low_confidence": True, "confidence": before["confidence"], "score": before["score"],
+                             "log_prob": before["log_prob"], "tokens": [], "nbest": []}
+        else:
+            assert after == {**before, "low_confidence": False}
+    status, refused, _ = request(server, "POST", "/nmt/translate", {**body, "min_confidence": 2})
+    assert status == 400 and "min_confidence 2 is out of range" in refused["error"]
 
 
 def test_a_sentence_too_long_for_the_model_is_truncated_with_a_warning_in_the_servers_log(server):

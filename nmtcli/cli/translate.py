@@ -63,6 +63,7 @@ def command(
     target_file: Annotated[Optional[Path], typer.Option(help="The translations --score-only scores, one per input line.")] = None,
     split_sentences: Annotated[bool, typer.Option("--split-sentences", help="Input lines are paragraphs: cut each into sentences (by the rules of the model's source language), translate them one by one, and join their translations with the line's own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence's record under \"sentences\".")] = False,
     text_format: Annotated[str, typer.Option("--format", help="text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md).")] = "text",
+    min_confidence: Annotated[Optional[float], typer.Option(help="Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get \"low_confidence\": true, and stderr counts them.", min=0.0, max=1.0)] = None,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
@@ -86,6 +87,10 @@ def command(
         check_readable(input, "check the path given to --input")
     _check_forced_flags(alignment, score_only, target_file, output_format, nbest, engine, input)
     _check_html_flags(text_format, output_format, engine, alignment, score_only, prefix_file, split_sentences)
+    if min_confidence is not None and (score_only or text_format == "html" or engine != "native"):
+        flag = "--score-only" if score_only else "--format html" if text_format == "html" else f"--engine {engine}"
+        raise NmtError(f"--min-confidence does not go with {flag}", "it flags the native engine's translations of lines; "
+                       "drop one of them", exit_code=2)
     if score_only and (prefix_file is not None or sampling is not None):
         raise NmtError(f"--score-only does not go with {'--prefix-file' if prefix_file is not None else '--sampling'}",
                        "score the given translations alone, or translate without --score-only", exit_code=2)
@@ -115,14 +120,16 @@ def command(
         elapsed = time.perf_counter() - started
         say(f"translated {count:,} sentence(s) of HTML in {elapsed:.1f} s{_on_cpu(translator)}")
         return
+    below = [0, 0]  # --min-confidence: lines flagged, lines translated
     if score_only:
-        results = _scores(translator, lines, target_file, output_format, alignment)
-    elif split_sentences:
-        results = _split_translations(translator, lines, output_format, sentence_numbers)
-    elif output_format == "text":
-        results = translator.translate(lines, prefixes)
+        results = _scores(translator, settings, lines, target_file, output_format, alignment)
+    elif engine != "native":  # CTranslate2's: text only
+        results = (_split_translations(translator, settings, lines, output_format, sentence_numbers) if split_sentences
+                   else translator.translate(lines, prefixes))
     else:
-        results = map(_json_line, translator.translate_nbest(lines, prefixes))
+        rated = (_split_translations(translator, settings, lines, output_format, sentence_numbers) if split_sentences
+                 else _translations(translator, settings, lines, prefixes, output_format))
+        results = _flagged(rated, min_confidence, below)
     try:
         count, first = _write(results, output)
     finally:
@@ -133,6 +140,8 @@ def command(
     elapsed = time.perf_counter() - started
     timing = f" in {elapsed:.1f} s ({count / elapsed:,.1f} lines/s; the first after {first - started:.1f} s)" if first else ""
     say(f"{'scored' if score_only else 'translated'} {count:,} {'pair' if score_only else 'line'}(s){timing}{_on_cpu(translator)}")
+    if min_confidence is not None:
+        say(f"{below[0]:,} of {below[1]:,} translated line(s) below --min-confidence {min_confidence:g}")
 
 
 def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: str) -> None:
@@ -165,7 +174,6 @@ def _check_html_flags(text_format: str, output_format: str, engine: str, alignme
 
 def _translate_html(translator, source: BinaryIO, output: Path | None, settings: SearchSettings) -> int:
     """--format html: the input read whole as one document, translated in one call, written whole; its sentences."""
-    from nmtcli.documents.markup import parse
     from nmtcli.errors import file_system_error
     from nmtcli.files import atomic_path
 
@@ -175,9 +183,7 @@ def _translate_html(translator, source: BinaryIO, output: Path | None, settings:
     except UnicodeDecodeError:
         warn("the HTML input holds invalid UTF-8: replaced with U+FFFD")
         text = raw.decode("utf-8-sig", errors="replace")
-    document = parse(text, _source_language(translator))
-    results = translator.translate_lines(document.segments, settings) if document.segments else []
-    translated = document.render_kth(results)
+    translated, count = translator.html_with(settings, text)
     if output is None:
         try:
             sys.stdout.write(translated)
@@ -187,7 +193,7 @@ def _translate_html(translator, source: BinaryIO, output: Path | None, settings:
     else:
         with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
             f.write(translated)
-    return len(document.segments)
+    return count
 
 
 def _check_prefix_file(prefix_file: Path, input: Path | None) -> None:
@@ -257,16 +263,17 @@ def _count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
-def _scores(translator, lines: Iterator[str], target_file: Path, output_format: str, alignment: str | None) -> Iterator[str]:
+def _scores(translator, settings: SearchSettings, lines: Iterator[str], target_file: Path, output_format: str,
+            alignment: str | None) -> Iterator[str]:
     """--score-only: each pair's score (text) or record (json), a line each."""
     with open(target_file, "rb") as f:
-        for result in translator.score(lines, read_text_lines(f, str(target_file)), alignment):
+        for result in translator.score_with(settings, lines, read_text_lines(f, str(target_file)), alignment):
             yield f"{result.score:.6f}" if output_format == "text" else json.dumps(result.record(), ensure_ascii=False)
 
 
 def _translator(engine: str, model: str | None, revision: str | None, device: str, dtype: str, threads: int | None,
                 output_format: str, settings: SearchSettings, warn=warn):
-    """The native Translator of the model dir `-m` names (or the default), or CTranslate2's of an exported dir."""
+    """The Python API's Translator of the model dir `-m` names (or the default), or CTranslate2's of an exported dir."""
     from nmtcli.errors import NmtError
 
     if engine == "ctranslate2":
@@ -280,57 +287,57 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
         return CTranslate2Translator(Path(model), device, settings, threads or 0, warn=warn)
     import torch
 
-    from nmtcli.device import resolve_device
-    from nmtcli.inference.translator import Translator
+    from nmtcli.api import Translator, open_engine
 
     if threads is not None:
         torch.set_num_threads(threads)
-    return Translator(resolve_model(model, revision), resolve_device(device), settings, dtype=dtype, warn=warn)
+    path = resolve_model(model, revision)
+    return Translator(open_engine(path, device=device, dtype=dtype, settings=settings, warn=warn), str(path))
 
 
-def _split_translations(translator, lines: Iterator[str], output_format: str, numbers: dict[int, tuple[int, int]]) -> Iterator[str]:
+def _translations(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None,
+                  output_format: str) -> Iterator[tuple[str | dict, float | None]]:
+    """Each line's translation (text) or JSON record (json: nbest_record), with its confidence."""
+    for t in translator.translate_with(settings, lines, prefixes):
+        yield (t.text if output_format == "text" else t.record()), t.confidence
+
+
+def _split_translations(translator, settings: SearchSettings, lines: Iterator[str], output_format: str,
+                        numbers: dict[int, tuple[int, int]]) -> Iterator:
     """--split-sentences: each line cut into sentences in the model's source language, the sentences of all lines
     streamed through the translator (windows of --window sentences), and each line's translations joined back
-    into one output line (text) or record (json: documents/sentences.joined_record)."""
-    import itertools
-    from collections import deque
+    into one output line (text) or record (json: documents/sentences.joined_record), with its confidence; for
+    CTranslate2 the text alone (documents/sentences.translate_paragraphs: the Python API's split_sentences too)."""
+    from nmtcli.documents.sentences import join_sentences, joined_record, translate_paragraphs
+    from nmtcli.inference.confidence import joined_confidence
+    from nmtcli.inference.results import Translation, best_of
 
-    from nmtcli.documents.sentences import join_sentences, joined_record, sentence_spans
+    if hasattr(translator, "translate_with"):
+        def translate(sentences):
+            return (t.nbest for t in translator.translate_with(settings, sentences))
+    else:  # CTranslate2: the text of each sentence's translation
+        def translate(sentences):
+            return ([Translation(text, None, None)] for text in translator.translate(sentences))
 
-    language = _source_language(translator)
-    plans: deque[tuple[str, list[tuple[int, int]]]] = deque()  # lines whose sentences are read, not yet written
-    read, written_sentences = itertools.count(1), itertools.count(1)  # sentence numbers, as the translator counts them
+    for line, spans, results in translate_paragraphs(lines, _source_language(translator), translate, numbers):
+        if output_format == "json":
+            record = joined_record(line, spans, results)
+            yield record, record["confidence"]
+        else:
+            text = join_sentences(line, spans, [r[0].text if r else "" for r in results])
+            yield (text, joined_confidence([best_of(r) for r in results if r])) if hasattr(translator, "translate_with") else text
 
-    def sentences() -> Iterator[str]:
-        for line_number, line in enumerate(lines, start=1):
-            spans = sentence_spans(line, language)
-            plans.append((line, spans))
-            for place, (a, b) in enumerate(spans, start=1):
-                numbers[next(read)] = (line_number, place)
-                yield line[a:b]
 
-    if output_format == "text":
-        results = ([text] for text in translator.translate(sentences()))
-    else:
-        results = translator.translate_nbest(sentences())
-    done: list = []  # the translations of the sentences of the lines in `plans`, in order
-
-    def written() -> Iterator[str]:
-        while plans and len(done) >= len(plans[0][1]):
-            line, spans = plans.popleft()
-            own = done[:len(spans)]
-            del done[:len(spans)]
-            for _ in spans:
-                del numbers[next(written_sentences)]
-            if output_format == "text":
-                yield join_sentences(line, spans, [r[0] for r in own])
-            else:
-                yield json.dumps(joined_record(line, spans, own), ensure_ascii=False)
-
-    for result in results:
-        done.append(result)
-        yield from written()
-    yield from written()  # lines without a sentence after the last one
+def _flagged(rated: Iterator[tuple[str | dict, float | None]], min_confidence: float | None, below: list[int]) -> Iterator[str]:
+    """Each output line; with --min-confidence, the lines whose confidence is below it counted in below[0] (of below[1]
+    translated) and their JSON records marked "low_confidence" (true or false)."""
+    for out, confidence in rated:
+        low = min_confidence is not None and confidence is not None and confidence < min_confidence
+        below[0] += low
+        below[1] += confidence is not None
+        if isinstance(out, dict):
+            out = json.dumps({**out, "low_confidence": low} if min_confidence is not None else out, ensure_ascii=False)
+        yield out
 
 
 def _source_language(translator) -> str:
@@ -338,7 +345,8 @@ def _source_language(translator) -> str:
     CTranslate2), else English rules with a warning."""
     from nmtcli.documents.sentences import DEFAULT_LANGUAGE
 
-    values = getattr(translator, "config_values", None) or getattr(translator, "values", None) or {}
+    engine = getattr(translator, "engine", translator)  # the Python API's Translator, or CTranslate2's
+    values = getattr(engine, "config_values", None) or getattr(engine, "values", None) or {}
     language = (values.get("languages") or {}).get("source")
     if not language:
         warn(f"the model's config.json names no source language: sentences are split by the rules for {DEFAULT_LANGUAGE!r}")
@@ -363,10 +371,11 @@ def _sentence_warn(numbers: dict[int, tuple[int, int]]):
 def _on_cpu(translator) -> str:
     """" on N CPU threads" on a CPU (nmtcli/threads.py chooses N unless told); on a GPU what the CUDA graphs did
     (inference/graphs.py), so that a run whose graphs fell off says so; else nothing."""
-    n = translator.cpu_threads
+    engine = getattr(translator, "engine", translator)  # the Python API's Translator, or CTranslate2's
+    n = engine.cpu_threads
     if n:
         return f" on {n} CPU thread{'s' if n > 1 else ''}"
-    graphs = getattr(translator, "graphs", None)
+    graphs = getattr(engine, "graphs", None)
     if graphs is None:
         return ""
     state = graphs.summary()
@@ -398,10 +407,3 @@ def _write(results: Iterator[str], output: Path | None) -> tuple[int, float | No
                 count += 1
                 first = first or time.perf_counter()
     return count, first
-
-
-def _json_line(hyps) -> str:
-    """One JSON object per input line: the best translation's fields plus the n-best list."""
-    from nmtcli.inference.translator import nbest_record
-
-    return json.dumps(nbest_record(hyps), ensure_ascii=False)

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING
 from nmtcli.documents.sentences import sentence_spans
 
 if TYPE_CHECKING:
-    from nmtcli.inference.translator import Translation
+    from nmtcli.inference.results import Translation
 
 # Elements that run inside a line of text: their tags do not cut a block's text.
 INLINE = frozenset("a abbr acronym b bdi bdo big cite data del dfn em font i ins label mark nobr q rp rt ruby s small span "
@@ -307,7 +307,7 @@ class Document:
     def render_kth(self, results: Sequence[Sequence[Translation]], k: int = 0) -> str:
         """`render` with each sentence's k-th best translation (kth_best) from its n-best list, and its alignment;
         a sentence of no tokens (an empty n-best list) becomes ""."""
-        from nmtcli.inference.translator import kth_best
+        from nmtcli.inference.results import kth_best
 
         chosen = [kth_best(hyps, k) for hyps in results]
         return self.render([(best.text, best.alignment) if best else ("", None) for best in chosen])

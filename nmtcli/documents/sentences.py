@@ -15,14 +15,15 @@ language fallback chains (gsw -> de, ...), and from there to English rules.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import sentencex
 
-if TYPE_CHECKING:
-    from nmtcli.inference.translator import Translation
+from nmtcli.inference.confidence import joined_confidence
+from nmtcli.inference.results import Translation, best_of, kth_best, nbest_record
 
 Span = tuple[int, int]  # [start, end) character offsets of a sentence in its text
 T = TypeVar("T")
@@ -132,17 +133,72 @@ def joined_record(text: str, spans: Sequence[Span], results: Sequence[Sequence[T
     --output-format json`, /nmt/translate with "split_sentences"): "translation" is the joined best; "nbest"
     the joined k-th best (each sentence's k-th, or its last where its list is shorter); "score" and
     "log_prob" sums over the sentences (the log-probability of the joined text: the sentences are
-    translated independently); "sentences" the record of each sentence (nbest_record: its n-best list,
-    tokens, alignment) with its "source" text and "start"/"end" offsets in `text`. A sentence of no
-    tokens has no translations, and is "" in the joined text."""
-    from nmtcli.inference.translator import kth_best, nbest_record
+    translated independently); "confidence" the estimator over all the sentences' tokens (joined_confidence);
+    "sentences" the record of each sentence (nbest_record: its n-best list, tokens, alignment, confidence)
+    with its "source" text and "start"/"end" offsets in `text`. A sentence of no tokens has no translations,
+    and is "" in the joined text."""
+    joined = joined_translation(text, spans, results)
+    entries = [{"translation": t.text, "score": round(t.score, 6), "log_prob": round(t.log_prob, 6),
+                "confidence": None if t.confidence is None else round(t.confidence, 6)} for t in joined.nbest]
+    best = entries[0] if entries else {"translation": joined.text, "score": None, "log_prob": None, "confidence": None}
+    sentences = [{"source": text[a:b], "start": a, "end": b, **nbest_record(list(hyps))} for (a, b), hyps in zip(spans, results)]
+    return {**best, "nbest": entries, "sentences": sentences}
 
-    entries = []
+
+def joined_translation(text: str, spans: Sequence[Span], results: Sequence[Sequence[Translation]]) -> Translation:
+    """A text translated sentence by sentence as one Translation (the Python API's, with split_sentences): the joined
+    best, score and log_prob summed over the sentences, their tokens in order, the confidence over all of them; its
+    `nbest` the joined k-th best; `sentences` each sentence's best with its n-best list. (joined_record's fields.)"""
+    joined = []
     for k in range(max((len(hyps) for hyps in results), default=0)):
         chosen = [kth_best(hyps, k) for hyps in results]
         found = [h for h in chosen if h is not None]
-        entries.append({"translation": join_sentences(text, spans, [h.text if h else "" for h in chosen]),
-                        "score": round(sum(h.score for h in found), 6), "log_prob": round(sum(h.log_prob for h in found), 6)})
-    best = entries[0] if entries else {"translation": join_sentences(text, spans, [""] * len(spans)), "score": None, "log_prob": None}
-    sentences = [{"source": text[a:b], "start": a, "end": b, **nbest_record(list(hyps))} for (a, b), hyps in zip(spans, results)]
-    return {**best, "nbest": entries, "sentences": sentences}
+        joined.append(Translation(join_sentences(text, spans, [h.text if h else "" for h in chosen]), sum(h.score for h in found),
+                                  sum(h.log_prob for h in found), [t for h in found for t in h.tokens],
+                                  confidence=joined_confidence(found)))
+    sentences = [best_of(hyps) for hyps in results]
+    if not joined:
+        return Translation(join_sentences(text, spans, [""] * len(spans)), None, None, sentences=sentences)
+    best = joined[0]
+    return Translation(best.text, best.score, best.log_prob, best.tokens, confidence=best.confidence, nbest=joined, sentences=sentences)
+
+
+def translate_paragraphs(lines: Iterable[str], language: str, translate: Callable[[Iterator[str]], Iterable[list[Translation]]],
+                         numbers: dict[int, tuple[int, int]] | None = None) -> Iterator[tuple[str, list[Span], list[list[Translation]]]]:
+    """Texts translated sentence by sentence, streamed: each text of `lines` cut into sentences (`language`'s rules), the
+    sentences of all texts read by one `translate` call (a translator's translate_nbest: it reads them a window at a
+    time and yields each one's n-best list in order), and each text given back as (text, its spans, its sentences'
+    n-best lists) as soon as its last sentence is translated. `numbers` (if given) maps each sentence's number, as
+    the translator counts them from 1, to (its text's number, its place in the text) while it is in flight: a
+    warning about "line N" can name the text and sentence instead."""
+    plans: deque[tuple[str, list[Span]]] = deque()  # texts whose sentences are read, not yet given back
+    numbers = {} if numbers is None else numbers
+    read = written = 0  # sentence numbers, as the translator counts them
+
+    def sentences() -> Iterator[str]:
+        nonlocal read
+        for line_number, line in enumerate(lines, start=1):
+            spans = sentence_spans(line, language)
+            plans.append((line, spans))
+            for place, (a, b) in enumerate(spans, start=1):
+                read += 1
+                numbers[read] = (line_number, place)
+                yield line[a:b]
+
+    done: list[list[Translation]] = []  # the translations of the sentences of the texts in `plans`, in order
+
+    def finished() -> Iterator[tuple[str, list[Span], list[list[Translation]]]]:
+        nonlocal written
+        while plans and len(done) >= len(plans[0][1]):
+            line, spans = plans.popleft()
+            own = done[:len(spans)]
+            del done[:len(spans)]
+            for _ in spans:
+                written += 1
+                del numbers[written]
+            yield line, spans, own
+
+    for result in translate(sentences()):
+        done.append(result)
+        yield from finished()
+    yield from finished()  # texts without a sentence after the last one

@@ -29,6 +29,8 @@ from torch import Tensor
 from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
 from nmtcli.inference.beam import length_penalty
+from nmtcli.inference.confidence import confidence
+from nmtcli.inference.results import Scored
 from nmtcli.model.incremental import memory_keys_values
 from nmtcli.model.transformer import DecoderLayer, Transformer
 
@@ -62,32 +64,10 @@ class Forced:
         return sum(self.log_probs)
 
 
-@dataclass
-class Scored:
-    """A given translation's score (`nmt translate --score-only`): its pieces, the log-probability of each
-    and of the final EOS, that total over the length penalty as the search ranks (beam.length_penalty,
-    |Y| counting EOS), and its alignment to the source when asked for."""
-
-    tokens: list[str]
-    token_log_probs: list[float]
-    score: float
-    alignment: str | None = None
-
-    @property
-    def log_prob(self) -> float:
-        return sum(self.token_log_probs)
-
-    def record(self) -> dict:
-        """What `--score-only --output-format json` writes for the pair."""
-        n = len(self.token_log_probs)
-        record = {"score": round(self.score, 6), "log_prob": round(self.log_prob, 6), "per_token": round(self.log_prob / n, 6),
-                  "length": n, "tokens": self.tokens, "token_log_probs": [round(p, 6) for p in self.token_log_probs]}
-        return {**record, "alignment": self.alignment} if self.alignment is not None else record
-
-
 def scored(forced: Forced, tokens: list[str], alpha: float, penalty: str) -> Scored:
     """`forced`'s score as beam search ranks a hypothesis: log P(y | x) / length_penalty(|y| + 1)."""
-    return Scored(tokens, forced.log_probs, forced.log_prob / length_penalty(len(forced.log_probs), alpha, penalty))
+    return Scored(tokens, forced.log_probs, forced.log_prob / length_penalty(len(forced.log_probs), alpha, penalty),
+                  confidence=confidence(forced.log_prob, len(tokens)))
 
 
 def _rows(seqs: Sequence[list[int]], first: list[int], last: list[int], pad: int) -> Tensor:

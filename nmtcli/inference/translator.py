@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,6 +26,7 @@ from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
 from nmtcli.inference.alignment import DEFAULT_HEADS, alignment_text
 from nmtcli.inference.beam import Hypothesis, beam_search
+from nmtcli.inference.confidence import confidence
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.forced import Scored, force_ids, scored
 from nmtcli.inference.graphs import StepGraphs
@@ -33,6 +34,7 @@ from nmtcli.inference.greedy import greedy_search
 from nmtcli.inference.memory import gpu_batch
 from nmtcli.inference import precision
 from nmtcli.inference.precision import HALF, to_half
+from nmtcli.inference.results import Translation, kth_best, nbest_record  # noqa: F401 - also imported from here
 from nmtcli.inference.sampling import DEFAULT_SEED, check_sampling, parse_sampling, sample
 from nmtcli.inference.tokenizer import Tokenizer, load_tokenizer
 from nmtcli.model.checkpoint import load_model
@@ -84,30 +86,6 @@ def one_line(text: str) -> str:
     """A decoded translation as one line: byte-fallback pieces can spell a line break, and one output line per
     input line is the contract, also for readers that split where Python's str.splitlines() does (U+2028, ...)."""
     return text.translate(LINE_BREAKS)
-
-
-@dataclass
-class Translation:
-    text: str
-    score: float  # log-probability / length penalty: what the search ranks by
-    log_prob: float
-    tokens: list[str] = field(default_factory=list)  # the output's sentencepiece pieces
-    alignment: str | None = None  # Pharaoh "i-j ..." source-target links, when asked for
-
-
-def kth_best(hyps: Sequence[Translation], k: int) -> Translation | None:
-    """The k-th best translation of a line; its last where the search found fewer; None for an empty line
-    (no translations). Joined texts (sentences, HTML) take each part's k-th best this way."""
-    return hyps[min(k, len(hyps) - 1)] if hyps else None
-
-
-def nbest_record(hyps: list[Translation]) -> dict:
-    """One line's result as `nmt translate --output-format json` writes it and `nmt serve` answers it:
-    the best translation's fields plus the n-best list."""
-    entries = [{"translation": h.text, "score": round(h.score, 6), "log_prob": round(h.log_prob, 6), "tokens": h.tokens,
-                **({"alignment": h.alignment} if h.alignment is not None else {})} for h in hyps]
-    best = entries[0] if entries else {"translation": "", "score": None, "log_prob": None, "tokens": []}
-    return {**best, "nbest": entries}
 
 
 class Translator:
@@ -171,11 +149,15 @@ class Translator:
         for hyps in self.translate_nbest(lines, prefixes):
             yield hyps[0].text if hyps else ""
 
-    def translate_nbest(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[list[Translation]]:
+    def translate_nbest(self, lines: Iterable[str], prefixes: Iterable[str] | None = None,
+                        settings: SearchSettings | None = None) -> Iterator[list[Translation]]:
         """The `nbest` best translations of each line (best first), in order; [] for an empty line.
-        `prefixes`: one target prefix per line ("" for none), which each translation starts with."""
+        `prefixes`: one target prefix per line ("" for none), which each translation starts with.
+        `settings` overrides the search settings for this call (as translate_lines)."""
+        if settings is not None:
+            check_search(settings)
         for window, window_prefixes in numbered_windows(lines, self.window, prefixes):
-            for hyps in self._translate_window(window, prefixes=window_prefixes):
+            for hyps in self._translate_window(window, settings, window_prefixes):
                 yield [self._detokenize(h) for h in hyps]
 
     def translate_lines(self, lines: Sequence[str], settings: SearchSettings | None = None,
@@ -186,9 +168,7 @@ class Translator:
         `prefixes`: one target prefix per line ("" for none). `numbers`: each line's number, which keys its
         samples (default 1, 2, ...; serve: within its request)."""
         settings = settings or self.settings
-        check_sampling(settings.sampling, settings.temperature, settings.seed)
-        if settings.nbest > settings.beam and settings.sampling is None:
-            raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
+        check_search(settings)
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
         window = list(zip(numbers or range(1, len(lines) + 1), lines))
@@ -201,7 +181,8 @@ class Translator:
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         text = one_line(self.tokenizer.decode(hyp.tokens))
-        return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens], hyp.alignment)
+        return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens], hyp.alignment,
+                           confidence(hyp.log_prob, len(hyp.tokens)))
 
     def _translate_window(self, window: list[tuple[int, str]], settings: SearchSettings | None = None,
                           prefixes: Sequence[str] | None = None) -> list[list[Hypothesis]]:
@@ -249,6 +230,13 @@ class Translator:
                 if alignment:
                     result.alignment = alignment_text(f.attention, [self.pieces[t] for t in src], result.tokens, alignment)
                 yield result
+
+
+def check_search(settings: SearchSettings) -> None:
+    """A call's own search settings (serve's request, the Python API's arguments): sampling's, and nbest within the beam."""
+    check_sampling(settings.sampling, settings.temperature, settings.seed)
+    if settings.nbest > settings.beam and settings.sampling is None:
+        raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
 
 
 def encode_prefixes(tokenizer: Tokenizer, numbers: list[int], prefixes: Sequence[str], limit: int, warn: Warn) -> list[list[int]]:

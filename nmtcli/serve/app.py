@@ -4,7 +4,7 @@
     POST /detect             LibreTranslate's: q -> [{"confidence", "language"}], the likeliest languages first
     GET  /languages          LibreTranslate's: [{"code", "name", "targets"}], every language a model translates from or into
     GET  /frontend/settings  LibreTranslate's: the limits and whether a key is needed (its web clients ask)
-    POST /nmt/translate      one line per item of `lines`, with the search options of `nmt translate`
+    POST /nmt/translate      one line per item of `lines`, with the search options of `nmt translate`, and min_confidence
     GET  /nmt/models         the models served: name, language pair, scores.json
     GET  /health             {"status": "ok", ...} once the models are loaded
     GET  /metrics            Prometheus' text format (metrics.py)
@@ -153,8 +153,12 @@ class Service:
         if ask.targets is not None:  # forced decoding: the records of `nmt translate --score-only --output-format json`
             return JSONResponse({**answer, "scores": [scored.record() for scored in results]})
         if split is not None:  # one record per line, its sentences' translations joined (documents/sentences.py)
-            return JSONResponse({**answer, "translations": [joined_record(*group) for group in split.grouped(results)]})
-        return JSONResponse({**answer, "translations": [nbest_record(hyps) for hyps in results]})
+            records = [joined_record(*group) for group in split.grouped(results)]
+        else:
+            records = [nbest_record(hyps) for hyps in results]
+        if ask.min_confidence is not None:
+            records = [_confident(record, line, ask.min_confidence) for record, line in zip(records, ask.lines)]
+        return JSONResponse({**answer, "translations": records})
 
     async def detect(self, request: Request) -> Response:
         """LibreTranslate's POST /detect: the likeliest languages of q, best first; the texts of a list q as one
@@ -390,6 +394,17 @@ def _settings_record(s: SearchSettings) -> dict[str, Any]:
     return {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty, "max_len_a": s.max_len_a, "max_len_b": s.max_len_b,
             "nbest": s.nbest, **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {}),
             **({"alignment": s.alignment} if s.alignment else {})}
+
+
+def _confident(record: dict[str, Any], line: str, least: float) -> dict[str, Any]:
+    """/nmt/translate's `min_confidence`: a record whose confidence is below `least` becomes the line as it was sent,
+    flagged "low_confidence" (its score, log_prob and confidence kept, the model's translations left out); every other
+    record is flagged false. (LibreTranslate #670: rather no translation than a bad one.)"""
+    confidence = record.get("confidence")
+    if confidence is None or confidence >= least:
+        return {**record, "low_confidence": False}
+    return {"translation": line, "low_confidence": True, "confidence": confidence, "score": record["score"],
+            "log_prob": record["log_prob"], "tokens": [], "nbest": []}
 
 
 def _nth(hyps: list[Translation], k: int) -> str:

@@ -1,5 +1,5 @@
 """Dynamic batching: the lines of concurrent requests are gathered for at most `max_delay` seconds and
-translated together in one call (`Translator.translate_lines`, which sorts them by length into batches
+translated together in one call (the Python API's `Translator.translate_lines`, which sorts them by length into batches
 of `batch_tokens`); each request gets its own lines back, in order.
 
 One worker thread translates, one call at a time (PyTorch already spreads one batch over every core);
@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from nmtcli import faults
-from nmtcli.inference.forced import Scored
+from nmtcli.inference.results import Scored
 from nmtcli.inference.translator import SearchSettings, Translation
 from nmtcli.serve.models import ServedModel
 
@@ -176,9 +176,9 @@ class Batcher:
 
 def _translate(job: Job, lines: list[str], numbers: list[int], prefixes: list[str] | None = None,
                targets: list[str] | None = None) -> list[list[Translation]] | list[Scored]:
-    """In the worker thread: one call for the lines of every job of the batch."""
+    """In the worker thread: one call of the Python API for the lines of every job of the batch; each line's n-best list."""
     faults.point("serve-batch", lines=lines)
     if targets is not None:
         s = job.settings
-        return list(job.model.translator.score(lines, targets, s.alignment, s))
-    return job.model.translator.translate_lines(lines, job.settings, prefixes=prefixes, numbers=numbers)
+        return list(job.model.translator.score_with(s, lines, targets, s.alignment))
+    return [t.nbest for t in job.model.translator.translate_lines(job.settings, lines, prefixes, numbers)]

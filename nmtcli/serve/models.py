@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nmtcli.api import Translator, open_engine
 from nmtcli.errors import NmtError
-from nmtcli.inference.translator import SearchSettings, Translator
+from nmtcli.inference.translator import SearchSettings
 
 
 @dataclass
@@ -17,8 +18,12 @@ class ServedModel:
     name: str  # what the user named with -m: a dir or a Hub id
     source: str
     target: str
-    translator: Translator
+    translator: Translator  # the Python API's: `nmt serve` translates through the calls a program makes
     scores: dict[str, Any] = field(default_factory=dict)  # the model dir's scores.json, as `nmt score` wrote it
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.translator, Translator):  # a native engine (inference/translator.py) loaded by its caller
+            self.translator = Translator(self.translator, self.name)
 
     @property
     def pair(self) -> str:
@@ -76,5 +81,6 @@ def load_models(dirs: list[tuple[str, Path]], device: str, settings: SearchSetti
                            "serve one model per language pair (run a second `nmt serve` on another --port for the other)",
                            exit_code=2)
         pairs[pair] = name
-    return [ServedModel(name, *pair, Translator(path, device, settings, dtype=dtype, warn=warn), read_scores(path))
+    return [ServedModel(name, *pair, Translator(open_engine(path, device=str(device), dtype=dtype, settings=settings, warn=warn), name),
+                        read_scores(path))
             for pair, (name, path) in zip(pairs, dirs)]

@@ -185,13 +185,14 @@ class NmtRequest:
     targets: list[str] | None = None  # given translations to score (forced decoding), one per line
     split_sentences: bool = False  # each line cut into sentences, translated one by one and joined (one record a line)
     format: str = "text"  # "html": each item of `lines` is an HTML fragment, translated a sentence at a time
+    min_confidence: float | None = None  # a line whose translation's confidence is below it comes back as sent, flagged
 
 
 def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits) -> NmtRequest:
     lines = fields.get("lines")
     if not isinstance(lines, list) or not lines or not all(isinstance(line, str) for line in lines):
         raise ApiError(400, "Invalid request: lines must be a non-empty list of strings (one line each)")
-    text_format = _format(fields, ("prefix", "targets", "split_sentences"))
+    text_format = _format(fields, ("prefix", "targets", "split_sentences", "min_confidence"))
     for number, line in enumerate(lines, start=1):
         if ("\n" in line or "\r" in line) and text_format == "text":
             raise ApiError(400, f"Invalid request: line {number} holds a line break (send each line as its own item)")
@@ -221,9 +222,13 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
     if targets is not None and nbest > 1:
         raise ApiError(400, "Invalid request: nbest has no meaning with targets (each given translation gets one score)")
     split_sentences = _split_sentences(fields.get("split_sentences", False), prefixes, targets)
+    min_confidence = None if fields.get("min_confidence") is None else _number(fields["min_confidence"], "min_confidence", 0.0, 1.0)
+    if min_confidence is not None and targets is not None:
+        raise ApiError(400, "Invalid request: min_confidence does not go with targets (a given translation is scored, not replaced)")
     texts = [*lines, *(prefixes or []), *(targets or [])]
     check_size(sum(len(text) for text in texts), len(lines), limits, texts)
-    return NmtRequest(lines, source, target, settings, prefixes, targets, split_sentences=split_sentences, format=text_format)
+    return NmtRequest(lines, source, target, settings, prefixes, targets, split_sentences=split_sentences, format=text_format,
+                      min_confidence=min_confidence)
 
 
 def _split_sentences(value: Any, prefixes: list[str] | None, targets: list[str] | None) -> bool:

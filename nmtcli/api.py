@@ -1,0 +1,279 @@
+"""The Python API: `from nmtcli import Translator` (docs/python-api.md).
+
+    translator = Translator.load("models/tiny-demo")          # a model dir, or a Hub id OWNER/NAME, as `-m`
+    [t] = translator.translate(["Insert image"])
+    t.text, t.score, t.confidence                             # "Bild einfügen", -0.31, 0.83
+
+The same calls `nmt translate` and `nmt serve` make: the search settings are built and checked here and
+the lines go through the native engine's windows and batches (inference/translator.py), so a program gets
+what the command line prints. Importing this module loads no torch; `Translator.load` does. The API never
+prints: the engine's warnings (a line truncated to the model's length, a GPU batch halved) go to the
+`nmtcli` logger. Mistakes a caller can make raise `NmtError` with the message `nmt` would print, or
+TypeError for a wrong type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Literal
+
+from nmtcli.errors import NmtError, NotAvailable
+from nmtcli.inference.results import Scored, Translation, best_of
+
+if TYPE_CHECKING:
+    from nmtcli.documents.languages import Detector
+    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.translator import Translator as Engine
+
+log = logging.getLogger("nmtcli")
+
+Alignment = Literal["words", "pieces"]
+
+
+class Translator:
+    """A model loaded once, ready to translate, score and sample texts. Make one with `Translator.load`."""
+
+    def __init__(self, engine: Engine, name: str):
+        self._engine = engine
+        self.name = name  # the model as it was named to load()
+        self._detector: Detector | None = None
+
+    @classmethod
+    def load(cls, model: str | os.PathLike[str], *, device: str = "auto", dtype: str | None = None,
+             revision: str | None = None) -> Translator:
+        """The model of a model dir (written by `nmt average`, `nmt import`, `nmt pull`) or a Hub id OWNER/NAME
+        (downloaded once into the Hub cache, at `revision`), as `nmt translate -m` takes it, on `device` (auto,
+        cpu, cuda, cuda:N) computing in `dtype` (fp32, the default; int8 on a CPU; bf16 or fp16 on a GPU)."""
+        return cls(open_engine(model, device=device, dtype=dtype, revision=revision), str(model))
+
+    # --- what the model is ------------------------------------------------------------------------
+
+    @property
+    def source_language(self) -> str | None:
+        """The model's source language code (config.json's "languages"), or None where it names none."""
+        return (self._engine.config_values.get("languages") or {}).get("source") or None
+
+    @property
+    def target_language(self) -> str | None:
+        """The model's target language code, or None where it names none."""
+        return (self._engine.config_values.get("languages") or {}).get("target") or None
+
+    @property
+    def device(self) -> str:
+        """The device the model is on ("cpu", "cuda:0")."""
+        return str(self._engine.device)
+
+    # --- translating ------------------------------------------------------------------------------
+
+    def translate(self, texts: Iterable[str], *, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
+                  prefix: str | Iterable[str] | None = None, glossary: Mapping[str, str] | None = None,
+                  split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
+                  length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50) -> list[Translation]:
+        """Each text's translation, in order: beam search of `beam` (1: greedy) with the GNMT length penalty
+        `alpha` (sec. 6.1's settings by default). `texts`: a list, or any iterable (read a window at a time).
+        `nbest`: each Translation's `nbest` holds that many, best first. `prefix`: a target prefix every
+        translation starts with, one per text (an iterable) or the same for all (a str). `split_sentences`: each
+        text is a paragraph, cut into sentences translated one by one and joined with its own whitespace (each
+        sentence's translation in `sentences`). `alignment`: each translation's word ("words") or sentencepiece
+        ("pieces") alignment to its text, Pharaoh "i-j". `batch_tokens`: padded source tokens per batch from this
+        call on. `length_penalty` "power" is |Y|^alpha; the output has at most max_len_a * |x| + max_len_b tokens.
+        An empty list gives an empty list; an empty or blank text an empty Translation (score and confidence None)."""
+        return list(self.translate_stream(texts, beam=beam, alpha=alpha, nbest=nbest, prefix=prefix, glossary=glossary,
+                                          split_sentences=split_sentences, alignment=alignment, batch_tokens=batch_tokens,
+                                          length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b))
+
+    def translate_stream(self, texts: Iterable[str], *, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
+                         prefix: str | Iterable[str] | None = None, glossary: Mapping[str, str] | None = None,
+                         split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
+                         length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50) -> Iterator[Translation]:
+        """`translate`, as an iterator: each window's translations are given as soon as it is done, so an endless
+        input (a file, a queue) is translated in bounded memory. `nmt translate` writes its output from here."""
+        if glossary is not None:
+            raise NotAvailable("glossary= is not available yet: nmt cannot force terms into a translation",
+                               "leave glossary out; a target prefix (prefix=) can force the start of one")
+        settings = self._settings(beam=beam, alpha=alpha, nbest=nbest, alignment=alignment, batch_tokens=batch_tokens,
+                                  length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b)
+        if split_sentences and prefix is not None:
+            raise NmtError("split_sentences does not go with prefix", "a prefix belongs to a whole text: split the texts first",
+                           exit_code=2)
+        return self._stream(checked(texts, "texts"), settings, prefix, split_sentences)
+
+    def sample(self, texts: Iterable[str], *, samples: int = 1, sampling: str = "full", temperature: float = 1.0,
+               seed: int = 1, max_len_a: float = 1.0, max_len_b: int = 50) -> list[Translation]:
+        """Translations drawn from the model instead of searched, for back-translation (`nmt translate --sampling`):
+        `samples` a text (in each Translation's `nbest`, in the order drawn), from the whole distribution ("full"),
+        the K likeliest tokens ("topk:K") or the fewest whose probability reaches P ("topp:P"), of softmax(logits /
+        temperature). A text's samples are a function of (seed, its number in `texts`, the sample): the same
+        whatever the batching. Each score and log_prob is the model's log-probability of the sample."""
+        settings = self._settings(beam=1, nbest=samples, sampling=sampling, temperature=temperature, seed=seed,
+                                  max_len_a=max_len_a, max_len_b=max_len_b)
+        return list(self._stream(checked(texts, "texts"), settings, None, False))
+
+    def score(self, sources: Iterable[str], targets: Iterable[str], *, alpha: float = 0.6, length_penalty: str = "gnmt",
+              alignment: Alignment | None = None) -> list[Scored]:
+        """Forced decoding (`nmt translate --score-only`): for each (source, target) pair the model's log-probability of
+        that target, token by token (`token_log_probs`, the last for EOS), its score as the search would rank it, and
+        its confidence; with `alignment` its alignment to the source. The two must have as many items."""
+        settings = self._settings(alpha=alpha, length_penalty=length_penalty)
+        if alignment not in (None, "words", "pieces"):
+            raise NmtError(f"unknown alignment {alignment!r}", "choose words or pieces", exit_code=2)
+        return list(self.score_with(settings, sources, targets, alignment))
+
+    def translate_html(self, document: str, *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt",
+                       max_len_a: float = 1.0, max_len_b: int = 50) -> str:
+        """An HTML document translated (`nmt translate --format html`): every tag, attribute, comment and
+        <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time, inline
+        tags placed by the word alignment."""
+        if not isinstance(document, str):
+            raise TypeError(f"document must be a str, not {type(document).__name__}")
+        settings = self._settings(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b)
+        return self.html_with(settings, document)[0]
+
+    def detect_language(self, text: str) -> list[tuple[str, float]]:
+        """The likeliest languages of `text` as (code, confidence 0-100), best first, the model's own two a priori
+        likelier (as `nmt serve`'s source "auto"); [] for text without letters. Needs the serve extra (py3langid)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        if self._detector is None:
+            try:
+                from nmtcli.documents.languages import Detector
+                self._detector = Detector([code for code in (self.source_language, self.target_language) if code])
+            except ImportError:
+                raise NmtError("language detection needs py3langid", "pip install 'nmtcli[serve]'") from None
+        return [(guess.language, guess.confidence) for guess in self._detector.detect(text)]
+
+    # --- for nmt's own commands: the same calls with the search settings already built -----------------
+    # `nmt translate` and `nmt serve` check their flags and request fields themselves (their own messages), then
+    # translate through these, the code behind the public methods above. Not part of the API: they may change.
+
+    @property
+    def engine(self) -> Engine:
+        """The native engine underneath (inference/translator.py): its windows, batches, devices and graphs."""
+        return self._engine
+
+    def translate_with(self, settings: SearchSettings, texts: Iterable[str], prefixes: Iterable[str] | None = None,
+                       split_sentences: bool = False) -> Iterator[Translation]:
+        """`translate_stream` with `settings` as they are (sampling included) and one prefix per text."""
+        return self._stream(checked(texts, "texts"), settings, prefixes, split_sentences)
+
+    def translate_lines(self, settings: SearchSettings, lines: list[str], prefixes: list[str] | None = None,
+                        numbers: list[int] | None = None) -> list[Translation]:
+        """`lines` translated as one unit (sorted and batched together: `nmt serve`'s batch of concurrent requests);
+        `numbers` key each line's samples (default 1, 2, ...)."""
+        return [best_of(hyps) for hyps in self._engine.translate_lines(lines, settings, prefixes, numbers)]
+
+    def score_with(self, settings: SearchSettings, sources: Iterable[str], targets: Iterable[str],
+                   alignment: Alignment | None = None) -> Iterator[Scored]:
+        """`score` with `settings` as they are, as an iterator (a window at a time)."""
+        return self._engine.score(checked(sources, "sources"), checked(targets, "targets"), alignment, settings)
+
+    def html_with(self, settings: SearchSettings, document: str) -> tuple[str, int]:
+        """`translate_html` with `settings` as they are (their alignment made COVERING); also the document's sentences."""
+        from nmtcli.documents.markup import parse
+        from nmtcli.inference.alignment import COVERING
+
+        parsed = parse(document, self._split_language())
+        settings = dataclasses.replace(settings, alignment=COVERING)
+        results = self._engine.translate_lines(parsed.segments, settings) if parsed.segments else []
+        return parsed.render_kth(results), len(parsed.segments)
+
+    # --- what the calls share -----------------------------------------------------------------------
+
+    def _settings(self, **changes) -> SearchSettings:
+        """The engine's settings with this call's `changes`, checked as the command line checks its flags."""
+        from nmtcli.inference.beam import LENGTH_PENALTIES
+        from nmtcli.inference.translator import check_search
+
+        for name in ("beam", "nbest", "max_len_b", "batch_tokens"):
+            value = changes.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "max_len_b" else 1)):
+                raise NmtError(f"{name} must be an integer of at least {0 if name == 'max_len_b' else 1}, not {value!r}", exit_code=2)
+        if changes.get("length_penalty", "gnmt") not in LENGTH_PENALTIES:
+            raise NmtError(f"unknown length_penalty {changes['length_penalty']!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)
+        if changes.get("alignment") not in (None, "words", "pieces"):
+            raise NmtError(f"unknown alignment {changes['alignment']!r}", "choose words or pieces", exit_code=2)
+        if changes.get("batch_tokens") is not None:
+            self._engine.budget.tokens = changes["batch_tokens"]
+        settings = dataclasses.replace(self._engine.settings, **{"sampling": None, "alignment": None, **changes})
+        check_search(settings)
+        return settings
+
+    def _stream(self, texts: Iterator[str], settings: SearchSettings, prefix: str | Iterable[str] | None,
+                split_sentences: bool) -> Iterator[Translation]:
+        prefixes = None
+        if isinstance(prefix, str):
+            texts, prefixes = _each_with(texts, prefix)
+        elif prefix is not None:
+            prefixes = checked(prefix, "prefix")
+        if split_sentences:
+            from nmtcli.documents.sentences import joined_translation, translate_paragraphs
+
+            for text, spans, results in translate_paragraphs(texts, self._split_language(),
+                                                             lambda sentences: self._engine.translate_nbest(sentences, None, settings)):
+                yield joined_translation(text, spans, results)
+            return
+        for hyps in self._engine.translate_nbest(texts, prefixes, settings):
+            yield best_of(hyps)
+
+    def _split_language(self) -> str:
+        """The language whose rules cut a text into sentences: the model's source language, else English's (a warning)."""
+        from nmtcli.documents.sentences import DEFAULT_LANGUAGE
+
+        if not self.source_language:
+            self._engine.warn(f"the model's config.json names no source language: sentences are split by the rules for {DEFAULT_LANGUAGE!r}")
+        return self.source_language or DEFAULT_LANGUAGE
+
+
+def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: str | None = None, revision: str | None = None,
+                settings: SearchSettings | None = None, warn: Callable[[str], None] | None = None) -> Engine:
+    """The native engine of a model dir or Hub id on a device: what `Translator.load`, `nmt translate` and `nmt serve`
+    load a model with. `settings`: the defaults of every call (and the window and batch sizes); `warn`: where the
+    engine's warnings go (default: the `nmtcli` logger)."""
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model must be a model dir or a Hub id (str or path), not {type(model).__name__}")
+    from nmtcli import hub
+    from nmtcli.device import resolve_device
+    from nmtcli.inference.translator import SearchSettings, Translator as Engine
+
+    path = hub.resolve_model(model, revision)
+    return Engine(path, resolve_device(str(device)), settings or SearchSettings(), dtype=dtype or "fp32", warn=warn or log.warning)
+
+
+def checked(items: Iterable[str], name: str) -> Iterator[str]:
+    """The strings of `items`, read one at a time; TypeError naming the index of the first that is not a str (and for
+    a str or bytes given whole, which would be read a character at a time)."""
+    if isinstance(items, (str, bytes)):
+        raise TypeError(f"{name} must be a list (or other iterable) of str, not a single {type(items).__name__}: wrap it in a list")
+    if not isinstance(items, Iterable):
+        raise TypeError(f"{name} must be a list (or other iterable) of str, not {type(items).__name__}")
+    return _checked(items, name)
+
+
+def _checked(items: Iterable[str], name: str) -> Iterator[str]:
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            raise TypeError(f"{name}[{index}] is {'None' if item is None else 'a ' + type(item).__name__}, not a str")
+        yield item
+
+
+def _each_with(texts: Iterator[str], prefix: str) -> tuple[Iterator[str], Iterator[str]]:
+    """`texts`, and `prefix` once for each text read so far: the one prefix of every text, as a stream read
+    beside them that ends where they do."""
+    read = 0
+
+    def counted() -> Iterator[str]:
+        nonlocal read
+        for text in texts:
+            read += 1
+            yield text
+
+    def prefixes() -> Iterator[str]:
+        given = 0
+        while given < read:
+            given += 1
+            yield prefix
+
+    return counted(), prefixes()
