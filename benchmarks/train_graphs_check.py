@@ -24,32 +24,16 @@ import torch
 from nmtcli.data.batching import Batch
 from nmtcli.model.config import PRESETS
 from nmtcli.model.transformer import Transformer
-from nmtcli.training.graphs import TrainingGraphs
+from nmtcli.training.graphs import TrainingGraphs, Unrecorded
 from nmtcli.training.loss import output_loss
 from nmtcli.training.precision import MasterWeights
 
 
-class Unrecorded:
-    """The backend's contract with nothing recorded: the graphs' own functions, run eagerly."""
-
-    def warm_up(self, part):
-        part()
-
-    def record(self, part):
-        return part
-
-    def replay(self, graph, owner=None):
-        graph()
-
-    def release(self):
-        pass
-
-
 def trainer(precision: str, device: torch.device, backend=None):
-    if backend is None and device.type == "cpu":  # --device cpu: the script checked, not the graphs
-        backend = Unrecorded()
     """(fp32 model, TrainingGraphs) of a seeded 2-layer d_model 256 model, dropout 0.1, Adam eps 1e-6 (eps 1e-9 makes
     whole steps of the rounding noise in the key biases' gradient, which is zero in exact arithmetic)."""
+    if backend is None and device.type == "cpu":  # --device cpu: the script checked, not the graphs
+        backend = Unrecorded()
     torch.manual_seed(0)
     config = PRESETS["tiny"].replace(vocab_size=4000, d_model=256, d_ff=1024, heads=4, layers=2, dropout=0.1)
     model = Transformer(config).to(device).train()

@@ -26,7 +26,7 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --at --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format --min-confidence
         case 'serve'
             printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads
         case 'score'
@@ -214,6 +214,8 @@ complete -c nmt -n "__nmt_using 'train'" -l compile -d 'torch.compile the model 
 complete -c nmt -n "__nmt_using 'train'" -l no-compile -d 'The opposite of --compile'
 complete -c nmt -n "__nmt_using 'train'" -l shape-classes -d 'Pad batches to a few shapes (15 lengths, rows filled to --max-tokens): a GPU plans each new shape once'
 complete -c nmt -n "__nmt_using 'train'" -l no-shape-classes -d 'The opposite of --shape-classes'
+complete -c nmt -n "__nmt_using 'train'" -l cuda-graphs -d 'Replay each step from CUDA graphs (one per batch shape, one for Adam) instead of launching its kernels one by one from Python'
+complete -c nmt -n "__nmt_using 'train'" -l no-cuda-graphs -d 'The opposite of --cuda-graphs'
 complete -c nmt -n "__nmt_using 'train'" -l peak-tflops -x -d 'The GPU\'s peak TFLOP/s at this precision, for MFU in the log where nmt does not know the GPU'
 complete -c nmt -n "__nmt_using 'train'" -l restart -d 'Delete an existing run dir and start over instead of resuming'
 complete -c nmt -n "__nmt_using 'train'" -l help -s h -d 'Show this message and exit'
@@ -254,6 +256,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l score-only -d 'Score given trans
 complete -c nmt -n "__nmt_using 'translate'" -l target-file -r -F -d 'The translations --score-only scores, one per input line'
 complete -c nmt -n "__nmt_using 'translate'" -l split-sentences -d 'Input lines are paragraphs: cut each into sentences (by the rules of the model\'s source language), translate them one by one, and join their translations with the line\'s own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence\'s record under "sentences"'
 complete -c nmt -n "__nmt_using 'translate'" -l format -x -d 'text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block\'s text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md)'
+complete -c nmt -n "__nmt_using 'translate'" -l min-confidence -x -d 'Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get "low_confidence": true, and stderr counts them'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve

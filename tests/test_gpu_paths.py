@@ -23,6 +23,7 @@ from nmtcli.inference.precision import autocast, to_half
 from nmtcli.inference.translator import BatchBudget, SearchSettings, translate_ids
 from nmtcli.model import incremental
 from nmtcli.model.incremental import DecoderCache
+from nmtcli.training.graphs import Unrecorded
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -1181,23 +1182,6 @@ def _steps_of_two_classes(trainer, update_freq: int, steps: int):
                                   LengthStats.of(data.src.lengths[every], data.tgt.lengths[every]), stream.state_dict()))
     assert len({tuple(b.src.shape) for step in result for b in step.batches}) == 2
     return result
-
-
-class Unrecorded:
-    """The capture backend's contract with nothing recorded: a capture keeps the part's Python, a replay runs it again.
-    The same functions as the graphs, run eagerly: what a replay must equal bit for bit."""
-
-    def warm_up(self, part):
-        part()
-
-    def record(self, part):
-        return part
-
-    def replay(self, graph, owner=None):
-        graph()
-
-    def release(self):
-        pass
 
 
 def _same_training(graphed, eager, steps, exactly=None) -> None:

@@ -212,6 +212,24 @@ class TrainingGraphs:
         self.warn(message)
 
 
+class Unrecorded:
+    """A capture backend that records nothing: a capture keeps the part's Python, a replay runs it again. The
+    graphs' own functions run eagerly: what a real replay must equal bit for bit (benchmarks/train_graphs_check.py
+    on a GPU, the tests on a CPU)."""
+
+    def warm_up(self, part):
+        part()
+
+    def record(self, part):
+        return part
+
+    def replay(self, graph, owner=None):
+        graph()
+
+    def release(self):
+        pass
+
+
 def _static_gradients(model: nn.Module) -> list[Tensor]:
     """Every trained parameter's gradient, made now (zeros): from here on only added into and zeroed in place, so
     that it keeps the address the graphs write to (a gradient set to None would be made again elsewhere)."""
