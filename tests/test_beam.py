@@ -320,3 +320,136 @@ def test_a_hypothesis_is_read_back_from_its_last_beam_through_the_parents():
     ended = torch.tensor([[1, 0, 1]])  # beam 1 after 3 positions, beam 0 after 3, beam 1 after 2 (5 8)
     length = torch.tensor([[3, 3, 2]])
     assert backtrack(tokens, parents, ended, length).tolist() == [[[5, 8, 9], [5, 6, 7], [5, 8, 0]]]
+
+
+# --- ranking on the logits (issue 33) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_log_probabilities_from_the_row_normalizer_are_log_softmax_to_the_bit(monkeypatch, dtype):
+    # A step turns only its chosen tokens' logits into log-probabilities, with each row's (shift, log_sum)
+    # computed a few rows at a time: the values must be the ones log_softmax over the whole float32 tensor gives.
+    from nmtcli.inference import outputs
+
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(37, 5000, generator=g) * torch.linspace(0.05, 12, 37)[:, None] + 3).to(dtype)
+    full = torch.log_softmax(logits.float(), dim=-1)
+    for chunk_bytes in (4 << 20, 4 * 5000 * 5):  # the whole at once; 5 rows a chunk, the last one short
+        monkeypatch.setitem(outputs.NORMALIZER_CHUNK_BYTES, "cpu", chunk_bytes)
+        normalizer = outputs.log_normalizer(logits)
+        assert torch.equal(outputs.log_probs_of(logits, normalizer), full)
+    columns = torch.randint(0, 5000, (37, 9), generator=g)
+    assert torch.equal(outputs.log_probs_of(logits.gather(1, columns), normalizer), full.gather(1, columns))
+    assert outputs.log_probs_of(torch.full((37, 1), float("-inf"), dtype=dtype), normalizer).isneginf().all()
+
+
+def _reference_candidates(search, logits: torch.Tensor, generated: torch.Tensor, R: int):
+    """BeamSearch.candidates written the straightforward way, as it was before issue 33: log-softmax over the
+    whole float32 vocabulary, every rule applied to it, then topk. Also returns the masked log-probabilities."""
+    cfg = search.model.config
+    g, rows, V = int(generated), *logits.shape
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    log_probs[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")
+    if g <= int(search.min_len):
+        log_probs[:, cfg.eos_id] = float("-inf")
+    for r in range(rows):
+        s = r // R
+        if search.prefix is not None and g <= int(search.prefix_len[s]):  # inside its prefix: that token alone
+            token = int(search.prefix[s, g - 1])
+            kept = log_probs[r, token].clone()
+            log_probs[r] = float("-inf")
+            log_probs[r, token] = kept
+    values, tokens = log_probs.topk(min(2 * search.scores.size(1), V), dim=1)
+    for r in range(rows):
+        if g > int(search.max_len[r // R]):  # at its length limit: EOS alone
+            values[r] = float("-inf")
+            values[r, 0] = log_probs[r, cfg.eos_id]
+            tokens[r] = cfg.eos_id
+    return values, tokens, log_probs
+
+
+def _random_logits(g: torch.Generator, rows: int, V: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rows of all kinds: flat and peaked, some led by EOS, some by a banned token (PAD or BOS)."""
+    logits = torch.randn(rows, V, generator=g) * torch.empty(rows, 1).uniform_(0.1, 8, generator=g)
+    lead = torch.randint(0, 4, (rows,), generator=g)  # 0 PAD, 2 BOS, 3 EOS; 1 (UNK): leave the row as drawn
+    for r in range(rows):
+        if int(lead[r]) != 1:
+            logits[r, int(lead[r])] = logits[r].max() + 1.0
+    return logits.to(dtype)
+
+
+# Prefixes with every case a row inside its prefix can meet: a token allowed, EOS (allowed only after min_len),
+# BOS (banned), none, one past the length limit.
+RANDOM_PREFIXES = [[5, 6, 7, 8, 9, 10], [], [BOS_ID, 4], [4, EOS_ID], [4, 5, EOS_ID]]
+
+
+def _in_vocabulary(sentences: list[list[int]], V: int) -> list[list[int]]:
+    """The sentences with their word ids (4 and above) folded into a vocabulary of V."""
+    return [[t if t < 4 else 4 + (t - 4) % (V - 4) for t in s] for s in sentences]
+
+
+@pytest.mark.parametrize("V, dtype", [(7, torch.float32), (50, torch.float32), (3000, torch.float32), (3000, torch.bfloat16)])
+@pytest.mark.parametrize("prefixes", [None, RANDOM_PREFIXES])
+def test_a_step_ranks_its_candidates_on_the_logits_as_log_softmax_then_topk_would(V, dtype, prefixes):
+    # Over random logits, with banned tokens leading rows, min length, prefixes and rows at their length limit:
+    # the candidates (log-probabilities, best first, and tokens) equal the reference's. V = 7 has fewer than 2K
+    # finite candidates a row; V = 3000 takes top_k_per_row's CPU block path; bf16 logits have ties.
+    from nmtcli.inference.beam import BeamSearch
+
+    model = tiny_model(11, vocab_size=V)
+    src = _batch(_in_vocabulary(SENTENCES, V))
+    g = torch.Generator().manual_seed(V)
+    with torch.inference_mode():
+        search = BeamSearch(model, src, 4, 0.6, 0.5, 2, 2, "gnmt", 3, prefixes and _in_vocabulary(prefixes, V))
+        n, K = search.scores.shape
+        assert len(set(search.max_len.tolist())) > 1
+        for generated in range(1, search.steps + 2):  # past every sentence's limit too
+            for R in (1, K):
+                logits = _random_logits(g, n * R, V, dtype)
+                position = torch.tensor([generated])
+                values, tokens = search.candidates(logits.clone(), position, R)
+                expected, expected_tokens, masked = _reference_candidates(search, logits, position, R)
+                torch.testing.assert_close(values, expected, rtol=0, atol=1e-5)
+                finite = values.isfinite()
+                assert finite.any(1).sum() >= n * R // 2  # most rows offer something
+                # Each finite candidate is its token at its (masked) log-probability; the tokens are the
+                # reference's too, but where bf16 logits tie the order among the tied is topk's own.
+                torch.testing.assert_close(masked.gather(1, tokens)[finite], values[finite], rtol=0, atol=1e-5)
+                if dtype == torch.float32:
+                    assert torch.equal(tokens[finite], expected_tokens[finite])
+
+
+@pytest.mark.parametrize("V", [7, 3000])
+def test_a_search_over_random_logits_equals_the_search_that_ranks_full_log_softmax(monkeypatch, V):
+    # Whole searches whose decoder steps give random logits: the step that ranks logits against one whose
+    # candidates are the straightforward reference's: the same tokens, scores and log-probabilities.
+    from nmtcli.inference import beam
+    from nmtcli.model import incremental
+
+    class ReferenceSearch(beam.BeamSearch):
+        def candidates(self, logits, generated, R):
+            return _reference_candidates(self, logits, generated, R)[:2]
+
+    def random_steps(seed):
+        g = torch.Generator().manual_seed(seed)
+        return lambda model, tokens, state: _random_logits(g, *incremental.decode_step(model, tokens, state).shape, torch.float32)
+
+    model = tiny_model(12, vocab_size=V)
+    src = _batch(_in_vocabulary(SENTENCES, V))
+    results = {}
+    for kind in (beam.BeamSearch, ReferenceSearch):
+        for prefixes in (None, _in_vocabulary(RANDOM_PREFIXES, V)):
+            monkeypatch.setattr(beam, "decode_step", random_steps(3))
+            with torch.inference_mode():
+                search = kind(model, src, 4, 0.6, 1.0, 4, 3, "gnmt", 2, prefixes)
+                results[kind, prefixes is None] = search.run()
+    for plain in (True, False):
+        ours, reference = results[beam.BeamSearch, plain], results[ReferenceSearch, plain]
+        assert [[h.tokens for h in s] for s in ours] == [[h.tokens for h in s] for s in reference]
+        for a, b in zip(ours, reference):
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+            assert [h.log_prob for h in a] == pytest.approx([h.log_prob for h in b], abs=1e-5)
+    # nbest 3 of every sentence; with prefixes none where the prefix holds BOS, or EOS before min_len (2), and
+    # the prefix alone where it ends in EOS later: the rules held, and the test compared hypotheses.
+    assert [len(s) for s in results[beam.BeamSearch, True]] == [3] * 5
+    assert [len(s) for s in results[beam.BeamSearch, False]] == [3, 3, 0, 0, 1]

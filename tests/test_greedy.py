@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from nmtcli.inference.greedy import greedy_search
@@ -57,3 +58,43 @@ def test_old_config_files_load_with_the_papers_behaviour():
     assert torch.allclose(table[5, 0::2], torch.sin(5 / 10000 ** (torch.arange(0, 32, 2) / 32)))
     sines_first = Transformer(config.replace(positions="sines_first")).embedding.positions
     assert torch.equal(sines_first[:, :16], table[:, 0::2]) and torch.equal(sines_first[:, 16:], table[:, 1::2])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_over_random_logits_takes_log_softmaxs_argmax_and_sums_its_log_probabilities(monkeypatch, dtype):
+    # Greedy search ranks the logits and turns only the chosen token's into a log-probability (issue 33): over
+    # random logits (some rows led by PAD or BOS, which are never produced), with prefixes (one holding BOS) and
+    # the length limit, each token and log-probability is the one log_softmax over the whole row gives.
+    from test_beam import _random_logits
+
+    from nmtcli.inference import greedy
+    from nmtcli.model import incremental
+
+    V, limit = 3000, 5
+    model = Transformer(ModelConfig(vocab_size=V, d_model=16, d_ff=32, heads=2, layers=1)).eval()
+    g = torch.Generator().manual_seed(5)
+    steps = []
+
+    def random_step(model, tokens, state):
+        logits = _random_logits(g, *incremental.decode_step(model, tokens, state).shape, dtype)
+        steps.append(logits.clone())
+        return logits
+
+    monkeypatch.setattr(greedy, "decode_step", random_step)
+    src = torch.tensor([[5, 6, 3], [7, 3, 0], [8, 9, 3], [10, 3, 0]])
+    prefixes = [[], [11, 12], [2, 13], []]
+    hyps = greedy_search(model, src, max_len_a=0.0, max_len_b=limit, sync_every=100, prefixes=prefixes)  # rows stay put
+    for i, prefix in enumerate(prefixes):
+        tokens, log_prob = [], 0.0
+        for t, logits in enumerate(steps):
+            log_probs = torch.log_softmax(logits[i].float(), dim=-1)
+            log_probs[[0, 2]] = float("-inf")  # PAD, BOS
+            token = prefix[t] if t < len(prefix) else 3 if t >= limit else int(log_probs.argmax())
+            log_prob += float(log_probs[token])
+            if token == 3:
+                break
+            tokens.append(token)
+        assert hyps[i][0].tokens == tokens
+        assert hyps[i][0].log_prob == pytest.approx(log_prob, abs=1e-5)
+    # The cases came: a sentence cut at the limit, one ended by EOS, and BOS in a prefix at -inf.
+    assert len(hyps[0][0].tokens) == limit and len(hyps[3][0].tokens) < limit and hyps[2][0].log_prob == float("-inf")

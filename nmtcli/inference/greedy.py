@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from nmtcli.inference.beam import default_sync_every, max_output_lengths, prefix_tensors
-from nmtcli.inference.outputs import Hypothesis, TokenRows, ban, never_produced
+from nmtcli.inference.outputs import Hypothesis, TokenRows, ban, log_normalizer, log_probs_of, never_produced
 from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer
 
@@ -41,12 +41,14 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
     banned = never_produced(model, device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
     for step in range(steps):
-        log_probs = ban(torch.log_softmax(decode_step(model, rows.last, state).float(), dim=-1), banned)
-        best = log_probs.argmax(-1)
+        logits = decode_step(model, rows.last, state)  # (rows, V): the most probable token has the largest logit
+        normalizer = log_normalizer(logits)
+        best = ban(logits, banned).argmax(-1)
         if carried:  # within its prefix a sentence takes the prefix's token (never EOS: limits >= prefixes)
             prefix, prefix_len = rows.carried["prefix"], rows.carried["prefix_len"]
             best = torch.where(step < prefix_len, prefix[:, min(step, prefix.size(1) - 1)], best)
-        rows.add(step, best, log_probs)
+        token = rows.limited(step, best)
+        rows.add(step, token, log_probs_of(logits.gather(1, token[:, None]), normalizer)[:, 0])  # a banned prefix token: -inf
         if (step + 1) % sync_every and step + 1 < steps:
             continue
         if rows.collect(results):

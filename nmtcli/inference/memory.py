@@ -7,8 +7,9 @@ checks them against the real tensors, built on the `meta` device):
 - self-attention keys/values: rows x positions x layers x 2 x d_model, twice (the decoder cache and
   the spare set that reordering and dropping decided sentences copy into: incremental.py);
 - encoder-decoder keys/values: n x (L + 1) x layers x 2 x d_model;
-- the logits of a step: rows x vocabulary, as the projection gives them, in float32 and as
-  log-probabilities; a captured step (CUDA graphs) holds its own in the graphs' pool;
+- the logits of a step: rows x vocabulary, as the projection gives them, and the float32 log-softmax of the
+  few rows at a time that normalise them (outputs.log_normalizer); a captured step (CUDA graphs) holds its own
+  in the graphs' pool;
 - the check of the first graph (inference/graphs.py): two copies of the span a step reads;
 - the search state: token histories and the n-best finished ones (int64), and their gathers.
 
@@ -23,6 +24,7 @@ can reach at a budget.
 
 from __future__ import annotations
 
+from nmtcli.inference.outputs import NORMALIZER_CHUNK_BYTES
 from nmtcli.model.config import ModelConfig
 
 GB = 1e9
@@ -51,7 +53,10 @@ def search_bytes(config: ModelConfig, sentences: int, longest: int, beam: int = 
     rows = sentences * beam
     capacity = positions(config, longest, max_len_a, max_len_b)
     per_position = layers * 2 * d * dtype_bytes  # keys and values of every layer, one row
-    logits = rows * vocab * (dtype_bytes + 4 + 4)  # the projection's output, in float32, log-probabilities
+    # The projection's output, and the float32 log-softmax of a chunk of its rows (from half precision with the
+    # chunk's float32 copy) that outputs.log_normalizer holds at once.
+    chunk = min(rows, max(1, NORMALIZER_CHUNK_BYTES["cuda"] // (4 * vocab)))
+    logits = rows * vocab * dtype_bytes + chunk * vocab * 4 * (1 if dtype_bytes == 4 else 2)
     parts = {
         "keys/values": 2 * rows * capacity * per_position,
         "encoder keys/values": sentences * (longest + 1) * per_position,

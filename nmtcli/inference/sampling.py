@@ -241,8 +241,8 @@ def sample(
         tempered = log_probs if temperature == 1.0 else torch.log_softmax(logits.div_(temperature), dim=-1)
         never = banned_eos if step < min_len else banned
         allowed = 1.0 - tempered.index_select(1, never).double().exp().sum(1)  # the mass drawn from
-        token = draw(ban(tempered, never), sampling, uniforms(rows.carried["keys"], step), allowed)
-        rows.add(step, token, log_probs)
+        token = rows.limited(step, draw(ban(tempered, never), sampling, uniforms(rows.carried["keys"], step), allowed))
+        rows.add(step, token, log_probs.gather(1, token[:, None])[:, 0])
         if (step + 1) % sync_every and step + 1 < steps:
             continue
         if rows.collect(results, leave_fraction):  # a sentence is decided when all its samples have ended
