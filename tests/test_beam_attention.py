@@ -129,6 +129,12 @@ def test_a_gpu_reads_through_slots_by_default_and_the_setting_is_checked(monkeyp
     monkeypatch.delenv("NMT_BEAM_CACHE", raising=False)
     assert not reads_slots(cpu, 4)  # a CPU reorders (its matrix products; the kernel is a GPU's)
     assert not reads_slots(gpu, 1)  # one row a sentence never reorders
+    from nmtcli.model import beam_attention
+
+    monkeypatch.setattr(beam_attention, "available", lambda device: True)  # a GPU with Triton ...
+    for runs in (True, False):  # ... where the kernels run for this dtype and head size, or not
+        monkeypatch.setattr(beam_attention, "works", lambda device, dtype, beam, d_k: runs)
+        assert reads_slots(gpu, 4, torch.bfloat16, 64) is runs
     monkeypatch.setenv("NMT_BEAM_CACHE", "slots")
     assert reads_slots(cpu, 4)
     monkeypatch.setenv("NMT_BEAM_CACHE", "reorder")
@@ -148,3 +154,17 @@ def test_through_slots_the_arena_holds_one_set_of_keys_and_values_and_the_slots(
     cache = lambda parts: sum(v for k, v in parts.items() if k.startswith("cache."))  # noqa: E731
     assert cache(slots) == cache(reorder) // 2 + 4 * 64 * 4 * 96  # half the keys/values; an int32 slot a row and position
     assert "cache.1.keys.0" in reorder and "cache.1.keys.0" not in slots
+
+
+def test_where_the_kernels_cannot_run_one_warning_says_so_and_the_search_reorders(caplog):
+    # Compiled for a GPU, launched on a CPU's tensors (no interpreter in this process): what a GPU or dtype Triton
+    # has no code for looks like to `works`.
+    pytest.importorskip("triton", reason="Triton is a dev dependency: pip install -e '.[dev]'")
+    from nmtcli.model import beam_attention
+
+    with caplog.at_level("WARNING", logger="nmtcli"):
+        assert not beam_attention.works(torch.device("cpu"), torch.float32, 3, 8)
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    assert message.startswith("nmt: warning: the beam search kernels do not run on this GPU in float32 (")
+    assert message.endswith("beam search reorders its cache instead")

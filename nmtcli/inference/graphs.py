@@ -314,7 +314,7 @@ class StepGraphs:
         Called where the search runs (autocast on or off): its dtype is the keys/values'."""
         cfg = model.config
         dtype = compute_dtype(model)
-        slots = reads_slots(next(model.parameters()).device, beam)
+        slots = reads_slots(next(model.parameters()).device, beam, dtype, cfg.d_k)
         most: dict[str, int] = {}
         for lengths, prefix_lengths in batches:
             rows, source, capacity, prefix = batch_class(cfg, lengths, prefix_lengths, max_len_a, max_len_b, self.bucket, self.cap)

@@ -23,6 +23,7 @@ PyTorch twins, which the CPU tests of whole searches run.
 from __future__ import annotations
 
 import functools
+import logging
 
 import torch
 from torch import Tensor
@@ -38,6 +39,26 @@ def available(device: torch.device) -> bool:
     except ImportError:
         return False
     return True
+
+
+@functools.cache
+def works(device: torch.device, dtype: torch.dtype, beam: int, d_k: int) -> bool:
+    """Whether both kernels compile and run on `device` for this dtype, beam and head size: launched once on tiny
+    tensors (the compiled kernels are the search's own: the same constants). Where they do not (a GPU or dtype
+    Triton has no code for), one warning line, and beam search reorders its cache instead."""
+    try:
+        q = torch.zeros(beam, 1, 1, d_k, device=device, dtype=dtype)
+        cache = torch.zeros(beam, 1, 2, d_k, device=device, dtype=dtype)
+        slots = torch.zeros(beam, 2, device=device, dtype=torch.int32)
+        kernel_attention(q, cache, cache, slots, torch.zeros(1, device=device, dtype=torch.long), beam)
+        kernel_source_attention(q.view(1, beam, 1, d_k).transpose(1, 2), cache[:1], cache[:1],
+                                torch.zeros(1, 1, 1, 2, device=device, dtype=dtype))
+        return True
+    except Exception as e:  # noqa: BLE001 - any failure of Triton's compiler or launch: the plain path works
+        logging.getLogger("nmtcli").warning(
+            f"nmt: warning: the beam search kernels do not run on this GPU in {str(dtype).removeprefix('torch.')} "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); beam search reorders its cache instead")
+        return False
 
 
 @functools.cache

@@ -243,7 +243,7 @@ def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: i
     dtype = memory_kv[0][0].dtype  # what the projections compute in (bf16 under autocast)
     # An additive mask, made once: -inf at source padding.
     memory_mask = own("memory_mask", torch.zeros(src_mask.shape, dtype=dtype, device=memory.device).masked_fill_(~src_mask, float("-inf")))
-    slots = beam if reorders and reads_slots(memory.device, beam) else None
+    slots = beam if reorders and reads_slots(memory.device, beam, dtype, cfg.d_k) else None
     cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device, alloc, slots)
     return DecoderState(memory_kv, memory_mask, beam, cache)
 
@@ -254,14 +254,18 @@ def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: i
 BEAM_CACHES = ("auto", "slots", "reorder")
 
 
-def reads_slots(device: torch.device, beam: int) -> bool:
-    """Whether a search of `beam` rows a sentence keeps its cache in place and reads it through slots."""
+def reads_slots(device: torch.device, beam: int, dtype: torch.dtype | None = None, d_k: int | None = None) -> bool:
+    """Whether a search of `beam` rows a sentence keeps its cache in place and reads it through slots (auto: where
+    the kernels run, for `dtype` and `d_k` when given: beam_attention.works)."""
     choice = os.environ.get("NMT_BEAM_CACHE", "auto")
     if choice not in BEAM_CACHES:
         raise NmtError(f"NMT_BEAM_CACHE is {choice!r}", f"set it to one of {', '.join(BEAM_CACHES)}, or unset it (auto)", exit_code=2)
     if beam < 2 or choice == "reorder":  # one row a sentence never reorders
         return False
-    return choice == "slots" or (device.type == "cuda" and beam_attention.available(device))
+    if choice == "slots":
+        return True
+    return device.type == "cuda" and beam_attention.available(device) and (
+        dtype is None or beam_attention.works(device, dtype, beam, d_k))
 
 
 # The attention kernels a decoding step may use on a GPU, by the dtype its keys and values are in (issue 33).
