@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING
 from nmtcli.documents.sentences import sentence_spans
 
 if TYPE_CHECKING:
+    from nmtcli.documents.protect import Protection
     from nmtcli.inference.results import Translation
 
 # Elements that run inside a line of text: their tags do not cut a block's text.
@@ -322,10 +323,10 @@ class TooManySentences(ValueError):
         self.limit = limit
 
 
-def parse(source: str, language: str, max_sentences: int | None = None, protect: re.Pattern | None = None) -> Document:
+def parse(source: str, language: str, max_sentences: int | None = None, protect: Protection | None = None) -> Document:
     """The document's blocks cut into sentences (of `language`'s rules), and everything else as it is;
-    TooManySentences as soon as there are more than `max_sentences`. `protect` (documents/protect.py's pattern): the
-    spans of text it matches are kept byte for byte, each placed in the translation as a void element is."""
+    TooManySentences as soon as there are more than `max_sentences`. `protect` (documents/protect.py): the spans of
+    text it finds are kept byte for byte, each placed in the translation as a void element is."""
     tokens = tokenize(source)
     parts: list[str | Sentence] = []
     run: list[tuple[str, int, int, Token]] = []  # (item kind, start, end, token): text, open, close, atom, verbatim
@@ -406,7 +407,7 @@ def _decoded(raw: str) -> list[tuple[str, str]]:
 Mark = tuple[str, int, object, str]
 
 
-def _block(source: str, run: list[tuple[str, int, int, Token]], language: str, protect: re.Pattern | None = None) -> list[str | Sentence]:
+def _block(source: str, run: list[tuple[str, int, int, Token]], language: str, protect: Protection | None = None) -> list[str | Sentence]:
     """One block's items as raw strings and Sentences: its text T, its nodes, its sentences."""
     marks = _marks(source, _protected(source, run, protect) if protect is not None else run)
     if marks is None:  # tags that cross, or nest too deep: each run of text alone, every tag where it was
@@ -463,7 +464,7 @@ def _block(source: str, run: list[tuple[str, int, int, Token]], language: str, p
     return out
 
 
-def _protected(source: str, run: list[tuple[str, int, int, Token]], protect: re.Pattern) -> list[tuple[str, int, int, Token]]:
+def _protected(source: str, run: list[tuple[str, int, int, Token]], protect: Protection) -> list[tuple[str, int, int, Token]]:
     """The run with each protected span of its text (found in the text as read, `&lt;x/&gt;` as "<x/>", and kept as
     written: a character reference is never cut) made an item of its own ("span"), which `_marks` makes an atom: the
     model never reads it."""
