@@ -61,7 +61,7 @@ class Protection:
                 patterns.append(re.compile(regex))
             except re.error as e:
                 raise NmtError(f"{flag} {regex!r} is not a valid regular expression: {e}",
-                               "write it in Python's re syntax (quote it for the shell)", exit_code=2) from None
+                               "write it in Python's re syntax, quoted for the shell", exit_code=2) from None
         return cls(tuple(patterns)) if patterns else None
 
 
@@ -137,7 +137,6 @@ class Protected:
     def needs_alignment(self) -> bool:
         """Whether spans lie between its words: they are placed by the word alignment (COVERING)."""
         return self.sentence is not None
-
 
     def restore_text(self, translation: str, alignment: str | None) -> str:
         """A translation of `text` with the spans back: those between the words placed by `alignment` (None: by
