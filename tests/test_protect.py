@@ -169,3 +169,17 @@ def test_nmt_serve_keeps_spans_unless_a_request_says_protect_false(random_model)
     app = create_app([ServedModel("tiny", "en", "de", Translator(random_model, settings=settings))], config)  # a new loop, a new app
     [(status, records)] = _post_all(app, "/nmt/translate", [{"lines": [line], "split_sentences": True}])
     assert status == 200 and spans_kept(line, records["translations"][0]["translation"], PROTECTION)
+
+
+def test_the_ctranslate2_engine_keeps_spans_placed_by_position(random_model, nmt_main, tmp_path):
+    """CTranslate2 gives no alignment: the spans between words are placed by position, still each exactly once."""
+    pytest.importorskip("ctranslate2")
+    nmt_main("export", "ctranslate2", str(random_model), str(tmp_path / "ct2"))
+    rng = random.Random(11)
+    lines = [random_text(rng, rng.randint(1, 2)) for _ in range(8)]
+    base = ("translate", "-m", str(tmp_path / "ct2"), "--engine", "ctranslate2", "--length-penalty", "power", "--max-len-a", "0", "--max-len-b", "5")
+    for flags in ((), ("--split-sentences",)):
+        out = nmt_main(*base, *flags, input="\n".join(lines) + "\n", cwd=tmp_path).stdout.splitlines()
+        assert len(out) == len(lines)
+        for line, text in zip(lines, out):
+            assert spans_kept(line, text, Protection.of()), (line, text)
