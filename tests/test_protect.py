@@ -142,6 +142,8 @@ def test_nmt_translate_keeps_spans_and_refuses_a_bad_regex(random_model, nmt_mai
     bad = nmt_main(*base, "--protect", "(unclosed", input="x\n", check=False)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and bad.stderr.startswith("nmt: error: --protect '(unclosed' is not a valid")
+    served = nmt_main("serve", "--protect", "[", "--port", "0", check=False)  # refused before a port or a model is taken
+    assert served.returncode == 2 and served.stderr.startswith("nmt: error: --protect '[' is not a valid") and len(served.stderr.splitlines()) == 1
 
 
 def test_nmt_serve_keeps_spans_unless_a_request_says_protect_false(random_model):
