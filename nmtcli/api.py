@@ -25,6 +25,7 @@ from nmtcli.inference.results import Scored, Translation, best_of
 
 if TYPE_CHECKING:
     from nmtcli.documents.languages import Detector
+    from nmtcli.documents.protect import Protection
     from nmtcli.inference.translator import SearchSettings
     from nmtcli.inference.translator import Translator as Engine
 
@@ -71,7 +72,8 @@ class Translator:
     def translate(self, texts: Iterable[str], *, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
                   prefix: str | Iterable[str] | None = None, glossary: Mapping[str, str] | None = None,
                   split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
-                  length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50) -> list[Translation]:
+                  length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True,
+                  protect_regex: Iterable[str] = ()) -> list[Translation]:
         """Each text's translation, in order: beam search of `beam` (1: greedy) with the GNMT length penalty
         `alpha` (sec. 6.1's settings by default). `texts`: a list, or any iterable (read a window at a time).
         `nbest`: each Translation's `nbest` holds that many, best first. `prefix`: a target prefix every
@@ -80,15 +82,21 @@ class Translator:
         sentence's translation in `sentences`). `alignment`: each translation's word ("words") or sentencepiece
         ("pieces") alignment to its text, Pharaoh "i-j". `batch_tokens`: padded source tokens per batch from this
         call on. `length_penalty` "power" is |Y|^alpha; the output has at most max_len_a * |x| + max_len_b tokens.
+        `protect`: placeholders ({{name}}, {0}, %s, %(name)s, ${var}, <x/>), URLs and e-mail addresses come out byte for
+        byte, once each, placed by the word alignment (docs/translating.md); `protect_regex`: more spans to keep, as
+        regular expressions (`nmt translate --protect`). A text with such spans carries, where `alignment` is asked for,
+        the alignment of the words the model read and wrote (its spans taken out).
         An empty list gives an empty list; an empty or blank text an empty Translation (score and confidence None)."""
         return list(self.translate_stream(texts, beam=beam, alpha=alpha, nbest=nbest, prefix=prefix, glossary=glossary,
                                           split_sentences=split_sentences, alignment=alignment, batch_tokens=batch_tokens,
-                                          length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b))
+                                          length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                                          protect=protect, protect_regex=protect_regex))
 
     def translate_stream(self, texts: Iterable[str], *, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
                          prefix: str | Iterable[str] | None = None, glossary: Mapping[str, str] | None = None,
                          split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
-                         length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50) -> Iterator[Translation]:
+                         length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True,
+                         protect_regex: Iterable[str] = ()) -> Iterator[Translation]:
         """`translate`, as an iterator: each window's translations are given as soon as it is done, so an endless
         input (a file, a queue) is translated in bounded memory. `nmt translate` writes its output from here."""
         if glossary is not None:
@@ -99,7 +107,7 @@ class Translator:
         if split_sentences and prefix is not None:
             raise NmtError("split_sentences does not go with prefix", "a prefix belongs to a whole text: split the texts first",
                            exit_code=2)
-        return self._stream(checked(texts, "texts"), settings, prefix, split_sentences)
+        return self._stream(checked(texts, "texts"), settings, prefix, split_sentences, protection(protect, protect_regex))
 
     def sample(self, texts: Iterable[str], *, samples: int = 1, sampling: str = "full", temperature: float = 1.0,
                seed: int = 1, max_len_a: float = 1.0, max_len_b: int = 50) -> list[Translation]:
@@ -123,14 +131,15 @@ class Translator:
         return list(self.score_with(settings, sources, targets, alignment))
 
     def translate_html(self, document: str, *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt",
-                       max_len_a: float = 1.0, max_len_b: int = 50) -> str:
+                       max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True, protect_regex: Iterable[str] = ()) -> str:
         """An HTML document translated (`nmt translate --format html`): every tag, attribute, comment and
         <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time, inline
-        tags placed by the word alignment."""
+        tags placed by the word alignment; protected spans of its text (`protect`, `protect_regex`: as translate's)
+        kept as they are written and placed as void elements are."""
         if not isinstance(document, str):
             raise TypeError(f"document must be a str, not {type(document).__name__}")
         settings = self._settings(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b)
-        return self.html_with(settings, document)[0]
+        return self.html_with(settings, document, protection(protect, protect_regex))[0]
 
     def detect_language(self, text: str) -> list[tuple[str, float]]:
         """The likeliest languages of `text` as (code, confidence 0-100), best first, the model's own two a priori
@@ -155,27 +164,34 @@ class Translator:
         return self._engine
 
     def translate_with(self, settings: SearchSettings, texts: Iterable[str], prefixes: Iterable[str] | None = None,
-                       split_sentences: bool = False) -> Iterator[Translation]:
-        """`translate_stream` with `settings` as they are (sampling included) and one prefix per text."""
-        return self._stream(checked(texts, "texts"), settings, prefixes, split_sentences)
+                       split_sentences: bool = False, protection: Protection | None = None) -> Iterator[Translation]:
+        """`translate_stream` with `settings` as they are (sampling included), one prefix per text, `protection` built."""
+        return self._stream(checked(texts, "texts"), settings, prefixes, split_sentences, protection)
 
     def translate_lines(self, settings: SearchSettings, lines: list[str], prefixes: list[str] | None = None,
-                        numbers: list[int] | None = None) -> list[Translation]:
+                        numbers: list[int] | None = None, protection: Protection | None = None) -> list[Translation]:
         """`lines` translated as one unit (sorted and batched together: `nmt serve`'s batch of concurrent requests);
-        `numbers` key each line's samples (default 1, 2, ...)."""
-        return [best_of(hyps) for hyps in self._engine.translate_lines(lines, settings, prefixes, numbers)]
+        `numbers` key each line's samples (default 1, 2, ...); `protection`: the spans kept (documents/protect.py)."""
+        if protection is None:
+            return [best_of(hyps) for hyps in self._engine.translate_lines(lines, settings, prefixes, numbers)]
+        from nmtcli.documents.protect import Protected
+
+        protected = [Protected.of(line, protection) for line in lines]
+        results = self._engine.translate_lines([p.text for p in protected], settings, prefixes, numbers,
+                                               [p.needs_alignment for p in protected])
+        return [best_of(p.restore(hyps, settings.alignment is not None)) for p, hyps in zip(protected, results)]
 
     def score_with(self, settings: SearchSettings, sources: Iterable[str], targets: Iterable[str],
                    alignment: Alignment | None = None) -> Iterator[Scored]:
         """`score` with `settings` as they are, as an iterator (a window at a time)."""
         return self._engine.score(checked(sources, "sources"), checked(targets, "targets"), alignment, settings)
 
-    def html_with(self, settings: SearchSettings, document: str) -> tuple[str, int]:
+    def html_with(self, settings: SearchSettings, document: str, protection: Protection | None = None) -> tuple[str, int]:
         """`translate_html` with `settings` as they are (their alignment made COVERING); also the document's sentences."""
         from nmtcli.documents.markup import parse
         from nmtcli.inference.alignment import COVERING
 
-        parsed = parse(document, self._split_language())
+        parsed = parse(document, self._split_language(), protect=protection)
         settings = dataclasses.replace(settings, alignment=COVERING)
         results = self._engine.translate_lines(parsed.segments, settings) if parsed.segments else []
         return parsed.render_kth(results), len(parsed.segments)
@@ -202,20 +218,31 @@ class Translator:
         return settings
 
     def _stream(self, texts: Iterator[str], settings: SearchSettings, prefix: str | Iterable[str] | None,
-                split_sentences: bool) -> Iterator[Translation]:
+                split_sentences: bool, protection: Protection | None = None) -> Iterator[Translation]:
         prefixes = None
         if isinstance(prefix, str):
             texts, prefixes = _each_with(texts, prefix)
         elif prefix is not None:
             prefixes = checked(prefix, "prefix")
+
+        def nbest(lines: Iterator[str], prefixes: Iterator[str] | None) -> Iterable[list[Translation]]:
+            if protection is None:
+                return self._engine.translate_nbest(lines, prefixes, settings)
+            from nmtcli.documents.protect import protected_nbest
+
+            return protected_nbest(lines, protection, settings.alignment is not None,
+                                   lambda read, covering: self._engine.translate_nbest(read, prefixes, settings, covering))
+
         if split_sentences:
+            from nmtcli.documents.protect import find_spans
             from nmtcli.documents.sentences import joined_translation, translate_paragraphs
 
-            for text, spans, results in translate_paragraphs(texts, self._split_language(),
-                                                             lambda sentences: self._engine.translate_nbest(sentences, None, settings)):
+            keep = (lambda text: find_spans(text, protection)) if protection is not None else None
+            for text, spans, results in translate_paragraphs(texts, self._split_language(), lambda sentences: nbest(sentences, None),
+                                                             keep_whole=keep):
                 yield joined_translation(text, spans, results)
             return
-        for hyps in self._engine.translate_nbest(texts, prefixes, settings):
+        for hyps in nbest(texts, prefixes):
             yield best_of(hyps)
 
     def _split_language(self) -> str:
@@ -225,6 +252,17 @@ class Translator:
         if not self.source_language:
             self._engine.warn(f"the model's config.json names no source language: sentences are split by the rules for {DEFAULT_LANGUAGE!r}")
         return self.source_language or DEFAULT_LANGUAGE
+
+
+def protection(protect: bool = True, protect_regex: Iterable[str] = (), flag: str = "protect_regex") -> Protection | None:
+    """What a call protects (documents/protect.py): the built-in kinds unless `protect` is False, and the regexes."""
+    if not isinstance(protect, bool):
+        raise TypeError(f"protect must be a bool, not {type(protect).__name__}")
+    if isinstance(protect_regex, (str, bytes)):
+        raise TypeError("protect_regex must be a list (or other iterable) of str, not a single str: wrap it in a list")
+    from nmtcli.documents.protect import Protection
+
+    return Protection.of(protect, list(protect_regex), flag)
 
 
 def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: str | None = None, revision: str | None = None,

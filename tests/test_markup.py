@@ -117,8 +117,8 @@ PLACEMENT = [  # (source HTML, a translation and its alignment, the output)
     ('<p><b>x</b> y z</p>', ("a b c", "0-0 1-1 0-2 2-1"), '<p><b>a b c</b></p>'),
     # linked to nothing: around the target word at its place by position (never empty)
     ('<p>one <b>two</b> three</p>', ("eins drei", "0-0 2-1"), '<p>eins <b>drei</b></p>'),
-    # a void element inside text: after the translation of the word before it
-    ('<p>look <img src=x> here now</p>', ("jetzt hier schauen", "0-2 1-1 2-0"), '<p>jetzt hier schauen<img src=x></p>'),
+    # a void element inside text: after the translation of the word before it (with the source's space before it)
+    ('<p>look <img src=x> here now</p>', ("jetzt hier schauen", "0-2 1-1 2-0"), '<p>jetzt hier schauen <img src=x></p>'),
     # siblings whose words overlap in the translation: the later gives way (one word for two elements: one stays empty)
     ('<p><b>a</b> <i>b</i></p>', ("x", "0-0 1-0"), '<p><b>x</b><i></i></p>'),
     # ... and takes a word no sibling wraps, or one of a sibling that wraps more than one

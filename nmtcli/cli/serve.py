@@ -42,6 +42,8 @@ def command(
     dtype: Annotated[str, options.dtype()] = "fp32",
     threads: Annotated[Optional[int], options.threads("PyTorch's", serving=True)] = None,
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request on stderr.")] = False,
+    protect: Annotated[Optional[list[str]], typer.Option("--protect", metavar="REGEX", help="Also keep the spans this regular expression matches byte for byte in every request; repeatable. Built in (unless --no-protect, or a request's \"protect\": false): placeholders, URLs, e-mail addresses (docs/translating.md).", rich_help_panel="Protected spans")] = None,
+    no_protect: Annotated[bool, typer.Option("--no-protect", help="Translate placeholders, URLs and e-mail addresses like any text (the built-in protected kinds off; --protect still applies).", rich_help_panel="Protected spans")] = False,
 ) -> None:
     """Serve translation over HTTP: LibreTranslate's API, nmt's own, and a page to try it at /.
 
@@ -57,6 +59,9 @@ def command(
         raise NmtError(f"--max-lines {max_lines} exceeds --queue-lines {queue_lines}", "a request must fit in the queue: raise --queue-lines", exit_code=2)
     if beam > max_beam:
         raise NmtError(f"--beam {beam} exceeds --max-beam {max_beam}", "raise --max-beam", exit_code=2)
+    from nmtcli.api import protection
+
+    protection(not no_protect, protect or [], "--protect")  # an invalid regex: one error line before anything loads
     keys = set(api_key or [])
     if api_keys_file is not None:
         check_readable(api_keys_file, "check the path given to --api-keys-file")
@@ -87,7 +92,8 @@ def command(
     served = load_models(dirs, resolve_device(device), settings, dtype=dtype, warn=warn)
     config = ServeConfig(search=settings, limits=Limits(chars=max_chars, lines=max_lines, beam=max_beam), api_keys=frozenset(keys),
                          timeout=timeout, batching=batching, max_delay=max_delay / 1000, batch_lines=batch_lines,
-                         queue_lines=queue_lines, cors_origins=tuple(cors_origin or ()))
+                         queue_lines=queue_lines, cors_origins=tuple(cors_origin or ()), protect=not no_protect,
+                         protect_regex=tuple(protect or ()))
     _serve(create_app(served, config), listener, access_log, timeout)
     say("stopped: the requests in flight were answered")
 

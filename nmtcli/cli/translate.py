@@ -64,6 +64,8 @@ def command(
     split_sentences: Annotated[bool, typer.Option("--split-sentences", help="Input lines are paragraphs: cut each into sentences (by the rules of the model's source language), translate them one by one, and join their translations with the line's own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence's record under \"sentences\".")] = False,
     text_format: Annotated[str, typer.Option("--format", help="text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md).")] = "text",
     min_confidence: Annotated[Optional[float], typer.Option(help="Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get \"low_confidence\": true, and stderr counts them.", min=0.0, max=1.0)] = None,
+    protect: Annotated[Optional[list[str]], typer.Option("--protect", metavar="REGEX", help="Also keep the spans this regular expression (Python's re) matches byte for byte, once each, placed by the word alignment; repeatable. Built in (unless --no-protect): {{name}}, {0}, %s, %(name)s, ${var}, <x/>-style tags, URLs, e-mail addresses (docs/translating.md).", rich_help_panel="Protected spans")] = None,
+    no_protect: Annotated[bool, typer.Option("--no-protect", help="Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies).", rich_help_panel="Protected spans")] = False,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
@@ -79,6 +81,9 @@ def command(
     from nmtcli.inference.translator import SearchSettings
 
     _check_flags(output_format, nbest, engine, length_penalty)
+    from nmtcli.api import protection as protection_of
+
+    protection = None if score_only else protection_of(not no_protect, protect or [], "--protect")
     _check_sampling_flags(ctx, sampling, temperature, seed)
     if prefix_file is not None and sampling is not None:
         raise NmtError("--prefix-file works with beam and greedy search, not with --sampling",
@@ -114,7 +119,7 @@ def command(
     prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
     prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
     if text_format == "html":
-        count = _translate_html(translator, source, output, settings)
+        count = _translate_html(translator, source, output, settings, protection)
         if input is not None:
             source.close()
         elapsed = time.perf_counter() - started
@@ -124,11 +129,11 @@ def command(
     if score_only:
         results = _scores(translator, settings, lines, target_file, output_format, alignment)
     elif engine != "native":  # CTranslate2's: text only
-        results = (_split_translations(translator, settings, lines, output_format, sentence_numbers) if split_sentences
-                   else translator.translate(lines, prefixes))
+        results = (_split_translations(translator, settings, lines, output_format, sentence_numbers, protection) if split_sentences
+                   else _ct2_translations(translator, lines, prefixes, protection))
     else:
-        rated = (_split_translations(translator, settings, lines, output_format, sentence_numbers) if split_sentences
-                 else _translations(translator, settings, lines, prefixes, output_format))
+        rated = (_split_translations(translator, settings, lines, output_format, sentence_numbers, protection) if split_sentences
+                 else _translations(translator, settings, lines, prefixes, output_format, protection))
         results = _flagged(rated, min_confidence, below)
     try:
         count, first = _write(results, output)
@@ -172,7 +177,7 @@ def _check_html_flags(text_format: str, output_format: str, engine: str, alignme
                            "(its tags placed by the native engine's word alignment); drop one of them", exit_code=2)
 
 
-def _translate_html(translator, source: BinaryIO, output: Path | None, settings: SearchSettings) -> int:
+def _translate_html(translator, source: BinaryIO, output: Path | None, settings: SearchSettings, protection=None) -> int:
     """--format html: the input read whole as one document, translated in one call, written whole; its sentences."""
     from nmtcli.errors import file_system_error
     from nmtcli.files import atomic_path
@@ -183,7 +188,7 @@ def _translate_html(translator, source: BinaryIO, output: Path | None, settings:
     except UnicodeDecodeError:
         warn("the HTML input holds invalid UTF-8: replaced with U+FFFD")
         text = raw.decode("utf-8-sig", errors="replace")
-    translated, count = translator.html_with(settings, text)
+    translated, count = translator.html_with(settings, text, protection)
     if output is None:
         try:
             sys.stdout.write(translated)
@@ -296,14 +301,25 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
 
 
 def _translations(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None,
-                  output_format: str) -> Iterator[tuple[str | dict, float | None]]:
+                  output_format: str, protection=None) -> Iterator[tuple[str | dict, float | None]]:
     """Each line's translation (text) or JSON record (json: nbest_record), with its confidence."""
-    for t in translator.translate_with(settings, lines, prefixes):
+    for t in translator.translate_with(settings, lines, prefixes, protection=protection):
         yield (t.text if output_format == "text" else t.record()), t.confidence
 
 
+def _ct2_translations(translator, lines: Iterator[str], prefixes: Iterator[str] | None, protection) -> Iterator[str]:
+    """CTranslate2's translation of each line; with protected spans, placed by position (CTranslate2 gives no alignment)."""
+    if protection is None:
+        return translator.translate(lines, prefixes)
+    from nmtcli.documents.protect import protected_nbest
+    from nmtcli.inference.results import Translation
+
+    found = protected_nbest(lines, protection, False, lambda read, covering: ([Translation(text, None, None)] for text in translator.translate(read, prefixes)))
+    return (hyps[0].text for hyps in found)
+
+
 def _split_translations(translator, settings: SearchSettings, lines: Iterator[str], output_format: str,
-                        numbers: dict[int, tuple[int, int]]) -> Iterator:
+                        numbers: dict[int, tuple[int, int]], protection=None) -> Iterator:
     """--split-sentences: each line cut into sentences in the model's source language, the sentences of all lines
     streamed through the translator (windows of --window sentences), and each line's translations joined back
     into one output line (text) or record (json: documents/sentences.joined_record), with its confidence; for
@@ -312,14 +328,19 @@ def _split_translations(translator, settings: SearchSettings, lines: Iterator[st
     from nmtcli.inference.confidence import joined_confidence
     from nmtcli.inference.results import Translation, best_of
 
+    from nmtcli.documents.protect import find_spans, protected_nbest
+
     if hasattr(translator, "translate_with"):
         def translate(sentences):
-            return (t.nbest for t in translator.translate_with(settings, sentences))
-    else:  # CTranslate2: the text of each sentence's translation
+            return (t.nbest for t in translator.translate_with(settings, sentences, protection=protection))
+    else:  # CTranslate2: the text of each sentence's translation (protected spans placed by position)
         def translate(sentences):
-            return ([Translation(text, None, None)] for text in translator.translate(sentences))
+            def plain(read, covering=None):
+                return ([Translation(text, None, None)] for text in translator.translate(read))
+            return plain(sentences) if protection is None else protected_nbest(sentences, protection, False, plain)
 
-    for line, spans, results in translate_paragraphs(lines, _source_language(translator), translate, numbers):
+    keep = (lambda text: find_spans(text, protection)) if protection is not None else None
+    for line, spans, results in translate_paragraphs(lines, _source_language(translator), translate, numbers, keep):
         if output_format == "json":
             record = joined_record(line, spans, results)
             yield record, record["confidence"]

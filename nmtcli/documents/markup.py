@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING
 from nmtcli.documents.sentences import sentence_spans
 
 if TYPE_CHECKING:
+    from nmtcli.documents.protect import Protection
     from nmtcli.inference.results import Translation
 
 # Elements that run inside a line of text: their tags do not cut a block's text.
@@ -270,6 +271,7 @@ class Node:
     name: str = ""
     spaces: tuple[bool, bool] = (False, False)  # an atom: whether the source has whitespace before it, after it
     edges: tuple[str, str] = ("", "")  # punctuation of its first and last word outside it ('"<b>word</b>."': '"', '.')
+    protects: str = ""  # a protected span (documents/protect.py): its text, which the model's own words may not hold
 
 
 @dataclass
@@ -321,9 +323,10 @@ class TooManySentences(ValueError):
         self.limit = limit
 
 
-def parse(source: str, language: str, max_sentences: int | None = None) -> Document:
+def parse(source: str, language: str, max_sentences: int | None = None, protect: Protection | None = None) -> Document:
     """The document's blocks cut into sentences (of `language`'s rules), and everything else as it is;
-    TooManySentences as soon as there are more than `max_sentences`."""
+    TooManySentences as soon as there are more than `max_sentences`. `protect` (documents/protect.py): the spans of
+    text it finds are kept byte for byte, each placed in the translation as a void element is."""
     tokens = tokenize(source)
     parts: list[str | Sentence] = []
     run: list[tuple[str, int, int, Token]] = []  # (item kind, start, end, token): text, open, close, atom, verbatim
@@ -331,7 +334,7 @@ def parse(source: str, language: str, max_sentences: int | None = None) -> Docum
 
     def flush() -> None:
         if run:
-            block = _block(source, run, language)
+            block = _block(source, run, language, protect)
             parts.extend(block)
             run.clear()
             count[0] += sum(isinstance(part, Sentence) for part in block)
@@ -404,13 +407,13 @@ def _decoded(raw: str) -> list[tuple[str, str]]:
 Mark = tuple[str, int, object, str]
 
 
-def _block(source: str, run: list[tuple[str, int, int, Token]], language: str) -> list[str | Sentence]:
+def _block(source: str, run: list[tuple[str, int, int, Token]], language: str, protect: Protection | None = None) -> list[str | Sentence]:
     """One block's items as raw strings and Sentences: its text T, its nodes, its sentences."""
-    marks = _marks(source, run)
+    marks = _marks(source, _protected(source, run, protect) if protect is not None else run)
     if marks is None:  # tags that cross, or nest too deep: each run of text alone, every tag where it was
         out: list[str | Sentence] = []
         for item in run:
-            out.extend(_block(source, [item], language) if item[0] == "text" else [source[item[1]:item[2]]])
+            out.extend(_block(source, [item], language, protect) if item[0] == "text" else [source[item[1]:item[2]]])
         return out
     text = "".join(mark[3] for mark in marks)
     if not _ALNUM.search(text):
@@ -458,6 +461,38 @@ def _block(source: str, run: list[tuple[str, int, int, Token]], language: str) -
         if k != emitted:
             out.append(sentence)
             emitted = k
+    return out
+
+
+def _protected(source: str, run: list[tuple[str, int, int, Token]], protect: Protection) -> list[tuple[str, int, int, Token]]:
+    """The run with each protected span of its text (found in the text as read, `&lt;x/&gt;` as "<x/>", and kept as
+    written: a character reference is never cut) made an item of its own ("span"), which `_marks` makes an atom: the
+    model never reads it."""
+    from nmtcli.documents.protect import find_spans
+
+    out: list[tuple[str, int, int, Token]] = []
+    for item in run:
+        kind, start, end, token = item
+        spans = []
+        if kind == "text":
+            text, starts, ends, at = [], [], [], 0  # the text as read; each character's source offsets [start, end)
+            for raw, read in _decoded(source[start:end]):
+                text.append(read)
+                whole = len(raw) != len(read)
+                starts += [at if whole else at + k for k in range(len(read))]
+                ends += [at + len(raw) if whole else at + k + 1 for k in range(len(read))]
+                at += len(raw)
+            spans = [(starts[a], ends[b - 1]) for a, b in find_spans("".join(text), protect)]
+        at = start
+        for a, b in spans:
+            if start + a > at:
+                out.append(("text", at, start + a, token))
+            out.append(("span", start + a, start + b, token))
+            at = start + b
+        if not spans:
+            out.append(item)
+        elif at < end:
+            out.append(("text", at, end, token))
     return out
 
 
@@ -544,7 +579,10 @@ def _marks(source: str, run: list[tuple[str, int, int, Token]]) -> list[Mark] | 
                 position += len(text)
             continue
         parent = stack[-1] if stack else None
-        if kind in ("atom", "verbatim"):
+        if kind == "span":  # a protected span: kept as written, placed as a void element is
+            node = Node("atom", position, position, open=raw, parent=parent, protects=html.unescape(raw))
+            marks.append(("atom", position, node, ""))
+        elif kind in ("atom", "verbatim"):
             text = _verbatim_text(source, start, end) if kind == "verbatim" else ""
             # a kept element that shows no text stands between words as a void element does
             node = Node(kind if text else "atom", position, position + len(text), open=raw, parent=parent, name=token.name)
@@ -596,20 +634,29 @@ def _links(alignment: str | None, sources: int, targets: int) -> dict[int, list[
     return linked
 
 
-def render_sentence(sentence: Sentence, translation: str, alignment: str | None) -> str:
+def _escape(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def render_sentence(sentence: Sentence, translation: str, alignment: str | None, escape: Callable[[str], str] = _escape) -> str:
     """The translation (escaped) with the sentence's tags placed around the target words their words are
-    linked to (module docstring); with no alignment, by the diagonal."""
+    linked to (module docstring); with no alignment, by the diagonal. The text of a protected span is taken out
+    of the model's own words first (`without`), so that the span, placed as an atom, is there exactly once.
+    `escape`: how the model's words are written (plain text: as they are)."""
+    protected = [node.protects for node in sentence.nodes if node.protects]
+    if protected:
+        translation, alignment = without(translation, alignment, protected)
     words = translation.split()
     n = len(words)
     if not sentence.nodes:
-        return html.escape(" ".join(words), quote=False)
+        return escape(" ".join(words))
     linked = _links(alignment, len(sentence.words), n)
     if alignment is None and n:  # no attention to read (nothing in nmt does this): the diagonal
         linked = {}
         for j in range(n):
             linked.setdefault(min(len(sentence.words) - 1, j * len(sentence.words) // n), []).append(j)
     span, children = _place(sentence, n, linked)
-    return _spaced(_punctuation_outside(_events(sentence, words, span, children)))
+    return _spaced(_punctuation_outside(_events(sentence, words, span, children, escape)))
 
 
 def _place(sentence: Sentence, n: int, linked: dict[int, list[int]]) -> tuple[dict[int, tuple[int, int]], dict[int | None, list[Node]]]:
@@ -757,8 +804,43 @@ def _give_words(sentence: Sentence, kids: list[Node], span: dict[int, tuple[int,
         span[id(node)] = (x, x + 1)
 
 
+def without(translation: str, alignment: str | None, texts: Sequence[str]) -> tuple[str, str | None]:
+    """The translation's words with every occurrence of `texts` (protected spans, which are put back on their own)
+    cut out of them, words left empty dropped, and the Pharaoh alignment's target words numbered again."""
+    words = translation.split()
+    texts = [t for t in texts if t.strip()]
+    if not any(t in " ".join(words) for t in texts):
+        return " ".join(words), alignment
+    while True:  # the first occurrence at a time: a cut can join the two sides into another one
+        live = [i for i, w in enumerate(words) if w]
+        joined = " ".join(words[i] for i in live)
+        hits = [(joined.find(t), t) for t in texts if t in joined]
+        if not hits:
+            break
+        at, text = min(hits)
+        removed, position = 0, 0
+        for i in live:
+            word = words[i]
+            a, b = max(at, position) - position, min(at + len(text), position + len(word)) - position
+            if a < b:
+                words[i] = word[:a] + word[b:]
+                removed += b - a
+            position += len(word) + 1
+        if not removed:  # only the spaces between words: nothing of the model's to cut
+            break
+    renumbered, kept = {}, []
+    for j, word in enumerate(words):
+        if word:
+            renumbered[j] = len(kept)
+            kept.append(word)
+    if alignment is not None:
+        links = (link.partition("-") for link in alignment.split())
+        alignment = " ".join(f"{i}-{renumbered[int(j)]}" for i, _, j in links if j.isdigit() and int(j) in renumbered)
+    return " ".join(kept), alignment
+
+
 def _events(sentence: Sentence, words: list[str], span: dict[int, tuple[int, int]],
-            children: dict[int | None, list[Node]]) -> list[tuple[str, object, object]]:
+            children: dict[int | None, list[Node]], escape: Callable[[str], str] = _escape) -> list[tuple[str, object, object]]:
     """The sentence written out as (kind, text or node, node id or ids) events: word, open, close, atom, and
     the head and tail punctuation cut off a word to stand outside the tags around it."""
     n = len(words)
@@ -780,11 +862,11 @@ def _events(sentence: Sentence, words: list[str], span: dict[int, tuple[int, int
         text, head, tail = words[x], heads.get(x), tails.get(x)
         if head:
             text = text[len(head[0]):]
-            events.append(("head", html.escape(head[0], quote=False), head[1]))
+            events.append(("head", escape(head[0]), head[1]))
         core = text[:len(text) - len(tail[0])] if tail else text
-        events.append(("word", html.escape(core, quote=False), None))
+        events.append(("word", escape(core), None))
         if tail:
-            events.append(("tail", html.escape(tail[0], quote=False), tail[1]))
+            events.append(("tail", escape(tail[0]), tail[1]))
 
     def words_until(end: int) -> None:
         while position[0] < end:
@@ -813,12 +895,12 @@ def _events(sentence: Sentence, words: list[str], span: dict[int, tuple[int, int
             elif node.kind == "verbatim":  # its source in place of its words (but the punctuation around it)
                 position[0] = max(position[0], b)
                 if a in heads and id(node) in heads[a][1]:
-                    events.append(("head", html.escape(heads[a][0], quote=False), set()))
+                    events.append(("head", escape(heads[a][0]), set()))
                 if stuck(ending.get(node.p), a - 1):  # "+<kbd>C</kbd>": as stuck in the translation
                     events.append(("glue", "", None))
                 events.append(("word", node.open, None))
                 if b - 1 in tails and id(node) in tails[b - 1][1]:
-                    events.append(("tail", html.escape(tails[b - 1][0], quote=False), set()))
+                    events.append(("tail", escape(tails[b - 1][0]), set()))
                 if stuck(starting.get(node.q), b):
                     events.append(("glue", "", None))
             else:
@@ -873,15 +955,26 @@ def _spaced(events: list[tuple[str, object, object]]) -> str:
                 while at > 0 and out[at - 1][0] in ("open", "head"):
                     at -= 1
                 first = at
-                while first > 0 and out[first - 1][0] == "atom":
+                while first > 0 and out[first - 1][0] in ("atom", "atom space"):
                     first -= 1
                 before, after = (out[first][1].spaces[0], out[at - 1][1].spaces[1]) if first < at else (False, True)
+                if first < at and out[at - 1][1].protects and _ALNUM.match(value):  # glued to punctuation only, as in the source
+                    after = True
                 if after or not before:
                     out.insert(at, ("space", " "))
                 if before:
                     out.insert(first, ("space", " "))
             seen_word, glued = True, False
+        if kind == "atom" and out and out[-1][0] == "atom" and out[-1][1].p != value.p:  # apart in the source
+            out.append(("atom space", " "))
         out.append((kind, value))
+    last = max((k for k, (kind, _) in enumerate(out) if kind == "word"), default=None)
+    if last is not None:  # atoms after the last word (placed there by the alignment): the first keeps its space before
+        for k in range(last + 1, len(out)):
+            if out[k][0] == "atom":
+                if out[k][1].spaces[0]:
+                    out.insert(k, ("space", " "))
+                break
     return "".join(value.open if kind == "atom" else value for kind, value in out)
 
 

@@ -86,6 +86,17 @@ def sentences(text: str, language: str) -> list[str]:
     return [text[a:b] for a, b in sentence_spans(text, language)]
 
 
+def joined_over(spans: list[Span], whole: Sequence[Span]) -> list[Span]:
+    """Sentences joined where one of `whole` would be cut between them."""
+    out: list[Span] = []
+    for s, e in spans:
+        if out and any(p < out[-1][1] and q > s for p, q in whole):
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
 def join_sentences(text: str, spans: Sequence[Span], translations: Sequence[str]) -> str:
     """`text` with each span replaced by its translation; everything between spans is kept as it is."""
     if len(spans) != len(translations):
@@ -107,8 +118,11 @@ class SplitTexts:
     spans: list[list[Span]]  # each text's sentences
 
     @classmethod
-    def of(cls, texts: Sequence[str], language: str) -> SplitTexts:
-        return cls(list(texts), [sentence_spans(text, language) for text in texts])
+    def of(cls, texts: Sequence[str], language: str, keep_whole: Callable[[str], list[Span]] | None = None) -> SplitTexts:
+        """`keep_whole(text)`: spans no sentence boundary may cut (protected spans)."""
+        if keep_whole is None:
+            return cls(list(texts), [sentence_spans(text, language) for text in texts])
+        return cls(list(texts), [joined_over(sentence_spans(text, language), keep_whole(text)) for text in texts])
 
     @property
     def sentences(self) -> list[str]:
@@ -164,13 +178,15 @@ def joined_translation(text: str, spans: Sequence[Span], results: Sequence[Seque
 
 
 def translate_paragraphs(lines: Iterable[str], language: str, translate: Callable[[Iterator[str]], Iterable[list[Translation]]],
-                         numbers: dict[int, tuple[int, int]] | None = None) -> Iterator[tuple[str, list[Span], list[list[Translation]]]]:
+                         numbers: dict[int, tuple[int, int]] | None = None,
+                         keep_whole: Callable[[str], list[Span]] | None = None) -> Iterator[tuple[str, list[Span], list[list[Translation]]]]:
     """Texts translated sentence by sentence, streamed: each text of `lines` cut into sentences (`language`'s rules), the
     sentences of all texts read by one `translate` call (a translator's translate_nbest: it reads them a window at a
     time and yields each one's n-best list in order), and each text given back as (text, its spans, its sentences'
     n-best lists) as soon as its last sentence is translated. `numbers` (if given) maps each sentence's number, as
     the translator counts them from 1, to (its text's number, its place in the text) while it is in flight: a
-    warning about "line N" can name the text and sentence instead."""
+    warning about "line N" can name the text and sentence instead. `keep_whole(text)`: spans of a text no sentence
+    boundary may cut (protected spans): the sentences on both sides are one."""
     plans: deque[tuple[str, list[Span]]] = deque()  # texts whose sentences are read, not yet given back
     numbers = {} if numbers is None else numbers
     read = written = 0  # sentence numbers, as the translator counts them
@@ -179,6 +195,8 @@ def translate_paragraphs(lines: Iterable[str], language: str, translate: Callabl
         nonlocal read
         for line_number, line in enumerate(lines, start=1):
             spans = sentence_spans(line, language)
+            if keep_whole is not None:
+                spans = joined_over(spans, keep_whole(line))
             plans.append((line, spans))
             for place, (a, b) in enumerate(spans, start=1):
                 read += 1

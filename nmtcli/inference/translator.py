@@ -24,7 +24,7 @@ import torch
 from nmtcli import faults
 from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
-from nmtcli.inference.alignment import DEFAULT_HEADS, alignment_text
+from nmtcli.inference.alignment import COVERING, DEFAULT_HEADS, alignment_text
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.confidence import confidence
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
@@ -150,29 +150,32 @@ class Translator:
             yield hyps[0].text if hyps else ""
 
     def translate_nbest(self, lines: Iterable[str], prefixes: Iterable[str] | None = None,
-                        settings: SearchSettings | None = None) -> Iterator[list[Translation]]:
+                        settings: SearchSettings | None = None, covering: Callable[[int], bool] | None = None) -> Iterator[list[Translation]]:
         """The `nbest` best translations of each line (best first), in order; [] for an empty line.
         `prefixes`: one target prefix per line ("" for none), which each translation starts with.
-        `settings` overrides the search settings for this call (as translate_lines)."""
+        `settings` overrides the search settings for this call (as translate_lines). `covering(n)`: whether line n
+        (from 1) gets the COVERING word alignment instead of the settings' (protected spans are placed by it)."""
         if settings is not None:
             check_search(settings)
         for window, window_prefixes in numbered_windows(lines, self.window, prefixes):
-            for hyps in self._translate_window(window, settings, window_prefixes):
+            wanted = [covering(number) for number, _ in window] if covering is not None else None
+            for hyps in self._translate_window(window, settings, window_prefixes, wanted):
                 yield [self._detokenize(h) for h in hyps]
 
     def translate_lines(self, lines: Sequence[str], settings: SearchSettings | None = None,
-                        prefixes: Sequence[str] | None = None, numbers: Sequence[int] | None = None) -> list[list[Translation]]:
+                        prefixes: Sequence[str] | None = None, numbers: Sequence[int] | None = None,
+                        covering: Sequence[bool] | None = None) -> list[list[Translation]]:
         """The n-best lists of `lines` translated as one unit: sorted by length together, searched in batches
         of `batch_tokens`, returned in input order. `settings` overrides the search settings (beam, alpha,
         nbest, ...) for this call only; `nmt serve` batches the lines of concurrent requests through here.
         `prefixes`: one target prefix per line ("" for none). `numbers`: each line's number, which keys its
-        samples (default 1, 2, ...; serve: within its request)."""
+        samples (default 1, 2, ...; serve: within its request). `covering`: which lines get the COVERING alignment."""
         settings = settings or self.settings
         check_search(settings)
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
         window = list(zip(numbers or range(1, len(lines) + 1), lines))
-        return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(window, settings, prefixes)]
+        return [[self._detokenize(h) for h in hyps] for hyps in self._translate_window(window, settings, prefixes, covering)]
 
     @property
     def cpu_threads(self) -> int | None:
@@ -185,7 +188,7 @@ class Translator:
                            confidence(hyp.log_prob, len(hyp.tokens)))
 
     def _translate_window(self, window: list[tuple[int, str]], settings: SearchSettings | None = None,
-                          prefixes: Sequence[str] | None = None) -> list[list[Hypothesis]]:
+                          prefixes: Sequence[str] | None = None, covering: Sequence[bool] | None = None) -> list[list[Hypothesis]]:
         def truncated(index: int, tokens: int) -> None:
             self.warn(f"line {window[index][0]}: {tokens} tokens, truncated to the model's {self.max_source_tokens}")
 
@@ -199,17 +202,21 @@ class Translator:
         results = translate_ids(self.model, sentences, settings, self.budget, self.device,
                                 autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn,
                                 prefixes=prefix_ids, numbers=[number for number, _ in window])
-        if settings.alignment:
-            self._align(sentences, results, settings.alignment)
+        units = [COVERING if covering is not None and covering[i] else settings.alignment for i in range(len(window))]
+        if any(units):
+            self._align(sentences, results, units)
         return results
 
-    def _align(self, sentences: list[list[int]], results: list[list[Hypothesis]], unit: str) -> None:
-        """Each hypothesis's alignment to its source (`--alignment`), from one teacher-forced pass over all of them."""
-        pairs = [(i, h) for i, hyps in enumerate(results) for h in hyps]
+    def _align(self, sentences: list[list[int]], results: list[list[Hypothesis]], units: Sequence[str | None]) -> None:
+        """Each hypothesis's alignment to its source in its line's unit (`--alignment`; None: none), from one
+        teacher-forced pass over all of them."""
+        pairs = [(i, h) for i, hyps in enumerate(results) if units[i] for h in hyps]
+        if not pairs:
+            return
         forced = force_ids(self.model, [sentences[i] for i, _ in pairs], [h.tokens for _, h in pairs], self.budget.tokens, self.device,
                            lambda: precision.autocast(self.device, self.dtype), DEFAULT_HEADS, self.warn, log_probs=False)
         for (i, h), f in zip(pairs, forced):
-            h.alignment = alignment_text(f.attention, [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], unit)
+            h.alignment = alignment_text(f.attention, [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], units[i])
 
     def score(self, lines: Iterable[str], targets: Iterable[str], alignment: str | None = None,
               settings: SearchSettings | None = None) -> Iterator[Scored]:

@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from nmtcli.documents.languages import Detector, Guess
 from nmtcli.documents.markup import Document, TooManySentences, parse
+from nmtcli.documents.protect import Protection, find_spans
 from nmtcli.documents.sentences import joined_record
 from nmtcli.errors import NmtError
 from nmtcli.inference.alignment import COVERING
@@ -73,6 +74,8 @@ class ServeConfig:
     batch_lines: int = 256  # lines per translation call at most
     queue_lines: int = 4096  # lines waiting at most; more: 429
     cors_origins: tuple[str, ...] = ()  # origins whose pages may call the API from a browser ("*": any)
+    protect: bool = True  # the built-in protected spans (documents/protect.py); a request's "protect": false turns them off
+    protect_regex: tuple[str, ...] = ()  # `--protect REGEX`: more spans kept, in every request
 
 
 class ClientGone(Exception):
@@ -106,10 +109,11 @@ class Service:
         the texts of each language go to that language's model (every model known before any is translated)."""
         fields = await self._fields(request)
         ask = libretranslate_request(fields, self.config.limits)
+        protection = self._protection(ask.protect)
         first: list[Document] | None = None  # source auto, format html: the documents as detection parsed them (English rules)
         if ask.source == "auto":
             if ask.format == "html":
-                [first] = await self._parse_html([(ask.texts, _DETECTION_RULES)], counted=False)
+                [first] = await self._parse_html([(ask.texts, _DETECTION_RULES)], counted=False, protection=protection)
             groups, guesses = self._by_detected_language(ask, first)
         else:
             groups, guesses = [(self._model(ask.source, ask.target), list(range(len(ask.texts))))], None
@@ -120,14 +124,15 @@ class Service:
         texts, alternatives = list(ask.texts), [[text] * ask.alternatives for text in ask.texts]
         if ask.format == "html":
             parsed = await self._parse_html([([first[n] if first and model.source == _DETECTION_RULES else ask.texts[n] for n in numbers],
-                                               model.source) for model, numbers in groups])
+                                               model.source) for model, numbers in groups], protection=protection)
             for (model, numbers), documents in zip(groups, parsed):
                 for number, versions in zip(numbers, await self._translate_html(request, model, documents, settings)):
                     texts[number], alternatives[number] = versions[0], versions[1:]
         else:
-            splits = sentence_requests([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups], self.config.limits)
+            splits = sentence_requests([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups], self.config.limits,
+                                       _spans_of(protection))
             for (model, numbers), split in zip(groups, splits):
-                results = await self._translate(request, model, split.sentences, settings)
+                results = await self._translate(request, model, split.sentences, settings, protection=protection)
                 versions = [split.join([_nth(hyps, k) for hyps in results]) for k in range(nbest)]
                 for i, number in enumerate(numbers):
                     texts[number], alternatives[number] = versions[0][i], [version[i] for version in versions[1:]]
@@ -144,10 +149,12 @@ class Service:
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model = self._model(ask.source, ask.target)
+        protection = None if ask.targets is not None else self._protection(ask.protect)
         if ask.format == "html":
-            return JSONResponse(await self._html_records(request, model, ask))
-        split = sentence_requests([(ask.lines, model.source)], self.config.limits)[0] if ask.split_sentences else None
-        results = await self._translate(request, model, split.sentences if split else ask.lines, ask.settings, ask.prefixes, ask.targets)
+            return JSONResponse(await self._html_records(request, model, ask, protection))
+        split = sentence_requests([(ask.lines, model.source)], self.config.limits, _spans_of(protection))[0] if ask.split_sentences else None
+        results = await self._translate(request, model, split.sentences if split else ask.lines, ask.settings, ask.prefixes, ask.targets,
+                                        protection)
         s = ask.settings
         answer = {"model": model.name, "source": model.source, "target": model.target, "settings": _settings_record(s)}
         if ask.targets is not None:  # forced decoding: the records of `nmt translate --score-only --output-format json`
@@ -233,6 +240,11 @@ class Service:
         raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
 
+    def _protection(self, asked: bool) -> Protection | None:
+        """The spans a request keeps: the built-in kinds where the server and the request both want them, and the
+        server's --protect regexes (checked when it started)."""
+        return Protection.of(self.config.protect and asked, self.config.protect_regex)
+
     def _pairs(self) -> str:
         """The language pairs this server translates, for error messages: "en->de, de->en"."""
         return ", ".join(f"{m.source}->{m.target}" for m in self.models)
@@ -273,10 +285,11 @@ class Service:
                 f"({subject} was detected at {guess.confidence:g}% confidence; this server translates {pairs}; see GET /languages)")
 
     async def _translate(self, request: Request, model: ServedModel, lines: list[str], settings: SearchSettings,
-                         prefixes: list[str] | None = None, targets: list[str] | None = None) -> list[list[Translation]]:
-        """The lines' n-best lists (with `targets`: those translations' scores) through the batcher; a timeout
-        (503), a full queue (429) or the client going away (ClientGone) takes the request's lines out of the queue."""
-        work = asyncio.ensure_future(self.batcher.translate(model, lines, settings, prefixes, targets))
+                         prefixes: list[str] | None = None, targets: list[str] | None = None,
+                         protection: Protection | None = None) -> list[list[Translation]]:
+        """The lines' n-best lists (with `targets`: those translations' scores) through the batcher, `protection`'s spans
+        kept; a timeout (503), a full queue (429) or the client going away (ClientGone) takes the request's lines out of the queue."""
+        work = asyncio.ensure_future(self.batcher.translate(model, lines, settings, prefixes, targets, protection))
         gone = asyncio.ensure_future(_disconnected(request))
         done, _ = await asyncio.wait({work, gone}, timeout=self.config.timeout, return_when=asyncio.FIRST_COMPLETED)
         gone.cancel()
@@ -298,14 +311,15 @@ class Service:
         self.metrics.translated(len(lines), sum(len(r.tokens) if targets is not None else len(r[0].tokens) for r in results if r))
         return results
 
-    async def _parse_html(self, groups: list[tuple[list[str | Document], str]], counted: bool = True) -> list[list[Document]]:
+    async def _parse_html(self, groups: list[tuple[list[str | Document], str]], counted: bool = True,
+                          protection: Protection | None = None) -> list[list[Document]]:
         """format html: each group's documents parsed in its language (the source of the model that translates them),
         in a worker thread (a large page takes a while: the event loop goes on meanwhile), stopped as soon as the
         request (not `counted`: one of its documents) holds more sentences than the line limit (413). A Document
         among the texts is taken as parsed."""
         limits = self.config.limits
         try:
-            parsed = await asyncio.get_running_loop().run_in_executor(None, _parse_all, groups, limits.lines, counted)
+            parsed = await asyncio.get_running_loop().run_in_executor(None, _parse_all, groups, limits.lines, counted, protection)
         except TooManySentences:
             check_sentences(limits.lines + 1, limits, more=True)
         if counted:
@@ -328,10 +342,10 @@ class Service:
         # in a worker thread, as the parse: the event loop goes on meanwhile
         return await asyncio.get_running_loop().run_in_executor(None, _render_all, documents, hyps, max(settings.nbest, 1))
 
-    async def _html_records(self, request: Request, model: ServedModel, ask) -> dict[str, Any]:
+    async def _html_records(self, request: Request, model: ServedModel, ask, protection: Protection | None = None) -> dict[str, Any]:
         """/nmt/translate with format html: one record per item: its translation, its n-best, and each sentence's record."""
         sentences: list = []
-        [parsed] = await self._parse_html([(ask.lines, model.source)])
+        [parsed] = await self._parse_html([(ask.lines, model.source)], protection=protection)
         documents = await self._translate_html(request, model, parsed, ask.settings, sentences)
         s = ask.settings
         records = [{"translation": translated[0], "nbest": [{"translation": text} for text in translated],
@@ -370,14 +384,20 @@ _NOTHING_DETECTED = {"confidence": 0.0, "language": "en"}
 _DETECTION_RULES = "en"
 
 
-def _parse_all(groups: list[tuple[list[str | Document], str]], limit: int, shared: bool = True) -> list[list[Document]]:
+def _spans_of(protection: Protection | None):
+    """A text's protected spans, which no sentence boundary may cut (None: nothing protected)."""
+    return None if protection is None else (lambda text: find_spans(text, protection))
+
+
+def _parse_all(groups: list[tuple[list[str | Document], str]], limit: int, shared: bool = True,
+               protection: Protection | None = None) -> list[list[Document]]:
     """Each group's HTML documents parsed in its language (a Document: parsed already), stopped (TooManySentences) as
     soon as they hold more than `limit` sentences together (not `shared`: as soon as one of them does)."""
     parsed, most = [], limit
     for texts, language in groups:
         parsed.append([])
         for text in texts:
-            parsed[-1].append(parse(text, language, limit) if isinstance(text, str) else text)
+            parsed[-1].append(parse(text, language, limit, protection) if isinstance(text, str) else text)
             limit -= len(parsed[-1][-1].segments) if shared else 0
             if limit < 0:
                 raise TooManySentences(most)

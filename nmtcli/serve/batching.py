@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from nmtcli import faults
+from nmtcli.documents.protect import Protection
 from nmtcli.inference.results import Scored
 from nmtcli.inference.translator import SearchSettings, Translation
 from nmtcli.serve.models import ServedModel
@@ -47,10 +48,12 @@ class Job:
     taken: bool = False
     prefixes: list[str] | None = None  # target prefixes, one per line; a batch mixes jobs with and without
     targets: list[str] | None = None  # given translations: the lines are scored with them (forced decoding), not translated
+    protection: Protection | None = None  # the spans kept as they are (documents/protect.py)
 
     def joins(self, other: Job) -> bool:
         """Whether this job's lines can be translated in one call with `other`'s."""
-        return self.model is other.model and self.settings == other.settings and (self.targets is None) == (other.targets is None)
+        return (self.model is other.model and self.settings == other.settings and (self.targets is None) == (other.targets is None)
+                and self.protection == other.protection)
 
 
 class Batcher:
@@ -86,14 +89,16 @@ class Batcher:
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
 
     async def translate(self, model: ServedModel, lines: list[str], settings: SearchSettings,
-                        prefixes: list[str] | None = None, targets: list[str] | None = None) -> list[list[Translation]] | list[Scored]:
+                        prefixes: list[str] | None = None, targets: list[str] | None = None,
+                        protection: Protection | None = None) -> list[list[Translation]] | list[Scored]:
         """The n-best lists of `lines`, in order (with `targets`: the scores of those translations); raises
         QueueFull when they would exceed the queue limit."""
         if not lines:
             return []
         if self.queued_lines + len(lines) > self.queue_limit:
             raise QueueFull(self.queued_lines, self.queue_limit)
-        job = Job(model, list(lines), settings, asyncio.get_running_loop().create_future(), prefixes=prefixes, targets=targets)
+        job = Job(model, list(lines), settings, asyncio.get_running_loop().create_future(), prefixes=prefixes, targets=targets,
+                  protection=protection)
         self.pending.append(job)
         self.queued_lines += len(job.lines)
         self._wake.set()
@@ -181,4 +186,4 @@ def _translate(job: Job, lines: list[str], numbers: list[int], prefixes: list[st
     if targets is not None:
         s = job.settings
         return list(job.model.translator.score_with(s, lines, targets, s.alignment))
-    return [t.nbest for t in job.model.translator.translate_lines(job.settings, lines, prefixes, numbers)]
+    return [t.nbest for t in job.model.translator.translate_lines(job.settings, lines, prefixes, numbers, job.protection)]

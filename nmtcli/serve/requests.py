@@ -133,6 +133,7 @@ class TranslateRequest:
     target: str
     alternatives: int
     format: str = "text"  # "html": each text is an HTML document or fragment (documents/markup.py)
+    protect: bool = True  # the built-in protected spans (documents/protect.py) kept; false: translated as text
 
     @property
     def lines(self) -> list[str]:
@@ -147,9 +148,10 @@ def libretranslate_request(fields: dict[str, Any], limits: Limits) -> TranslateR
     if text_format not in FORMATS:
         raise ApiError(400, f"{text_format} format is not supported (send format text or html)")
     alternatives = _integer(fields.get("alternatives", 0), "alternatives", 0, limits.beam - 1)
+    protect = _protect(fields.get("protect", True))
     if text_format == "html":
-        return html_request(TranslateRequest(texts, batch, source, target, alternatives, "html"), limits)
-    request = TranslateRequest(texts, batch, source, target, alternatives)
+        return html_request(TranslateRequest(texts, batch, source, target, alternatives, "html", protect), limits)
+    request = TranslateRequest(texts, batch, source, target, alternatives, protect=protect)
     check_size(sum(len(text) for text in texts), len(request.lines), limits, texts)
     return request
 
@@ -186,6 +188,7 @@ class NmtRequest:
     split_sentences: bool = False  # each line cut into sentences, translated one by one and joined (one record a line)
     format: str = "text"  # "html": each item of `lines` is an HTML fragment, translated a sentence at a time
     min_confidence: float | None = None  # a line whose translation's confidence is below it comes back as sent, flagged
+    protect: bool = True  # the built-in protected spans kept (documents/protect.py)
 
 
 def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits) -> NmtRequest:
@@ -228,7 +231,17 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
     texts = [*lines, *(prefixes or []), *(targets or [])]
     check_size(sum(len(text) for text in texts), len(lines), limits, texts)
     return NmtRequest(lines, source, target, settings, prefixes, targets, split_sentences=split_sentences, format=text_format,
-                      min_confidence=min_confidence)
+                      min_confidence=min_confidence, protect=_protect(fields.get("protect", True)))
+
+
+def _protect(value: Any) -> bool:
+    """The "protect" field: true (the default) keeps placeholders, URLs and e-mail addresses as they are (the server's
+    --protect regexes apply either way). A form sends it as the text true or false."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise ApiError(400, "Invalid request: protect must be true or false")
+    return value
 
 
 def _split_sentences(value: Any, prefixes: list[str] | None, targets: list[str] | None) -> bool:
@@ -240,11 +253,11 @@ def _split_sentences(value: Any, prefixes: list[str] | None, targets: list[str] 
     return value
 
 
-def sentence_requests(groups: list[tuple[list[str], str]], limits: Limits) -> list[SplitTexts]:
+def sentence_requests(groups: list[tuple[list[str], str]], limits: Limits, keep_whole=None) -> list[SplitTexts]:
     """Each group's texts cut into sentences (documents/sentences.py) in its language, the source language of the
     model that translates them. The line limit counts the sentences of all groups together (413): the cutting
     itself is bounded by the character limit (sentencex cuts 100,000 characters in some 20 ms)."""
-    splits = [SplitTexts.of(texts, language) for texts, language in groups]
+    splits = [SplitTexts.of(texts, language, keep_whole) for texts, language in groups]
     check_sentences(sum(len(split.sentences) for split in splits), limits)
     return splits
 
