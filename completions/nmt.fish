@@ -26,9 +26,9 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --at --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format --min-confidence
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format --min-confidence --protect
         case 'serve'
-            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads
+            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --protect
         case 'score'
             printf '%s\n' --ref -r --metrics --compat --target-lang -t --width --model -m --split --device
         case 'info'
@@ -257,6 +257,8 @@ complete -c nmt -n "__nmt_using 'translate'" -l target-file -r -F -d 'The transl
 complete -c nmt -n "__nmt_using 'translate'" -l split-sentences -d 'Input lines are paragraphs: cut each into sentences (by the rules of the model\'s source language), translate them one by one, and join their translations with the line\'s own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence\'s record under "sentences"'
 complete -c nmt -n "__nmt_using 'translate'" -l format -x -d 'text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block\'s text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md)'
 complete -c nmt -n "__nmt_using 'translate'" -l min-confidence -x -d 'Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get "low_confidence": true, and stderr counts them'
+complete -c nmt -n "__nmt_using 'translate'" -l protect -x -d 'Also keep the spans this regular expression (Python\'s re) matches byte for byte, once each, placed by the word alignment; repeatable'
+complete -c nmt -n "__nmt_using 'translate'" -l no-protect -d 'Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies)'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve
@@ -286,6 +288,8 @@ complete -c nmt -n "__nmt_using 'serve'" -l dtype -x -a '(__nmt_values_dtype)' -
 complete -c nmt -n "__nmt_using 'serve'" -l threads -x -d 'CPU threads for PyTorch\'s kernels (default: the CPUs this process may use, after its affinity mask and cgroup quota less one left to the web server\'s own thread; $OMP_NUM_THREADS overrides it)'
 complete -c nmt -n "__nmt_using 'serve'" -l access-log -d 'Log every request on stderr'
 complete -c nmt -n "__nmt_using 'serve'" -l no-access-log -d 'The opposite of --access-log'
+complete -c nmt -n "__nmt_using 'serve'" -l protect -x -d 'Also keep the spans this regular expression matches byte for byte in every request; repeatable'
+complete -c nmt -n "__nmt_using 'serve'" -l no-protect -d 'Translate placeholders, URLs and e-mail addresses like any text (the built-in protected kinds off; --protect still applies)'
 complete -c nmt -n "__nmt_using 'serve'" -l help -s h -d 'Show this message and exit'
 
 # nmt score
