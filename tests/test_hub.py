@@ -145,7 +145,8 @@ def test_pull_refuses_a_repo_that_is_not_an_nmt_model(hub, env, tmp_path):
     api.upload_file(path_or_fileobj=b"not really safetensors", path_in_repo="model.safetensors", repo_id="alice/bert")
     result = nmt_forked("pull", "alice/bert", env=env, check=False)
     assert _error_line(result) == ("nmt: error: alice/bert is not an nmt model repo (its config.json is not nmt's) "
-                                   "(for an OPUS-MT (Marian) model run `nmt import marian alice/bert` first)")
+                                   "(for a transformers model run `nmt import marian alice/bert` (OPUS-MT), `nmt import m2m100 alice/bert` "
+                                   "or `nmt import nllb alice/bert` first)")
     # Nothing but the listed model files is ever downloaded: no pickle reaches the cache.
     assert not list((tmp_path / "hf-home").rglob("pytorch_model.bin"))
 

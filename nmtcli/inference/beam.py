@@ -13,7 +13,8 @@ every step: there waiting costs nothing and a smaller batch is faster at once).
 Target prefixes (`nmt translate --prefix-file`): a sentence's hypothesis is forced through the tokens
 of its prefix, one per step, and the search goes on from there. The prefix tokens are part of the
 output and of its score: they count with the model's log-probabilities of them, and toward |Y| in the
-length penalty.
+length penalty. A multilingual model's target-language tag is the first token of every prefix and is
+certain (log-probability 0), as transformers' forced_bos_token_id makes it.
 """
 
 from __future__ import annotations
@@ -71,13 +72,17 @@ def prefix_tensors(model: Transformer, prefixes: Sequence[list[int]], src: Tenso
     return prefix, lengths, torch.where(empty_source & (lengths > 0), lengths, torch.maximum(max_len, lengths))
 
 
-def force_prefix(log_probs: Tensor, prefix: Tensor, prefix_len: Tensor, generated: Tensor, rows_per_sentence: int) -> None:
+def force_prefix(log_probs: Tensor, prefix: Tensor, prefix_len: Tensor, generated: Tensor, rows_per_sentence: int,
+                 tagged: bool = False) -> None:
     """In place: the rows of sentences still inside their prefix allow the prefix's next token only (at its
-    log-probability under the model); EOS and every other token are -inf there. Tensor operations only."""
+    log-probability under the model); EOS and every other token are -inf there. Tensor operations only.
+    `tagged`: the prefix starts with the target language's tag (ModelConfig.language_tags), certain: log-probability 0."""
     position = (generated - 1).clamp(max=prefix.size(1) - 1)  # the position this step's token fills
     forced = (generated <= prefix_len).repeat_interleave(rows_per_sentence).unsqueeze(1)  # (rows, 1)
     token = prefix.index_select(1, position).repeat_interleave(rows_per_sentence, dim=0)  # (rows, 1)
     kept = log_probs.gather(1, token)
+    if tagged:
+        kept = kept.masked_fill(forced & (generated == 1), 0.0)
     log_probs.masked_fill_(forced, float("-inf"))
     log_probs.scatter_(1, token, kept)  # rows not forced get their own value back
 
@@ -248,7 +253,7 @@ class BeamSearch:
         ban(log_probs, self.banned)
         log_probs[:, cfg.eos_id].masked_fill_(generated <= self.min_len, float("-inf"))
         if self.prefix is not None:
-            force_prefix(log_probs, self.prefix, self.prefix_len, generated, R)
+            force_prefix(log_probs, self.prefix, self.prefix_len, generated, R, cfg.language_tags)
         # Within a row every candidate shares the row's score, so the 2K best candidates of a
         # sentence are among the 2K best tokens of each of its rows: rank those only.
         per_row = min(2 * K, log_probs.size(1))

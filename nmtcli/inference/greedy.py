@@ -46,6 +46,9 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
         if carried:  # within its prefix a sentence takes the prefix's token (never EOS: limits >= prefixes)
             prefix, prefix_len = rows.carried["prefix"], rows.carried["prefix_len"]
             best = torch.where(step < prefix_len, prefix[:, min(step, prefix.size(1) - 1)], best)
+            if step == 0 and model.config.language_tags:  # the target language's tag is certain (see beam.force_prefix)
+                chosen = log_probs.gather(1, best[:, None])
+                log_probs = log_probs.scatter(1, best[:, None], chosen.masked_fill(prefix_len[:, None] > 0, 0.0))
         rows.add(step, best, log_probs)
         if (step + 1) % sync_every and step + 1 < steps:
             continue
