@@ -325,9 +325,12 @@ def _split_translations(translator, settings: SearchSettings, lines: Iterator[st
         def translate(sentences):
             return ([Translation(text, None, None)] for text in translator.translate(sentences))
 
+    pair = getattr(getattr(translator, "engine", None), "languages", None)  # a multilingual model's direction
     for line, spans, results in translate_paragraphs(lines, _source_language(translator), translate, numbers):
         if output_format == "json":
             record = joined_record(line, spans, results)
+            if pair:
+                record = {**record, "source_lang": pair[0], "target_lang": pair[1]}
             yield record, record["confidence"]
         else:
             text = join_sentences(line, spans, [r[0].text if r else "" for r in results])
