@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import made_once, nmt_in_process, shared_dir, torch_threads
+from conftest import nmt_in_process, torch_threads
 
 transformers = pytest.importorskip("transformers")
 
@@ -40,14 +40,8 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def originals(tmp_path_factory):
-    from m2m100_fixture import write_m2m100_models
-
-    root = shared_dir(tmp_path_factory, "m2m100")
-    with made_once(root / ".written") as (done, _):
-        if not done:
-            write_m2m100_models(root)
-    return {kind: root / kind for kind in KINDS}
+def originals(m2m100_dirs):
+    return m2m100_dirs
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +175,8 @@ def test_translate_takes_iso_codes_writes_the_pair_and_refuses_a_missing_or_unkn
     split = nmt_in_process("translate", "-m", model, "-t", "de", "--split-sentences", "--beam", "1", "--max-len-b", "10",
                            "--output-format", "json", input="the dog sees a king. a king helps the dog.\n").stdout
     assert len(json.loads(split)["sentences"]) == 2 and json.loads(split)["target_lang"] == "deu_Latn"
+    exported = nmt_in_process("export", "ctranslate2", model, str(imported["nllb"].parent / "ct2"), check=False)
+    assert exported.returncode == 1 and "its CTranslate2 export is not available yet" in exported.stderr
     served = nmt_in_process("serve", "-m", model, "--port", "0", check=False)
     assert served.returncode == 1 and "is a multilingual model (M2M-100, NLLB-200): `nmt serve` does not serve those yet" in served.stderr
     m2m = nmt_in_process("translate", "-m", str(imported["m2m100"]), "-t", "deu_Latn", "-s", "eng", "--beam", "1", "--max-len-b", "10",
