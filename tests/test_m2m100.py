@@ -197,3 +197,16 @@ def test_import_of_another_architecture_names_the_importers(originals, tmp_path)
     wrong = nmt_in_process("import", "m2m100", str(originals["nllb"]), "-o", str(tmp_path / "out"), check=False)
     assert f"run `nmt import nllb {originals['nllb']}`" in wrong.stderr
     assert not (tmp_path / "out" / "config.json").exists()
+
+
+def test_language_codes_resolve_iso_639_1_and_639_3_through_one_table():
+    from nmtcli.inference.language_codes import M2M100_CODES, NLLB_CODES, iso_639_1, nearest, resolve
+
+    assert len(M2M100_CODES) == 100 and len(NLLB_CODES) == 202
+    for typed, nllb, m2m100 in [("de", "deu_Latn", "de"), ("deu", "deu_Latn", "de"), ("DE", "deu_Latn", "de"), ("deu_Latn", "deu_Latn", "de"),
+                                ("zh", "zho_Hans", "zh"), ("ar", "arb_Arab", "ar"), ("fa", "pes_Arab", "fa"), ("ceb", "ceb_Latn", "ceb"),
+                                ("zho_Hant", "zho_Hant", "zh")]:
+        assert (resolve(typed, NLLB_CODES), resolve(typed, M2M100_CODES)) == (nllb, m2m100), typed
+    assert resolve("deutsch", NLLB_CODES) is None and resolve("xx", M2M100_CODES) is None
+    assert nearest("deutsch", NLLB_CODES)[0] == "deu_Latn" and nearest("eng_Latm", NLLB_CODES)[0] == "eng_Latn"
+    assert (iso_639_1("deu_Latn"), iso_639_1("de"), iso_639_1("arb_Arab"), iso_639_1("ast_Latn")) == ("de", "de", "ar", "ast")

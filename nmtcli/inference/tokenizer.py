@@ -100,8 +100,9 @@ class MarianVocabulary(Tokenizer):
 class MultilingualVocabulary(Tokenizer):
     """M2M-100 and NLLB-200: one sentencepiece model whose pieces map to the model's ids through vocab.json
     (fairseq's dictionary: <s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces), and one tag per language
-    (`__de__`, `deu_Latn`), also in vocab.json. A source is `SOURCE_TAG pieces </s>`; a translation starts with
-    the target language's tag, forced (ModelConfig.language_tags): `source_tag` and `target_tag` give them.
+    (`__de__`, `deu_Latn`), also in vocab.json: `languages` maps each code to its tag's id, `code` finds the
+    model's code for what a user typed. A source is `SOURCE_TAG pieces </s>`; a translation starts with the
+    target language's tag, forced (ModelConfig.language_tags); the translator adds both (inference/translator.py).
 
     Pieces that vocab.json lacks become the unknown id, as in M2M100Tokenizer; tags and special ids are
     dropped from the output, as `skip_special_tokens` does.
