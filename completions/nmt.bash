@@ -7,7 +7,7 @@
 __nmt_subcommands() {
     case $1 in
         '') REPLY='quickstart prepare train average translate serve score info push pull import export' ;;
-        'import') REPLY='marian' ;;
+        'import') REPLY='marian m2m100 nllb' ;;
         'export') REPLY='ctranslate2' ;;
         *) REPLY='' ;;
     esac
@@ -21,7 +21,7 @@ __nmt_options() {
         'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
         'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --epochs --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --shape-classes --no-shape-classes --cuda-graphs --no-cuda-graphs --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --at --output -o --help -h' ;;
-        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --score-only --target-file --split-sentences --format --min-confidence --protect --no-protect --help -h' ;;
+        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --score-only --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --help -h' ;;
         'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --access-log --no-access-log --protect --no-protect --help -h' ;;
         'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
@@ -29,6 +29,8 @@ __nmt_options() {
         'pull') REPLY='--revision --output -o --help -h' ;;
         'import') REPLY='--help -h' ;;
         'import marian') REPLY='--output -o --revision --source-lang -s --target-lang -t --help -h' ;;
+        'import m2m100') REPLY='--output -o --revision --help -h' ;;
+        'import nllb') REPLY='--output -o --revision --help -h' ;;
         'export') REPLY='--help -h' ;;
         'export ctranslate2') REPLY='--quantization --force --revision --help -h' ;;
         *) REPLY='' ;;
@@ -114,6 +116,8 @@ __nmt_option_value() {
         'translate --alignment') REPLY='text' ;;
         'translate --target-file') REPLY='files' ;;
         'translate --format') REPLY='text' ;;
+        'translate --target-lang'|'translate -t') REPLY='text' ;;
+        'translate --source-lang'|'translate -s') REPLY='text' ;;
         'translate --min-confidence') REPLY='text' ;;
         'translate --protect') REPLY='text' ;;
         'serve --model'|'serve -m') REPLY='files' ;;
@@ -159,6 +163,10 @@ __nmt_option_value() {
         'import marian --revision') REPLY='text' ;;
         'import marian --source-lang'|'import marian -s') REPLY='text' ;;
         'import marian --target-lang'|'import marian -t') REPLY='text' ;;
+        'import m2m100 --output'|'import m2m100 -o') REPLY='files' ;;
+        'import m2m100 --revision') REPLY='text' ;;
+        'import nllb --output'|'import nllb -o') REPLY='files' ;;
+        'import nllb --revision') REPLY='text' ;;
         'export ctranslate2 --quantization') REPLY='choices int8 int8_float32 int8_float16 int8_bfloat16 int16 float16 bfloat16 float32' ;;
         'export ctranslate2 --revision') REPLY='text' ;;
         *) REPLY='' ;;
@@ -176,6 +184,8 @@ __nmt_argument_value() {
         'push 1') REPLY='text' ;;  # REPO_ID
         'pull 0') REPLY='text' ;;  # REPO_ID
         'import marian 0') REPLY='files' ;;  # SRC
+        'import m2m100 0') REPLY='files' ;;  # SRC
+        'import nllb 0') REPLY='files' ;;  # SRC
         'export ctranslate2 0') REPLY='files' ;;  # MODEL_DIR
         'export ctranslate2 1') REPLY='files' ;;  # OUT_DIR
         *) REPLY='' ;;

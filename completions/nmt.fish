@@ -8,7 +8,7 @@ function __nmt_subcommands
         case ''
             printf '%s\n' quickstart prepare train average translate serve score info push pull import export
         case 'import'
-            printf '%s\n' marian
+            printf '%s\n' marian m2m100 nllb
         case 'export'
             printf '%s\n' ctranslate2
     end
@@ -26,7 +26,7 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --at --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format --min-confidence --protect
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect
         case 'serve'
             printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --protect
         case 'score'
@@ -39,6 +39,10 @@ function __nmt_value_options
             printf '%s\n' --revision --output -o
         case 'import marian'
             printf '%s\n' --output -o --revision --source-lang -s --target-lang -t
+        case 'import m2m100'
+            printf '%s\n' --output -o --revision
+        case 'import nllb'
+            printf '%s\n' --output -o --revision
         case 'export ctranslate2'
             printf '%s\n' --quantization --revision
     end
@@ -256,6 +260,8 @@ complete -c nmt -n "__nmt_using 'translate'" -l score-only -d 'Score given trans
 complete -c nmt -n "__nmt_using 'translate'" -l target-file -r -F -d 'The translations --score-only scores, one per input line'
 complete -c nmt -n "__nmt_using 'translate'" -l split-sentences -d 'Input lines are paragraphs: cut each into sentences (by the rules of the model\'s source language), translate them one by one, and join their translations with the line\'s own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence\'s record under "sentences"'
 complete -c nmt -n "__nmt_using 'translate'" -l format -x -d 'text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block\'s text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md)'
+complete -c nmt -n "__nmt_using 'translate'" -l target-lang -s t -x -d 'A multilingual model (M2M-100, NLLB-200): the language to translate into, as the model writes it (deu_Latn, de) or an ISO 639-1/-3 code (de, deu); `nmt info MODEL` lists its languages'
+complete -c nmt -n "__nmt_using 'translate'" -l source-lang -s s -x -d 'A multilingual model: the language of the input (as --target-lang)'
 complete -c nmt -n "__nmt_using 'translate'" -l min-confidence -x -d 'Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get "low_confidence": true, and stderr counts them'
 complete -c nmt -n "__nmt_using 'translate'" -l protect -x -d 'Also keep the spans this regular expression (Python\'s re) matches byte for byte, once each, placed by the word alignment; repeatable'
 complete -c nmt -n "__nmt_using 'translate'" -l no-protect -d 'Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies)'
@@ -327,6 +333,8 @@ complete -c nmt -n "__nmt_using 'pull'" -l help -s h -d 'Show this message and e
 
 # nmt import
 complete -c nmt -n "__nmt_using 'import'" -a marian -d 'Import a Hugging Face MarianMTModel (the OPUS-MT models) as an nmt model dir'
+complete -c nmt -n "__nmt_using 'import'" -a m2m100 -d 'Import M2M-100 (M2M100ForConditionalGeneration with M2M100Tokenizer: 100 languages, any direction)'
+complete -c nmt -n "__nmt_using 'import'" -a nllb -d 'Import NLLB-200 (M2M100ForConditionalGeneration with NllbTokenizer: 200 languages, any direction)'
 complete -c nmt -n "__nmt_using 'import'" -l help -s h -d 'Show this message and exit'
 
 # nmt import marian
@@ -336,6 +344,18 @@ complete -c nmt -n "__nmt_using 'import marian'" -l source-lang -s s -x -d 'Sour
 complete -c nmt -n "__nmt_using 'import marian'" -l target-lang -s t -x -d 'Target language code'
 complete -c nmt -n "__nmt_using 'import marian'" -l help -s h -d 'Show this message and exit'
 complete -c nmt -n "__nmt_at_argument 'import marian' 0" -F  # SRC
+
+# nmt import m2m100
+complete -c nmt -n "__nmt_using 'import m2m100'" -l output -s o -r -F -d 'Model dir to write'
+complete -c nmt -n "__nmt_using 'import m2m100'" -l revision -x -d 'Branch, tag or commit when SRC is a Hub id'
+complete -c nmt -n "__nmt_using 'import m2m100'" -l help -s h -d 'Show this message and exit'
+complete -c nmt -n "__nmt_at_argument 'import m2m100' 0" -F  # SRC
+
+# nmt import nllb
+complete -c nmt -n "__nmt_using 'import nllb'" -l output -s o -r -F -d 'Model dir to write'
+complete -c nmt -n "__nmt_using 'import nllb'" -l revision -x -d 'Branch, tag or commit when SRC is a Hub id'
+complete -c nmt -n "__nmt_using 'import nllb'" -l help -s h -d 'Show this message and exit'
+complete -c nmt -n "__nmt_at_argument 'import nllb' 0" -F  # SRC
 
 # nmt export
 complete -c nmt -n "__nmt_using 'export'" -a ctranslate2 -d 'Export a model to CTranslate2 (post-norm Transformer spec) for `nmt translate --engine ctranslate2`'

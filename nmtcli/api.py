@@ -44,22 +44,29 @@ class Translator:
 
     @classmethod
     def load(cls, model: str | os.PathLike[str], *, device: str = "auto", dtype: str | None = None,
-             revision: str | None = None) -> Translator:
+             revision: str | None = None, source_lang: str | None = None, target_lang: str | None = None) -> Translator:
         """The model of a model dir (written by `nmt average`, `nmt import`, `nmt pull`) or a Hub id OWNER/NAME
         (downloaded once into the Hub cache, at `revision`), as `nmt translate -m` takes it, on `device` (auto,
-        cpu, cuda, cuda:N) computing in `dtype` (fp32, the default; int8 on a CPU; bf16 or fp16 on a GPU)."""
-        return cls(open_engine(model, device=device, dtype=dtype, revision=revision), str(model))
+        cpu, cuda, cuda:N) computing in `dtype` (fp32, the default; int8 on a CPU; bf16 or fp16 on a GPU).
+        A multilingual model (M2M-100, NLLB-200) translates into `target_lang` (its code, or ISO 639-1/-3: "de"),
+        from `source_lang` (default English)."""
+        return cls(open_engine(model, device=device, dtype=dtype, revision=revision, languages=(source_lang, target_lang)), str(model))
 
     # --- what the model is ------------------------------------------------------------------------
 
     @property
     def source_language(self) -> str | None:
-        """The model's source language code (config.json's "languages"), or None where it names none."""
+        """The model's source language code (config.json's "languages"; a multilingual model's: the one chosen), or None
+        where it names none."""
+        if getattr(self._engine, "languages", None):
+            return self._engine.languages[0]
         return (self._engine.config_values.get("languages") or {}).get("source") or None
 
     @property
     def target_language(self) -> str | None:
-        """The model's target language code, or None where it names none."""
+        """The model's target language code (a multilingual model's: the one chosen), or None where it names none."""
+        if getattr(self._engine, "languages", None):
+            return self._engine.languages[1]
         return (self._engine.config_values.get("languages") or {}).get("target") or None
 
     @property
@@ -251,6 +258,10 @@ class Translator:
 
         if not self.source_language:
             self._engine.warn(f"the model's config.json names no source language: sentences are split by the rules for {DEFAULT_LANGUAGE!r}")
+        if getattr(self._engine, "languages", None):  # a multilingual model's code (eng_Latn): the rules know en
+            from nmtcli.inference.language_codes import iso_639_1
+
+            return iso_639_1(self._engine.languages[0])
         return self.source_language or DEFAULT_LANGUAGE
 
 
@@ -266,10 +277,11 @@ def protection(protect: bool = True, protect_regex: Iterable[str] = (), flag: st
 
 
 def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: str | None = None, revision: str | None = None,
-                settings: SearchSettings | None = None, warn: Callable[[str], None] | None = None) -> Engine:
+                settings: SearchSettings | None = None, warn: Callable[[str], None] | None = None,
+                languages: tuple[str | None, str | None] = (None, None)) -> Engine:
     """The native engine of a model dir or Hub id on a device: what `Translator.load`, `nmt translate` and `nmt serve`
     load a model with. `settings`: the defaults of every call (and the window and batch sizes); `warn`: where the
-    engine's warnings go (default: the `nmtcli` logger)."""
+    engine's warnings go (default: the `nmtcli` logger). `languages`: (source, target) of a multilingual model."""
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model must be a model dir or a Hub id (str or path), not {type(model).__name__}")
     from nmtcli import hub
@@ -277,7 +289,8 @@ def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: s
     from nmtcli.inference.translator import SearchSettings, Translator as Engine
 
     path = hub.resolve_model(model, revision)
-    return Engine(path, resolve_device(str(device)), settings or SearchSettings(), dtype=dtype or "fp32", warn=warn or log.warning)
+    return Engine(path, resolve_device(str(device)), settings or SearchSettings(), dtype=dtype or "fp32", warn=warn or log.warning,
+                  languages=languages)
 
 
 def checked(items: Iterable[str], name: str) -> Iterator[str]:

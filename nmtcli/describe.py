@@ -75,7 +75,7 @@ def kind_of(path: Path) -> str:
     if isinstance(values, dict) and "model" in values:
         return "model_dir"
     raise NmtError(f"{path / CONFIG_FILE} is not nmt's: {path} is not a model dir or a run dir",
-                   EXPECTED + "; for an OPUS-MT (Marian) model run `nmt import marian` first")
+                   EXPECTED + "; for a transformers model run `nmt import marian`, `nmt import m2m100` or `nmt import nllb` first")
 
 
 # --- model dirs ----------------------------------------------------------------------------------

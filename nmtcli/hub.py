@@ -91,7 +91,7 @@ def resolve_model(spec: str | Path, revision: str | None = None) -> Path:
     if Path(text).is_dir() or not looks_like_repo_id(text):
         return Path(text)
     snapshot = download(text, revision)
-    hint = f"for an OPUS-MT (Marian) model run `nmt import marian {text}` first"
+    hint = f"for a transformers model run `nmt import marian {text}` (OPUS-MT), `nmt import m2m100 {text}` or `nmt import nllb {text}` first"
     if not (snapshot / CONFIG_FILE).is_file() or not (snapshot / WEIGHTS_FILE).is_file():
         raise NmtError(f"{text} is not an nmt model repo (no {CONFIG_FILE} and {WEIGHTS_FILE})", hint)
     try:

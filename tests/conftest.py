@@ -328,6 +328,20 @@ def marian_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def m2m100_dirs(tmp_path_factory) -> dict[str, Path]:
+    """{"m2m100": dir, "nllb": dir}: one tiny M2M100ForConditionalGeneration saved by transformers with M2M100Tokenizer and
+    with NllbTokenizer, like facebook/m2m100_* and facebook/nllb-200-* (needs transformers; tests/m2m100_fixture.py)."""
+    pytest.importorskip("transformers")
+    from m2m100_fixture import write_m2m100_models
+
+    root = shared_dir(tmp_path_factory, "m2m100")
+    with made_once(root / ".written") as (done, _):
+        if not done:
+            write_m2m100_models(root)
+    return {kind: root / kind for kind in ("m2m100", "nllb")}
+
+
+@pytest.fixture(scope="session")
 def random_model(prepared, tmp_path_factory) -> Path:
     """An untrained tiny model dir (seeded) with the prepared vocabulary and a scores.json: made in a second."""
     import torch

@@ -26,7 +26,7 @@ LINES = ["the small dog sees a red ball", "", "a new car follows the old train",
 PUBLIC = ["NmtError", "NotAvailable", "Scored", "Translation", "Translator", "__version__"]
 SIGNATURES = {
     "load": "(model: 'str | os.PathLike[str]', *, device: 'str' = 'auto', dtype: 'str | None' = None, "
-            "revision: 'str | None' = None) -> 'Translator'",
+            "revision: 'str | None' = None, source_lang: 'str | None' = None, target_lang: 'str | None' = None) -> 'Translator'",
     "translate": "(self, texts: 'Iterable[str]', *, beam: 'int' = 4, alpha: 'float' = 0.6, nbest: 'int' = 1, "
                  "prefix: 'str | Iterable[str] | None' = None, glossary: 'Mapping[str, str] | None' = None, "
                  "split_sentences: 'bool' = False, alignment: 'Alignment | None' = None, batch_tokens: 'int | None' = None, "

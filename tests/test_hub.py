@@ -145,9 +145,27 @@ def test_pull_refuses_a_repo_that_is_not_an_nmt_model(hub, env, tmp_path):
     api.upload_file(path_or_fileobj=b"not really safetensors", path_in_repo="model.safetensors", repo_id="alice/bert")
     result = nmt_forked("pull", "alice/bert", env=env, check=False)
     assert _error_line(result) == ("nmt: error: alice/bert is not an nmt model repo (its config.json is not nmt's) "
-                                   "(for an OPUS-MT (Marian) model run `nmt import marian alice/bert` first)")
+                                   "(for a transformers model run `nmt import marian alice/bert` (OPUS-MT), `nmt import m2m100 alice/bert` "
+                                   "or `nmt import nllb alice/bert` first)")
     # Nothing but the listed model files is ever downloaded: no pickle reaches the cache.
     assert not list((tmp_path / "hf-home").rglob("pytorch_model.bin"))
+
+
+def test_import_nllb_from_a_hub_id_keeps_its_licence(m2m100_dirs, hub, env, tmp_path):
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=hub.endpoint, token="hf_facebook")
+    hub.tokens["hf_facebook"] = "facebook"
+    api.create_repo("facebook/nllb-200-distilled-600M")
+    api.upload_folder(folder_path=str(m2m100_dirs["nllb"]), repo_id="facebook/nllb-200-distilled-600M")
+    result = nmt_forked("import", "nllb", "facebook/nllb-200-distilled-600M", "-o", str(tmp_path / "hub"), env=env)
+    assert str(tmp_path / "hub") in result.stdout and "license cc-by-nc-4.0" in result.stderr
+    nmt_in_process("import", "nllb", str(m2m100_dirs["nllb"]), "-o", str(tmp_path / "local"))
+    assert (tmp_path / "hub" / "model.safetensors").read_bytes() == (tmp_path / "local" / "model.safetensors").read_bytes()
+    values = json.loads((tmp_path / "hub" / "config.json").read_text())
+    assert values["imported_from"] == {"kind": "nllb", "source": "facebook/nllb-200-distilled-600M",
+                                       "revision": hub.repos["facebook/nllb-200-distilled-600M"].branches["main"]}
+    assert values["license"] == "cc-by-nc-4.0"
 
 
 def test_import_marian_from_a_hub_id(marian_dir, hub, env, tmp_path):

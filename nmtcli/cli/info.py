@@ -160,10 +160,18 @@ def _overview(report: dict[str, Any]):
     variants = [f"{config.positions} positions"] if config.positions != "interleaved" else []
     variants += ["final logits bias"] if config.final_logits_bias else []
     variants += ["unscaled embeddings"] if not config.scale_embedding else []
+    variants += [f"positions from {config.position_offset}"] if config.position_offset else []
+    variants += ["target language tags"] if config.language_tags else []
     if variants:
         row("variants", ", ".join(variants))
-    if "languages" in report:
+    tags = (report.get("tokenizer") or {}).get("languages")
+    if tags:  # a multilingual model: any of its languages into any other (--source-lang, --target-lang)
+        row("languages", f"{len(tags)}, any direction (--target-lang, --source-lang): {' '.join(tags)}")
+    elif "languages" in report:
         row("languages", f"{report['languages']['source']} -> {report['languages']['target']}")
+    if report.get("license"):
+        noncommercial = " (non-commercial use only)" if "-nc" in str(report["license"]).lower() else ""
+        row("license", f"{report['license']}{noncommercial}")
     origin = report.get("imported_from")
     if origin:
         row("imported from", f"{origin.get('kind')} model {origin.get('source')}" + (f" at {origin['revision']}" if origin.get("revision") else ""))

@@ -63,6 +63,8 @@ def command(
     target_file: Annotated[Optional[Path], typer.Option(help="The translations --score-only scores, one per input line.")] = None,
     split_sentences: Annotated[bool, typer.Option("--split-sentences", help="Input lines are paragraphs: cut each into sentences (by the rules of the model's source language), translate them one by one, and join their translations with the line's own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence's record under \"sentences\".")] = False,
     text_format: Annotated[str, typer.Option("--format", help="text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md).")] = "text",
+    target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="A multilingual model (M2M-100, NLLB-200): the language to translate into, as the model writes it (deu_Latn, de) or an ISO 639-1/-3 code (de, deu); `nmt info MODEL` lists its languages. Other models: checked against the model's own.")] = None,
+    source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="A multilingual model: the language of the input (as --target-lang). Default: English.")] = None,
     min_confidence: Annotated[Optional[float], typer.Option(help="Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get \"low_confidence\": true, and stderr counts them.", min=0.0, max=1.0)] = None,
     protect: Annotated[Optional[list[str]], typer.Option("--protect", metavar="REGEX", help="Also keep the spans this regular expression (Python's re) matches byte for byte, once each, placed by the word alignment; repeatable. Built in (unless --no-protect): {{name}}, {0}, %s, %(name)s, ${var}, <x/>-style tags, URLs, e-mail addresses (docs/translating.md).", rich_help_panel="Protected spans")] = None,
     no_protect: Annotated[bool, typer.Option("--no-protect", help="Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies).", rich_help_panel="Protected spans")] = False,
@@ -113,7 +115,7 @@ def command(
                                        seed=settings.seed if seed is None else seed)
     sentence_numbers: dict[int, tuple[int, int]] = {}  # --split-sentences: a sentence's number -> (its line, its place in it)
     translator = _translator(engine, model, revision, device, dtype, threads, output_format, settings,
-                             _sentence_warn(sentence_numbers) if split_sentences else warn)
+                             _sentence_warn(sentence_numbers) if split_sentences else warn, (source_lang, target_lang))
     source = open(input, "rb") if input is not None else sys.stdin.buffer
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
     prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
@@ -277,7 +279,7 @@ def _scores(translator, settings: SearchSettings, lines: Iterator[str], target_f
 
 
 def _translator(engine: str, model: str | None, revision: str | None, device: str, dtype: str, threads: int | None,
-                output_format: str, settings: SearchSettings, warn=warn):
+                output_format: str, settings: SearchSettings, warn=warn, languages: tuple[str | None, str | None] = (None, None)):
     """The Python API's Translator of the model dir `-m` names (or the default), or CTranslate2's of an exported dir."""
     from nmtcli.errors import NmtError
 
@@ -289,6 +291,8 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
             raise NmtError("--engine ctranslate2 needs -m CT2_DIR", "export one with `nmt export ctranslate2 MODEL_DIR CT2_DIR`", exit_code=2)
         if output_format != "text":
             raise NmtError("--engine ctranslate2 writes text only", "use the native engine for --output-format json", exit_code=2)
+        if languages != (None, None):
+            raise NmtError("--source-lang/--target-lang work with the native engine", "drop them with --engine ctranslate2", exit_code=2)
         return CTranslate2Translator(Path(model), device, settings, threads or 0, warn=warn)
     import torch
 
@@ -297,14 +301,16 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
     if threads is not None:
         torch.set_num_threads(threads)
     path = resolve_model(model, revision)
-    return Translator(open_engine(path, device=device, dtype=dtype, settings=settings, warn=warn), str(path))
+    return Translator(open_engine(path, device=device, dtype=dtype, settings=settings, warn=warn, languages=languages), str(path))
 
 
 def _translations(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None,
                   output_format: str, protection=None) -> Iterator[tuple[str | dict, float | None]]:
     """Each line's translation (text) or JSON record (json: nbest_record), with its confidence."""
+    pair = getattr(translator.engine, "languages", None)  # a multilingual model's: each record says which direction
     for t in translator.translate_with(settings, lines, prefixes, protection=protection):
-        yield (t.text if output_format == "text" else t.record()), t.confidence
+        record = {**t.record(), "source_lang": pair[0], "target_lang": pair[1]} if pair and output_format == "json" else None
+        yield (t.text if output_format == "text" else record or t.record()), t.confidence
 
 
 def _ct2_translations(translator, lines: Iterator[str], prefixes: Iterator[str] | None, protection) -> Iterator[str]:
@@ -340,9 +346,12 @@ def _split_translations(translator, settings: SearchSettings, lines: Iterator[st
             return plain(sentences) if protection is None else protected_nbest(sentences, protection, False, plain)
 
     keep = (lambda text: find_spans(text, protection)) if protection is not None else None
+    pair = getattr(getattr(translator, "engine", None), "languages", None)  # a multilingual model's direction
     for line, spans, results in translate_paragraphs(lines, _source_language(translator), translate, numbers, keep):
         if output_format == "json":
             record = joined_record(line, spans, results)
+            if pair:
+                record = {**record, "source_lang": pair[0], "target_lang": pair[1]}
             yield record, record["confidence"]
         else:
             text = join_sentences(line, spans, [r[0].text if r else "" for r in results])
@@ -367,6 +376,10 @@ def _source_language(translator) -> str:
     from nmtcli.documents.sentences import DEFAULT_LANGUAGE
 
     engine = getattr(translator, "engine", translator)  # the Python API's Translator, or CTranslate2's
+    if getattr(engine, "languages", None):  # a multilingual model: the language chosen, as the rules know it
+        from nmtcli.inference.language_codes import iso_639_1
+
+        return iso_639_1(engine.languages[0])
     values = getattr(engine, "config_values", None) or getattr(engine, "values", None) or {}
     language = (values.get("languages") or {}).get("source")
     if not language:

@@ -13,7 +13,8 @@ every step: there waiting costs nothing and a smaller batch is faster at once).
 Target prefixes (`nmt translate --prefix-file`): a sentence's hypothesis is forced through the tokens
 of its prefix, one per step, and the search goes on from there. The prefix tokens are part of the
 output and of its score: they count with the model's log-probabilities of them, and toward |Y| in the
-length penalty.
+length penalty. A multilingual model's target-language tag is the first token of every prefix and is
+certain (log-probability 0), as transformers' forced_bos_token_id makes it.
 """
 
 from __future__ import annotations
@@ -303,6 +304,8 @@ class BeamSearch:
         if self.prefix is not None:  # a row inside its prefix offers the prefix's next token alone (at its log-probability)
             forced, token = prefix_rows(self.prefix, self.prefix_len, generated, R)
             token_log_prob = log_probs_of(logits.gather(1, token), normalizer)  # masked: PAD, BOS, EOS too early are -inf
+            if cfg.language_tags:  # a multilingual model's first prefix token, the target language's tag, is certain
+                token_log_prob = token_log_prob.masked_fill(forced & (generated == 1), 0.0)
             log_probs = torch.where(forced, alone(token_log_prob, per_row), log_probs)
             tokens = torch.where(forced, token, tokens)
         # At its length limit a sentence may only end: its rows offer EOS alone. (No row is inside its prefix

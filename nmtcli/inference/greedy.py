@@ -48,7 +48,10 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
             prefix, prefix_len = rows.carried["prefix"], rows.carried["prefix_len"]
             best = torch.where(step < prefix_len, prefix[:, min(step, prefix.size(1) - 1)], best)
         token = rows.limited(step, best)
-        rows.add(step, token, log_probs_of(logits.gather(1, token[:, None]), normalizer)[:, 0])  # a banned prefix token: -inf
+        log_prob = log_probs_of(logits.gather(1, token[:, None]), normalizer)[:, 0]  # a banned prefix token: -inf
+        if carried and step == 0 and model.config.language_tags:  # the target language's tag is certain (beam.candidates)
+            log_prob = log_prob.masked_fill(rows.carried["prefix_len"] > 0, 0.0)
+        rows.add(step, token, log_prob)
         if (step + 1) % sync_every and step + 1 < steps:
             continue
         if rows.collect(results):

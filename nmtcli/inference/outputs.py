@@ -32,9 +32,11 @@ class Hypothesis:
 
 
 def never_produced(model: Transformer, device: torch.device, eos: bool = False) -> Tensor:
-    """The ids a search never produces: PAD and BOS (and EOS, where it is not allowed yet)."""
+    """The ids a search never produces: PAD and BOS (and EOS, where it is not allowed yet). A decoder that starts
+    from EOS (fairseq's M2M-100 and NLLB) may of course end with it."""
     cfg = model.config
-    return torch.tensor([cfg.pad_id, cfg.bos_id, *([cfg.eos_id] if eos else [])], device=device)
+    ids = {cfg.pad_id, *([cfg.bos_id] if cfg.bos_id != cfg.eos_id else []), *([cfg.eos_id] if eos else [])}
+    return torch.tensor(sorted(ids), device=device)
 
 
 def ban(scores: Tensor, banned: Tensor) -> Tensor:

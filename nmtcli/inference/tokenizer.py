@@ -1,9 +1,10 @@
 """Text <-> token ids for a model dir: what the translator calls before and after the search.
 
-Two layouts exist. nmt's own model dirs hold one joint sentencepiece model whose ids are the model's
+Three layouts exist. nmt's own model dirs hold one joint sentencepiece model whose ids are the model's
 ids (sec. 5.1: a shared source-target vocabulary). Models imported from Marian (OPUS-MT) hold a
 source sentencepiece model, a target sentencepiece model and `vocab.json`, the joint vocabulary
-that maps both sides' pieces to the model's ids; `config.json` says which layout a dir uses.
+that maps both sides' pieces to the model's ids. Multilingual models imported from M2M-100 and NLLB-200
+hold one sentencepiece model, `vocab.json` and a tag per language. `config.json` says which layout a dir uses.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from nmtcli.data.encoding import marian_ids
 from nmtcli.data.text import SPM_FILE, load_sentencepiece
 from nmtcli.data.vocabulary import read_piece_ids
 from nmtcli.errors import NmtError
+from nmtcli.inference.language_codes import nearest, resolve
 
 MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB = "source.spm", "target.spm", "vocab.json"
+MULTILINGUAL_SPM = "sentencepiece.bpe.model"  # M2M-100's and NLLB-200's name for it
 WORD_BOUNDARY = "\u2581"  # "▁", sentencepiece's mark of a piece that starts a word
 
 
@@ -94,6 +97,47 @@ class MarianVocabulary(Tokenizer):
         return [self.id_to_piece.get(i, f"<unused{i}>") for i in range(self.size)]
 
 
+class MultilingualVocabulary(Tokenizer):
+    """M2M-100 and NLLB-200: one sentencepiece model whose pieces map to the model's ids through vocab.json
+    (fairseq's dictionary: <s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces), and one tag per language
+    (`__de__`, `deu_Latn`), also in vocab.json: `languages` maps each code to its tag's id, `code` finds the
+    model's code for what a user typed. A source is `SOURCE_TAG pieces </s>`; a translation starts with the
+    target language's tag, forced (ModelConfig.language_tags); the translator adds both (inference/translator.py).
+
+    Pieces that vocab.json lacks become the unknown id, as in M2M100Tokenizer; tags and special ids are
+    dropped from the output, as `skip_special_tokens` does.
+    """
+
+    def __init__(self, spm: Path, vocab: Path, languages: dict[str, str], unk_id: int, special_ids: set[int]):
+        self.sp = load_sentencepiece(spm)
+        self.piece_to_id: dict[str, int] = read_piece_ids(vocab)
+        self.id_to_piece: dict[int, str] = {i: p for p, i in self.piece_to_id.items()}
+        self.languages: dict[str, int] = {code: self.piece_to_id[tag] for code, tag in languages.items()}
+        self.unk_id = unk_id
+        named = {self.piece_to_id[p] for p in ("<s>", "<pad>", "</s>", "<unk>", "<mask>") if p in self.piece_to_id}
+        self.dropped = special_ids | named | set(self.languages.values())
+        self.size = max(self.piece_to_id.values()) + 1
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        get, unk = self.piece_to_id.get, self.unk_id
+        return [[get(piece, unk) for piece in pieces] for pieces in self.sp.encode(texts, out_type=str)]
+
+    def decode(self, ids: list[int]) -> str:
+        pieces = [self.id_to_piece[i] for i in ids if i not in self.dropped and i in self.id_to_piece]
+        return self.sp.decode_pieces(pieces).replace(WORD_BOUNDARY, " ").strip()
+
+    def pieces(self) -> list[str]:
+        return [self.id_to_piece.get(i, f"<unused{i}>") for i in range(self.size)]
+
+    def code(self, code: str, side: str, model: str = "MODEL") -> str:
+        """The model's own code for `code` (its code, ISO 639-1 or ISO 639-3); `side` and `model` name them in errors."""
+        found = resolve(code, self.languages)
+        if found is None:
+            raise NmtError(f"{model} has no language {code!r} (--{side}-lang); the nearest it has: {', '.join(nearest(code, self.languages))}",
+                           f"`nmt info {model}` lists its languages", exit_code=2)
+        return found
+
+
 def load_tokenizer(model_dir: Path, config_values: dict[str, Any]) -> Tokenizer:
     """The tokenizer `config.json` names ("tokenizer": {"kind": ...}); nmt's joint sentencepiece by default."""
     model_dir = Path(model_dir)
@@ -109,5 +153,11 @@ def load_tokenizer(model_dir: Path, config_values: dict[str, Any]) -> Tokenizer:
             model_dir / spec.get("vocab", MARIAN_VOCAB),
             unk_id=m.get("unk_id", 1),
             special_ids={m.get("pad_id", 0), m.get("eos_id", 3), m.get("bos_id", 2), m.get("unk_id", 1)},
+        )
+    if kind == "multilingual":
+        m = config_values["model"]
+        return MultilingualVocabulary(
+            model_dir / spec.get("model", MULTILINGUAL_SPM), model_dir / spec.get("vocab", MARIAN_VOCAB), spec["languages"],
+            unk_id=m.get("unk_id", 3), special_ids={m.get("pad_id", 1), m.get("eos_id", 2), m.get("bos_id", 2), m.get("unk_id", 3)},
         )
     raise NmtError(f"{model_dir}/config.json names an unknown tokenizer {kind!r}", "upgrade nmt, or re-create the model dir")

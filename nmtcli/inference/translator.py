@@ -36,7 +36,8 @@ from nmtcli.inference import precision
 from nmtcli.inference.precision import HALF, to_half
 from nmtcli.inference.results import Translation, kth_best, nbest_record  # noqa: F401 - also imported from here
 from nmtcli.inference.sampling import DEFAULT_SEED, check_sampling, parse_sampling, sample
-from nmtcli.inference.tokenizer import Tokenizer, load_tokenizer
+from nmtcli.inference.language_codes import resolve
+from nmtcli.inference.tokenizer import MultilingualVocabulary, Tokenizer, load_tokenizer
 from nmtcli.model.checkpoint import load_model
 from nmtcli.model.transformer import Transformer
 
@@ -98,6 +99,7 @@ class Translator:
         settings: SearchSettings = SearchSettings(),
         dtype: str = "fp32",
         warn: Warn | None = None,
+        languages: tuple[str | None, str | None] = (None, None),
     ):
         device = torch.device(device)
         if dtype not in DTYPES:
@@ -138,6 +140,26 @@ class Translator:
                 "the model dir mixes files of different models",
             )
         self.max_source_tokens = cfg.max_positions - 1  # one position for EOS
+        self.languages: tuple[str, str] | None = None  # a multilingual model's (source, target) codes
+        self._tags: tuple[int, int] | None = None  # and their tags' ids
+        self.set_languages(*languages, model=str(model_dir))
+
+    def set_languages(self, source: str | None, target: str | None, model: str = "MODEL") -> None:
+        """The direction to translate in: codes of the model's (`deu_Latn`), ISO 639-1 (`de`) or ISO 639-3 (`deu`).
+        A multilingual model needs `target` (the source defaults to English, as transformers' tokenizers have it);
+        a one-direction model takes its own languages only."""
+        if isinstance(self.tokenizer, MultilingualVocabulary):
+            if target is None:
+                raise NmtError(f"{model} is multilingual ({len(self.tokenizer.languages)} languages): name the language to translate into "
+                               "with --target-lang", f"`nmt info {model}` lists its languages", exit_code=2)
+            pair = (self.tokenizer.code(source or "en", "source", model), self.tokenizer.code(target, "target", model))
+            self.languages, self._tags = pair, (self.tokenizer.languages[pair[0]], self.tokenizer.languages[pair[1]])
+            return
+        own = self.config_values.get("languages") or {}
+        for side, given in (("source", source), ("target", target)):
+            if given is not None and own.get(side) and resolve(given, [own[side]]) is None:
+                raise NmtError(f"{model} translates {own.get('source')} -> {own.get('target')} only, not from/into {given!r} (--{side}-lang)",
+                               f"use a model for that direction, or leave --{side}-lang out", exit_code=2)
 
     @property
     def batch_tokens(self) -> int:
@@ -184,21 +206,37 @@ class Translator:
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         text = one_line(self.tokenizer.decode(hyp.tokens))
-        return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in hyp.tokens], hyp.alignment,
+        shown = hyp.tokens[1:] if self._tags and hyp.tokens[:1] == [self._tags[1]] else hyp.tokens  # the target tag is no word of it
+        return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in shown], hyp.alignment,
                            confidence(hyp.log_prob, len(hyp.tokens)))
+
+    def _tagged(self, sentences: list[list[int]], prefixes: list[list[int]] | None) -> tuple[list[list[int]], list[list[int]] | None]:
+        """A multilingual model's input: each source `SOURCE_TAG ids` (EOS follows), each output forced to start with the
+        target tag (then the line's prefix); an empty line stays empty. Other models' as they are."""
+        if self._tags is None:
+            return sentences, prefixes
+        source, target = self._tags
+        prefixes = prefixes or [[] for _ in sentences]
+        return ([[source, *ids] if ids else [] for ids in sentences],
+                [[target, *p] if ids or p else [] for ids, p in zip(sentences, prefixes)])
 
     def _translate_window(self, window: list[tuple[int, str]], settings: SearchSettings | None = None,
                           prefixes: Sequence[str] | None = None, covering: Sequence[bool] | None = None) -> list[list[Hypothesis]]:
         def truncated(index: int, tokens: int) -> None:
             self.warn(f"line {window[index][0]}: {tokens} tokens, truncated to the model's {self.max_source_tokens}")
 
-        sentences = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens, truncated)
+        tag = 1 if self._tags else 0  # a multilingual model's language tag takes a position on each side
+        sentences = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens - tag, truncated)
         prefix_ids = None if prefixes is None else encode_prefixes(self.tokenizer, [number for number, _ in window], prefixes,
-                                                                    self.max_source_tokens - 1, self.warn)
+                                                                    self.max_source_tokens - 1 - tag, self.warn)
         settings = settings or self.settings
         if prefix_ids is not None and any(prefix_ids) and settings.sampling is not None:
             raise NmtError("target prefixes work with beam and greedy search, not with sampling",
                            "drop the prefixes, or search with --beam instead of --sampling", exit_code=2)
+        if self._tags is not None and settings.sampling is not None:
+            raise NmtError("sampling from a multilingual model is not available yet (its target tag is forced like a prefix)",
+                           "search with --beam instead", exit_code=2)
+        sentences, prefix_ids = self._tagged(sentences, prefix_ids)
         results = translate_ids(self.model, sentences, settings, self.budget, self.device,
                                 autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn,
                                 prefixes=prefix_ids, numbers=[number for number, _ in window])
@@ -228,8 +266,10 @@ class Translator:
             def truncated(side: str) -> Callable[[int, int], None]:
                 return lambda i, n: self.warn(f"line {window[i][0]}: {side} of {n} tokens truncated to the model's {self.max_source_tokens}")
 
-            sources = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens, truncated("source"))
-            given = encode_lines(self.tokenizer.encode_target, texts, self.max_source_tokens, truncated("target"))
+            tag = 1 if self._tags else 0
+            sources = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens - tag, truncated("source"))
+            given = encode_lines(self.tokenizer.encode_target, texts, self.max_source_tokens - tag, truncated("target"))
+            sources, given = self._tagged(sources, given)
             forced = force_ids(self.model, sources, given, self.budget.tokens, self.device, lambda: precision.autocast(self.device, self.dtype),
                                DEFAULT_HEADS if alignment else None, self.warn)
             for src, tgt, f in zip(sources, given, forced):

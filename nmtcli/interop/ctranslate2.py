@@ -43,6 +43,9 @@ def export_ctranslate2(model_dir: Path, out_dir: Path, quantization: str | None 
         raise NmtError(f"{out_dir} already exists", "pass --force to replace it, or choose another OUT_DIR")
     model, values = load_model(model_dir)
     cfg = model.config
+    if cfg.language_tags:  # the CTranslate2 translator would need the tags as a source token and a target prefix
+        raise NmtError(f"{model_dir} is a multilingual model (M2M-100, NLLB-200): its CTranslate2 export is not available yet",
+                       "translate it with the native engine: `nmt translate -m MODEL --target-lang CODE`")
     tokenizer = load_tokenizer(Path(model_dir), values)
     activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU, "swish": common_spec.Activation.SWISH}[cfg.activation]
     spec = transformer_spec.TransformerSpec.from_config(cfg.layers, cfg.heads, pre_norm=cfg.norm == "pre", activation=activation)

@@ -6,15 +6,12 @@ bias on the output logits, and a decoder that starts from the pad token. Its tok
 sentencepiece models (source, target) whose pieces map to one joint vocabulary (`vocab.json`); the
 model dir keeps those three files and says so in `config.json` ("tokenizer": {"kind": "marian"}).
 
-Weights are read from `model.safetensors`, or else from `pytorch_model.bin` with
-`torch.load(weights_only=True)`, which restores tensors only and executes nothing.
+The download, the weights and the layers are interop/huggingface.py's, shared with the M2M-100 and NLLB import.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,33 +20,20 @@ import torch
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB
 from nmtcli.card import hub_card
-from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load_state, load_weights, model_dir_config, write_model_dir
+from nmtcli.interop.huggingface import (ACTIVATIONS, Say, card_license, check_architecture, convert_layers, fetch, importers_hint,
+                                        read_json, read_weights, shared_embedding)
+from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load_state, model_dir_config, write_model_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer, sinusoidal_positions
 
-PICKLE_WEIGHTS = "pytorch_model.bin"
 HUB_FILES = [CONFIG_FILE, WEIGHTS_FILE, MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB,
              "tokenizer_config.json", "generation_config.json", "target_vocab.json", CARD_FILE]
-ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
-
-Say = Callable[[str], None]
+MARIAN_HINT = "a Marian model dir has config.json, source.spm, target.spm and vocab.json"
 
 
 def fetch_marian(source: str, revision: str | None = None, say: Say | None = None) -> tuple[Path, dict[str, Any]]:
     """A local Marian dir, or a Hub id downloaded through the Hub cache. Returns (dir, provenance)."""
-    from nmtcli import hub
-
-    say = say or (lambda message: None)
-    if Path(source).is_dir():
-        return Path(source), {"kind": "marian", "source": str(Path(source).resolve())}
-    if not hub.looks_like_repo_id(source):
-        raise NmtError(f"{source} is neither a directory nor a Hub repo id", "pass a Marian dir or e.g. Helsinki-NLP/opus-mt-en-de")
-    say(f"downloading {source} from the Hub")
-    snapshot = hub.download(source, revision, HUB_FILES)
-    if not (snapshot / WEIGHTS_FILE).is_file():
-        # Older OPUS-MT repos only have the pickle; weights_only=True keeps loading it safe.
-        snapshot = hub.download(source, revision, HUB_FILES + [PICKLE_WEIGHTS])
-    return snapshot, {"kind": "marian", "source": source, "revision": snapshot.name}
+    return fetch(source, "marian", HUB_FILES, revision, say)
 
 
 def import_marian(
@@ -62,16 +46,17 @@ def import_marian(
 ) -> dict[str, Any]:
     """Convert the Marian model `source` (dir or Hub id) into the nmt model dir `out_dir`; returns its config.json."""
     marian_dir, provenance = fetch_marian(source, revision, say)
-    hf = _read_json(marian_dir / CONFIG_FILE)
-    tokenizer_config = _read_json(marian_dir / "tokenizer_config.json") if (marian_dir / "tokenizer_config.json").is_file() else {}
+    hf = read_json(marian_dir / CONFIG_FILE, MARIAN_HINT)
+    check_architecture(hf, "marian", source)
+    tokenizer_config = read_json(marian_dir / "tokenizer_config.json", MARIAN_HINT) if (marian_dir / "tokenizer_config.json").is_file() else {}
     for name in (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB):
         if not (marian_dir / name).is_file():
             raise NmtError(f"{marian_dir} has no {name}", "a Marian model dir needs source.spm, target.spm and vocab.json")
     if (marian_dir / "target_vocab.json").is_file() or tokenizer_config.get("separate_vocabs"):
         raise NmtError(f"{source} has separate source and target vocabularies", "nmt models share one vocabulary; only joint-vocabulary Marian models can be imported")
-    vocab = _read_json(marian_dir / MARIAN_VOCAB)
+    vocab = read_json(marian_dir / MARIAN_VOCAB, MARIAN_HINT)
     config = marian_config(hf, vocab)
-    state = convert_state(read_marian_weights(marian_dir), config)
+    state = convert_state(read_weights(marian_dir), config)
     model = Transformer(config)
     load_state(model, state, marian_dir)  # every tensor present, none left over, every shape right
 
@@ -80,7 +65,7 @@ def import_marian(
         config, src, tgt,
         tokenizer={"kind": "marian", "source": MARIAN_SOURCE_SPM, "target": MARIAN_TARGET_SPM, "vocab": MARIAN_VOCAB},
         imported_from=provenance,
-        license=_card_license(marian_dir / CARD_FILE) or "unknown",  # never claim a license the source did not state
+        license=card_license(marian_dir / CARD_FILE) or "unknown",  # never claim a license the source did not state
     )
     # Written whole beside out_dir and moved in, config.json last: an interrupted import leaves nothing loadable.
     card = hub_card(values, Path(out_dir).name, {}, values["license"])
@@ -97,7 +82,7 @@ def marian_config(hf: dict[str, Any], vocab: dict[str, int]) -> ModelConfig:
         return hf[key]
 
     if hf.get("model_type", "marian") != "marian":
-        raise NmtError(f"config.json describes a {hf.get('model_type')!r} model, not Marian", "only MarianMTModel (OPUS-MT) models can be imported")
+        raise NmtError(f"config.json describes a {hf.get('model_type')!r} model, not Marian", importers_hint())
     pairs = [("encoder_layers", "decoder_layers"), ("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
     for enc, dec in pairs:
         if need(enc) != hf.get(dec, hf[enc]):
@@ -133,32 +118,11 @@ def marian_config(hf: dict[str, Any], vocab: dict[str, int]) -> ModelConfig:
     )
 
 
-def read_marian_weights(marian_dir: Path) -> dict[str, torch.Tensor]:
-    if (marian_dir / WEIGHTS_FILE).is_file():
-        return load_weights(marian_dir / WEIGHTS_FILE)
-    if (marian_dir / PICKLE_WEIGHTS).is_file():
-        try:
-            state = torch.load(marian_dir / PICKLE_WEIGHTS, map_location="cpu", weights_only=True)
-        except Exception as e:  # weights_only refuses anything but tensors and containers
-            raise NmtError(f"cannot read {marian_dir / PICKLE_WEIGHTS} safely: {e}", "convert it to model.safetensors first") from None
-        return dict(state)
-    raise NmtError(f"{marian_dir} has neither {WEIGHTS_FILE} nor {PICKLE_WEIGHTS}", "is this a Hugging Face model dir?")
-
-
 def convert_state(marian: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
     """Rename Marian's tensors to nmt's and fuse the attention projections nmt computes in one matmul."""
     w = {k.removeprefix("model."): v for k, v in marian.items()}
 
-    def take(key: str) -> torch.Tensor:
-        if key not in w:
-            raise NmtError(f"the Marian weights lack {key!r}", "the checkpoint is incomplete or not a MarianMTModel")
-        return w[key]
-
-    embeddings = [w[k] for k in ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight") if k in w]
-    if not embeddings:
-        raise NmtError("the Marian weights have no embedding matrix", "the checkpoint is incomplete or not a MarianMTModel")
-    if any(not torch.equal(e, embeddings[0]) for e in embeddings[1:]):
-        raise NmtError("this Marian model's embeddings and output projection differ", "nmt ties them into one matrix; it cannot be imported")
+    embedding = shared_embedding(w, "Marian")
     for part in ("encoder", "decoder"):
         key = f"{part}.embed_positions.weight"
         if key in w:  # older checkpoints store the (fixed) table: it must be the layout we compute
@@ -166,34 +130,11 @@ def convert_state(marian: dict[str, torch.Tensor], config: ModelConfig) -> dict[
             if not torch.allclose(w[key].float(), expected, atol=1e-4):
                 raise NmtError(f"{key} is not the sines-first sinusoidal table", "only Marian models with sinusoidal positions can be imported")
 
-    out = {"embedding.tokens.weight": embeddings[0]}
+    out = {"embedding.tokens.weight": embedding}
     bias = w.get("final_logits_bias")
     out["final_logits_bias"] = bias.reshape(-1) if bias is not None else torch.zeros(config.vocab_size)
-    for part in ("encoder", "decoder"):
-        for i in range(config.layers):
-            src, dst = f"{part}.layers.{i}", f"{part}.layers.{i}"
-            norms = ["self_attn_layer_norm", "final_layer_norm"] if part == "encoder" else ["self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"]
-            for name in ("weight", "bias"):
-                out[f"{dst}.self_attn.qkv_proj.{name}"] = torch.cat([take(f"{src}.self_attn.{p}_proj.{name}") for p in "qkv"])
-                out[f"{dst}.self_attn.out_proj.{name}"] = take(f"{src}.self_attn.out_proj.{name}")
-                out[f"{dst}.ffn.linear1.{name}"] = take(f"{src}.fc1.{name}")
-                out[f"{dst}.ffn.linear2.{name}"] = take(f"{src}.fc2.{name}")
-                for j, norm in enumerate(norms):
-                    out[f"{dst}.sublayer.{j}.norm.{name}"] = take(f"{src}.{norm}.{name}")
-                if part == "decoder":
-                    out[f"{dst}.cross_attn.q_proj.{name}"] = take(f"{src}.encoder_attn.q_proj.{name}")
-                    out[f"{dst}.cross_attn.kv_proj.{name}"] = torch.cat([take(f"{src}.encoder_attn.{p}_proj.{name}") for p in "kv"])
-                    out[f"{dst}.cross_attn.out_proj.{name}"] = take(f"{src}.encoder_attn.out_proj.{name}")
+    out.update(convert_layers(w, config, "Marian"))
     return {k: v.float().contiguous() for k, v in out.items()}
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NmtError(f"{path} does not exist", "a Marian model dir has config.json, source.spm, target.spm and vocab.json") from None
-    except ValueError as e:
-        raise NmtError(f"{path} is not valid JSON: {e}", "re-download the model") from None
 
 
 def _languages(source: str, tokenizer_config: dict[str, Any], src: str | None, tgt: str | None) -> tuple[str, str]:
@@ -204,13 +145,3 @@ def _languages(source: str, tokenizer_config: dict[str, Any], src: str | None, t
     if named:
         src, tgt = src or named.group(1), tgt or named.group(2)
     return src or "src", tgt or "tgt"
-
-
-def _card_license(card: Path) -> str | None:
-    """The `license:` of the original model card's YAML header (OPUS-MT: cc-by-4.0 or apache-2.0)."""
-    if not card.is_file():
-        return None
-    text = card.read_text(encoding="utf-8", errors="replace")
-    header = re.match(r"---\n(.*?)\n---", text, re.S)
-    found = re.search(r"^license:\s*(\S+)\s*$", header.group(1), re.M) if header else None
-    return found.group(1).strip("'\"") if found else None

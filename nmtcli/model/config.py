@@ -33,9 +33,14 @@ class ModelConfig:
     norm: str = "post"  # "post": LayerNorm(x + Dropout(Sublayer(x))), the paper; "pre": pre-norm variant
     max_positions: int = 1024  # longest sequence (tokens, with EOS) the position table covers
     # Variants the paper's model does not use, needed to load models trained elsewhere (OPUS-MT/Marian):
-    positions: str = "interleaved"  # sec. 3.5 as written (sin at 2i, cos at 2i+1); "sines_first": all sines, then all cosines
+    positions: str = "interleaved"  # sec. 3.5 as written (sin at 2i, cos at 2i+1); "sines_first": all sines, then all cosines;
+    # "fairseq": sines first with frequencies 10000^(-i/(d/2-1)) (fairseq, M2M-100, NLLB)
+    position_offset: int = 0  # the table's first row for position 0 (fairseq: pad_id + 1, where its padding row sits below)
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (sec. 3.4)
     final_logits_bias: bool = False  # a learned bias added to the output logits (Marian)
+    # M2M-100, NLLB: the decoder's first output is the target language's tag, forced with probability 1 (as
+    # transformers' forced_bos_token_id): its log-probability counts 0, the tag counts toward |Y|.
+    language_tags: bool = False
     pad_id: int = PAD_ID
     unk_id: int = UNK_ID
     bos_id: int = BOS_ID
@@ -52,6 +57,8 @@ class ModelConfig:
             raise ValueError(f"positions must be one of {list(POSITION_LAYOUTS)}, not {self.positions!r}")
         if self.norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', not {self.norm!r}")
+        if self.position_offset < 0:
+            raise ValueError(f"position_offset must not be negative, not {self.position_offset}")
         for name in ("vocab_size", "d_ff", "layers", "max_positions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
@@ -84,7 +91,7 @@ class ModelConfig:
 
 
 ACTIVATIONS = ("relu", "gelu", "swish")
-POSITION_LAYOUTS = ("interleaved", "sines_first")
+POSITION_LAYOUTS = ("interleaved", "sines_first", "fairseq")
 
 # Table 3 of the paper. `tiny` is ours: small enough to learn a toy task on a laptop CPU in minutes.
 # `small` is fairseq's transformer_iwslt_de_en, the field's reference for 100k-1M pairs (IWSLT14 de-en:

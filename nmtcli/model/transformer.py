@@ -22,14 +22,21 @@ from nmtcli.model.config import ModelConfig
 from nmtcli.model.packed_attention import KeyPadding
 
 
-def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved") -> Tensor:
+def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved", offset: int = 0) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (sec. 3.5).
 
     layout "interleaved" places the features as the formula indexes them; "sines_first" (tensor2tensor,
-    Marian) holds the same d_model/2 sines in the first half and the cosines in the second.
+    Marian) holds the same d_model/2 sines in the first half and the cosines in the second; "fairseq"
+    (M2M-100, NLLB) does too, with the frequencies 10000^(-i/(d_model/2 - 1)), i < d_model/2. Row p is
+    position p + `offset` (fairseq counts positions from pad_id + 1).
     """
     # On the CPU, explicitly: under a `meta` device context (see skeleton) the table would have no values.
-    position = torch.arange(length, dtype=torch.float64, device="cpu").unsqueeze(1)
+    position = torch.arange(offset, offset + length, dtype=torch.float64, device="cpu").unsqueeze(1)
+    if layout == "fairseq":  # float32 as fairseq computes it: the table must be its table, bit for bit
+        half = d_model // 2
+        frequency = torch.exp(torch.arange(half, device="cpu").float() * -(math.log(10000) / (half - 1)))
+        angle = torch.arange(offset, offset + length, device="cpu").float().unsqueeze(1) * frequency.unsqueeze(0)
+        return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device="cpu")
     angle = position / torch.pow(10000.0, two_i / d_model)
     table = torch.zeros(length, d_model, dtype=torch.float64, device="cpu")
@@ -173,7 +180,7 @@ class Embedding(nn.Module):
         """(Re)compute the table: it is not stored with the weights, and a model built on the meta device has none."""
         cfg = self.config
         device = self.tokens.weight.device if self.tokens.weight.device.type != "meta" else None
-        table = sinusoidal_positions(cfg.max_positions, cfg.d_model, cfg.positions).to(device)
+        table = sinusoidal_positions(cfg.max_positions, cfg.d_model, cfg.positions, cfg.position_offset).to(device)
         self.register_buffer("positions", table, persistent=False)
 
     def forward(self, tokens: Tensor) -> Tensor:

@@ -51,6 +51,9 @@ def language_name(code: str) -> str:
 
 def language_pair(values: dict[str, Any], name: str) -> tuple[str, str]:
     """(source, target) from a model dir's config.json."""
+    if (values.get("tokenizer") or {}).get("kind") == "multilingual":
+        raise NmtError(f"{name} is a multilingual model (M2M-100, NLLB-200): `nmt serve` does not serve those yet",
+                       "translate with `nmt translate -m MODEL --target-lang CODE`, or serve one-direction models")
     languages = values.get("languages") or {}
     source, target = languages.get("source"), languages.get("target")
     if not (isinstance(source, str) and source and isinstance(target, str) and target):
