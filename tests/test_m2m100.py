@@ -18,15 +18,8 @@ from conftest import nmt_in_process, torch_threads
 
 transformers = pytest.importorskip("transformers")
 
-SENTENCES = [
-    "the small dog sees a red ball",
-    "a king helps the old woman",
-    "every young bird knows the letter",
-    "the dog",
-    "a big red car follows the quiet teacher",
-    "the beautiful horse carries a cold apple",
-    "xyz Wörter, die keiner kennt",
-]
+from test_marian import SENTENCES  # noqa: E402 - the same lines as the Marian import is checked on
+
 MAX_NEW_TOKENS = 24  # transformers counts the target tag and EOS among the new tokens; nmt's a*|x|+b limit counts the tag only
 # en->de is the direction the fixture trained; en->fr's tag the model never saw in training (greedy reaches the limit there).
 KINDS = {"m2m100": [("en", "de"), ("en", "fr")], "nllb": [("eng_Latn", "deu_Latn"), ("eng_Latn", "fra_Latn")]}

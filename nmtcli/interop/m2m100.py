@@ -29,8 +29,8 @@ from nmtcli.data.text import load_sentencepiece
 from nmtcli.errors import NmtError
 from nmtcli.inference.language_codes import M2M100_CODES, NLLB_CODES, WMT21_CODES
 from nmtcli.inference.tokenizer import MARIAN_VOCAB, MULTILINGUAL_SPM
-from nmtcli.interop.huggingface import (ACTIVATIONS, IMPORTERS, Say, card_license, check_architecture, convert_layers, fetch,
-                                        read_json, read_weights, shared_embedding)
+from nmtcli.interop.huggingface import (IMPORTERS, Say, card_license, check_architecture, convert_layers, fetch,
+                                        read_json, read_weights, shape_fields, shared_embedding)
 from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load_state, model_dir_config, write_model_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer
@@ -129,30 +129,16 @@ def m2m100_config(hf: dict[str, Any], generation: dict[str, Any], vocab: dict[st
             raise NmtError(f"the M2M-100 config.json lacks {key!r}", "is this an M2M100ForConditionalGeneration config?")
         return hf[key]
 
-    for enc, dec in [("encoder_layers", "decoder_layers"), ("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]:
-        if need(enc) != hf.get(dec, hf[enc]):
-            raise NmtError(f"{enc} ({hf[enc]}) differs from {dec} ({hf[dec]})", "nmt's encoder and decoder have the same shape")
-    activation = ACTIVATIONS.get(str(need("activation_function")))
-    if activation is None:
-        raise NmtError(f"unsupported activation {hf['activation_function']!r}", f"nmt implements {', '.join(sorted(ACTIVATIONS))}")
+    shape = shape_fields(hf, need)
     pad = need("pad_token_id")
     eos = need("eos_token_id")
     start = hf.get("decoder_start_token_id", generation.get("decoder_start_token_id", eos))
     return ModelConfig(
         vocab_size=need("vocab_size"),
-        d_model=need("d_model"),
-        d_ff=hf["encoder_ffn_dim"],
-        heads=hf["encoder_attention_heads"],
-        layers=hf["encoder_layers"],
-        dropout=float(hf.get("dropout", 0.1)),
-        attention_dropout=float(hf.get("attention_dropout", 0.0)),
-        activation_dropout=float(hf.get("activation_dropout", 0.0)),
-        activation=activation,
+        **shape,
         norm="pre",
-        max_positions=need("max_position_embeddings"),
         positions="fairseq",
         position_offset=pad + 1,  # fairseq counts positions from padding_idx + 1
-        scale_embedding=bool(hf.get("scale_embedding", True)),
         language_tags=True,
         pad_id=pad,
         unk_id=vocab.get("<unk>", 3),

@@ -20,8 +20,8 @@ import torch
 from nmtcli.errors import NmtError
 from nmtcli.inference.tokenizer import MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB
 from nmtcli.card import hub_card
-from nmtcli.interop.huggingface import (ACTIVATIONS, Say, card_license, check_architecture, convert_layers, fetch, importers_hint,
-                                        read_json, read_weights, shared_embedding)
+from nmtcli.interop.huggingface import (Say, card_license, check_architecture, convert_layers, fetch, importers_hint,
+                                        read_json, read_weights, shape_fields, shared_embedding)
 from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, load_state, model_dir_config, write_model_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer, sinusoidal_positions
@@ -83,33 +83,18 @@ def marian_config(hf: dict[str, Any], vocab: dict[str, int]) -> ModelConfig:
 
     if hf.get("model_type", "marian") != "marian":
         raise NmtError(f"config.json describes a {hf.get('model_type')!r} model, not Marian", importers_hint())
-    pairs = [("encoder_layers", "decoder_layers"), ("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
-    for enc, dec in pairs:
-        if need(enc) != hf.get(dec, hf[enc]):
-            raise NmtError(f"{enc} ({hf[enc]}) differs from {dec} ({hf[dec]})", "nmt's encoder and decoder have the same shape")
+    shape = shape_fields(hf, need)
     if hf.get("share_encoder_decoder_embeddings", True) is False:
         raise NmtError("this Marian model has separate source and target embeddings", "nmt shares one embedding matrix; it cannot be imported")
     if hf.get("normalize_before") or hf.get("add_final_layer_norm") or hf.get("normalize_embedding"):
         raise NmtError("this Marian model uses layer-norm variants nmt does not implement", "only post-norm Marian models can be imported")
-    activation = ACTIVATIONS.get(str(need("activation_function")))
-    if activation is None:
-        raise NmtError(f"unsupported activation {hf['activation_function']!r}", f"nmt implements {', '.join(sorted(ACTIVATIONS))}")
     vocab_size = need("vocab_size")
     pad = need("pad_token_id")
     return ModelConfig(
         vocab_size=vocab_size,
-        d_model=need("d_model"),
-        d_ff=hf["encoder_ffn_dim"],
-        heads=hf["encoder_attention_heads"],
-        layers=hf["encoder_layers"],
-        dropout=float(hf.get("dropout", 0.1)),
-        attention_dropout=float(hf.get("attention_dropout", 0.0)),
-        activation_dropout=float(hf.get("activation_dropout", 0.0)),
-        activation=activation,
+        **shape,
         norm="post",
-        max_positions=need("max_position_embeddings"),
         positions="sines_first",
-        scale_embedding=bool(hf.get("scale_embedding", True)),
         final_logits_bias=True,
         pad_id=pad,
         unk_id=vocab.get("<unk>", 1),
