@@ -52,7 +52,8 @@ import json, sys
 import torch
 sys.path.insert(0, sys.argv[1])
 from test_beam_attention import _by_hand, _cache
-from nmtcli.model.beam_attention import gathered_attention, kernel_attention, kernel_source_attention, source_attention
+from nmtcli.model.beam_attention import gathered_attention, kernel_attention, kernel_source_attention
+from nmtcli.model.incremental import cached_attention
 
 errors = []
 for dtype in (torch.float32, torch.bfloat16):
@@ -83,7 +84,7 @@ for dtype in (torch.float32, torch.bfloat16):
         mask[2, ..., 1:] = float("-inf")
         weights = torch.softmax(q.float() @ keys.float().transpose(-1, -2) / d_k ** 0.5 + mask.float(), dim=-1)
         expected = weights @ values.float()
-        kernel, twin = kernel_source_attention(q, keys, values, mask), source_attention(q, keys, values, mask)
+        kernel, twin = kernel_source_attention(q, keys, values, mask), cached_attention(q, keys, values, mask)
         assert kernel.shape == twin.shape == q.shape and kernel.dtype == dtype
         errors.append([str(dtype), f"source beam {beam}", (kernel.float() - expected).abs().max().item(),
                        (twin.float() - expected).abs().max().item()])

@@ -198,18 +198,11 @@ def _source_kernel():
     return source_attention_kernel
 
 
-def source_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
-    """Encoder-decoder attention of a step: q (n, h, beam, d_k), a sentence's beam queries against its keys and
-    values (n, h, S, d_k) under an additive mask (n, 1, 1, S) (-inf at source padding) -> (n, h, beam, d_k).
-    The Triton kernel on a GPU, two matrix products elsewhere (the kernel's twin)."""
-    if q.is_cuda:
-        return kernel_source_attention(q, keys, values, mask)
-    weights = torch.matmul(q, keys.transpose(-1, -2)).mul_(q.size(-1) ** -0.5).add_(mask)
-    return torch.matmul(weights.softmax(dim=-1), values)
-
-
 def kernel_source_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, block: int | None = None,
                             warps: int | None = None) -> Tensor:
+    """Encoder-decoder attention of a step by the Triton kernel: q (n, h, beam, d_k), a sentence's beam queries
+    against its keys and values (n, h, S, d_k) under an additive mask (n, 1, 1, S) (-inf at source padding) ->
+    (n, h, beam, d_k). Its twin elsewhere is incremental.cached_attention, the same call with its two products."""
     n, heads, beam, d_k = q.shape
     if keys.stride() != values.stride() or keys.stride(-1) != 1 or q.stride(-1) != 1 or mask.stride(-1) != 1:
         raise ValueError("keys and values need the same strides, each (and the queries and mask) contiguous in the last")

@@ -348,7 +348,8 @@ def memory_attention_step(attention: MultiHeadAttention, x: Tensor, k: Tensor, v
     """
     rows, n = x.size(0), k.size(0)
     q = attention.q_proj(x).view(n, rows // n, attention.heads, -1).transpose(1, 2)  # (n, h, beam, d_k)
-    out = beam_attention.source_attention(q, k, v, mask) if few_queries else cached_attention(q, k, v, mask)
+    few_queries &= q.is_cuda  # elsewhere the two products of cached_attention are the kernel's twin
+    out = beam_attention.kernel_source_attention(q, k, v, mask) if few_queries else cached_attention(q, k, v, mask)
     return attention.out_proj(out.transpose(1, 2).reshape(rows, 1, -1))
 
 
