@@ -21,8 +21,8 @@ __nmt_options() {
         'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
         'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --epochs --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --shape-classes --no-shape-classes --cuda-graphs --no-cuda-graphs --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --at --output -o --help -h' ;;
-        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --score-only --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --help -h' ;;
-        'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --access-log --no-access-log --protect --no-protect --help -h' ;;
+        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --score-only --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --help -h' ;;
+        'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --access-log --no-access-log --protect --no-protect --glossary --max-glossary --max-request-glossary --help -h' ;;
         'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
@@ -120,6 +120,8 @@ __nmt_option_value() {
         'translate --source-lang'|'translate -s') REPLY='text' ;;
         'translate --min-confidence') REPLY='text' ;;
         'translate --protect') REPLY='text' ;;
+        'translate --glossary') REPLY='files' ;;
+        'translate --max-glossary') REPLY='text' ;;
         'serve --model'|'serve -m') REPLY='files' ;;
         'serve --host') REPLY='text' ;;
         'serve --port') REPLY='text' ;;
@@ -143,6 +145,9 @@ __nmt_option_value() {
         'serve --dtype') REPLY='choices fp32 bf16 fp16 int8' ;;
         'serve --threads') REPLY='text' ;;
         'serve --protect') REPLY='text' ;;
+        'serve --glossary') REPLY='text' ;;
+        'serve --max-glossary') REPLY='text' ;;
+        'serve --max-request-glossary') REPLY='text' ;;
         'score --ref'|'score -r') REPLY='files' ;;
         'score --metrics') REPLY='list bleu chrf ter' ;;
         'score --compat') REPLY='text' ;;

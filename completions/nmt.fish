@@ -26,9 +26,9 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --at --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary
         case 'serve'
-            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --protect
+            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --protect --glossary --max-glossary --max-request-glossary
         case 'score'
             printf '%s\n' --ref -r --metrics --compat --target-lang -t --width --model -m --split --device
         case 'info'
@@ -265,6 +265,8 @@ complete -c nmt -n "__nmt_using 'translate'" -l source-lang -s s -x -d 'A multil
 complete -c nmt -n "__nmt_using 'translate'" -l min-confidence -x -d 'Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get "low_confidence": true, and stderr counts them'
 complete -c nmt -n "__nmt_using 'translate'" -l protect -x -d 'Also keep the spans this regular expression (Python\'s re) matches byte for byte, once each, placed by the word alignment; repeatable'
 complete -c nmt -n "__nmt_using 'translate'" -l no-protect -d 'Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies)'
+complete -c nmt -n "__nmt_using 'translate'" -l glossary -r -F -d 'Terms every translation must hold: a UTF-8 file of `source TAB target` lines (# comments; target forms as alternatives: Haus|Hauses)'
+complete -c nmt -n "__nmt_using 'translate'" -l max-glossary -x -d 'The most entries --glossary may have'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve
@@ -296,6 +298,9 @@ complete -c nmt -n "__nmt_using 'serve'" -l access-log -d 'Log every request on 
 complete -c nmt -n "__nmt_using 'serve'" -l no-access-log -d 'The opposite of --access-log'
 complete -c nmt -n "__nmt_using 'serve'" -l protect -x -d 'Also keep the spans this regular expression matches byte for byte in every request; repeatable'
 complete -c nmt -n "__nmt_using 'serve'" -l no-protect -d 'Translate placeholders, URLs and e-mail addresses like any text (the built-in protected kinds off; --protect still applies)'
+complete -c nmt -n "__nmt_using 'serve'" -l glossary -x -d 'Terms every translation of that pair must hold (e.g. en-de=terms.tsv; the file as `nmt translate --glossary` reads it); repeatable, one per pair'
+complete -c nmt -n "__nmt_using 'serve'" -l max-glossary -x -d 'The most entries a --glossary file may have'
+complete -c nmt -n "__nmt_using 'serve'" -l max-request-glossary -x -d 'The most entries a request\'s glossary may have (more: 413)'
 complete -c nmt -n "__nmt_using 'serve'" -l help -s h -d 'Show this message and exit'
 
 # nmt score

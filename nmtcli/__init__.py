@@ -16,15 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["NmtError", "NotAvailable", "Scored", "Translation", "Translator", "__version__"]
+__all__ = ["Glossary", "NmtError", "NotAvailable", "Scored", "Translation", "Translator", "__version__", "read_glossary"]
 
 # Each public name and the module that defines it: the lazy import below, and the layering test's one exception.
 _PUBLIC = {"Translator": "nmtcli.api", "Translation": "nmtcli.inference.results", "Scored": "nmtcli.inference.results",
-           "NmtError": "nmtcli.errors", "NotAvailable": "nmtcli.errors"}
+           "NmtError": "nmtcli.errors", "NotAvailable": "nmtcli.errors", "Glossary": "nmtcli.inference.glossary",
+           "read_glossary": "nmtcli.inference.glossary"}
 
 if TYPE_CHECKING:
     from nmtcli.api import Translator
     from nmtcli.errors import NmtError, NotAvailable
+    from nmtcli.inference.glossary import Glossary, read_glossary
     from nmtcli.inference.results import Scored, Translation
 
 

@@ -20,7 +20,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
-from nmtcli.errors import NmtError, NotAvailable
+from nmtcli.errors import NmtError
+from nmtcli.inference.glossary import Glossary, glossary_of
 from nmtcli.inference.results import Scored, Translation, best_of
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nmtcli")
 
 Alignment = Literal["words", "pieces"]
+GlossaryLike = Mapping[str, str | list[str]] | Glossary
 
 
 class Translator:
@@ -77,7 +79,7 @@ class Translator:
     # --- translating ------------------------------------------------------------------------------
 
     def translate(self, texts: Iterable[str], *, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
-                  prefix: str | Iterable[str] | None = None, glossary: Mapping[str, str] | None = None,
+                  prefix: str | Iterable[str] | None = None, glossary: GlossaryLike | None = None,
                   split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
                   length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True,
                   protect_regex: Iterable[str] = ()) -> list[Translation]:
@@ -92,7 +94,9 @@ class Translator:
         `protect`: placeholders ({{name}}, {0}, %s, %(name)s, ${var}, <x/>), URLs and e-mail addresses come out byte for
         byte, once each, placed by the word alignment (docs/translating.md); `protect_regex`: more spans to keep, as
         regular expressions (`nmt translate --protect`). A text with such spans carries, where `alignment` is asked for,
-        the alignment of the words the model read and wrote (its spans taken out).
+        the alignment of the words the model read and wrote (its spans taken out). `glossary`: source term -> target
+        term (alternatives as a list, or separated by |), or a `Glossary` (`read_glossary(path)`): where a source term
+        occurs, its translation holds the target term (lexically constrained beam search; docs/translating.md).
         An empty list gives an empty list; an empty or blank text an empty Translation (score and confidence None)."""
         return list(self.translate_stream(texts, beam=beam, alpha=alpha, nbest=nbest, prefix=prefix, glossary=glossary,
                                           split_sentences=split_sentences, alignment=alignment, batch_tokens=batch_tokens,
@@ -100,17 +104,15 @@ class Translator:
                                           protect=protect, protect_regex=protect_regex))
 
     def translate_stream(self, texts: Iterable[str], *, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
-                         prefix: str | Iterable[str] | None = None, glossary: Mapping[str, str] | None = None,
+                         prefix: str | Iterable[str] | None = None, glossary: GlossaryLike | None = None,
                          split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
                          length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True,
                          protect_regex: Iterable[str] = ()) -> Iterator[Translation]:
         """`translate`, as an iterator: each window's translations are given as soon as it is done, so an endless
         input (a file, a queue) is translated in bounded memory. `nmt translate` writes its output from here."""
-        if glossary is not None:
-            raise NotAvailable("glossary= is not available yet: nmt cannot force terms into a translation",
-                               "leave glossary out; a target prefix (prefix=) can force the start of one")
         settings = self._settings(beam=beam, alpha=alpha, nbest=nbest, alignment=alignment, batch_tokens=batch_tokens,
-                                  length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b)
+                                  length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                                  glossary=None if glossary is None else glossary_of(glossary))
         if split_sentences and prefix is not None:
             raise NmtError("split_sentences does not go with prefix", "a prefix belongs to a whole text: split the texts first",
                            exit_code=2)
@@ -138,14 +140,16 @@ class Translator:
         return list(self.score_with(settings, sources, targets, alignment))
 
     def translate_html(self, document: str, *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt",
-                       max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True, protect_regex: Iterable[str] = ()) -> str:
+                       max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True, protect_regex: Iterable[str] = (),
+                       glossary: GlossaryLike | None = None) -> str:
         """An HTML document translated (`nmt translate --format html`): every tag, attribute, comment and
         <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time, inline
         tags placed by the word alignment; protected spans of its text (`protect`, `protect_regex`: as translate's)
-        kept as they are written and placed as void elements are."""
+        kept as they are written and placed as void elements are; `glossary` as translate's."""
         if not isinstance(document, str):
             raise TypeError(f"document must be a str, not {type(document).__name__}")
-        settings = self._settings(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b)
+        settings = self._settings(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                                  glossary=None if glossary is None else glossary_of(glossary))
         return self.html_with(settings, document, protection(protect, protect_regex))[0]
 
     def detect_language(self, text: str) -> list[tuple[str, float]]:

@@ -31,7 +31,7 @@ class NmtError(Exception):
 
 
 class NotAvailable(NmtError, NotImplementedError):
-    """Something asked for that nmt does not do yet (the Python API's `glossary=`): an NmtError, and a
+    """Something asked for that nmt does not do (yet, or with the engine chosen): an NmtError, and a
     NotImplementedError for code that catches those."""
 
 

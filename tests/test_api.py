@@ -23,12 +23,12 @@ LINES = ["the small dog sees a red ball", "", "a new car follows the old train",
 
 # The public face. A change here is a change for every program that embeds nmt: keep it compatible
 # (new keyword arguments at the end, with defaults), note it in CHANGELOG.md, and update this list.
-PUBLIC = ["NmtError", "NotAvailable", "Scored", "Translation", "Translator", "__version__"]
+PUBLIC = ["Glossary", "NmtError", "NotAvailable", "Scored", "Translation", "Translator", "__version__", "read_glossary"]
 SIGNATURES = {
     "load": "(model: 'str | os.PathLike[str]', *, device: 'str' = 'auto', dtype: 'str | None' = None, "
             "revision: 'str | None' = None, source_lang: 'str | None' = None, target_lang: 'str | None' = None) -> 'Translator'",
     "translate": "(self, texts: 'Iterable[str]', *, beam: 'int' = 4, alpha: 'float' = 0.6, nbest: 'int' = 1, "
-                 "prefix: 'str | Iterable[str] | None' = None, glossary: 'Mapping[str, str] | None' = None, "
+                 "prefix: 'str | Iterable[str] | None' = None, glossary: 'GlossaryLike | None' = None, "
                  "split_sentences: 'bool' = False, alignment: 'Alignment | None' = None, batch_tokens: 'int | None' = None, "
                  "length_penalty: 'str' = 'gnmt', max_len_a: 'float' = 1.0, max_len_b: 'int' = 50, protect: 'bool' = True, "
                  "protect_regex: 'Iterable[str]' = ()) -> 'list[Translation]'",
@@ -37,7 +37,8 @@ SIGNATURES = {
     "score": "(self, sources: 'Iterable[str]', targets: 'Iterable[str]', *, alpha: 'float' = 0.6, length_penalty: 'str' = 'gnmt', "
              "alignment: 'Alignment | None' = None) -> 'list[Scored]'",
     "translate_html": "(self, document: 'str', *, beam: 'int' = 4, alpha: 'float' = 0.6, length_penalty: 'str' = 'gnmt', "
-                      "max_len_a: 'float' = 1.0, max_len_b: 'int' = 50, protect: 'bool' = True, protect_regex: 'Iterable[str]' = ()) -> 'str'",
+                      "max_len_a: 'float' = 1.0, max_len_b: 'int' = 50, protect: 'bool' = True, protect_regex: 'Iterable[str]' = (), "
+                      "glossary: 'GlossaryLike | None' = None) -> 'str'",
     "detect_language": "(self, text: 'str') -> 'list[tuple[str, float]]'",
 }
 TRANSLATION_FIELDS = ["text", "score", "log_prob", "tokens", "alignment", "confidence", "nbest", "sentences"]
@@ -118,8 +119,8 @@ def test_bad_input_is_refused_as_the_issue_says(translator, tmp_path, nmt_main):
         translator.translate(iter(["a", "b", 3]))
     with pytest.raises(TypeError, match="not a single str: wrap it in a list"):
         translator.translate("the dog")
-    with pytest.raises(NotAvailable, match="glossary"):
-        translator.translate(["the dog"], glossary={"dog": "hund"})
+    with pytest.raises(NmtError, match=r"glossary\['dog'\]: an empty target term"):
+        translator.translate(["the dog"], glossary={"dog": ""})
     with pytest.raises(NmtError, match="nbest 5 exceeds beam 4"):
         translator.translate(["the dog"], nbest=5)
     with pytest.raises(NmtError, match="the targets end after line 1"):

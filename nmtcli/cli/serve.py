@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from nmtcli.cli import options
+from nmtcli.inference.glossary import MAX_GLOSSARY
 from nmtcli.cli.common import resolve_model, say, warn
 
 NAME = "serve"
@@ -44,6 +45,9 @@ def command(
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request on stderr.")] = False,
     protect: Annotated[Optional[list[str]], typer.Option("--protect", metavar="REGEX", help="Also keep the spans this regular expression matches byte for byte in every request; repeatable. Built in (unless --no-protect, or a request's \"protect\": false): placeholders, URLs, e-mail addresses (docs/translating.md).", rich_help_panel="Protected spans")] = None,
     no_protect: Annotated[bool, typer.Option("--no-protect", help="Translate placeholders, URLs and e-mail addresses like any text (the built-in protected kinds off; --protect still applies).", rich_help_panel="Protected spans")] = False,
+    glossary: Annotated[Optional[list[str]], typer.Option("--glossary", metavar="SOURCE-TARGET=FILE", help="Terms every translation of that pair must hold (e.g. en-de=terms.tsv; the file as `nmt translate --glossary` reads it); repeatable, one per pair. A request's own \"glossary\" adds to it (its terms win).", rich_help_panel="Glossary")] = None,
+    max_glossary: Annotated[int, typer.Option(help="The most entries a --glossary file may have.", min=1, rich_help_panel="Glossary")] = MAX_GLOSSARY,
+    max_request_glossary: Annotated[int, typer.Option(help="The most entries a request's glossary may have (more: 413).", min=1, rich_help_panel="Glossary")] = 1_000,
 ) -> None:
     """Serve translation over HTTP: LibreTranslate's API, nmt's own, and a page to try it at /.
 
@@ -62,6 +66,7 @@ def command(
     from nmtcli.api import protection
 
     protection(not no_protect, protect or [], "--protect")  # an invalid regex: one error line before anything loads
+    glossaries = _glossaries(glossary or [], max_glossary)
     keys = set(api_key or [])
     if api_keys_file is not None:
         check_readable(api_keys_file, "check the path given to --api-keys-file")
@@ -90,12 +95,36 @@ def command(
         path = resolve_model(None)
         dirs = [(str(path), path)]
     served = load_models(dirs, resolve_device(device), settings, dtype=dtype, warn=warn)
-    config = ServeConfig(search=settings, limits=Limits(chars=max_chars, lines=max_lines, beam=max_beam), api_keys=frozenset(keys),
+    pairs = {(m.source, m.target) for m in served}
+    for source, target, _ in glossaries:
+        if (source, target) not in pairs:
+            raise NmtError(f"--glossary {source}-{target}: no model served translates {source} -> {target}",
+                           f"name one of the pairs served: {', '.join(f'{s}-{t}' for s, t in sorted(pairs))}", exit_code=2)
+    config = ServeConfig(search=settings, limits=Limits(chars=max_chars, lines=max_lines, beam=max_beam, glossary=max_request_glossary),
+                         api_keys=frozenset(keys), glossaries=tuple(glossaries),
                          timeout=timeout, batching=batching, max_delay=max_delay / 1000, batch_lines=batch_lines,
                          queue_lines=queue_lines, cors_origins=tuple(cors_origin or ()), protect=not no_protect,
                          protect_regex=tuple(protect or ()))
     _serve(create_app(served, config), listener, access_log, timeout)
     say("stopped: the requests in flight were answered")
+
+
+def _glossaries(specs: list[str], max_terms: int) -> list:
+    """--glossary SOURCE-TARGET=FILE, each read (one error line for a bad one, before any model loads)."""
+    from nmtcli.errors import NmtError
+    from nmtcli.inference.glossary import read_glossary
+
+    read, seen = [], set()
+    for spec in specs:
+        pair, _, path = spec.partition("=")
+        source, _, target = pair.partition("-")
+        if not (source and target and path):
+            raise NmtError(f"--glossary {spec!r} is not SOURCE-TARGET=FILE", "e.g. --glossary en-de=terms.tsv", exit_code=2)
+        if (source, target) in seen:
+            raise NmtError(f"--glossary {pair} is given twice", "give one file per pair (merge the terms into it)", exit_code=2)
+        seen.add((source, target))
+        read.append((source, target, read_glossary(path, max_terms)))
+    return read
 
 
 def _check_extra() -> None:

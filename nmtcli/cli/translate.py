@@ -14,6 +14,7 @@ import typer
 
 from nmtcli.cli import options
 from nmtcli.cli.common import resolve_model, say, warn
+from nmtcli.inference.glossary import MAX_GLOSSARY
 
 if TYPE_CHECKING:
     from nmtcli.inference.translator import SearchSettings
@@ -68,6 +69,8 @@ def command(
     min_confidence: Annotated[Optional[float], typer.Option(help="Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get \"low_confidence\": true, and stderr counts them.", min=0.0, max=1.0)] = None,
     protect: Annotated[Optional[list[str]], typer.Option("--protect", metavar="REGEX", help="Also keep the spans this regular expression (Python's re) matches byte for byte, once each, placed by the word alignment; repeatable. Built in (unless --no-protect): {{name}}, {0}, %s, %(name)s, ${var}, <x/>-style tags, URLs, e-mail addresses (docs/translating.md).", rich_help_panel="Protected spans")] = None,
     no_protect: Annotated[bool, typer.Option("--no-protect", help="Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies).", rich_help_panel="Protected spans")] = False,
+    glossary: Annotated[Optional[Path], typer.Option(help="Terms every translation must hold: a UTF-8 file of `source TAB target` lines (# comments; target forms as alternatives: Haus|Hauses). Where a source term occurs (whole words; a lower-case term in any case; the longest match wins), its target term is in the translation, by lexically constrained beam search (docs/translating.md).", rich_help_panel="Glossary")] = None,
+    max_glossary: Annotated[int, typer.Option(help="The most entries --glossary may have.", min=1, rich_help_panel="Glossary")] = MAX_GLOSSARY,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
@@ -107,9 +110,10 @@ def command(
         raise NmtError(f"--split-sentences does not go with {'--score-only' if score_only else '--prefix-file'}",
                        f"a {'given translation' if score_only else 'prefix'} belongs to a whole line: cut the lines into sentences "
                        "first, or leave --split-sentences out", exit_code=2)
+    terms = _glossary(glossary, max_glossary, score_only, sampling, engine)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs,
-                              alignment=COVERING if text_format == "html" else None if score_only else alignment)
+                              alignment=COVERING if text_format == "html" else None if score_only else alignment, glossary=terms)
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
@@ -149,6 +153,22 @@ def command(
     say(f"{'scored' if score_only else 'translated'} {count:,} {'pair' if score_only else 'line'}(s){timing}{_on_cpu(translator)}")
     if min_confidence is not None:
         say(f"{below[0]:,} of {below[1]:,} translated line(s) below --min-confidence {min_confidence:g}")
+
+
+def _glossary(path: Path | None, max_terms: int, score_only: bool, sampling: str | None, engine: str):
+    """--glossary read and checked against the flags it does not go with (None without one)."""
+    from nmtcli.errors import NmtError
+    from nmtcli.inference.glossary import read_glossary
+
+    if path is None:
+        return None
+    if engine != "native":
+        raise NmtError(f"--glossary needs the native engine: --engine {engine} has no lexically constrained search",
+                       "drop --engine, or drop --glossary", exit_code=2)
+    if score_only or sampling is not None:
+        raise NmtError(f"--glossary does not go with {'--score-only' if score_only else '--sampling'}",
+                       "a glossary constrains the beam search: drop one of them", exit_code=2)
+    return read_glossary(path, max_terms)
 
 
 def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: str) -> None:

@@ -282,18 +282,21 @@ class BeamSearch:
         self.last.copy_(next_token.view(-1))
         self.state.reorder((torch.arange(n, device=next_beam.device).unsqueeze(1) * R + next_beam).view(-1))
 
-    def candidates(self, logits: Tensor, generated: Tensor, R: int) -> tuple[Tensor, Tensor]:
+    def candidates(self, logits: Tensor, generated: Tensor, R: int,
+                   normalizer: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """The tokens each row may add this step and their log-probabilities, best first: (rows, 2K) each (fewer
         for a vocabulary under 2K). `logits` (rows, V), the model's, in its dtype, are masked in place.
 
         Within a row every candidate shares the row's score, so the 2K best candidates of a sentence are among the
         2K best tokens of each of its rows; and log p = logit - logsumexp(row) keeps the logits' order, so those
         are the row's 2K largest logits. They alone (and EOS, and a prefix's token) become log-probabilities: no
-        (rows, V) tensor of log-probabilities is made. Tensor operations only.
+        (rows, V) tensor of log-probabilities is made. `normalizer`: the logits' log_normalizer, where the caller
+        took it (before masking more tokens of its own). Tensor operations only.
         """
         cfg = self.model.config
         K = self.scores.size(1)
-        normalizer = log_normalizer(logits)  # of the model's distribution, before any token is masked
+        if normalizer is None:
+            normalizer = log_normalizer(logits)  # of the model's distribution, before any token is masked
         # PAD and BOS never, EOS not before min_len: a -inf logit is a -inf log-probability.
         ban(logits, self.banned)
         logits[:, cfg.eos_id].masked_fill_(generated <= self.min_len, float("-inf"))
@@ -363,8 +366,7 @@ class BeamSearch:
         if len(finished) == len(done):
             self.sentence = self.sentence[:0]
             return
-        names = ("sentence", "max_len", "max_penalty", "tokens", "parents", "scores", "finished_score", "finished_log_prob",
-                 "finished_beam", "finished_length", "done", *(("prefix", "prefix_len") if self.prefix is not None else ()))
+        names = self._by_sentence()
         kept, (self.last,) = keep_sentences(self.state, done, self.beam, [getattr(self, name) for name in names], [self.last])
         for name, t in zip(names, kept):
             setattr(self, name, t)
@@ -396,6 +398,11 @@ class BeamSearch:
                 setattr(self, name, select_in_front(getattr(self, name), index))
         self.last = select_in_front(self.last.view(-1, self.beam), index).view(-1)
         self.generation = next(_GENERATIONS)
+
+    def _by_sentence(self) -> tuple[str, ...]:
+        """The state's tensors with one entry per sentence (n, ...): they leave the batch with their sentences."""
+        return ("sentence", "max_len", "max_penalty", "tokens", "parents", "scores", "finished_score", "finished_log_prob",
+                "finished_beam", "finished_length", "done", *(("prefix", "prefix_len") if self.prefix is not None else ()))
 
     # What a step changes: checked and restored by inference/graphs.py.
     _STEP_STATE = ("last", "tokens", "parents", "scores", "finished_score", "finished_log_prob", "finished_beam",

@@ -37,6 +37,7 @@ from starlette.routing import Route
 from nmtcli.documents.languages import Detector, Guess
 from nmtcli.documents.markup import Document, TooManySentences, parse
 from nmtcli.documents.protect import Protection, find_spans
+from nmtcli.inference.glossary import Glossary
 from nmtcli.documents.sentences import joined_record
 from nmtcli.errors import NmtError
 from nmtcli.inference.alignment import COVERING
@@ -76,6 +77,7 @@ class ServeConfig:
     cors_origins: tuple[str, ...] = ()  # origins whose pages may call the API from a browser ("*": any)
     protect: bool = True  # the built-in protected spans (documents/protect.py); a request's "protect": false turns them off
     protect_regex: tuple[str, ...] = ()  # `--protect REGEX`: more spans kept, in every request
+    glossaries: tuple[tuple[str, str, Glossary], ...] = ()  # `--glossary SOURCE-TARGET=FILE`: (source, target, its terms)
 
 
 class ClientGone(Exception):
@@ -126,13 +128,15 @@ class Service:
             parsed = await self._parse_html([([first[n] if first and model.source == _DETECTION_RULES else ask.texts[n] for n in numbers],
                                                model.source) for model, numbers in groups], protection=protection)
             for (model, numbers), documents in zip(groups, parsed):
-                for number, versions in zip(numbers, await self._translate_html(request, model, documents, settings)):
+                termed = self._with_glossary(settings, model, ask.glossary)
+                for number, versions in zip(numbers, await self._translate_html(request, model, documents, termed)):
                     texts[number], alternatives[number] = versions[0], versions[1:]
         else:
             splits = sentence_requests([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups], self.config.limits,
                                        _spans_of(protection))
             for (model, numbers), split in zip(groups, splits):
-                results = await self._translate(request, model, split.sentences, settings, protection=protection)
+                results = await self._translate(request, model, split.sentences, self._with_glossary(settings, model, ask.glossary),
+                                                protection=protection)
                 versions = [split.join([_nth(hyps, k) for hyps in results]) for k in range(nbest)]
                 for i, number in enumerate(numbers):
                     texts[number], alternatives[number] = versions[0][i], [version[i] for version in versions[1:]]
@@ -149,6 +153,8 @@ class Service:
         fields = await self._fields(request)
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model = self._model(ask.source, ask.target)
+        if ask.targets is None:
+            ask.settings = self._with_glossary(ask.settings, model, ask.glossary)
         protection = None if ask.targets is not None else self._protection(ask.protect)
         if ask.format == "html":
             return JSONResponse(await self._html_records(request, model, ask, protection))
@@ -239,6 +245,18 @@ class Service:
             raise ApiError(400, f"{target} is not supported (this server translates {pairs}; see GET /languages)")
         raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
+
+    def _with_glossary(self, settings: SearchSettings, model: ServedModel, asked: Glossary | None) -> SearchSettings:
+        """`settings` with the terms of the server's glossary for the model's pair (--glossary) and the request's
+        (which wins for a source term in both); the server's own object where the request sends none, so that
+        requests without one still share batches."""
+        server = next((g for source, target, g in self.config.glossaries if (source, target) == (model.source, model.target)), None)
+        if asked is None or server is None:
+            glossary = asked or server
+        else:
+            own = {t.source for t in asked.terms}
+            glossary = Glossary((*(t for t in server.terms if t.source not in own), *asked.terms), "glossary")
+        return settings if glossary is None else dataclasses.replace(settings, glossary=glossary)
 
     def _protection(self, asked: bool) -> Protection | None:
         """The spans a request keeps: the built-in kinds where the server and the request both want them, and the
@@ -413,7 +431,7 @@ def _settings_record(s: SearchSettings) -> dict[str, Any]:
     """The search settings /nmt/translate answers with (sampling's and alignment's where asked for)."""
     return {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty, "max_len_a": s.max_len_a, "max_len_b": s.max_len_b,
             "nbest": s.nbest, **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {}),
-            **({"alignment": s.alignment} if s.alignment else {})}
+            **({"alignment": s.alignment} if s.alignment else {}), **({"glossary_terms": len(s.glossary)} if s.glossary else {})}
 
 
 def _confident(record: dict[str, Any], line: str, least: float) -> dict[str, Any]:

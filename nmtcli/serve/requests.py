@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nmtcli.documents.sentences import SplitTexts
+from nmtcli.errors import NmtError
+from nmtcli.inference.glossary import Glossary, glossary_of
 from nmtcli.inference.alignment import UNITS
 from nmtcli.inference.beam import LENGTH_PENALTIES
 from nmtcli.inference.sampling import DEFAULT_SEED, SAMPLING_FORMS, parse_sampling
@@ -37,6 +39,7 @@ class Limits:
     chars: int = 20_000  # characters of text per request
     lines: int = 1_000  # lines per request (q split at line breaks, or the items of `lines`)
     beam: int = 16  # the widest beam (and so the longest n-best list) a request may ask for
+    glossary: int = 1_000  # entries of a request's glossary
 
     @property
     def body_bytes(self) -> int:
@@ -134,6 +137,7 @@ class TranslateRequest:
     alternatives: int
     format: str = "text"  # "html": each text is an HTML document or fragment (documents/markup.py)
     protect: bool = True  # the built-in protected spans (documents/protect.py) kept; false: translated as text
+    glossary: Glossary | None = None  # the request's terms (inference/glossary.py), besides the server's for the pair
 
     @property
     def lines(self) -> list[str]:
@@ -149,9 +153,10 @@ def libretranslate_request(fields: dict[str, Any], limits: Limits) -> TranslateR
         raise ApiError(400, f"{text_format} format is not supported (send format text or html)")
     alternatives = _integer(fields.get("alternatives", 0), "alternatives", 0, limits.beam - 1)
     protect = _protect(fields.get("protect", True))
+    glossary = glossary_field(fields.get("glossary"), limits)
     if text_format == "html":
-        return html_request(TranslateRequest(texts, batch, source, target, alternatives, "html", protect), limits)
-    request = TranslateRequest(texts, batch, source, target, alternatives, protect=protect)
+        return html_request(TranslateRequest(texts, batch, source, target, alternatives, "html", protect, glossary), limits)
+    request = TranslateRequest(texts, batch, source, target, alternatives, protect=protect, glossary=glossary)
     check_size(sum(len(text) for text in texts), len(request.lines), limits, texts)
     return request
 
@@ -189,6 +194,7 @@ class NmtRequest:
     format: str = "text"  # "html": each item of `lines` is an HTML fragment, translated a sentence at a time
     min_confidence: float | None = None  # a line whose translation's confidence is below it comes back as sent, flagged
     protect: bool = True  # the built-in protected spans kept (documents/protect.py)
+    glossary: Glossary | None = None  # the request's terms, besides the server's for the pair
 
 
 def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits) -> NmtRequest:
@@ -231,7 +237,36 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
     texts = [*lines, *(prefixes or []), *(targets or [])]
     check_size(sum(len(text) for text in texts), len(lines), limits, texts)
     return NmtRequest(lines, source, target, settings, prefixes, targets, split_sentences=split_sentences, format=text_format,
-                      min_confidence=min_confidence, protect=_protect(fields.get("protect", True)))
+                      min_confidence=min_confidence, protect=_protect(fields.get("protect", True)),
+                      glossary=_searched_glossary(fields.get("glossary"), limits, sampling, targets))
+
+
+def glossary_field(value: Any, limits: Limits) -> Glossary | None:
+    """The "glossary" field: an object of source term -> target term (a string, `|` between alternatives, or a list
+    of them); a form sends it as that object's JSON text. More than `limits.glossary` entries: 413."""
+    if value is None:
+        return None
+    if isinstance(value, str):  # a form field
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ApiError(400, "Invalid request: glossary must be a JSON object of source term -> target term") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "Invalid request: glossary must be an object of source term -> target term")
+    if len(value) > limits.glossary:
+        raise ApiError(413, f"Invalid request: the glossary ({len(value):,} entries) exceeds the glossary limit ({limits.glossary:,}) "
+                            "(send fewer terms, or give the server the glossary with --glossary)")
+    try:
+        return glossary_of(value, limits.glossary)
+    except NmtError as e:
+        raise ApiError(400, f"Invalid request: {e}") from None
+
+
+def _searched_glossary(value: Any, limits: Limits, sampling: str | None, targets: list[str] | None) -> Glossary | None:
+    glossary = glossary_field(value, limits)
+    if glossary is not None and (sampling or targets is not None):
+        raise ApiError(400, f"Invalid request: glossary does not go with {'sampling' if sampling else 'targets'} (leave one of them out)")
+    return glossary
 
 
 def _protect(value: Any) -> bool:
