@@ -170,8 +170,6 @@ def test_translate_takes_iso_codes_writes_the_pair_and_refuses_a_missing_or_unkn
     assert len(json.loads(split)["sentences"]) == 2 and json.loads(split)["target_lang"] == "deu_Latn"
     exported = nmt_in_process("export", "ctranslate2", model, str(imported["nllb"].parent / "ct2"), check=False)
     assert exported.returncode == 1 and "its CTranslate2 export is not available yet" in exported.stderr
-    served = nmt_in_process("serve", "-m", model, "--port", "0", check=False)
-    assert served.returncode == 1 and "is a multilingual model (M2M-100, NLLB-200): `nmt serve` does not serve those yet" in served.stderr
     m2m = nmt_in_process("translate", "-m", str(imported["m2m100"]), "-t", "deu_Latn", "-s", "eng", "--beam", "1", "--max-len-b", "10",
                          "--output-format", "json", input="the dog\n").stdout
     assert (json.loads(m2m)["source_lang"], json.loads(m2m)["target_lang"]) == ("en", "de")
