@@ -96,7 +96,7 @@ def command(
         settings = PrepareSettings(recipe.source_lang, recipe.target_lang, vocab_size or recipe.vocab_size,
                                    spm_sentences=spm_sentences or recipe.spm_sentences, max_ratio=max_ratio or recipe.max_ratio, **options)
         out = output or DATA_ROOT / name
-        _announce(out, settings, vocabulary)
+        vocabulary = _announce(out, settings, vocabulary)
         with progress_bar() as progress:
             manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary)
     else:
@@ -105,18 +105,41 @@ def command(
         src, tgt = source_lang or "en", target_lang or "de"
         settings = PrepareSettings(src, tgt, vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, **options)
         out = output or DATA_ROOT / f"{src}-{tgt}"
-        _announce(out, settings, vocabulary)
+        vocabulary = _announce(out, settings, vocabulary)
         with progress_bar() as progress:
             manifest = prepare_files(out, train, valid, test, settings, f"{src}-{tgt}", progress, vocabulary)
     _report(out, manifest)
 
 
-def _announce(out: Path, settings, vocabulary) -> None:
-    if vocabulary is not None:  # before anything is written: data in the other direction is no use to the model
+def _announce(out: Path, settings, vocabulary):
+    """The vocabulary checked against the data's languages (a multilingual model's: with their tags found) before
+    anything is written: data in the other direction is no use to the model."""
+    if vocabulary is not None:
         from nmtcli.data.vocabulary import check_languages
 
+        vocabulary = _with_tags(vocabulary, settings.source_lang, settings.target_lang)
         check_languages(vocabulary, settings.source_lang, settings.target_lang)
     announce("prepared data", out)
+    return vocabulary
+
+
+def _with_tags(vocabulary, source_lang: str, target_lang: str):
+    """A multilingual model's vocabulary with the model's codes for -s and -t (`en` -> `eng_Latn`), whose tags
+    go before each side of the data; any other vocabulary as it is."""
+    if not vocabulary.multilingual:
+        return vocabulary
+    import dataclasses
+
+    from nmtcli.inference.language_codes import nearest, resolve
+
+    model, codes = vocabulary.origin.get("model", vocabulary.model_dir), list(vocabulary.tokenizer["languages"])
+    tags = {}
+    for side, flag, code in (("source", "-s", source_lang), ("target", "-t", target_lang)):
+        tags[side] = resolve(code, codes)
+        if tags[side] is None:
+            raise NmtError(f"{model} has no language {code!r} ({flag}); the nearest it has: {', '.join(nearest(code, codes))}",
+                           f"`nmt info {model}` lists its languages", exit_code=2)
+    return dataclasses.replace(vocabulary, tags=tags)
 
 
 def _vocabulary(spec: str, vocab_size: int | None, spm_sentences: int | None):
