@@ -268,7 +268,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l no-protect -d 'Translate placeho
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve
-complete -c nmt -n "__nmt_using 'serve'" -l model -s m -r -F -d 'Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json)'
+complete -c nmt -n "__nmt_using 'serve'" -l model -s m -r -F -d 'Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json; a multilingual model, M2M-100 or NLLB-200, serves every pair of its languages but those another model has)'
 complete -c nmt -n "__nmt_using 'serve'" -l host -x -d 'Address to listen on'
 complete -c nmt -n "__nmt_using 'serve'" -l port -x -d 'Port to listen on (LibreTranslate\'s is 5000 too)'
 complete -c nmt -n "__nmt_using 'serve'" -l api-key -x -d 'Answer only requests that send this key (LibreTranslate\'s api_key field); repeat for several'

@@ -50,6 +50,8 @@ def test_every_pair_of_a_multilingual_models_languages_is_served_beside_a_one_di
     listed = request(server, "GET", "/nmt/models")[1]
     assert [(m["name"], m.get("languages")) for m in listed] == [(str(models["nllb"]), LANGUAGES), (str(models["en-de"]), None)]
     assert request(server, "GET", "/health")[1]["models"] == ["multilingual (6 languages)", "en-de"]
+    assert request(server, "GET", "/frontend/settings")[1]["language"] == {"source": {"code": "en", "name": "English"},
+                                                                           "target": {"code": "de", "name": "German"}}
 
     lines = ["the dog sees a cat", "a red car"]
     # en->de is the one-direction model's pair: it translates it, not the multilingual model

@@ -146,9 +146,11 @@ def served_codes(codes: list[str]) -> dict[str, str]:
 
 
 def default_direction(codes: list[str]) -> tuple[str, str]:
-    """The direction a multilingual model is loaded with (and the page starts from): from English if it has it."""
+    """The direction a multilingual model is loaded with (and /frontend/settings names): nmt's default pair, en->de,
+    where the model has those languages, else its first two."""
     source = resolve("en", codes) or codes[0]
-    return source, next(code for code in codes if code != source)
+    target = resolve("de", codes)
+    return source, target if target not in (None, source) else next(code for code in codes if code != source)
 
 
 def language_pair(values: dict[str, Any], name: str) -> tuple[str, str]:
