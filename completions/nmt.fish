@@ -170,7 +170,7 @@ complete -c nmt -n "__nmt_using 'prepare'" -l valid -r -F -d 'Validation files P
 complete -c nmt -n "__nmt_using 'prepare'" -l test -r -F -d 'Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`'
 complete -c nmt -n "__nmt_using 'prepare'" -l source-lang -s s -x -d 'Source language code (the file suffix)'
 complete -c nmt -n "__nmt_using 'prepare'" -l target-lang -s t -x -d 'Target language code (the file suffix)'
-complete -c nmt -n "__nmt_using 'prepare'" -l vocab-from -x -d 'Encode with this model\'s tokenizer instead of training a new one (a model dir or Hub id; nmt\'s own, or from `nmt import marian`), so that `nmt train --init MODEL` can fine-tune it on this data'
+complete -c nmt -n "__nmt_using 'prepare'" -l vocab-from -x -d 'Encode with this model\'s tokenizer instead of training a new one (a model dir or Hub id; nmt\'s own, or from `nmt import marian|m2m100|nllb`), so that `nmt train --init MODEL` can fine-tune it on this data'
 complete -c nmt -n "__nmt_using 'prepare'" -l vocab-size -x -d 'Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14\'s 4.5M pairs)'
 complete -c nmt -n "__nmt_using 'prepare'" -l spm-sentences -x -d 'Training pairs sampled (seeded) to train sentencepiece; each gives two lines'
 complete -c nmt -n "__nmt_using 'prepare'" -l seed -x -d 'Seed for sampling the sentencepiece training text'
@@ -189,7 +189,7 @@ complete -c nmt -n "__nmt_at_argument 'prepare' 0" -f -a '(__nmt_values_prepare_
 
 # nmt train
 complete -c nmt -n "__nmt_using 'train'" -l data -r -F -d 'Prepared data dir'
-complete -c nmt -n "__nmt_using 'train'" -l init -x -d 'Start from this model\'s config and weights (a model dir or Hub id, nmt\'s own or from `nmt import marian`): fine-tuning, or continued training'
+complete -c nmt -n "__nmt_using 'train'" -l init -x -d 'Start from this model\'s config and weights (a model dir or Hub id, nmt\'s own or from `nmt import marian|m2m100|nllb`): fine-tuning, or continued training'
 complete -c nmt -n "__nmt_using 'train'" -l preset -x -a '(__nmt_values_preset)' -d 'Model and recipe: tiny (a CPU, up to ~50k pairs), small (fairseq\'s IWSLT model: 100k-1M pairs, one GPU or a few CPU hours), base or big (Table 3: WMT-sized data, GPUs)'
 complete -c nmt -n "__nmt_using 'train'" -l output -s o -r -F -d 'Run dir'
 complete -c nmt -n "__nmt_using 'train'" -l norm -x -d 'post: LayerNorm after each residual sum, the paper\'s (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs'
@@ -270,7 +270,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l max-glossary -x -d 'The most ent
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve
-complete -c nmt -n "__nmt_using 'serve'" -l model -s m -r -F -d 'Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json)'
+complete -c nmt -n "__nmt_using 'serve'" -l model -s m -r -F -d 'Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json; a multilingual model, M2M-100 or NLLB-200, serves every pair of its languages but those another model has)'
 complete -c nmt -n "__nmt_using 'serve'" -l host -x -d 'Address to listen on'
 complete -c nmt -n "__nmt_using 'serve'" -l port -x -d 'Port to listen on (LibreTranslate\'s is 5000 too)'
 complete -c nmt -n "__nmt_using 'serve'" -l api-key -x -d 'Answer only requests that send this key (LibreTranslate\'s api_key field); repeat for several'

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -170,11 +171,53 @@ def test_translate_takes_iso_codes_writes_the_pair_and_refuses_a_missing_or_unkn
     assert len(json.loads(split)["sentences"]) == 2 and json.loads(split)["target_lang"] == "deu_Latn"
     exported = nmt_in_process("export", "ctranslate2", model, str(imported["nllb"].parent / "ct2"), check=False)
     assert exported.returncode == 1 and "its CTranslate2 export is not available yet" in exported.stderr
-    served = nmt_in_process("serve", "-m", model, "--port", "0", check=False)
-    assert served.returncode == 1 and "is a multilingual model (M2M-100, NLLB-200): `nmt serve` does not serve those yet" in served.stderr
     m2m = nmt_in_process("translate", "-m", str(imported["m2m100"]), "-t", "deu_Latn", "-s", "eng", "--beam", "1", "--max-len-b", "10",
                          "--output-format", "json", input="the dog\n").stdout
     assert (json.loads(m2m)["source_lang"], json.loads(m2m)["target_lang"]) == ("en", "de")
+
+
+def test_finetuning_an_imported_model_keeps_its_vocabulary_and_tags_and_validates_through_them(imported, hf, tmp_path):
+    """`nmt prepare --vocab-from` encodes a pair as transformers' tokenizer does for training (the source tag first, the
+    labels the target tag first); `nmt train --init` on it validates with the tags (its BLEU is `nmt translate -s -t` +
+    `nmt score`'s), and the averaged model dir has the imported tokenizer, tags and licence, and still translates any pair."""
+    from corpus import write_corpus
+
+    from nmtcli.data.shards import Shard
+
+    corpus = write_corpus(tmp_path / "corpus", {"train": 200, "valid": 12}, seed=5)
+    data = {}
+    for kind, (source, target) in (("m2m100", ("en", "de")), ("nllb", ("eng_Latn", "deu_Latn"))):
+        data[kind] = tmp_path / f"data-{kind}"
+        nmt_in_process("prepare", "--vocab-from", str(imported[kind]), "-s", "en", "-t", "de", "--train", str(corpus["train"]),
+                       "--valid", str(corpus["valid"]), "--max-ratio", "3", "-o", str(data[kind]))
+        manifest = json.loads((data[kind] / "manifest.json").read_text())
+        assert manifest["language_tags"] == {"source": source, "target": target} and manifest["tokenizer"]["kind"] == "multilingual"
+        tokenizer = hf[kind][1]
+        tokenizer.src_lang, tokenizer.tgt_lang = source, target
+        sources, targets = (Path(f"{corpus['valid']}.{side}").read_text().splitlines() for side in ("en", "de"))
+        encoded = tokenizer(sources, text_target=targets)
+        src, tgt = Shard(data[kind] / "valid.en", manifest["vocab_size"]), Shard(data[kind] / "valid.de", manifest["vocab_size"])
+        assert [list(src[i]) + [2] for i in range(len(sources))] == encoded["input_ids"]  # + </s>, which batches add
+        assert [list(tgt[i]) + [2] for i in range(len(targets))] == encoded["labels"]
+    wrong = nmt_in_process("prepare", "--vocab-from", str(imported["nllb"]), "-s", "en", "-t", "deutsch", "--train", str(corpus["train"]),
+                           "--valid", str(corpus["valid"]), "-o", str(tmp_path / "wrong"), check=False)
+    assert wrong.returncode == 2 and "has no language 'deutsch' (-t); the nearest it has: deu_Latn" in wrong.stderr
+    assert not (tmp_path / "wrong").exists()
+
+    run, model = tmp_path / "run", tmp_path / "finetuned"
+    nmt_in_process("train", "--init", str(imported["nllb"]), "--data", str(data["nllb"]), "-o", str(run), "--max-steps", "2",
+                   "--valid-every", "2", "--valid-bleu", "12", "--lr", "1e-3", "--device", "cpu")
+    nmt_in_process("average", str(run), "--last", "1", "-o", str(model))
+    validated = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if "valid_bleu" in line][-1]
+    translated = nmt_in_process("translate", "-m", str(model), "-s", "en", "-t", "de", input=Path(f"{corpus['valid']}.en").read_text()).stdout
+    scored = json.loads(nmt_in_process("score", "-", "--ref", f"{corpus['valid']}.de", "--json", input=translated).stdout)
+    assert validated["valid_bleu"] == round(scored["scores"][0]["score"], 4)  # metrics.jsonl keeps 4 decimals
+    base, tuned = (json.loads((d / "config.json").read_text()) for d in (imported["nllb"], model))
+    assert tuned["tokenizer"] == base["tokenizer"] and tuned["model"]["language_tags"] and tuned["license"] == base["license"]
+    assert all((model / name).read_bytes() == (imported["nllb"] / name).read_bytes() for name in ("sentencepiece.bpe.model", "vocab.json"))
+    french = json.loads(nmt_in_process("translate", "-m", str(model), "-t", "fr", "--output-format", "json", "--max-len-b", "5",
+                                       input="the dog\n").stdout)
+    assert french["target_lang"] == "fra_Latn" and french["tokens"] and "fra_Latn" not in french["tokens"]
 
 
 def test_import_of_another_architecture_names_the_importers(originals, tmp_path):

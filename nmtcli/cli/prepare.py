@@ -39,7 +39,7 @@ def command(
     test: Annotated[Optional[Path], typer.Option(help="Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`.", metavar="PREFIX", rich_help_panel=FILES)] = None,
     source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="Source language code (the file suffix). Default: en, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
     target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="Target language code (the file suffix). Default: de, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
-    vocab_from: Annotated[Optional[str], typer.Option("--vocab-from", help="Encode with this model's tokenizer instead of training a new one (a model dir or Hub id; nmt's own, or from `nmt import marian`), so that `nmt train --init MODEL` can fine-tune it on this data. Languages default to the model's.", metavar="MODEL", show_default=False, rich_help_panel=VOCAB)] = None,
+    vocab_from: Annotated[Optional[str], typer.Option("--vocab-from", help="Encode with this model's tokenizer instead of training a new one (a model dir or Hub id; nmt's own, or from `nmt import marian|m2m100|nllb`), so that `nmt train --init MODEL` can fine-tune it on this data. Languages default to the model's; a multilingual model's tags of -s and -t go before each side.", metavar="MODEL", show_default=False, rich_help_panel=VOCAB)] = None,
     vocab_size: Annotated[Optional[int], typer.Option(help="Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14's 4.5M pairs). Default: the recipe's; for your own files, from the training pairs: 37,000 x sqrt(pairs / 4.5M) to the nearest 1,000, from 1,000 (30k pairs: 3,000; 100k: 6,000; 1M: 17,000).", min=300, show_default=False, rich_help_panel=VOCAB)] = None,
     spm_sentences: Annotated[Optional[int], typer.Option(help="Training pairs sampled (seeded) to train sentencepiece; each gives two lines. Default: the recipe's, or 1,000,000.", min=1, show_default=False, rich_help_panel=VOCAB)] = None,
     seed: Annotated[int, typer.Option(help="Seed for sampling the sentencepiece training text.", rich_help_panel=VOCAB)] = 1,
@@ -96,7 +96,7 @@ def command(
         settings = PrepareSettings(recipe.source_lang, recipe.target_lang, vocab_size or recipe.vocab_size,
                                    spm_sentences=spm_sentences or recipe.spm_sentences, max_ratio=max_ratio or recipe.max_ratio, **options)
         out = output or DATA_ROOT / name
-        _announce(out, settings, vocabulary)
+        vocabulary = _announce(out, settings, vocabulary)
         with progress_bar() as progress:
             manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary)
     else:
@@ -105,18 +105,41 @@ def command(
         src, tgt = source_lang or "en", target_lang or "de"
         settings = PrepareSettings(src, tgt, vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, **options)
         out = output or DATA_ROOT / f"{src}-{tgt}"
-        _announce(out, settings, vocabulary)
+        vocabulary = _announce(out, settings, vocabulary)
         with progress_bar() as progress:
             manifest = prepare_files(out, train, valid, test, settings, f"{src}-{tgt}", progress, vocabulary)
     _report(out, manifest)
 
 
-def _announce(out: Path, settings, vocabulary) -> None:
-    if vocabulary is not None:  # before anything is written: data in the other direction is no use to the model
+def _announce(out: Path, settings, vocabulary):
+    """The vocabulary checked against the data's languages (a multilingual model's: with their tags found) before
+    anything is written: data in the other direction is no use to the model."""
+    if vocabulary is not None:
         from nmtcli.data.vocabulary import check_languages
 
+        vocabulary = _with_tags(vocabulary, settings.source_lang, settings.target_lang)
         check_languages(vocabulary, settings.source_lang, settings.target_lang)
     announce("prepared data", out)
+    return vocabulary
+
+
+def _with_tags(vocabulary, source_lang: str, target_lang: str):
+    """A multilingual model's vocabulary with the model's codes for -s and -t (`en` -> `eng_Latn`), whose tags
+    go before each side of the data; any other vocabulary as it is."""
+    if not vocabulary.multilingual:
+        return vocabulary
+    import dataclasses
+
+    from nmtcli.inference.language_codes import nearest, resolve
+
+    model, codes = vocabulary.origin.get("model", vocabulary.model_dir), list(vocabulary.tokenizer["languages"])
+    tags = {}
+    for side, flag, code in (("source", "-s", source_lang), ("target", "-t", target_lang)):
+        tags[side] = resolve(code, codes)
+        if tags[side] is None:
+            raise NmtError(f"{model} has no language {code!r} ({flag}); the nearest it has: {', '.join(nearest(code, codes))}",
+                           f"`nmt info {model}` lists its languages", exit_code=2)
+    return dataclasses.replace(vocabulary, tags=tags)
 
 
 def _vocabulary(spec: str, vocab_size: int | None, spm_sentences: int | None):

@@ -19,7 +19,7 @@ INSTALL = 'pip install "nmtcli[serve]"'
 
 
 def command(
-    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="MODEL", help="Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json). Default: $NMT_MODEL, else the newest under models/.")] = None,
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="MODEL", help="Model dir or Hub id OWNER/NAME; repeat for more language pairs (one model per pair, known by the pair in its config.json; a multilingual model, M2M-100 or NLLB-200, serves every pair of its languages but those another model has). Default: $NMT_MODEL, else the newest under models/.")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on. The default answers this machine only; 0.0.0.0 answers every network (put a reverse proxy with TLS in front: docs/serving.md).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (LibreTranslate's is 5000 too).", min=0, max=65535)] = 5000,
     api_key: Annotated[Optional[list[str]], typer.Option("--api-key", metavar="KEY", help="Answer only requests that send this key (LibreTranslate's api_key field); repeat for several.")] = None,

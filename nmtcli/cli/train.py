@@ -106,7 +106,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def command(
     data: Annotated[Optional[Path], typer.Option(help="Prepared data dir. Default: the newest under data/.")] = None,
-    init: Annotated[Optional[str], typer.Option("--init", help="Start from this model's config and weights (a model dir or Hub id, nmt's own or from `nmt import marian`): fine-tuning, or continued training. The data must be prepared with `nmt prepare --vocab-from MODEL`; the recipe is the fine-tuning one (docs/training.md).", metavar="MODEL")] = None,
+    init: Annotated[Optional[str], typer.Option("--init", help="Start from this model's config and weights (a model dir or Hub id, nmt's own or from `nmt import marian|m2m100|nllb`): fine-tuning, or continued training. The data must be prepared with `nmt prepare --vocab-from MODEL`; the recipe is the fine-tuning one (docs/training.md).", metavar="MODEL")] = None,
     preset: Annotated[Optional[str], typer.Option(help="Model and recipe: tiny (a CPU, up to ~50k pairs), small (fairseq's IWSLT model: 100k-1M pairs, one GPU or a few CPU hours), base or big (Table 3: WMT-sized data, GPUs). Default: base.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run dir. Default: runs/PRESET-DATA.")] = None,
     norm: Annotated[Optional[str], typer.Option(help="post: LayerNorm after each residual sum, the paper's (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs. Default: post.")] = None,

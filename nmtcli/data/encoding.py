@@ -7,7 +7,9 @@ travel back. The result does not depend on the number of workers or how the sent
 
 A model imported from OPUS-MT (`nmt prepare --vocab-from`) splits each side with its own
 sentencepiece model and maps the pieces to ids through its joint `vocab.json`, exactly as
-MarianTokenizer does (`marian_ids`, which the translator's tokenizer calls too).
+MarianTokenizer does (`marian_ids`, which the translator's tokenizer calls too). A multilingual model
+(M2M-100, NLLB-200) maps one sentencepiece model's pieces through its `vocab.json` likewise, and each side
+starts with its language's tag (PieceMap.tags), as M2M100Tokenizer and NllbTokenizer encode a pair.
 """
 
 from __future__ import annotations
@@ -48,14 +50,16 @@ class PieceMap:
 
     vocab: str  # path of vocab.json
     unk_id: int
+    tags: tuple[int, int] | None = None  # a multilingual model's: the source and the target language's tag ids
 
 
 class _Model:
-    """One side's sentencepiece model, with or without Marian's piece -> id map."""
+    """One side's sentencepiece model, with or without Marian's piece -> id map (and a multilingual model's tag)."""
 
-    def __init__(self, model_path: str, pieces: PieceMap | None):
+    def __init__(self, model_path: str, pieces: PieceMap | None, side: str = "source"):
         self.sp = spm.SentencePieceProcessor(model_file=model_path)
         self.unk_id = pieces.unk_id if pieces else 0
+        self.tag = pieces.tags[side == "target"] if pieces is not None and pieces.tags else None
         if pieces is not None:
             from nmtcli.data.vocabulary import read_piece_ids
 
@@ -66,6 +70,9 @@ class _Model:
     def encode(self, sentences: list[str]) -> list[list[int]]:
         if self.piece_ids is None:
             return self.sp.encode(sentences)
+        if self.tag is not None:  # no ">>fra<<" codes: the language is the tag's
+            get, unk = self.piece_ids.get, self.unk_id
+            return [[self.tag, *(get(p, unk) for p in pieces)] for pieces in self.sp.encode(sentences, out_type=str)]
         return [marian_ids(self.sp, self.piece_ids, self.unk_id, s) for s in sentences]
 
 
@@ -73,7 +80,7 @@ _models: dict[str, _Model] = {}
 
 
 def _load(model_paths: dict[str, str], pieces: PieceMap | None) -> None:
-    _models.update({side: _Model(path, pieces) for side, path in model_paths.items()})
+    _models.update({side: _Model(path, pieces, side) for side, path in model_paths.items()})
 
 
 def encode_flat(sp: spm.SentencePieceProcessor | _Model, sentences: Sequence[str], dtype: str) -> tuple[np.ndarray, np.ndarray]:
@@ -100,7 +107,7 @@ class Encoder:
         self.dtype = np.dtype(dtype).str
         self.workers = workers or usable_cpus()
         paths = {"source": str(model_path), "target": str(target_model or model_path)}
-        self._local = {side: _Model(path, pieces) for side, path in paths.items()}
+        self._local = {side: _Model(path, pieces, side) for side, path in paths.items()}
         self._pool = None
         if self.workers > 1:
             # spawn: a clean interpreter per worker, safe whatever threads the caller runs (progress bars).

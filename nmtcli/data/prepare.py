@@ -290,11 +290,15 @@ def _encode_split(
 
 
 def _encoder(out_dir: Path, vocab_size: int, workers: int, vocabulary: ModelVocabulary | None) -> Encoder:
-    """nmt's joint sentencepiece model, or the tokenizer files --vocab-from copied (Marian: one model per side)."""
+    """nmt's joint sentencepiece model, or the tokenizer files --vocab-from copied (Marian: one model per side;
+    M2M-100 and NLLB-200: one model, pieces through vocab.json, each side after its language's tag)."""
     if vocabulary is None or vocabulary.kind == "sentencepiece":
         model = tokenizer_files(vocabulary.tokenizer if vocabulary else None)["model"]
         return Encoder(out_dir / model, token_dtype(vocab_size), workers)
     files = tokenizer_files(vocabulary.tokenizer)
+    if vocabulary.multilingual:
+        pieces = PieceMap(str(out_dir / files["vocab"]), vocabulary.special_ids["unk_id"], vocabulary.tag_ids())
+        return Encoder(out_dir / files["model"], token_dtype(vocab_size), workers, pieces=pieces)
     pieces = PieceMap(str(out_dir / files["vocab"]), vocabulary.special_ids["unk_id"])
     return Encoder(out_dir / files["source"], token_dtype(vocab_size), workers, out_dir / files["target"], pieces)
 
@@ -338,7 +342,8 @@ def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocab
     vocab = settings.vocab_size if settings.vocab_size is not None else VOCAB_RULE
     spm_key = _fingerprint("sentencepiece", text_key, vocab, settings.spm_sentences, settings.seed)
     if vocabulary is not None:  # the model's tokenizer files, by content, replace the trained sentencepiece model
-        spm_key = _fingerprint("vocabulary", text_key, vocabulary.tokenizer, vocabulary.files, vocabulary.special_ids, vocabulary.size)
+        spm_key = _fingerprint("vocabulary", text_key, vocabulary.tokenizer, vocabulary.files, vocabulary.special_ids, vocabulary.size,
+                               *([vocabulary.tags] if vocabulary.tags else []))
     encode_key = _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
     return text_key, spm_key, encode_key
 
@@ -454,7 +459,8 @@ def prepare(
 def _vocabulary_entries(vocabulary: ModelVocabulary) -> dict[str, Any]:
     """The manifest's record of --vocab-from: the model (id, revision, tokenizer files' sha256), and the
     tokenizer section and special ids training needs to read the data as that model does."""
-    return {"vocab_from": vocabulary.describe(), "tokenizer": vocabulary.tokenizer, "special_ids": vocabulary.special_ids}
+    tags = {"language_tags": vocabulary.tags} if vocabulary.tags else {}  # a multilingual model's codes of the data's languages
+    return {"vocab_from": vocabulary.describe(), "tokenizer": vocabulary.tokenizer, "special_ids": vocabulary.special_ids, **tags}
 
 
 def _split_counts(text: dict[str, Any], encode: dict[str, Any], settings: PrepareSettings) -> dict[str, Any]:

@@ -3,7 +3,10 @@
 Fine-tuning a model needs data in the model's own token ids. A model dir names its tokenizer in
 `config.json` ("tokenizer"; absent: nmt's joint `sentencepiece.model`); models imported from
 OPUS-MT hold Marian's `source.spm`, `target.spm` and the joint `vocab.json`, and their special
-ids differ from nmt's (EOS 0, padding last, decoding starts from the pad token). `ModelVocabulary`
+ids differ from nmt's (EOS 0, padding last, decoding starts from the pad token); imported M2M-100 and NLLB-200 models
+hold one sentencepiece model, `vocab.json` and a tag per language, which prepare puts before every
+source (the source language's tag) and every target (the target language's), as fairseq trained
+them, so that the decoder reads `</s> TAG pieces` and writes `TAG pieces </s>`. `ModelVocabulary`
 is what prepare needs of that: the files to copy into the data dir (and their sha256, which also
 identify the vocabulary to `nmt train --init`), the tokenizer section, the vocabulary size, the
 special ids and the languages. Reading it needs no torch: only `config.json` and the files.
@@ -29,6 +32,8 @@ def tokenizer_files(tokenizer: dict[str, Any] | None) -> dict[str, str]:
     from nmtcli.data.text import SPM_FILE
 
     spec = tokenizer or {"kind": "sentencepiece"}
+    if spec.get("kind") == "multilingual":
+        return {"model": spec.get("model", "sentencepiece.bpe.model"), "vocab": spec.get("vocab", "vocab.json")}
     if spec.get("kind") == "marian":
         return {role: spec.get(role, default) for role, default in (("source", "source.spm"), ("target", "target.spm"), ("vocab", "vocab.json"))}
     return {"model": spec.get("model", SPM_FILE)}
@@ -46,6 +51,19 @@ class ModelVocabulary:
     source_lang: str
     target_lang: str
     origin: dict[str, Any] = field(default_factory=dict)  # {"model": id or path, "revision": commit or None, ...}
+    # A multilingual model's: the model's codes of the data's source and target language, whose tags prepare puts
+    # before each side (the command line resolves `en` to `eng_Latn`: inference/language_codes.py); {} otherwise.
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def multilingual(self) -> bool:
+        return self.kind == "multilingual"
+
+    def tag_ids(self) -> tuple[int, int]:
+        """The ids of the source and target language's tags (vocab.json's)."""
+        ids = read_piece_ids(self.model_dir / tokenizer_files(self.tokenizer)["vocab"])
+        languages = self.tokenizer["languages"]
+        return ids[languages[self.tags["source"]]], ids[languages[self.tags["target"]]]
 
     @property
     def languages_known(self) -> bool:
@@ -81,7 +99,7 @@ def read_vocabulary(model_dir: Path, origin: dict[str, Any] | None = None) -> Mo
                        "for a Hugging Face Marian model run `nmt import marian DIR` first, then pass the model dir it writes")
     model, languages = values["model"], values.get("languages") or {}
     tokenizer = values.get("tokenizer") or {"kind": "sentencepiece", "model": tokenizer_files(None)["model"]}
-    if tokenizer.get("kind") not in ("sentencepiece", "marian"):
+    if tokenizer.get("kind") not in ("sentencepiece", "marian", "multilingual"):
         raise NmtError(f"{model_dir / CONFIG_FILE} names an unknown tokenizer {tokenizer.get('kind')!r}", "upgrade nmt")
     names = list(tokenizer_files(tokenizer).values())
     for name in names:
@@ -94,8 +112,9 @@ def read_vocabulary(model_dir: Path, origin: dict[str, Any] | None = None) -> Mo
         files={name: file_sha256(model_dir / name) for name in names},
         size=int(model["vocab_size"]),
         special_ids={k: int(model.get(k, defaults[k])) for k in SPECIAL_IDS},
-        source_lang=str(languages.get("source", "")),
-        target_lang=str(languages.get("target", "")),
+        # a multilingual model translates between any two of its languages: the data's are the user's choice
+        source_lang="" if tokenizer.get("kind") == "multilingual" else str(languages.get("source", "")),
+        target_lang="" if tokenizer.get("kind") == "multilingual" else str(languages.get("target", "")),
         origin={"model": str(model_dir.resolve()), "revision": None, **(origin or {})},
     )
 
@@ -118,6 +137,9 @@ def read_piece_ids(path: Path) -> dict[str, int]:
 
 def check_languages(vocabulary: ModelVocabulary, source_lang: str, target_lang: str) -> None:
     """The data must be in the model's direction (where the model says which; imports of unnamed repos do not)."""
+    if vocabulary.multilingual and set(vocabulary.tags) != {"source", "target"}:
+        raise NmtError(f"{vocabulary.origin.get('model', vocabulary.model_dir)} is multilingual: its language codes for the data are not known",
+                       "prepare through `nmt prepare --vocab-from MODEL -s CODE -t CODE`, which resolves them", exit_code=2)
     model = (vocabulary.source_lang, vocabulary.target_lang)
     if not vocabulary.languages_known or model == (source_lang, target_lang):
         return

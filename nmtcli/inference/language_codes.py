@@ -97,7 +97,9 @@ def resolve(code: str, available: Iterable[str]) -> str | None:
     candidates = []
     if key in ISO_639_1_TO_NLLB:  # "de" -> "deu_Latn"
         candidates.append(ISO_639_1_TO_NLLB[key])
-    three = key.split("_")[0]
+    three, _, script = key.partition("_")
+    if script and three in ISO_639_1_TO_NLLB:  # BCP 47's language-Script, as LibreTranslate names them: "zh-Hant" -> "zho_Hant"
+        candidates.append(f"{ISO_639_1_TO_NLLB[three].split('_')[0]}_{script}")
     candidates += [c for c in codes if c.lower().split("_")[0] == three]  # "deu" -> "deu_Latn"; "zho" -> the first of its scripts
     candidates += [two for two, nllb in ISO_639_1_TO_NLLB.items() if nllb.lower() == key or nllb.lower().split("_")[0] == three]  # -> M2M's "de"
     for candidate in candidates:

@@ -13,6 +13,7 @@ are truncated to what the model can read (and reported), never dropped.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -164,6 +165,14 @@ class Translator:
             if given is not None and own.get(side) and resolve(given, [own[side]]) is None:
                 raise NmtError(f"{model} translates {own.get('source')} -> {own.get('target')} only, not from/into {given!r} (--{side}-lang)",
                                f"use a model for that direction, or leave --{side}-lang out", exit_code=2)
+
+    def with_languages(self, source: str, target: str) -> Translator:
+        """This engine translating source -> target: a multilingual model's every direction served by one set of weights
+        (`nmt serve`). A shallow copy: the model, tokenizer, batch budget and graphs are this engine's own objects, only
+        the direction is the copy's, so the copies must translate one at a time (serve's one worker thread does)."""
+        other = copy.copy(self)
+        other.set_languages(source, target)
+        return other
 
     @property
     def batch_tokens(self) -> int:

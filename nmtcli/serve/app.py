@@ -44,7 +44,7 @@ from nmtcli.inference.alignment import COVERING
 from nmtcli.inference.translator import SearchSettings, Translation, kth_best, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
-from nmtcli.serve.models import ServedModel, language_name
+from nmtcli.serve.models import ServedModel, ServedModels, language_name
 from nmtcli.serve.requests import (
     ApiError,
     Limits,
@@ -95,8 +95,8 @@ class Service:
     detector: Detector = field(init=False)
 
     def __post_init__(self) -> None:
-        self.by_pair = {(m.source, m.target): m for m in self.models}
-        self.detector = Detector({m.source for m in self.models} | {m.target for m in self.models})
+        self.served = ServedModels(self.models)  # which model translates a pair
+        self.detector = Detector(self.served.known())
         self.metrics = Metrics(lambda: self.batcher.queued_lines)
         c = self.config
         self.batcher = Batcher(c.max_delay, c.batch_lines, c.queue_lines, c.batching,
@@ -189,9 +189,7 @@ class Service:
         return JSONResponse(found or [_NOTHING_DETECTED])
 
     async def languages(self, request: Request) -> Response:
-        codes = sorted({m.source for m in self.models} | {m.target for m in self.models})
-        return JSONResponse([{"code": code, "name": language_name(code), "targets": sorted(m.target for m in self.models if m.source == code)}
-                             for code in codes])
+        return JSONResponse(self.served.languages())
 
     async def frontend_settings(self, request: Request) -> Response:
         first = self.models[0]
@@ -232,16 +230,22 @@ class Service:
         return fields
 
     def _model(self, source: str | None, target: str | None) -> ServedModel:
-        """The model for source -> target (either may be left out where only one model fits)."""
-        fits = [m for m in self.models if (source is None or m.source == source) and (target is None or m.target == target)]
-        if len(fits) == 1:
-            return fits[0]
+        """The model for source -> target (either may be left out where only one model fits; a multilingual model
+        fits many: both are needed)."""
+        if source is not None and target is not None:
+            found = self.served.find(source, target)
+            if found is not None:
+                return found
+        else:
+            fits = [m for m in self.models if not m.languages and (source is None or m.source == source) and (target is None or m.target == target)]
+            if len(fits) == 1 and not self.served.multilingual:
+                return fits[0]
+            if fits or self.served.multilingual:
+                raise ApiError(400, f"Invalid request: several models fit (this server translates {self._pairs()}: send source and target)")
         pairs = self._pairs()
-        if fits:
-            raise ApiError(400, f"Invalid request: several models fit (this server translates {pairs}: send source and target)")
-        if source is not None and all(m.source != source for m in self.models):
+        if source is not None and not self.served.is_source(source):
             raise ApiError(400, f"{source} is not supported (this server translates {pairs}; see GET /languages)")
-        if source is None:
+        if source is None or not self.served.is_target(target):
             raise ApiError(400, f"{target} is not supported (this server translates {pairs}; see GET /languages)")
         raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
@@ -265,7 +269,7 @@ class Service:
 
     def _pairs(self) -> str:
         """The language pairs this server translates, for error messages: "en->de, de->en"."""
-        return ", ".join(f"{m.source}->{m.target}" for m in self.models)
+        return self.served.summary()
 
     def _by_detected_language(self, ask: TranslateRequest, documents: list[Document] | None = None,
                               ) -> tuple[list[tuple[ServedModel, list[int]]], list[Guess | None]]:
@@ -274,8 +278,9 @@ class Service:
         of its language: it takes the detection of all the request's texts together, as LibreTranslate does. Of a
         short text's two guesses (all texts', its own) the first that this server can take into the target counts; a
         text in the target language itself is not translated. A 400 where no guess of a text has a model into the target."""
-        if all(m.target != ask.target for m in self.models):
+        if not self.served.is_target(ask.target):
             self._model(None, ask.target)  # its 400: the target is not supported
+        target = self.served.code(ask.target)  # as the detector names it: "deu_Latn" -> "de" where a multilingual model serves it
         readable = ask.texts if documents is None else [" ".join(document.segments) for document in documents]  # html: what a reader sees
         pooled = self.detector.detect(" ".join(readable)) if any(len(text.strip()) <= SHORT_TEXT for text in readable) else []
         guesses: list[Guess | None] = []
@@ -284,19 +289,19 @@ class Service:
             candidates = self.detector.detect(text, candidates=1)
             if candidates and len(text.strip()) <= SHORT_TEXT:
                 candidates = [*pooled[:1], *candidates]
-            usable = [g for g in candidates if g.language == ask.target or (g.language, ask.target) in self.by_pair]
+            usable = [g for g in candidates if g.language == target or self.served.find(g.language, target)]
             if candidates and not usable:
                 raise ApiError(400, self._undetectable(candidates[0].language, ask.target, candidates[0], number + 1 if ask.batch else None))
             guesses.append(usable[0] if usable else None)
-            if usable and usable[0].language != ask.target:
+            if usable and usable[0].language != target:
                 languages.setdefault(usable[0].language, []).append(number)
-        return [(self.by_pair[language, ask.target], numbers) for language, numbers in languages.items()], guesses
+        return [(self.served.find(language, target), numbers) for language, numbers in languages.items()], guesses
 
     def _undetectable(self, language: str, target: str, guess: Guess, number: int | None) -> str:
         """Why text detected as `language` cannot go into `target`: LibreTranslate's words, then what was detected where."""
         subject = f"text {number}" if number else "the text"
         pairs = self._pairs()
-        if all(m.source != language for m in self.models):
+        if not self.served.is_source(language):
             return (f"{language} is not supported ({subject} was detected as {language_name(language)} at {guess.confidence:g}% "
                     f"confidence; this server translates {pairs}: if the text is in one of those languages, send that as source)")
         return (f"{language_name(target)} ({target}) is not available as a target language from {language_name(language)} ({language}) "

@@ -220,6 +220,8 @@ class Trainer:
 
             # The data dir's tokenizer: nmt's sentencepiece model, or the one --vocab-from copied (Marian's).
             self.sp = load_tokenizer(self.data_dir, {"tokenizer": manifest.get("tokenizer"), "model": self.config.to_dict()})
+            tags = manifest.get("language_tags")  # a multilingual model's codes of the data's languages (prepare --vocab-from)
+            self.valid_tags = (self.sp.languages[tags["source"]], self.sp.languages[tags["target"]]) if tags else None
             self.valid_sources = reference_lines(self.data_dir, "valid", self.src_lang)
             self.valid_references = reference_lines(self.data_dir, "valid", self.tgt_lang)
 
@@ -356,7 +358,7 @@ class Trainer:
         if s.valid_bleu:
             bleu = BleuSettings(lines=s.valid_bleu)
             values.update(valid_bleu(self.model, self.sp, self.valid_sources, self.valid_references, bleu,
-                                     self.precision.autocast, self.device, self.ranks))
+                                     self.precision.autocast, self.device, self.ranks, self.valid_tags))
         return values
 
     def _improved(self, values: dict[str, float]) -> bool:

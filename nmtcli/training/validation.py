@@ -54,8 +54,10 @@ class BleuSettings:
 
 @torch.no_grad()
 def valid_bleu(model: Transformer, sp, sources: list[str], references: list[str], settings: BleuSettings, autocast,
-               device: torch.device, ranks: distributed.Ranks) -> dict[str, float]:
-    """sacreBLEU of the model's translations of `sources` (each rank translates every world_size-th line)."""
+               device: torch.device, ranks: distributed.Ranks, tags: tuple[int, int] | None = None) -> dict[str, float]:
+    """sacreBLEU of the model's translations of `sources` (each rank translates every world_size-th line). `tags`: a
+    multilingual model's source and target language tag ids, put before each source and forced first in each
+    translation, as `nmt translate --source-lang --target-lang` does."""
     if settings.lines >= 0:
         sources, references = sources[: settings.lines], references[: settings.lines]
     if not sources:
@@ -63,9 +65,12 @@ def valid_bleu(model: Transformer, sp, sources: list[str], references: list[str]
     model.eval()
     mine = list(range(ranks.rank, len(sources), ranks.world_size))
     # Too-long lines are cut to the position table, as `nmt translate` does; empty lines stay empty.
-    ids = encode_lines(sp.encode, [sources[i] for i in mine], model.config.max_positions - 1)
+    ids = encode_lines(sp.encode, [sources[i] for i in mine], model.config.max_positions - 1 - (tags is not None))
+    prefixes = None
+    if tags is not None:
+        ids, prefixes = [[tags[0], *line] if line else [] for line in ids], [[tags[1]] if line else [] for line in ids]
     search = SearchSettings(beam=settings.beam, alpha=settings.alpha, max_len_a=settings.max_len_a, max_len_b=settings.max_len_b)
-    hyps = translate_ids(model, ids, search, BatchBudget(settings.batch_tokens), device, autocast)
+    hyps = translate_ids(model, ids, search, BatchBudget(settings.batch_tokens), device, autocast, prefixes=prefixes)
     out = {i: one_line(sp.decode(h[0].tokens)) if h else "" for i, h in zip(mine, hyps)}
     translations: dict[int, str] = {}
     for part in distributed.all_gather(out):
