@@ -95,11 +95,7 @@ def command(
         path = resolve_model(None)
         dirs = [(str(path), path)]
     served = load_models(dirs, resolve_device(device), settings, dtype=dtype, warn=warn)
-    pairs = {(m.source, m.target) for m in served}
-    for source, target, _ in glossaries:
-        if (source, target) not in pairs:
-            raise NmtError(f"--glossary {source}-{target}: no model served translates {source} -> {target}",
-                           f"name one of the pairs served: {', '.join(f'{s}-{t}' for s, t in sorted(pairs))}", exit_code=2)
+    glossaries = _glossary_pairs(glossaries, served)
     config = ServeConfig(search=settings, limits=Limits(chars=max_chars, lines=max_lines, beam=max_beam, glossary=max_request_glossary),
                          api_keys=frozenset(keys), glossaries=tuple(glossaries),
                          timeout=timeout, batching=batching, max_delay=max_delay / 1000, batch_lines=batch_lines,
@@ -125,6 +121,24 @@ def _glossaries(specs: list[str], max_terms: int) -> list:
         seen.add((source, target))
         read.append((source, target, read_glossary(path, max_terms)))
     return read
+
+
+def _glossary_pairs(glossaries: list, served: list) -> list:
+    """Each --glossary's pair as the server knows it (a multilingual model's codes: deu_Latn -> de); one error line for a
+    pair no model served translates."""
+    from nmtcli.errors import NmtError
+    from nmtcli.serve.models import ServedModels
+
+    models = ServedModels(served)
+    named = []
+    for source, target, glossary in glossaries:
+        model = models.find(source, target)
+        if model is None:
+            pairs = ", ".join(m.pair for m in served)
+            raise NmtError(f"--glossary {source}-{target}: no model served translates {source} -> {target}",
+                           f"name a pair of the models served ({pairs})", exit_code=2)
+        named.append((model.source, model.target, glossary))
+    return named
 
 
 def _check_extra() -> None:

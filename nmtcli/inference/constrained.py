@@ -90,6 +90,8 @@ class ConstrainedSearch(BeamSearch):
         self.met = met.to(device).unsqueeze(1).repeat(1, K, 1)
         self.progress = torch.zeros((n, K, A), dtype=torch.long, device=device)
         self.finished_met = torch.zeros((n, nbest), dtype=torch.bool, device=device)
+        self.earlier = torch.ones(A, A, dtype=torch.bool, device=device).tril(-1)  # (a, b): alternative b comes before a
+        self.owners = torch.nn.functional.one_hot(self.owner, C).to(torch.float32)  # (n, A, C): which constraint each satisfies
 
     def step(self) -> None:
         """BeamSearch.step with the terms' tokens among the candidates and the K kept taken from the banks in turn."""
@@ -150,8 +152,7 @@ class ConstrainedSearch(BeamSearch):
         open_term = (self.term_length > 0).unsqueeze(1) & ~met.gather(2, self.owner.unsqueeze(1).expand(n, R, A))
         wanted = torch.where(open_term, wanted, 0)  # a valid id everywhere; closed ones are masked below
         offered = (wanted.unsqueeze(-1) == tokens.view(n, R, 1, -1)).any(-1)
-        earlier = torch.ones(A, A, dtype=torch.bool, device=wanted.device).tril(-1)  # (a, b): b comes before a
-        repeated = ((wanted.unsqueeze(-1) == wanted.unsqueeze(-2)) & earlier & open_term.unsqueeze(-2)).any(-1)
+        repeated = ((wanted.unsqueeze(-1) == wanted.unsqueeze(-2)) & self.earlier & open_term.unsqueeze(-2)).any(-1)
         shut = at_max.unsqueeze(1).expand(n, R)
         if self.prefix is not None:
             shut = shut | (generated <= self.prefix_len).unsqueeze(1)
@@ -172,8 +173,7 @@ class ConstrainedSearch(BeamSearch):
         live = (self.term_length > 0).view(n, 1, 1, A)
         new_progress = torch.where(on & live, progress.unsqueeze(2) + 1, (again & live).long())
         complete = live & (new_progress == self.term_length.view(n, 1, 1, A))
-        owners = torch.nn.functional.one_hot(self.owner, self.weight.size(1)).to(torch.float32)  # (n, A, C)
-        completed = torch.einsum("nrma,nac->nrmc", complete.float(), owners) > 0
+        completed = torch.einsum("nrma,nac->nrmc", complete.float(), self.owners) > 0
         new_met = met.unsqueeze(2) | completed
         held = new_met.gather(3, self.owner.view(n, 1, 1, A).expand_as(new_progress))
         new_progress = torch.where(complete | held, 0, new_progress)
@@ -232,4 +232,4 @@ class ConstrainedSearch(BeamSearch):
             self.results[s] = [h for h, held in zip(hyps, flags) if held] if flags[0] else hyps[:1]
 
     def _by_sentence(self) -> tuple[str, ...]:
-        return (*super()._by_sentence(), "phrases", "term_length", "owner", "weight", "met", "progress", "finished_met")
+        return (*super()._by_sentence(), "phrases", "term_length", "owner", "owners", "weight", "met", "progress", "finished_met")
