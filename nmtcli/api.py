@@ -4,9 +4,10 @@
     [t] = translator.translate(["Insert image"])
     t.text, t.score, t.confidence                             # "Bild einfügen", -0.31, 0.83
 
-The same calls `nmt translate` and `nmt serve` make: the search settings are built and checked here and
-the lines go through the native engine's windows and batches (inference/translator.py), so a program gets
-what the command line prints. Importing this module loads no torch; `Translator.load` does. The API never
+The same calls `nmt translate` and `nmt serve` make: the search settings are built and checked here, the
+texts take the one document path (documents/pipeline.py: split, protected spans, joined) and their lines go
+through an engine's windows and batches (inference/engine.py: the native engine, inference/translator.py, or
+CTranslate2's), so a program gets what the command line prints. Importing this module loads no torch; `Translator.load` does. The API never
 prints: the engine's warnings (a line truncated to the model's length, a GPU batch halved) go to the
 `nmtcli` logger. Mistakes a caller can make raise `NmtError` with the message `nmt` would print, or
 TypeError for a wrong type.
@@ -305,7 +306,7 @@ def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: s
             raise NmtError("source_lang/target_lang (--source-lang/--target-lang) work with the native engine",
                            "drop them with the ctranslate2 engine", exit_code=2)
         if dtype not in (None, "fp32"):
-            raise NmtError(f"dtype {dtype} is the native engine's", "a CTranslate2 model computes in the type it was exported in "
+            raise NmtError(f"dtype {dtype} (--dtype) is the native engine's", "a CTranslate2 model computes in the type it was exported in "
                            "(`nmt export ctranslate2 --quantization`)", exit_code=2)
         # A CTranslate2 dir is what `nmt export ctranslate2` wrote: never a Hub id. Its search takes the power length penalty.
         return CTranslate2Translator(Path(model), str(device), settings or SearchSettings(length_penalty="power"), threads or 0,
