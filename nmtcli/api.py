@@ -305,6 +305,9 @@ def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: s
         if languages != (None, None):
             raise NmtError("source_lang/target_lang (--source-lang/--target-lang) work with the native engine",
                            "drop them with the ctranslate2 engine", exit_code=2)
+        if revision is not None:
+            raise NmtError("revision (--revision) is for Hub ids", "a CTranslate2 model is a local dir written by `nmt export ctranslate2`",
+                           exit_code=2)
         if dtype not in (None, "fp32"):
             raise NmtError(f"dtype {dtype} (--dtype) is the native engine's", "a CTranslate2 model computes in the type it was exported in "
                            "(`nmt export ctranslate2 --quantization`)", exit_code=2)

@@ -289,7 +289,7 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
             raise NmtError("--engine ctranslate2 writes text only", "use the native engine for --output-format json", exit_code=2)
         if languages != (None, None):
             raise NmtError("--source-lang/--target-lang work with the native engine", "drop them with --engine ctranslate2", exit_code=2)
-        return Translator(open_engine(Path(model), engine="ctranslate2", device=device, dtype=dtype, settings=settings,
+        return Translator(open_engine(Path(model), engine="ctranslate2", device=device, dtype=dtype, revision=revision, settings=settings,
                                       warn=warn, threads=threads), model)
     import torch
 
