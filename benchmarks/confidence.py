@@ -10,7 +10,9 @@ sentence gets:
   min_token_prob  the lowest probability of one of its tokens (a forced-decoding pass over it)
   nbest_agree     the mean sentence chrF of the best against the other 3 of the 4-best (beam n-best, free)
   sample_agree    the mean sentence chrF of the best against 4 samples from the model (4 sampled decodings)
-  round_trip      with --reverse MODEL: log P(x|y) / (|x| + 1) under the reverse model (a forced pass)
+  round_trip      with --reverse-model DIR (a model of the other direction, tgt->src): log P(x|y) / (|x| + 1), the
+                  forced score of the source given the translation under it (a forced pass); skipped (a row saying
+                  so, the mix without it) for a set without one, or whose reverse model is of another pair
   mix             a fractional logistic regression of chrF / 100 on the (standardised) estimators above, fitted
                   on the valid split
   mix_free        the same of mean_log_prob and nbest_agree alone (no pass beyond the search)
@@ -22,7 +24,7 @@ scores span too little of the range: a weak model has few good translations, a s
 each test split the confidence bins against the mean chrF in each, and what "confidence >= 0.8" selected. `--fit` prints the Calibration line to paste into confidence.py.
 
 Usage:
-  python benchmarks/confidence.py --model models/tiny-demo --data data/demo [--reverse MODEL] [--device cpu]
+  python benchmarks/confidence.py --model models/tiny-demo --data data/demo [--reverse-model DIR] [--device cpu]
   python benchmarks/confidence.py --model A --data DA --model B --data DB      # several held-out sets in one table
 """
 
@@ -105,8 +107,13 @@ def compare(name: str, model: Path, data: Path, reverse_model: Path | None, devi
     manifest = read_manifest(data)
     src, tgt = manifest["source_lang"], manifest["target_lang"]
     translator = Translator.load(model, device=device)
-    reverse = Translator.load(reverse_model, device=device) if reverse_model else None
-    print(f"{name}: {model} on {data} ({src}->{tgt})")
+    reverse, skipped = None, "no --reverse-model given"
+    if reverse_model:
+        reverse = Translator.load(reverse_model, device=device)
+        pair = (reverse.source_language, reverse.target_language)
+        if None not in pair and pair != (tgt, src):
+            reverse, skipped = None, f"the reverse model translates {pair[0]}->{pair[1]}, not {tgt}->{src}"
+    print(f"{name}: {model} on {data} ({src}->{tgt})" + ("" if reverse else f"; round_trip skipped: {skipped}"))
     fit = features_of(translator, reverse, reference_lines(data, "valid", src), reference_lines(data, "valid", tgt))
     held = features_of(translator, reverse, reference_lines(data, "test", src), reference_lines(data, "test", tgt))
     names = list(fit["features"])
@@ -121,6 +128,8 @@ def compare(name: str, model: Path, data: Path, reverse_model: Path | None, devi
     w = fit_logistic(stack(fit)[:, free], fit["chrf"] / 100)
     held["features"]["mix_free"] = 1 / (1 + np.exp(-(stack(held)[:, free] @ w[:-1] + w[-1])))
     rows = [f"| {name} | {n} | {spearman(held['features'][n], held['chrf']):+.3f} |" for n in [*names, "mix", "mix_free"]]
+    if reverse is None:
+        rows.insert(len(names), f"| {name} | round_trip | skipped ({skipped}) |")
     return rows, fit, held
 
 
@@ -149,11 +158,12 @@ def main() -> None:
     parser.add_argument("--model", type=Path, action="append", required=True)
     parser.add_argument("--data", type=Path, action="append", required=True)
     parser.add_argument("--name", action="append", help="a name for each held-out set (default: the model dir's)")
-    parser.add_argument("--reverse", type=Path, action="append", help="a reverse model for each --model ('-': none)")
+    parser.add_argument("--reverse-model", "--reverse", dest="reverse", type=Path, action="append",
+                        help="for the round_trip estimator: a model dir of the other direction for each --model, in order ('-': none)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     names = args.name or [m.name for m in args.model]
-    reverses = args.reverse or [None] * len(args.model)
+    reverses = [*(args.reverse or []), *[None] * len(args.model)][:len(args.model)]  # a set without one: round_trip skipped
     table = ["| held-out set | estimator | Spearman rho with sentence chrF (test split) |", "|---|---|---|"]
     sets = []
     for name, model, data, reverse in zip(names, args.model, args.data, reverses):

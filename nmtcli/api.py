@@ -4,9 +4,10 @@
     [t] = translator.translate(["Insert image"])
     t.text, t.score, t.confidence                             # "Bild einfügen", -0.31, 0.83
 
-The same calls `nmt translate` and `nmt serve` make: the search settings are built and checked here and
-the lines go through the native engine's windows and batches (inference/translator.py), so a program gets
-what the command line prints. Importing this module loads no torch; `Translator.load` does. The API never
+The same calls `nmt translate` and `nmt serve` make: the search settings are built and checked here, the
+texts take the one document path (documents/pipeline.py: split, protected spans, joined) and their lines go
+through an engine's windows and batches (inference/engine.py: the native engine, inference/translator.py, or
+CTranslate2's), so a program gets what the command line prints. Importing this module loads no torch; `Translator.load` does. The API never
 prints: the engine's warnings (a line truncated to the model's length, a GPU batch halved) go to the
 `nmtcli` logger. Mistakes a caller can make raise `NmtError` with the message `nmt` would print, or
 TypeError for a wrong type.
@@ -22,18 +23,20 @@ from typing import TYPE_CHECKING, Literal
 
 from nmtcli.errors import NmtError
 from nmtcli.inference.glossary import Glossary, glossary_of
-from nmtcli.inference.results import Scored, Translation, best_of
+from nmtcli.inference.results import Scored, Translation
 
 if TYPE_CHECKING:
     from nmtcli.documents.languages import Detector
+    from nmtcli.documents.pipeline import Translated
     from nmtcli.documents.protect import Protection
+    from nmtcli.inference.engine import Engine
     from nmtcli.inference.translator import SearchSettings
-    from nmtcli.inference.translator import Translator as Engine
 
 log = logging.getLogger("nmtcli")
 
 Alignment = Literal["words", "pieces"]
 GlossaryLike = Mapping[str, str | list[str]] | Glossary
+EngineName = Literal["native", "ctranslate2"]
 
 
 class Translator:
@@ -46,13 +49,17 @@ class Translator:
 
     @classmethod
     def load(cls, model: str | os.PathLike[str], *, device: str = "auto", dtype: str | None = None,
-             revision: str | None = None, source_lang: str | None = None, target_lang: str | None = None) -> Translator:
+             revision: str | None = None, source_lang: str | None = None, target_lang: str | None = None,
+             engine: EngineName = "native") -> Translator:
         """The model of a model dir (written by `nmt average`, `nmt import`, `nmt pull`) or a Hub id OWNER/NAME
         (downloaded once into the Hub cache, at `revision`), as `nmt translate -m` takes it, on `device` (auto,
         cpu, cuda, cuda:N) computing in `dtype` (fp32, the default; int8 on a CPU; bf16 or fp16 on a GPU).
         A multilingual model (M2M-100, NLLB-200) translates into `target_lang` (its code, or ISO 639-1/-3: "de"),
-        from `source_lang` (default English)."""
-        return cls(open_engine(model, device=device, dtype=dtype, revision=revision, languages=(source_lang, target_lang)), str(model))
+        from `source_lang` (default English). `engine`: "native" (nmt's PyTorch search), or "ctranslate2" for a
+        dir written by `nmt export ctranslate2` (the ctranslate2 extra; the text of the best translation only: the
+        power length penalty, no n-best lists, alignments, scores, HTML or confidence)."""
+        return cls(open_engine(model, device=device, dtype=dtype, revision=revision, languages=(source_lang, target_lang),
+                               engine=engine), str(model))
 
     # --- what the model is ------------------------------------------------------------------------
 
@@ -171,26 +178,29 @@ class Translator:
 
     @property
     def engine(self) -> Engine:
-        """The native engine underneath (inference/translator.py): its windows, batches, devices and graphs."""
+        """The engine underneath (inference/engine.py): the native one's windows, batches, devices and graphs, or CTranslate2's."""
         return self._engine
 
     def translate_with(self, settings: SearchSettings, texts: Iterable[str], prefixes: Iterable[str] | None = None,
-                       split_sentences: bool = False, protection: Protection | None = None) -> Iterator[Translation]:
-        """`translate_stream` with `settings` as they are (sampling included), one prefix per text, `protection` built."""
-        return self._stream(checked(texts, "texts"), settings, prefixes, split_sentences, protection)
+                       split_sentences: bool = False, protection: Protection | None = None,
+                       numbers: dict[int, tuple[int, int]] | None = None) -> Iterator[Translated]:
+        """`translate_stream` with `settings` as they are (sampling included), one prefix per text, `protection` built;
+        each text with its translation (documents/pipeline.py: a split text's sentences' offsets, for its record).
+        `numbers`: as pipeline.translate_texts's."""
+        return self._documents(checked(texts, "texts"), settings, prefixes, split_sentences, protection, numbers)
 
     def translate_lines(self, settings: SearchSettings, lines: list[str], prefixes: list[str] | None = None,
                         numbers: list[int] | None = None, protection: Protection | None = None) -> list[Translation]:
         """`lines` translated as one unit (sorted and batched together: `nmt serve`'s batch of concurrent requests);
         `numbers` key each line's samples (default 1, 2, ...); `protection`: the spans kept (documents/protect.py)."""
-        if protection is None:
-            return [best_of(hyps) for hyps in self._engine.translate_lines(lines, settings, prefixes, numbers)]
-        from nmtcli.documents.protect import Protected
+        from nmtcli.documents.pipeline import translate_texts
 
-        protected = [Protected.of(line, protection) for line in lines]
-        results = self._engine.translate_lines([p.text for p in protected], settings, prefixes, numbers,
-                                               [p.needs_alignment for p in protected])
-        return [best_of(p.restore(hyps, settings.alignment is not None)) for p, hyps in zip(protected, results)]
+        def at_once(read: Iterator[str], covering) -> list[list[Translation]]:
+            read = list(read)  # every line (protection taken out) before the one call
+            wanted = None if covering is None else [covering(n) for n in range(1, len(read) + 1)]
+            return self._engine.translate_lines(read, settings, prefixes, numbers, wanted)
+
+        return [t.translation for t in translate_texts(lines, at_once, protection=protection, keep_alignment=settings.alignment is not None)]
 
     def score_with(self, settings: SearchSettings, sources: Iterable[str], targets: Iterable[str],
                    alignment: Alignment | None = None) -> Iterator[Scored]:
@@ -230,31 +240,26 @@ class Translator:
 
     def _stream(self, texts: Iterator[str], settings: SearchSettings, prefix: str | Iterable[str] | None,
                 split_sentences: bool, protection: Protection | None = None) -> Iterator[Translation]:
+        return (t.translation for t in self._documents(texts, settings, prefix, split_sentences, protection))
+
+    def _documents(self, texts: Iterator[str], settings: SearchSettings, prefix: str | Iterable[str] | None,
+                   split_sentences: bool, protection: Protection | None = None,
+                   numbers: dict[int, tuple[int, int]] | None = None) -> Iterator[Translated]:
+        """The document path (documents/pipeline.py) over the engine's translate_nbest, a target prefix read beside each text."""
+        from nmtcli.documents.pipeline import translate_texts
+
         prefixes = None
         if isinstance(prefix, str):
             texts, prefixes = _each_with(texts, prefix)
         elif prefix is not None:
             prefixes = checked(prefix, "prefix")
 
-        def nbest(lines: Iterator[str], prefixes: Iterator[str] | None) -> Iterable[list[Translation]]:
-            if protection is None:
-                return self._engine.translate_nbest(lines, prefixes, settings)
-            from nmtcli.documents.protect import protected_nbest
+        def nbest(lines: Iterator[str], covering) -> Iterable[list[Translation]]:
+            return self._engine.translate_nbest(lines, prefixes, settings, covering)
 
-            return protected_nbest(lines, protection, settings.alignment is not None,
-                                   lambda read, covering: self._engine.translate_nbest(read, prefixes, settings, covering))
-
-        if split_sentences:
-            from nmtcli.documents.protect import find_spans
-            from nmtcli.documents.sentences import joined_translation, translate_paragraphs
-
-            keep = (lambda text: find_spans(text, protection)) if protection is not None else None
-            for text, spans, results in translate_paragraphs(texts, self._split_language(), lambda sentences: nbest(sentences, None),
-                                                             keep_whole=keep):
-                yield joined_translation(text, spans, results)
-            return
-        for hyps in nbest(texts, prefixes):
-            yield best_of(hyps)
+        language = self._split_language() if split_sentences else None
+        return translate_texts(texts, nbest, language=language, protection=protection, keep_alignment=settings.alignment is not None,
+                               numbers=numbers)
 
     def _split_language(self) -> str:
         """The language whose rules cut a text into sentences: the model's source language, else English's (a warning)."""
@@ -282,18 +287,43 @@ def protection(protect: bool = True, protect_regex: Iterable[str] = (), flag: st
 
 def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: str | None = None, revision: str | None = None,
                 settings: SearchSettings | None = None, warn: Callable[[str], None] | None = None,
-                languages: tuple[str | None, str | None] = (None, None)) -> Engine:
-    """The native engine of a model dir or Hub id on a device: what `Translator.load`, `nmt translate` and `nmt serve`
-    load a model with. `settings`: the defaults of every call (and the window and batch sizes); `warn`: where the
-    engine's warnings go (default: the `nmtcli` logger). `languages`: (source, target) of a multilingual model."""
+                languages: tuple[str | None, str | None] = (None, None), engine: EngineName = "native", threads: int | None = None) -> Engine:
+    """The engine of a model dir or Hub id on a device: what `Translator.load`, `nmt translate` and `nmt serve` load a
+    model with. `settings`: the defaults of every call (and the window and batch sizes); `warn`: where the engine's
+    warnings go (default: the `nmtcli` logger). `languages`: (source, target) of a multilingual model. `engine`:
+    "native", or "ctranslate2" for a dir `nmt export ctranslate2` wrote (`threads`: its CPU threads; 0 or None: nmt's
+    default; the native engine's are PyTorch's, torch.set_num_threads)."""
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model must be a model dir or a Hub id (str or path), not {type(model).__name__}")
+    from nmtcli.inference.engine import ENGINES
+
+    if engine not in ENGINES:
+        raise NmtError(f"unknown engine {engine!r}", f"choose {' or '.join(ENGINES)}", exit_code=2)
+    from nmtcli.inference.translator import SearchSettings
+
+    if engine == "ctranslate2":
+        from pathlib import Path
+
+        from nmtcli.interop.ctranslate2_translator import CTranslate2Translator
+
+        if languages != (None, None):
+            raise NmtError("source_lang/target_lang (--source-lang/--target-lang) work with the native engine",
+                           "drop them with the ctranslate2 engine", exit_code=2)
+        if revision is not None:
+            raise NmtError("revision (--revision) is for Hub ids", "a CTranslate2 model is a local dir written by `nmt export ctranslate2`",
+                           exit_code=2)
+        if dtype not in (None, "fp32"):
+            raise NmtError(f"dtype {dtype} (--dtype) is the native engine's", "a CTranslate2 model computes in the type it was exported in "
+                           "(`nmt export ctranslate2 --quantization`)", exit_code=2)
+        # A CTranslate2 dir is what `nmt export ctranslate2` wrote: never a Hub id. Its search takes the power length penalty.
+        return CTranslate2Translator(Path(model), str(device), settings or SearchSettings(length_penalty="power"), threads or 0,
+                                     warn=warn or log.warning)
     from nmtcli import hub
     from nmtcli.device import resolve_device
-    from nmtcli.inference.translator import SearchSettings, Translator as Engine
+    from nmtcli.inference.translator import Translator as Native
 
     path = hub.resolve_model(model, revision)
-    return Engine(path, resolve_device(str(device)), settings or SearchSettings(), dtype=dtype or "fp32", warn=warn or log.warning,
+    return Native(path, resolve_device(str(device)), settings or SearchSettings(), dtype=dtype or "fp32", warn=warn or log.warning,
                   languages=languages)
 
 

@@ -26,7 +26,8 @@ LINES = ["the small dog sees a red ball", "", "a new car follows the old train",
 PUBLIC = ["Glossary", "NmtError", "NotAvailable", "Scored", "Translation", "Translator", "__version__", "read_glossary"]
 SIGNATURES = {
     "load": "(model: 'str | os.PathLike[str]', *, device: 'str' = 'auto', dtype: 'str | None' = None, "
-            "revision: 'str | None' = None, source_lang: 'str | None' = None, target_lang: 'str | None' = None) -> 'Translator'",
+            "revision: 'str | None' = None, source_lang: 'str | None' = None, target_lang: 'str | None' = None, "
+            "engine: 'EngineName' = 'native') -> 'Translator'",
     "translate": "(self, texts: 'Iterable[str]', *, beam: 'int' = 4, alpha: 'float' = 0.6, nbest: 'int' = 1, "
                  "prefix: 'str | Iterable[str] | None' = None, glossary: 'GlossaryLike | None' = None, "
                  "split_sentences: 'bool' = False, alignment: 'Alignment | None' = None, batch_tokens: 'int | None' = None, "
@@ -154,3 +155,36 @@ def test_the_docs_examples_run(trained_model, tmp_path, monkeypatch):
             exec(compile(block, f"{DOCS.name} block {number}", "exec"), namespace)
         except Exception as e:
             raise AssertionError(f"docs/python-api.md, python block {number} failed:\n{block}") from e
+
+
+def test_the_api_rows_of_docs_errors_md(translator, trained_model, tmp_path, monkeypatch):
+    """Each row of docs/errors.md's Python API table: its example raises what the row says, with its message."""
+    from test_errors import matches
+
+    section = (Path(__file__).parent.parent / "docs" / "errors.md").read_text(encoding="utf-8").split("## The Python API")[1].split("\n## ")[0]
+    rows = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]] for line in section.splitlines()
+            if line.startswith("| ") and "`" in line]
+    assert len(rows) >= 8
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "not-a-model").mkdir()
+    (tmp_path / "not-a-model" / "notes.txt").write_text("not a model\n")
+    namespace = {"translator": translator, "Translator": Translator}
+    if any("ct2." in row[1] for row in rows):
+        try:
+            import ctranslate2  # noqa: F401
+        except ImportError:
+            rows = [row for row in rows if "ct2." not in row[1]]
+        else:
+            from conftest import nmt_in_process
+
+            nmt_in_process("export", "ctranslate2", str(trained_model), str(tmp_path / "ct2"))
+            namespace["ct2"] = Translator.load(tmp_path / "ct2", device="cpu", engine="ctranslate2")
+    for what, example, raises, message in rows:
+        code, expected = example.strip("`"), message.strip("`").strip().replace("\\|", "|")
+        if raises == "returns":
+            assert repr(eval(code, namespace)) == expected, what
+            continue
+        kind = {"TypeError": TypeError, "NmtError": NmtError, "NotAvailable": NotAvailable}[raises.strip("`")]
+        with pytest.raises(kind) as caught:
+            eval(code, namespace)
+        assert type(caught.value) is kind and matches(expected, str(caught.value)), f"{what}\n   docs: {expected}\n actual: {caught.value}"

@@ -62,3 +62,30 @@ def test_engine_errors_are_one_line(random_model, tmp_path):
     assert gnmt.returncode == 1 and gnmt.stderr.strip().endswith("(pass --length-penalty power, or --beam 1)")
     not_ct2 = nmt_in_process("translate", "--engine", "ctranslate2", "-m", str(random_model), input=TEXT, check=False)
     assert "is not a CTranslate2 model written by nmt" in not_ct2.stderr and "Traceback" not in not_ct2.stderr
+
+
+def test_the_python_api_opens_an_export_and_names_the_native_engine_for_what_it_cannot_do(random_model, tmp_path):
+    """Translator.load(..., engine="ctranslate2"): the engine contract (inference/engine.py) on an exported dir, its
+    translations those of `nmt translate --engine ctranslate2`; n-best lists, scores and HTML are the native engine's."""
+    from nmtcli import NmtError, NotAvailable, Translator
+    from nmtcli.inference.engine import Engine
+
+    out = tmp_path / "ct2"
+    nmt_in_process("export", "ctranslate2", str(random_model), str(out))
+    ct2 = Translator.load(out, device="cpu", engine="ctranslate2")
+    assert isinstance(ct2.engine, Engine) and ct2.engine.name == "ctranslate2" and ct2.source_language == "en"
+    results = ct2.translate(LINES, beam=1, max_len_b=20)
+    assert [t.text for t in results] == _ct2(out, "--beam", "1", "--max-len-b", "20").splitlines()
+    assert results[1].text == "" and results[0].score is None and results[0].confidence is None
+    with pytest.raises(NmtError, match=r"power length penalty \|Y\|\^alpha only"):
+        ct2.translate(LINES)
+    with pytest.raises(NmtError, match=r"returns the best translation only \(use the native engine for n-best lists\)"):
+        ct2.translate(LINES, beam=2, nbest=2, length_penalty="power")
+    with pytest.raises(NotAvailable, match="the ctranslate2 engine cannot score given translations"):
+        ct2.score(LINES[:1], ["x"])
+    with pytest.raises(NmtError, match="use the native engine for HTML"):
+        ct2.translate_html("<p>the dog</p>", beam=1)
+    with pytest.raises(NmtError, match="is not a CTranslate2 model written by nmt"):
+        Translator.load(random_model, engine="ctranslate2")
+    with pytest.raises(NmtError, match="unknown engine 'onnx'"):
+        Translator.load(out, engine="onnx")

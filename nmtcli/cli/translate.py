@@ -134,12 +134,8 @@ def command(
     below = [0, 0]  # --min-confidence: lines flagged, lines translated
     if score_only:
         results = _scores(translator, settings, lines, target_file, output_format, alignment)
-    elif engine != "native":  # CTranslate2's: text only
-        results = (_split_translations(translator, settings, lines, output_format, sentence_numbers, protection) if split_sentences
-                   else _ct2_translations(translator, lines, prefixes, protection))
     else:
-        rated = (_split_translations(translator, settings, lines, output_format, sentence_numbers, protection) if split_sentences
-                 else _translations(translator, settings, lines, prefixes, output_format, protection))
+        rated = _translations(translator, settings, lines, prefixes, output_format, protection, split_sentences, sentence_numbers)
         results = _flagged(rated, min_confidence, below)
     try:
         count, first = _write(results, output)
@@ -300,12 +296,12 @@ def _scores(translator, settings: SearchSettings, lines: Iterator[str], target_f
 
 def _translator(engine: str, model: str | None, revision: str | None, device: str, dtype: str, threads: int | None,
                 output_format: str, settings: SearchSettings, warn=warn, languages: tuple[str | None, str | None] = (None, None)):
-    """The Python API's Translator of the model dir `-m` names (or the default), or CTranslate2's of an exported dir."""
+    """The Python API's Translator of the model dir `-m` names (or the default), on the native engine, or on
+    CTranslate2's for a dir `nmt export ctranslate2` wrote."""
+    from nmtcli.api import Translator, open_engine
     from nmtcli.errors import NmtError
 
     if engine == "ctranslate2":
-        from nmtcli.interop.ctranslate2_translator import CTranslate2Translator
-
         # A CTranslate2 dir is what `nmt export ctranslate2` wrote; it is never a default or a Hub id.
         if model is None:
             raise NmtError("--engine ctranslate2 needs -m CT2_DIR", "export one with `nmt export ctranslate2 MODEL_DIR CT2_DIR`", exit_code=2)
@@ -313,10 +309,9 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
             raise NmtError("--engine ctranslate2 writes text only", "use the native engine for --output-format json", exit_code=2)
         if languages != (None, None):
             raise NmtError("--source-lang/--target-lang work with the native engine", "drop them with --engine ctranslate2", exit_code=2)
-        return CTranslate2Translator(Path(model), device, settings, threads or 0, warn=warn)
+        return Translator(open_engine(Path(model), engine="ctranslate2", device=device, dtype=dtype, revision=revision, settings=settings,
+                                      warn=warn, threads=threads), model)
     import torch
-
-    from nmtcli.api import Translator, open_engine
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -324,58 +319,23 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
     return Translator(open_engine(path, device=device, dtype=dtype, settings=settings, warn=warn, languages=languages), str(path))
 
 
-def _translations(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None,
-                  output_format: str, protection=None) -> Iterator[tuple[str | dict, float | None]]:
-    """Each line's translation (text) or JSON record (json: nbest_record), with its confidence."""
+def _translations(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None, output_format: str,
+                  protection=None, split_sentences: bool = False, numbers: dict[int, tuple[int, int]] | None = None,
+                  ) -> Iterator[tuple[str | dict, float | None]]:
+    """Each line's translation (text) or JSON record (json: nbest_record; --split-sentences: the joined record of
+    documents/pipeline.Translated, with each sentence's), with its confidence. --split-sentences: each line cut into
+    sentences in the model's source language, the sentences of all lines streamed through the engine (windows of
+    --window sentences) and joined back into one output line; `numbers` maps the sentences in flight to their lines."""
     pair = getattr(translator.engine, "languages", None)  # a multilingual model's: each record says which direction
-    for t in translator.translate_with(settings, lines, prefixes, protection=protection):
-        record = {**t.record(), "source_lang": pair[0], "target_lang": pair[1]} if pair and output_format == "json" else None
-        yield (t.text if output_format == "text" else record or t.record()), t.confidence
-
-
-def _ct2_translations(translator, lines: Iterator[str], prefixes: Iterator[str] | None, protection) -> Iterator[str]:
-    """CTranslate2's translation of each line; with protected spans, placed by position (CTranslate2 gives no alignment)."""
-    if protection is None:
-        return translator.translate(lines, prefixes)
-    from nmtcli.documents.protect import protected_nbest
-    from nmtcli.inference.results import Translation
-
-    found = protected_nbest(lines, protection, False, lambda read, covering: ([Translation(text, None, None)] for text in translator.translate(read, prefixes)))
-    return (hyps[0].text for hyps in found)
-
-
-def _split_translations(translator, settings: SearchSettings, lines: Iterator[str], output_format: str,
-                        numbers: dict[int, tuple[int, int]], protection=None) -> Iterator:
-    """--split-sentences: each line cut into sentences in the model's source language, the sentences of all lines
-    streamed through the translator (windows of --window sentences), and each line's translations joined back
-    into one output line (text) or record (json: documents/sentences.joined_record), with its confidence; for
-    CTranslate2 the text alone (documents/sentences.translate_paragraphs: the Python API's split_sentences too)."""
-    from nmtcli.documents.sentences import join_sentences, joined_record, translate_paragraphs
-    from nmtcli.inference.confidence import joined_confidence
-    from nmtcli.inference.results import Translation, best_of
-
-    from nmtcli.documents.protect import find_spans, protected_nbest
-
-    if hasattr(translator, "translate_with"):
-        def translate(sentences):
-            return (t.nbest for t in translator.translate_with(settings, sentences, protection=protection))
-    else:  # CTranslate2: the text of each sentence's translation (protected spans placed by position)
-        def translate(sentences):
-            def plain(read, covering=None):
-                return ([Translation(text, None, None)] for text in translator.translate(read))
-            return plain(sentences) if protection is None else protected_nbest(sentences, protection, False, plain)
-
-    keep = (lambda text: find_spans(text, protection)) if protection is not None else None
-    pair = getattr(getattr(translator, "engine", None), "languages", None)  # a multilingual model's direction
-    for line, spans, results in translate_paragraphs(lines, _source_language(translator), translate, numbers, keep):
-        if output_format == "json":
-            record = joined_record(line, spans, results)
-            if pair:
-                record = {**record, "source_lang": pair[0], "target_lang": pair[1]}
-            yield record, record["confidence"]
-        else:
-            text = join_sentences(line, spans, [r[0].text if r else "" for r in results])
-            yield (text, joined_confidence([best_of(r) for r in results if r])) if hasattr(translator, "translate_with") else text
+    for done in translator.translate_with(settings, lines, prefixes, split_sentences, protection, numbers if split_sentences else None):
+        t = done.translation
+        if output_format == "text":
+            yield t.text, t.confidence
+            continue
+        record = done.record()
+        if pair:
+            record = {**record, "source_lang": pair[0], "target_lang": pair[1]}
+        yield record, record["confidence"] if split_sentences else t.confidence
 
 
 def _flagged(rated: Iterator[tuple[str | dict, float | None]], min_confidence: float | None, below: list[int]) -> Iterator[str]:
@@ -388,23 +348,6 @@ def _flagged(rated: Iterator[tuple[str | dict, float | None]], min_confidence: f
         if isinstance(out, dict):
             out = json.dumps({**out, "low_confidence": low} if min_confidence is not None else out, ensure_ascii=False)
         yield out
-
-
-def _source_language(translator) -> str:
-    """The language --split-sentences cuts by: the model's source language (config.json's, or nmt.json's for
-    CTranslate2), else English rules with a warning."""
-    from nmtcli.documents.sentences import DEFAULT_LANGUAGE
-
-    engine = getattr(translator, "engine", translator)  # the Python API's Translator, or CTranslate2's
-    if getattr(engine, "languages", None):  # a multilingual model: the language chosen, as the rules know it
-        from nmtcli.inference.language_codes import iso_639_1
-
-        return iso_639_1(engine.languages[0])
-    values = getattr(engine, "config_values", None) or getattr(engine, "values", None) or {}
-    language = (values.get("languages") or {}).get("source")
-    if not language:
-        warn(f"the model's config.json names no source language: sentences are split by the rules for {DEFAULT_LANGUAGE!r}")
-    return language or DEFAULT_LANGUAGE
 
 
 def _sentence_warn(numbers: dict[int, tuple[int, int]]):

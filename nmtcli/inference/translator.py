@@ -28,6 +28,7 @@ from nmtcli.errors import NmtError
 from nmtcli.inference.alignment import COVERING, DEFAULT_HEADS, alignment_text
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.confidence import confidence
+from nmtcli.inference.engine import Engine
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.constrained import Constraints, constrained_beam_search
 from nmtcli.inference.forced import Scored, force_ids, scored
@@ -93,8 +94,10 @@ def one_line(text: str) -> str:
     return text.translate(LINE_BREAKS)
 
 
-class Translator:
-    """A model dir loaded once, in inference mode, ready to translate streams of lines."""
+class Translator(Engine):
+    """A model dir loaded once, in inference mode, ready to translate streams of lines: the native engine."""
+
+    name = "native"
 
     def __init__(
         self,

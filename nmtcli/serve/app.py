@@ -36,12 +36,11 @@ from starlette.routing import Route
 
 from nmtcli.documents.languages import Detector, Guess
 from nmtcli.documents.markup import Document, TooManySentences, parse
-from nmtcli.documents.protect import Protection, find_spans
+from nmtcli.documents.protect import Protection
 from nmtcli.inference.glossary import Glossary
-from nmtcli.documents.sentences import joined_record
 from nmtcli.errors import NmtError
 from nmtcli.inference.alignment import COVERING
-from nmtcli.inference.translator import SearchSettings, Translation, kth_best, nbest_record
+from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.metrics import Metrics
 from nmtcli.serve.models import ServedModel, ServedModels, language_name
@@ -133,13 +132,12 @@ class Service:
                     texts[number], alternatives[number] = versions[0], versions[1:]
         else:
             splits = sentence_requests([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups], self.config.limits,
-                                       _spans_of(protection))
+                                       protection)
             for (model, numbers), split in zip(groups, splits):
                 results = await self._translate(request, model, split.sentences, self._with_glossary(settings, model, ask.glossary),
                                                 protection=protection)
-                versions = [split.join([_nth(hyps, k) for hyps in results]) for k in range(nbest)]
-                for i, number in enumerate(numbers):
-                    texts[number], alternatives[number] = versions[0][i], [version[i] for version in versions[1:]]
+                for number, done in zip(numbers, split.joined(results)):
+                    texts[number], alternatives[number] = done.kth(0), [done.kth(k) for k in range(1, nbest)]
         answer: dict[str, Any] = {"translatedText": texts if ask.batch else texts[0]}
         if ask.alternatives:
             answer["alternatives"] = alternatives if ask.batch else alternatives[0]
@@ -158,15 +156,15 @@ class Service:
         protection = None if ask.targets is not None else self._protection(ask.protect)
         if ask.format == "html":
             return JSONResponse(await self._html_records(request, model, ask, protection))
-        split = sentence_requests([(ask.lines, model.source)], self.config.limits, _spans_of(protection))[0] if ask.split_sentences else None
+        split = sentence_requests([(ask.lines, model.source)], self.config.limits, protection)[0] if ask.split_sentences else None
         results = await self._translate(request, model, split.sentences if split else ask.lines, ask.settings, ask.prefixes, ask.targets,
                                         protection)
         s = ask.settings
         answer = {"model": model.name, "source": model.source, "target": model.target, "settings": _settings_record(s)}
         if ask.targets is not None:  # forced decoding: the records of `nmt translate --score-only --output-format json`
             return JSONResponse({**answer, "scores": [scored.record() for scored in results]})
-        if split is not None:  # one record per line, its sentences' translations joined (documents/sentences.py)
-            records = [joined_record(*group) for group in split.grouped(results)]
+        if split is not None:  # one record per line, its sentences' translations joined (documents/pipeline.py)
+            records = [done.record() for done in split.joined(results)]
         else:
             records = [nbest_record(hyps) for hyps in results]
         if ask.min_confidence is not None:
@@ -407,11 +405,6 @@ _NOTHING_DETECTED = {"confidence": 0.0, "language": "en"}
 _DETECTION_RULES = "en"
 
 
-def _spans_of(protection: Protection | None):
-    """A text's protected spans, which no sentence boundary may cut (None: nothing protected)."""
-    return None if protection is None else (lambda text: find_spans(text, protection))
-
-
 def _parse_all(groups: list[tuple[list[str | Document], str]], limit: int, shared: bool = True,
                protection: Protection | None = None) -> list[list[Document]]:
     """Each group's HTML documents parsed in its language (a Document: parsed already), stopped (TooManySentences) as
@@ -448,12 +441,6 @@ def _confident(record: dict[str, Any], line: str, least: float) -> dict[str, Any
         return {**record, "low_confidence": False}
     return {"translation": line, "low_confidence": True, "confidence": confidence, "score": record["score"],
             "log_prob": record["log_prob"], "tokens": [], "nbest": []}
-
-
-def _nth(hyps: list[Translation], k: int) -> str:
-    """The text of a line's k-th best translation (kth_best); "" for an empty line."""
-    best = kth_best(hyps, k)
-    return best.text if best else ""
 
 
 async def _disconnected(request: Request) -> None:

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nmtcli.documents.sentences import SplitTexts
+from nmtcli.documents.pipeline import Split
+from nmtcli.documents.protect import Protection
 from nmtcli.errors import NmtError
 from nmtcli.inference.glossary import Glossary, glossary_of
 from nmtcli.inference.alignment import UNITS
@@ -288,11 +289,12 @@ def _split_sentences(value: Any, prefixes: list[str] | None, targets: list[str] 
     return value
 
 
-def sentence_requests(groups: list[tuple[list[str], str]], limits: Limits, keep_whole=None) -> list[SplitTexts]:
-    """Each group's texts cut into sentences (documents/sentences.py) in its language, the source language of the
-    model that translates them. The line limit counts the sentences of all groups together (413): the cutting
-    itself is bounded by the character limit (sentencex cuts 100,000 characters in some 20 ms)."""
-    splits = [SplitTexts.of(texts, language, keep_whole) for texts, language in groups]
+def sentence_requests(groups: list[tuple[list[str], str]], limits: Limits, protection: Protection | None = None) -> list[Split]:
+    """Each group's texts cut into sentences (documents/pipeline.py) in its language, the source language of the
+    model that translates them, no sentence boundary inside a `protection` span. The line limit counts the sentences
+    of all groups together (413): the cutting itself is bounded by the character limit (sentencex cuts 100,000
+    characters in some 20 ms)."""
+    splits = [Split.of(texts, language, protection) for texts, language in groups]
     check_sentences(sum(len(split.sentences) for split in splits), limits)
     return splits
 
