@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from nmtcli.inference.beam import BeamSearch, length_penalty
+from nmtcli.inference.beam import BeamSearch, default_leave_fraction, default_sync_every, length_penalty
 from nmtcli.inference.outputs import log_normalizer, log_probs_of
 from nmtcli.model.incremental import decode_step
 from nmtcli.model.transformer import Transformer
@@ -50,7 +50,7 @@ def constrained_beam_search(model: Transformer, src: Tensor, constraints: Sequen
         raise ValueError(f"{len(constraints)} constraint lists for {src.size(0)} sentences")
     length_penalty(1, alpha, penalty)
     search = ConstrainedSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len, prefixes, constraints)
-    return search.run(sync_every or 1)
+    return search.run(sync_every or default_sync_every(src.device), None, default_leave_fraction(src.device))
 
 
 class ConstrainedSearch(BeamSearch):
