@@ -284,3 +284,29 @@ def test_a_constrained_step_never_reads_a_value_back_to_the_host(monkeypatch):
             with NoReads():
                 for _ in range(3):
                     search.step()
+
+
+def test_random_glossaries_and_protected_spans_together_in_every_output_path(translator):
+    """A seeded fuzz test through the API: random lines with protected spans among their words, a random glossary
+    over those words (target terms: other words of the model's vocabulary, up to 3 alternatives); every term present
+    and every span present as often as in the source, in text, n-best, split paragraphs and HTML. A word inside a span
+    (`{{train}}`) is no term: the span comes out as it is."""
+    from test_protect import PROTECTION, WORDS, random_text, spans_kept
+
+    from nmtcli.documents.protect import Protected
+
+    rng = random.Random(350)
+    targets = "hund katze haus wagen buch zug lied kind alt neu rot".split()
+    search = {"beam": 2, "max_len_a": 0.0, "max_len_b": 14}
+    for _ in range(3):
+        lines = [random_text(rng, rng.randint(1, 2)) for _ in range(10)]
+        entries = {w: "|".join(rng.sample(targets, rng.randint(1, 3))) for w in rng.sample(WORDS, 3)}
+        glossary = glossary_of(entries)
+        plain = translator.translate(lines, glossary=entries, protect_regex=[r"ACME-\d+"], nbest=2, **search)
+        split = translator.translate(lines, glossary=entries, protect_regex=[r"ACME-\d+"], split_sentences=True, **search)
+        for line, t, s in zip(lines, plain, split):
+            read = Protected.of(line, PROTECTION).text  # what the model reads: the spans taken out
+            for out in (*(h.text for h in t.nbest), s.text):
+                assert holds_terms(read, out, glossary) and spans_kept(line, out, PROTECTION), (line, entries, out)
+        html = translator.translate_html(f"<p>{lines[0].replace('<', '&lt;')}</p>", glossary=entries, **search)
+        assert holds_terms(Protected.of(lines[0], PROTECTION).text, html, glossary)
