@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import math
 import shutil
 from pathlib import Path
@@ -796,3 +798,39 @@ def test_checkpoint_saves_are_not_counted_in_the_throughput_window(prepared, tmp
     # Steps 5-8 (the first window began on the real clock) hold the saves of steps 4 and 6, ~1,500 target
     # tokens: counted in, that is under 1 token/s; left out, the window lasts some 20 clock readings.
     assert logs[1]["target_tokens_per_s"] > 50
+
+
+@pytest.mark.slow  # aot_eager traces the forward and backward of each class: half a minute on 2 shared CPU cores
+def test_compiled_shape_classes_are_warmed_before_training_and_an_epoch_never_recompiles(prepared, tmp_path, monkeypatch):
+    """--compile with shape classes (issue 34): the whole forward is compiled, one graph per class (aot_eager here;
+    inductor on a GPU), every class of the data warmed before the first step; then more than an epoch under
+    torch.compiler.set_stance("fail_on_recompile") compiles nothing more, and dynamo breaks no graph."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+    from torch._dynamo.utils import counters
+
+    from nmtcli.training import compiling
+
+    torch._dynamo.reset()
+    counters.clear()
+    counter = CompileCounterWithBackend("aot_eager")
+    monkeypatch.setattr(compiling, "BACKEND", counter)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    from nmtcli.data.batching import ParallelData
+    from nmtcli.training.batch_size import batches_per_epoch
+
+    config, settings = small_settings(max_steps=1, max_tokens=8000, compile=True, save_every=1000, valid_every=1000, log_every=1000)
+    per_epoch = batches_per_epoch(ParallelData(prepared, "train", "en", "de", config.vocab_size), 8000, settings.seed, classes=True)
+    settings = dataclasses.replace(settings, max_steps=per_epoch + 3)
+    trainer = Trainer(tmp_path / "run", prepared, config, settings, shape_classes=True)
+    assert trainer.update_freq == 1
+    before = counter.frame_count
+    trainer.warm_up()
+    classes = trainer.stream.classes_present()
+    assert len(classes) > 1 and counter.frame_count - before == len(classes)
+    assert all(p.grad is None for p in trainer.train_model.parameters())
+    with torch.compiler.set_stance("fail_on_recompile"):
+        trainer.run()
+    assert trainer.step == per_epoch + 3 and trainer.stream.epoch == 2
+    assert counter.frame_count - before == len(classes) and not counters["graph_break"]
+    assert os.environ.pop("TORCHINDUCTOR_CACHE_DIR") == str(tmp_path / "run" / "compile-cache")  # inductor's cache: the run's
+    torch._dynamo.reset()

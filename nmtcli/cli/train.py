@@ -357,6 +357,8 @@ def _display(max_steps: int | None, total_from_start: bool = False):
                 if total_from_start:
                     bars.update(task, total=v["max_steps"])
                 bars.update(task, completed=v["step"])
+            elif kind == "compiled":
+                say(f"compiled the forward and backward of {v['classes']} shape class(es) in {v['seconds']:.0f} s")
             elif kind == "cuda_graphs_off":
                 warn(v["reason"])
             elif kind == "done" and v.get("cuda_graphs"):

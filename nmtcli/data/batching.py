@@ -229,6 +229,13 @@ class BatchStream:
         indices = self.next_indices()
         return self.data.batch(indices, self.shape(indices))
 
+    def classes_present(self) -> list[ShapeClass]:
+        """Every shape class an epoch of this data has (shortest first); [] without classes."""
+        if not self.classes:
+            return []
+        lengths = np.unique(_class_lengths(np.maximum(self.data.src.lengths, self.data.tgt.lengths) + 1))
+        return [ShapeClass(class_rows(int(n), self.max_tokens), int(n), int(n)) for n in lengths]
+
     def shape(self, indices: np.ndarray) -> ShapeClass | None:
         """The class a batch of these sentences is padded to (None without classes: to its own longest)."""
         if not self.classes:

@@ -1,7 +1,14 @@
 """`nmt train --compile`: torch.compile for training, with few distinct shapes to compile for.
 
-torch.compile builds a graph per input shape when shapes are static (dynamic=False), and batches of
-sentences come in every length. Two things keep the graphs few:
+With shape classes (data/batching.py; the GPU default) every batch has one of ~15 shapes, so the whole
+forward (embeddings through the decoder's last layer, the hidden states the loss reads) is compiled as one
+graph per class, static shapes, no graph breaks (`compile_model`): the compiler sees across layers and
+specializes every size. Each class the data has is compiled before the first step (`warm_up`), so no step
+of an epoch compiles (tests/test_training.py holds it under `fail_on_recompile`); inductor's cache lives in the
+run dir (`cache_in`), so a resumed run compiles from the cache.
+
+Without shape classes, batches come in every length, and torch.compile builds a graph per input shape when
+shapes are static (dynamic=False). Two things keep the graphs few:
 - the rows and the lengths of a layer's inputs are marked dynamic (`_varying`): one graph per kind of
   layer serves every batch (tests/test_training.py counts them over WMT-like batches: two);
 - sequence lengths are still padded up to a short ladder of sizes (`bucket_length`), so that no length
@@ -16,6 +23,8 @@ the same layers eagerly.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import nn
@@ -49,6 +58,39 @@ def check_compile_works(device: torch.device) -> None:
     if not ok:
         raise NmtError(f"--compile computed a wrong result on {device.type} with PyTorch {torch.__version__}",
                        "train without --compile")
+
+
+def compile_model(model: nn.Module):
+    """The model's whole forward compiled, one graph per input shape (dynamic=False): for batches in shape
+    classes, one graph a class. Call it as the model (`compiled(src, tgt_in, hidden=True)`); the model itself
+    stays eager (validation and beam search call it with shapes of their own)."""
+    limit = 2 * len(LENGTH_BUCKETS) + 8  # every class, with room for an odd batch of one row
+    for name in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
+    return torch.compile(model, dynamic=False, backend=BACKEND)
+
+
+def warm_up(step, classes: list, pad_id: int, bos_id: int, eos_id: int) -> None:
+    """Compile the forward and backward of every shape class before training: `step(src, tgt_in, tgt_out)` runs
+    one batch's forward and backward; each class gets one batch of padding rows (a source of EOS alone, a target of
+    padding the loss skips), so the weights' gradients it leaves are zero and are dropped by the caller."""
+    for shape in classes:
+        src = torch.full((shape.rows, shape.src_len), pad_id, dtype=torch.long)
+        tgt_in = torch.full((shape.rows, shape.tgt_len), pad_id, dtype=torch.long)
+        src[:, 0], tgt_in[:, 0] = eos_id, bos_id
+        step(src, tgt_in, torch.full_like(tgt_in, pad_id))
+
+
+def cache_in(run_dir) -> None:
+    """Inductor's compiled kernels under the run dir, so that resuming a run finds what its first start compiled,
+    unless the user chose a dir (TORCHINDUCTOR_CACHE_DIR set to another than inductor's default, which inductor
+    itself writes there once it has compiled anything)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(run_dir / "compile-cache")
 
 
 def compile_layers(model: Transformer, dynamic: bool = True) -> None:

@@ -208,9 +208,15 @@ class Trainer:
         self.train_model: Transformer = self.masters.working if self.masters else self.model
         if settings.compile:
             compiling.check_compile_works(self.device)
-            compiling.compile_layers(self.train_model)
+            if not shape_classes:  # batches of every length: each kind of layer compiled once, its sizes symbolic
+                compiling.compile_layers(self.train_model)
         self.ddp = distributed.wrap(self.train_model, self.device) if self.ranks.distributed else None
         self.forward_model: torch.nn.Module = self.train_model if self.ddp is None else self.ddp
+        self.compiled_classes = settings.compile and shape_classes  # the whole forward, one graph a class (warm_up)
+        if self.compiled_classes:
+            compiling.cache_in(self.run_dir)
+            self.forward_model = compiling.compile_model(self.forward_model)
+        self._warm = False
         # --cuda-graphs: the step replayed from CUDA graphs (training/graphs.py); `graph_backend` stands in for
         # CUDA's capture (the tests' CPU recorder).
         self.graphs = self._training_graphs(graph_backend) if self._wants_graphs(graph_backend) else None
@@ -298,6 +304,26 @@ class Trainer:
             "skipped": skipped,
             "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,  # fp16 has waited for the device already
         }
+
+    def warm_up(self) -> None:
+        """--compile with shape classes: the forward and backward of every class the data has compiled now (once a
+        run), so that no step compiles; the gradients it leaves are dropped."""
+        if not self.compiled_classes or self._warm:
+            return
+        classes = self.stream.classes_present()
+        started = time.perf_counter()
+        self.train_model.train()
+        cfg = self.config
+
+        def step(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> None:
+            loss, _ = self._losses(src.to(self.device), tgt_in.to(self.device), tgt_out.to(self.device), None)
+            loss.backward()
+
+        compiling.warm_up(step, classes, cfg.pad_id, cfg.bos_id, cfg.eos_id)
+        for p in self.train_model.parameters():
+            p.grad = None
+        self._warm = True
+        self.on_event("compiled", {"classes": len(classes), "seconds": time.perf_counter() - started})
 
     def _eager_step(self, step_batches: StepBatches, factor: float) -> tuple[torch.Tensor, torch.Tensor, bool]:
         """The step's batches and Adam, launched op by op: (loss sum, NLL sum, whether fp16 skipped the step)."""
@@ -459,6 +485,7 @@ class Trainer:
             **self.batch.describe(self.ranks.world_size, s.tokens_per_step),
         })
         try:
+            self.warm_up()
             return self._loop(loader, metrics)
         except BaseException:
             with contextlib.suppress(Exception):  # the error that stopped training is the one to report
