@@ -160,6 +160,8 @@ def speed(args: argparse.Namespace) -> None:
             words = (own + rng.sample(vocabulary, k))[:k]
             lines.append([[ids] for ids in engine.tokenizer.encode_target(words)])
         constraints[k] = lines
+    translate_ids(engine.model, sentences[:20], settings, engine.budget, engine.device, constraints=constraints[5][:20])  # warm up
+    translate_ids(engine.model, sentences[:20], settings, engine.budget, engine.device)
     for _ in range(args.rounds):
         for name, given in (("plain", None), *((str(k), constraints[k]) for k in (1, 5, 20))):
             started = time.perf_counter()

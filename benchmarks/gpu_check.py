@@ -488,6 +488,27 @@ def stage_cli(args) -> dict:
     return results
 
 
+def stage_glossary(args) -> dict:
+    """Glossaries on the device: the cli stage's model, its test set's first lines with a glossary taken from their
+    references (benchmarks/glossary.py terms: every term present?), and the constrained search against the plain
+    beam on the same batches (speed: 1, 5 and 20 terms a line)."""
+    model = args.out / "model"
+    if not (model / "config.json").is_file():
+        return {"error": "no model: run the cli stage first"}
+    lines = 40 if args.smoke else 1000
+    source, reference = args.out / "glossary.en", args.out / "glossary.de"
+    for side, path in (("en", source), ("de", reference)):
+        with open(str(args.test) + f".{side}", encoding="utf-8") as f:
+            path.write_text("".join(line for _, line in zip(range(lines), f)), encoding="utf-8")
+    results = {}
+    for part, more in (("terms", []), ("speed", ["--rounds", "1" if args.smoke else "2"])):
+        rc, out = log_run([sys.executable, str(HERE / "glossary.py"), part, "--model", str(model), "--device", args.device,
+                           "--source", str(source), "--reference", str(reference), *more], args.out / "glossary.log",
+                          timeout=args.budget("glossary") / 2)
+        results[part] = {"exit": rc, "table": [line for _, line in out if line.strip() and "Warning" not in line][-6:]}
+    return results
+
+
 PROFILE = r"""
 import sys, time, torch
 from torch.profiler import ProfilerActivity, profile
@@ -662,6 +683,10 @@ def table(summary: dict) -> list[str]:
         for name, r in loss.items():
             if isinstance(r, dict) and "loss" in r:
                 rows.append(f"loss curve {name} (exit {r['exit']}): " + " ".join(f"{step}:{value:.3f}" for step, value in r["loss"]))
+    glossary = summary.get("glossary")
+    if isinstance(glossary, dict) and "terms" in glossary:
+        for part in ("terms", "speed"):
+            rows += [f"glossary {part} (exit {glossary[part]['exit']}):", *glossary[part]["table"]]
     for name, value in summary.items():
         if isinstance(value, dict) and set(value) == {"error"}:
             rows.append(f"{name}: {value['error']}")
@@ -669,9 +694,10 @@ def table(summary: dict) -> list[str]:
 
 
 STAGES = {"env": stage_env, "check": stage_check, "decode_attention": stage_decode_attention, "beam_attention": stage_beam_attention, "translate": stage_translate,
-          "micro": stage_micro, "batch": stage_batch, "corpus": stage_corpus, "train": stage_train, "cli": stage_cli, "loss": stage_loss}
+          "micro": stage_micro, "batch": stage_batch, "corpus": stage_corpus, "train": stage_train, "cli": stage_cli, "loss": stage_loss,
+          "glossary": stage_glossary}
 # Seconds each stage may take at most (its commands' timeouts); the deadline cuts them further.
-BUDGETS = {"translate": 200, "micro": 150, "train": 200, "loss": 90}
+BUDGETS = {"translate": 200, "micro": 150, "train": 200, "loss": 90, "glossary": 120}
 
 
 def main() -> None:

@@ -210,12 +210,13 @@ class Translator:
     def html_with(self, settings: SearchSettings, document: str, protection: Protection | None = None) -> tuple[str, int]:
         """`translate_html` with `settings` as they are (their alignment made COVERING); also the document's sentences."""
         from nmtcli.documents.markup import parse
+        from nmtcli.documents.pipeline import Pages
         from nmtcli.inference.alignment import COVERING
 
-        parsed = parse(document, self._split_language(), protect=protection)
+        pages = Pages([parse(document, self._split_language(), protect=protection)])
         settings = dataclasses.replace(settings, alignment=COVERING)
-        results = self._engine.translate_lines(parsed.segments, settings) if parsed.segments else []
-        return parsed.render_kth(results), len(parsed.segments)
+        results = self._engine.translate_lines(pages.segments, settings) if pages.segments else []
+        return pages.rendered(results)[0][0], len(pages.segments)
 
     # --- what the calls share -----------------------------------------------------------------------
 

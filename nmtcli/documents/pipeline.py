@@ -10,7 +10,8 @@ protected spans). One text in, one Translated out, in order: nothing is dropped 
 
 `translate_texts` streams any iterable of texts through that callable. `Split` is the same cutting and joining
 for a list of texts whose sentences are translated in one call that answers later (`nmt serve` counts a
-request's sentences before any is translated, and awaits its batcher).
+request's sentences before any is translated, and awaits its batcher). `Pages` is that for HTML documents
+(markup.py's parse): their sentences in one call, each document rendered with the k-th best of each.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from nmtcli.documents.markup import Document
 from nmtcli.documents.protect import Protection, find_spans, protected_nbest
 from nmtcli.documents.sentences import Span, join_sentences, joined_over, sentence_spans
 from nmtcli.inference.confidence import joined_confidence
@@ -128,6 +130,34 @@ class Split:
             out.append(Translated.joined(text, spans, results[start:start + len(spans)]))
             start += len(spans)
         return out
+
+
+class Pages:
+    """HTML documents (markup.parse) translated together: `segments`, every sentence of all of them, go to one
+    translation call (word alignments on, COVERING: the tags are placed by them); `rendered` puts each document
+    back with the k-th best translation of each of its sentences. The Python API translates one document so,
+    `nmt serve` the documents of a request."""
+
+    def __init__(self, documents: Sequence[Document]):
+        self.documents = list(documents)
+
+    @property
+    def segments(self) -> list[str]:
+        return [segment for document in self.documents for segment in document.segments]
+
+    def by_document(self, results: Sequence[list[Translation]]) -> list[list[list[Translation]]]:
+        """The n-best lists of `segments` (`results`, in order) cut into each document's."""
+        if len(results) != len(self.segments):
+            raise ValueError(f"{len(results)} results for {len(self.segments)} sentences")
+        out, start = [], 0
+        for document in self.documents:
+            out.append(list(results[start:start + len(document.segments)]))
+            start += len(document.segments)
+        return out
+
+    def rendered(self, results: Sequence[list[Translation]], nbest: int = 1) -> list[list[str]]:
+        """Each document with the k-th best of each of its sentences put back, for k < nbest."""
+        return [[document.render_kth(hyps, k) for k in range(nbest)] for document, hyps in zip(self.documents, self.by_document(results))]
 
 
 def translate_texts(texts: Iterable[str], translate: TranslateLines, *, language: str | None = None,

@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from nmtcli.documents.languages import Detector, Guess
 from nmtcli.documents.markup import Document, TooManySentences, parse
+from nmtcli.documents.pipeline import Pages
 from nmtcli.documents.protect import Protection
 from nmtcli.inference.glossary import Glossary
 from nmtcli.errors import NmtError
@@ -352,16 +353,12 @@ class Service:
         """format html: each document translated (its n-best: the k-th of each of its sentences put back), all
         their sentences in one call of the batcher with word alignments on, every source word linked (COVERING:
         documents/markup.py places the tags by them); `sentences` (a list) gets each document's sentences and their n-best lists."""
-        segments = [segment for document in documents for segment in document.segments]
-        results = await self._translate(request, model, segments, dataclasses.replace(settings, alignment=COVERING))
-        hyps, start = [], 0
-        for document in documents:
-            hyps.append(results[start:start + len(document.segments)])
-            start += len(hyps[-1])
-            if sentences is not None:
-                sentences.append(list(zip(document.segments, hyps[-1])))
+        pages = Pages(documents)
+        results = await self._translate(request, model, pages.segments, dataclasses.replace(settings, alignment=COVERING))
+        if sentences is not None:
+            sentences.extend(list(zip(document.segments, hyps)) for document, hyps in zip(documents, pages.by_document(results)))
         # in a worker thread, as the parse: the event loop goes on meanwhile
-        return await asyncio.get_running_loop().run_in_executor(None, _render_all, documents, hyps, max(settings.nbest, 1))
+        return await asyncio.get_running_loop().run_in_executor(None, pages.rendered, results, max(settings.nbest, 1))
 
     async def _html_records(self, request: Request, model: ServedModel, ask, protection: Protection | None = None) -> dict[str, Any]:
         """/nmt/translate with format html: one record per item: its translation, its n-best, and each sentence's record."""
@@ -418,11 +415,6 @@ def _parse_all(groups: list[tuple[list[str | Document], str]], limit: int, share
             if limit < 0:
                 raise TooManySentences(most)
     return parsed
-
-
-def _render_all(documents: list[Document], hyps: list[list[list[Translation]]], nbest: int) -> list[list[str]]:
-    """Each document with the k-th best of each of its sentences put back, for k < nbest."""
-    return [[document.render_kth(sentences, k) for k in range(nbest)] for document, sentences in zip(documents, hyps)]
 
 
 def _settings_record(s: SearchSettings) -> dict[str, Any]:
