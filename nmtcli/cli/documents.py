@@ -1,0 +1,54 @@
+"""`nmt translate -i FILE` of a document format (.srt, .vtt, .po, .xliff, .md; .txt with --format txt): the file
+read whole, translated through the Python API (documents/formats/), written whole and atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+from nmtcli.cli.common import console, progress_bar, say
+
+# The formats --format chooses beside text (lines) and html; `auto` picks one by the input's extension.
+AUTO_EXTENSIONS = (".srt", ".vtt", ".po", ".pot", ".xliff", ".xlf", ".md", ".markdown", ".html", ".htm")
+
+
+def chosen_format(text_format: str, input: Path | None) -> str:
+    """--format auto: the format of -i FILE's extension where it is a document's (.srt, .po, .html, ...), else text
+    (one line in, one line out: .txt too, as before documents; --format txt reads it as paragraphs)."""
+    if text_format != "auto":
+        return text_format
+    if input is not None and input.suffix.lower() in AUTO_EXTENSIONS:
+        from nmtcli.documents.formats import format_of
+
+        return format_of(input)
+    return "text"
+
+
+def translate_document_file(translator, input: Path | None, output: Path | None, format: str, options: dict) -> None:
+    """The document at `input` (stdin when None) translated into `output` (stdout when None); the output file is
+    replaced in one rename after the whole document is translated, so an error leaves it as it was."""
+    from nmtcli.documents.formats import translate_file
+    from nmtcli.errors import file_system_error
+    from nmtcli.files import atomic_path
+
+    started = time.perf_counter()
+    data = input.read_bytes() if input is not None else sys.stdin.buffer.read()
+    name = input.name if input is not None else "stdin"
+    with (progress_bar() if console.is_terminal else contextlib.nullcontext()) as bar:
+        def progress(done: int, total: int) -> None:
+            if bar is not None and total > 1:
+                bar(f"translating {name}", done, total)
+
+        translated, blocks = translate_file(translator, data, format, options, progress)
+    if output is None:
+        try:
+            sys.stdout.buffer.write(translated)
+            sys.stdout.flush()
+        except OSError as e:
+            raise (file_system_error(e, "standard output") or e) from e
+    else:
+        with atomic_path(output) as tmp:
+            tmp.write_bytes(translated)
+    say(f"translated {blocks:,} block(s) of {name} ({format}) in {time.perf_counter() - started:.1f} s")
