@@ -303,4 +303,4 @@ def decoded(data: bytes, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise NmtError(f"the {what} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r})",
-                       "save it as UTF-8, or check that it is the format its extension says") from None
+                       "save it as UTF-8, or check that it is the format its extension says", exit_code=2) from None

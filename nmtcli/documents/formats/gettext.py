@@ -121,7 +121,7 @@ def read(data: bytes, format: str = "po") -> Document:
         if line:
             parts.append(line)
     if not any("msgid" in e.fields for e in entries):
-        raise NmtError("the file is not a gettext catalog: it holds no msgid", "check that it is the format its extension says")
+        raise NmtError("the file is not a gettext catalog: it holds no msgid", "check that it is the format its extension says", exit_code=2)
     header = next((e for e in entries if e.fields.get("msgid", (0, 0, None))[2] == ""), None)
     nplurals = None
     if header is not None:
@@ -129,7 +129,7 @@ def read(data: bytes, format: str = "po") -> Document:
         charset = re.search(r"charset=([\w.-]+)", value)
         if charset and charset[1].lower().replace("-", "") not in ("utf8", "ascii", "usascii", "charset"):
             raise NmtError(f"the catalog's charset is {charset[1]}: nmt reads and writes UTF-8",
-                           "convert it first (msgconv --to-code=UTF-8)")
+                           "convert it first (msgconv --to-code=UTF-8)", exit_code=2)
         found = re.search(r"nplurals\s*=\s*(\d+)", value)
         nplurals = int(found[1]) if found else None
     blocks = []
@@ -164,5 +164,5 @@ def _entry(lines: list[str], number: int) -> Entry:
             entry.fields[name] = (start, k + 1, value + unescape(string[1]))
         else:
             raise NmtError(f"the file is not a gettext catalog: {body[:60]!r} is neither a comment, a keyword nor a string",
-                           "check that it is the format its extension says, or repair it (msgcat checks a catalog)")
+                           "check that it is the format its extension says, or repair it (msgcat checks a catalog)", exit_code=2)
     return entry

@@ -57,7 +57,7 @@ def read(data: bytes, format: str) -> Document:
     if lines and lines[-1] == "":
         lines.pop()
     if vtt and not (lines and lines[0].lstrip("\ufeff").startswith("WEBVTT")):
-        raise NmtError("the file is not WebVTT: its first line is not WEBVTT", "check that it is the format its extension says")
+        raise NmtError("the file is not WebVTT: its first line is not WEBVTT", "check that it is the format its extension says", exit_code=2)
     parts: list = []
     cues: list[Cue] = []
     i = 0
@@ -86,7 +86,7 @@ def read(data: bytes, format: str) -> Document:
         i = end
     if not cues and text.strip() and not vtt:
         raise NmtError("the file is not SubRip: no cue has a timing line (00:00:01,000 --> 00:00:02,000)",
-                       "check that it is the format its extension says")
+                       "check that it is the format its extension says", exit_code=2)
     return _Shared(parts, list(_runs(cues)))
 
 

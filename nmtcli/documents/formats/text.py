@@ -14,7 +14,7 @@ _LINE = re.compile(r"([ \t]*)(.*?)([ \t]*)(\r\n|\n|\r|$)")
 def read(data: bytes, format: str = "txt") -> Document:
     text = decoded(data, "text file")
     if "\x00" in text:
-        raise NmtError("the text file holds NUL bytes: it is binary, not text", "check that it is the format its extension says")
+        raise NmtError("the text file holds NUL bytes: it is binary, not text", "check that it is the format its extension says", exit_code=2)
     parts: list = ["\ufeff"] if text.startswith("\ufeff") else []  # a byte-order mark stays first
     for found in _LINE.finditer(text, len(parts)):
         if not found[0]:
