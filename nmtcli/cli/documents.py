@@ -12,6 +12,8 @@ from nmtcli.cli.common import console, progress_bar, say
 
 # The formats --format chooses beside text (lines) and html; `auto` picks one by the input's extension.
 AUTO_EXTENSIONS = (".srt", ".vtt", ".po", ".pot", ".xliff", ".xlf", ".md", ".markdown", ".html", ".htm")
+# Documents nmt cannot translate yet: an error, rather than their bytes read as lines of text.
+UNSUPPORTED = (".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods", ".epub", ".pdf", ".doc", ".ppt", ".rtf")
 
 
 def chosen_format(text_format: str, input: Path | None) -> str:
@@ -19,6 +21,11 @@ def chosen_format(text_format: str, input: Path | None) -> str:
     (one line in, one line out: .txt too, as before documents; --format txt reads it as paragraphs)."""
     if text_format != "auto":
         return text_format
+    if input is not None and input.suffix.lower() in UNSUPPORTED:
+        from nmtcli.errors import NmtError
+
+        raise NmtError(f"{input.name}: nmt does not translate {input.suffix.lower()} files", "convert it to one of .txt, "
+                       ".srt, .vtt, .po, .xliff, .md or .html first, or pass --format text to read it as lines of text", exit_code=2)
     if input is not None and input.suffix.lower() in AUTO_EXTENSIONS:
         from nmtcli.documents.formats import format_of
 
@@ -26,22 +33,26 @@ def chosen_format(text_format: str, input: Path | None) -> str:
     return "text"
 
 
-def translate_document_file(translator, input: Path | None, output: Path | None, format: str, options: dict) -> None:
-    """The document at `input` (stdin when None) translated into `output` (stdout when None); the output file is
-    replaced in one rename after the whole document is translated, so an error leaves it as it was."""
-    from nmtcli.documents.formats import translate_file
+def translate_document_file(load_translator, input: Path | None, output: Path | None, format: str, options: dict) -> None:
+    """The document at `input` (stdin when None) read (and checked: a file not of its format is an error before the
+    model loads), translated by `load_translator()`'s translator, and written to `output` (stdout when None); the
+    output file is replaced in one rename after the whole document is translated, so an error leaves it as it was."""
+    from nmtcli.documents.formats import read, translate_document, translated_blocks
     from nmtcli.errors import file_system_error
     from nmtcli.files import atomic_path
 
     started = time.perf_counter()
     data = input.read_bytes() if input is not None else sys.stdin.buffer.read()
     name = input.name if input is not None else "stdin"
+    document = read(data, format)
+    translator = load_translator()
     with (progress_bar() if console.is_terminal else contextlib.nullcontext()) as bar:
         def progress(done: int, total: int) -> None:
             if bar is not None and total > 1:
                 bar(f"translating {name}", done, total)
 
-        translated, blocks = translate_file(translator, data, format, options, progress)
+        translate_document(translator, document, options, progress)
+    translated = document.render().encode("utf-8")
     if output is None:
         try:
             sys.stdout.buffer.write(translated)
@@ -51,4 +62,4 @@ def translate_document_file(translator, input: Path | None, output: Path | None,
     else:
         with atomic_path(output) as tmp:
             tmp.write_bytes(translated)
-    say(f"translated {blocks:,} block(s) of {name} ({format}) in {time.perf_counter() - started:.1f} s")
+    say(f"translated {translated_blocks(document):,} block(s) of {name} ({format}) in {time.perf_counter() - started:.1f} s")

@@ -116,6 +116,13 @@ def command(
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
+    if text_format not in ("text", "html"):  # a document: documents/formats/ through the Python API
+        from nmtcli.cli.documents import translate_document_file
+
+        return translate_document_file(lambda: _translator(engine, model, revision, device, dtype, threads, output_format, settings,
+                                                           warn, (source_lang, target_lang)), input, output, text_format, dict(
+            beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+            protect=not no_protect, protect_regex=protect or []))
     sentence_numbers: dict[int, tuple[int, int]] = {}  # --split-sentences: a sentence's number -> (its line, its place in it)
     translator = _translator(engine, model, revision, device, dtype, threads, output_format, settings,
                              _sentence_warn(sentence_numbers) if split_sentences else warn, (source_lang, target_lang))
@@ -123,13 +130,6 @@ def command(
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
     prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
     prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
-    if text_format not in ("text", "html"):  # a document: documents/formats/ through the Python API
-        from nmtcli.cli.documents import translate_document_file
-
-        source.close()
-        return translate_document_file(translator, input, output, text_format, dict(
-            beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-            protect=not no_protect, protect_regex=protect or []))
     if text_format == "html":
         count = _translate_html(translator, source, output, settings, protection)
         if input is not None:

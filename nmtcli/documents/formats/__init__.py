@@ -10,7 +10,7 @@ and `nmt serve`'s /translate_file call.
     po, pot    gettext.py    msgid -> msgstr (plurals), marked fuzzy; headers, comments, translated entries kept
     xliff      xliff.py      XLIFF 1.2 and 2.x: source -> target with inline codes placed by the alignment
     md         markdown.py   CommonMark: code, inline code, link targets, HTML kept
-    html       (markup.py)   Translator.translate_html
+    html       (markup.py)   the whole file through Translator.translate_html
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import importlib
 from collections.abc import Callable
 from pathlib import PurePath
 
-from nmtcli.documents.formats.core import Translator, decoded, translate_document
+from nmtcli.documents.formats.core import Block, Document, Translator, decoded, translate_document
 from nmtcli.errors import NmtError
 
-# Format name -> the module that reads it (html: the Python API's own translate_html).
-READERS = {"txt": "text", "srt": "subtitles", "vtt": "subtitles", "po": "gettext", "xliff": "xliff", "md": "markdown", "html": None}
+# Format name -> the module that reads it (html: none, the Python API's translate_html reads it whole).
+READERS = {"txt": "text", "srt": "subtitles", "vtt": "subtitles", "po": "gettext", "xliff": "xliff", "md": "markdown", "html": ""}
 # File extension -> format.
 EXTENSIONS = {".txt": "txt", ".srt": "srt", ".vtt": "vtt", ".po": "po", ".pot": "po", ".xliff": "xliff", ".xlf": "xliff",
               ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
@@ -43,19 +43,21 @@ def format_of(name: str | PurePath, forced: str | None = None) -> str:
     return EXTENSIONS[suffix]
 
 
+def read(data: bytes, format: str) -> Document:
+    """The file `data` of `format` as a Document; NmtError (exit 2) for bytes that are not that format."""
+    if format == "html":
+        return Document([Block([decoded(data, "HTML file")], html=True)])
+    return importlib.import_module(f"nmtcli.documents.formats.{READERS[format]}").read(data, format)
+
+
 def translate_file(translator: Translator, data: bytes, format: str, options: dict | None = None,
                    progress: Callable[[int, int], None] | None = None) -> tuple[bytes, int]:
     """The file `data` of `format` translated, as bytes, and how many blocks (paragraphs, cues, messages, units)
     it translated. A file that is not of its format raises NmtError before any translation."""
-    if READERS[format] is None:
-        text = decoded(data, "HTML file")
-        if progress:
-            progress(0, 1)
-        translated = translator.translate_html(text, **(options or {}))
-        if progress:
-            progress(1, 1)
-        return translated.encode("utf-8"), 1
-    reader = importlib.import_module(f"nmtcli.documents.formats.{READERS[format]}")
-    document = reader.read(data, format)
+    document = read(data, format)
     translate_document(translator, document, options, progress)
-    return document.render().encode("utf-8"), sum(1 for b in document.blocks if b.translation is not None)
+    return document.render().encode("utf-8"), translated_blocks(document)
+
+
+def translated_blocks(document: Document) -> int:
+    return sum(1 for b in document.blocks if b.translation is not None)

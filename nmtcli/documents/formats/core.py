@@ -62,6 +62,7 @@ class Block:
     tokens: list[Token]
     write: Callable[[Sequence[Token]], str] = plain
     translation: list[Token] | None = None
+    html: bool = False  # its one token is an HTML document, translated whole by Translator.translate_html
 
     @property
     def translatable(self) -> bool:
@@ -118,6 +119,10 @@ def translate_document(translator: Translator, document: Document, options: dict
         progress(0, len(blocks))
     for start in range(0, len(blocks), CHUNK):
         chunk = blocks[start:start + CHUNK]
+        for block in chunk:
+            if block.html:
+                block.translation = [translator.translate_html(text_of(block.tokens), **options)]
+        chunk = [b for b in chunk if not b.html]
         plain_blocks = [b for b in chunk if not any(isinstance(t, Tag) for t in b.tokens)]
         if plain_blocks:
             results = translator.translate([text_of(b.tokens) for b in plain_blocks], split_sentences=True, **options)
@@ -129,7 +134,7 @@ def translate_document(translator: Translator, document: Document, options: dict
             for block, tokens in zip(tagged, from_html(translator.translate_html(fragment, **options), len(tagged))):
                 block.translation = complete(tokens, block.tokens)
         if progress:
-            progress(start + len(chunk), len(blocks))
+            progress(min(start + CHUNK, len(blocks)), len(blocks))
 
 
 # --- a block as an HTML fragment and back ----------------------------------------------------------
