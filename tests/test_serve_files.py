@@ -12,7 +12,7 @@ from test_serve import Server
 pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 
-KEEP = 2.0  # seconds a download is kept: the test of its deletion waits that long
+KEEP = 1.0  # seconds a download is kept: the test of its deletion waits that long
 
 
 @pytest.fixture(scope="module")

@@ -256,15 +256,12 @@ def split_by_length(tokens: Sequence[Token], weights: Sequence[float], reopen: b
     total, weight = sum(lengths) or 1, sum(weights) or 1
     cuts, done, at = [], 0, 0  # cuts[j]: the first word of place j + 1
     wanted = 0.0
-    for j in range(n - 1):
+    if len(words) < n:  # a word a place, from the first, as long as there are words
+        cuts = [min(j + 1, len(words)) for j in range(n - 1)]
+    for j in range(n - 1 if len(words) >= n else 0):
         wanted += weights[j] / weight * total
-        low, high = at + (1 if at < len(words) else 0), len(words) - (n - 2 - j) if len(words) >= n else len(words)
-        best, best_gap = max(low, min(at, high)), None
-        for k in range(low, max(low, high) + 1):
-            gap = abs(done + sum(lengths[at:k]) - wanted)
-            if best_gap is None or gap < best_gap:
-                best, best_gap = k, gap
-        best = min(max(best, at), len(words))
+        # each place a word at least, and a word left for each place after it
+        best = min(range(at + 1, len(words) - (n - 1 - j) + 1), key=lambda k: abs(done + sum(lengths[at:k]) - wanted))
         done += sum(lengths[at:best])
         cuts.append(best)
         at = best
