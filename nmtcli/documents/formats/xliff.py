@@ -1,11 +1,8 @@
 """XLIFF 1.2 and 2.x (.xliff, .xlf): each untranslated source written into its target, every other byte kept.
 
-The XML is read with the standard library's expat parser, not through a tree: expat reports the byte offset of
-every start tag, end tag and run of text, so the file is written back as its own bytes with only the targets
-added (a tree library, defusedxml's included, would write its own serialisation of everything). It is set up as
-defusedxml sets it up: parameter entities are never parsed, and a document that declares an entity (the billion
-laughs, an external entity pointing at /etc/passwd or a URL) or refers to an external one is refused before
-anything is read from it, so no entity is ever resolved. Only UTF-8 (and ASCII) files are read.
+The XML is read for its bytes (xmlbytes.py: the standard library's expat, with the byte offset of every tag, and
+entities refused as defusedxml refuses them, never resolved), so the file is written back as its own bytes with only
+the targets added; a tree library, defusedxml's included, would write its own serialisation of everything.
 
 Which units: XLIFF 1.2's `<trans-unit>` and 2.x's `<segment>` (in a `<unit>`) whose target is missing or empty
 and that are not marked `translate="no"`. The target gets the source's translation: its inline codes (1.2's
@@ -22,93 +19,13 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from xml.parsers import expat
 
 from nmtcli.documents.formats.core import Block, Document, Tag, Token
+from nmtcli.documents.formats.xmlbytes import Edit, Element, parse, text as _text, unescaped as _unescaped
 from nmtcli.errors import NmtError
 
 PAIRED = frozenset(("g", "mrk", "pc"))  # inline codes with translatable content
 _STATE_12 = (("state", "needs-review-translation"), ("state-qualifier", "mt-suggestion"))
-
-
-@dataclass
-class Element:
-    name: str  # local name (a prefix dropped)
-    attrs: dict[str, str]
-    start: int  # the start tag: data[start:start_end]
-    start_end: int = -1
-    end: int = -1  # the end tag: data[end:end_end] (empty for <x/>)
-    end_end: int = -1
-    children: list[Element] = field(default_factory=list)
-
-
-class _Refused(Exception):
-    pass
-
-
-def parse(data: bytes) -> Element:
-    """The element tree with each tag's byte offsets; NmtError for XML that is not well-formed, declares entities,
-    or is not UTF-8."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise NmtError("the XML file is UTF-16: nmt reads UTF-8", "save it as UTF-8", exit_code=2)
-    parser = expat.ParserCreate()
-    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
-    marks: list[int] = []  # the byte offset of every event: where the previous one's bytes end
-    stack: list[Element] = []
-    root: list[Element] = []
-    pending: list[tuple[Element, str]] = []  # (element, "start" or "end") whose end offset is the next event's
-
-    def mark() -> None:
-        at = parser.CurrentByteIndex
-        for element, which in pending:
-            setattr(element, "start_end" if which == "start" else "end_end", at)
-        pending.clear()
-        marks.append(at)
-
-    def start(name, attrs):
-        mark()
-        element = Element(name.rpartition(":")[2], attrs, parser.CurrentByteIndex)
-        (stack[-1].children if stack else root).append(element)
-        stack.append(element)
-        pending.append((element, "start"))
-
-    def end(name):
-        element = stack.pop()
-        at = parser.CurrentByteIndex
-        if pending and pending[-1] == (element, "start") and data[at - 2:at] == b"/>":  # <x/>: no end tag
-            mark()
-            element.end = element.end_end = element.start_end
-            return
-        mark()
-        element.end = parser.CurrentByteIndex
-        pending.append((element, "end"))
-
-    def refuse(*args):
-        raise _Refused()
-
-    def declaration(version, encoding, standalone):
-        if encoding and encoding.lower().replace("-", "").replace("_", "") not in ("utf8", "ascii", "usascii"):
-            raise _Refused(f"the XML file is encoded in {encoding}: nmt reads UTF-8")
-
-    parser.StartElementHandler, parser.EndElementHandler = start, end
-    parser.CharacterDataHandler = parser.CommentHandler = lambda data: mark()
-    parser.ProcessingInstructionHandler = lambda target, data: mark()
-    parser.EntityDeclHandler = parser.UnparsedEntityDeclHandler = parser.ExternalEntityRefHandler = refuse
-    parser.XmlDeclHandler = declaration
-    try:
-        parser.Parse(data, True)
-    except _Refused as e:
-        if e.args:
-            raise NmtError(e.args[0], "save it as UTF-8", exit_code=2) from None
-        raise NmtError("the XML file declares or refers to an entity: refused, entities are never resolved",
-                       "remove the <!DOCTYPE ...> entity declarations", exit_code=2) from None
-    except expat.ExpatError as e:
-        raise NmtError(f"the file is not well-formed XML: {expat.ErrorString(e.code)} at line {e.lineno}, column {e.offset}",
-                       "check that it is the format its extension says, or repair it", exit_code=2) from None
-    for element, which in pending:
-        setattr(element, "start_end" if which == "start" else "end_end", len(data))
-    return root[0]
 
 
 def read(data: bytes, format: str = "xliff") -> Document:
@@ -118,7 +35,7 @@ def read(data: bytes, format: str = "xliff") -> Document:
     version = root.attrs.get("version", "1.2")
     if not version.startswith(("1.", "2.")):
         raise NmtError(f"XLIFF version {version} is not known", "nmt reads XLIFF 1.2 and 2.x", exit_code=2)
-    edits: list[tuple[int, int, _Edit]] = []  # (start, end, part) replacing data[start:end]
+    edits: list[tuple[int, int, Edit]] = []  # (start, end, part) replacing data[start:end]
     blocks: list[Block] = []
     states = _STATE_12 if version[0] == "1" else ()  # 2.x: the state is the segment's
     for unit, source, target, segment in _units(data, root, version):
@@ -127,19 +44,19 @@ def read(data: bytes, format: str = "xliff") -> Document:
 
         if target is not None and target.end_end > target.end:  # <target>  </target>: its (blank) content replaced
             tag = _with(_text(data, target.start, target.start_end), states)
-            edits.append((target.start, target.end, _Edit(block, _text(data, target.start, target.end), lambda t=tag, b=block: t + b.render())))
+            edits.append((target.start, target.end, Edit(block, _text(data, target.start, target.end), lambda t=tag, b=block: t + b.render())))
         elif target is not None:  # <target/>
             tag = _with(_text(data, target.start, target.start_end), states)
-            edits.append((target.start, target.end_end, _Edit(block, _text(data, target.start, target.end_end),
+            edits.append((target.start, target.end_end, Edit(block, _text(data, target.start, target.end_end),
                                                               lambda t=tag, b=block: f"{t[:-2].rstrip()}>{b.render()}</{_qname(t)}>")))
         else:  # a new target after the source, on a line of its own where the source is
             before = _text(data, unit.start_end, source.start)
             indent = before[len(before.rstrip(" \t\r\n")):] if not before.strip() else ""
             tag = _with("<" + _qname(_text(data, source.start, source.start_end)).replace("source", "target") + ">", states)
-            edits.append((source.end_end, source.end_end, _Edit(block, "", lambda i=indent, t=tag, b=block: f"{i}{t}{b.render()}</{_qname(t)}>")))
+            edits.append((source.end_end, source.end_end, Edit(block, "", lambda i=indent, t=tag, b=block: f"{i}{t}{b.render()}</{_qname(t)}>")))
         if segment is not None:
             tag = _text(data, segment.start, segment.start_end)
-            edits.append((segment.start, segment.start_end, _Edit(block, tag, lambda t=_with(tag, (("state", "translated"),)): t)))
+            edits.append((segment.start, segment.start_end, Edit(block, tag, lambda t=_with(tag, (("state", "translated"),)): t)))
     edits.sort(key=lambda e: (e[0], e[1]))
     parts: list = []
     at = 0
@@ -194,30 +111,8 @@ def _tokens(data: bytes, element: Element, number: list[int]) -> list[Token]:
     return out
 
 
-_MARKUP = re.compile(r"<!--.*?-->|<\?.*?\?>|<!\[CDATA\[(.*?)\]\]>", re.S)
-
-
-def _unescaped(raw: str) -> str:
-    """XML text as the reader reads it: entities replaced, CDATA opened, comments and instructions dropped."""
-    return html.unescape(_MARKUP.sub(lambda m: m[1] or "", raw)) if "<" in raw or "&" in raw else raw
-
-
 def _xml(tokens: Sequence[Token]) -> str:
     return "".join(html.escape(t, quote=False) if isinstance(t, str) else t.markup for t in tokens)
-
-
-def _text(data: bytes, start: int, end: int) -> str:
-    return data[start:end].decode("utf-8")
-
-
-class _Edit:
-    """What replaces some bytes of the file: `translated()` where the block was translated, else `original`."""
-
-    def __init__(self, block: Block, original: str, translated):
-        self.block, self.original, self.translated = block, original, translated
-
-    def render(self) -> str:
-        return self.translated() if self.block.translation is not None else self.original
 
 
 def _qname(tag: str) -> str:
