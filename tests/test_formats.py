@@ -4,7 +4,9 @@ its non-text parts byte for byte, every text translated, every inline element on
 
 from __future__ import annotations
 
+import io
 import re
+import zipfile
 
 import pytest
 from corpus import ADJECTIVES, DETERMINERS, NOUNS, VERBS
@@ -354,7 +356,8 @@ LAUGHS = """<?xml version="1.0"?>
     ("external.xlf", ENTITY, "the XML file declares or refers to an entity: refused, entities are never resolved"),
     ("laughs.xliff", LAUGHS, "the XML file declares or refers to an entity"),
     ("binary.md", b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00\xff\xfe", "the Markdown file is not UTF-8 text"),
-    ("report.docx", b"PK\x03\x04 a zip", "report.docx: nmt does not translate .docx files"),
+    ("report.docx", b"PK\x03\x04 a zip", "the file is not a Word document: it is not a zip package"),
+    ("slides.pptx", b"PK\x03\x04 a zip", "slides.pptx: nmt does not translate .pptx files"),
 ])
 def test_bad_documents_are_one_error_line_exit_2_and_leave_every_file_as_it_was(nmt_main, random_model, tmp_path, name, content, message):
     (tmp_path / "secret.txt").write_text("TOPSECRET\n")
@@ -373,3 +376,81 @@ def test_bad_documents_are_one_error_line_exit_2_and_leave_every_file_as_it_was(
 
 def source_suffix(name: str) -> str:
     return name[name.rindex("."):]
+
+
+# --- .docx --------------------------------------------------------------------------------------------
+
+WORD_NS = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main" xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"'
+CT = '''<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Default Extension="png" ContentType="image/png"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/><Override PartName="/word/header1.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.header+xml"/><Override PartName="/word/footer1.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.footer+xml"/></Types>'''
+RELS = '''<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>'''
+DOC_RELS = '''<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId2" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/hyperlink" Target="https://example.org/" TargetMode="External"/><Relationship Id="rId3" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/header" Target="header1.xml"/><Relationship Id="rId4" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/footer" Target="footer1.xml"/><Relationship Id="rId5" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/image" Target="media/image1.png"/></Relationships>'''
+BODY = f'''<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<w:document {WORD_NS}><w:body>
+<w:p><w:pPr><w:pStyle w:val="Heading1"/></w:pPr><w:r><w:t>the old tree</w:t></w:r></w:p>
+<w:p><w:r><w:t xml:space="preserve">the </w:t></w:r><w:r><w:rPr><w:b/></w:rPr><w:t>small dog</w:t></w:r><w:r><w:t xml:space="preserve"> sees a </w:t></w:r><w:bookmarkStart w:id="0" w:name="ball"/><w:r><w:rPr><w:i/><w:color w:val="FF0000"/></w:rPr><w:t>red ball</w:t></w:r><w:bookmarkEnd w:id="0"/><w:r><w:t>.</w:t></w:r></w:p>
+<w:p><w:r><w:t xml:space="preserve">every child likes </w:t></w:r><w:hyperlink r:id="rId2"><w:r><w:rPr><w:rStyle w:val="Hyperlink"/></w:rPr><w:t>the old tree</w:t></w:r></w:hyperlink><w:r><w:tab/><w:t>and a cat</w:t></w:r></w:p>
+<w:p><w:r><w:t xml:space="preserve">this young woman finds </w:t></w:r><w:r><w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText xml:space="preserve"> PAGE </w:instrText></w:r><w:r><w:fldChar w:fldCharType="end"/></w:r><w:r><w:t xml:space="preserve"> the green book</w:t></w:r></w:p>
+<w:tbl><w:tr><w:tc><w:p><w:r><w:t>the king reads a letter</w:t></w:r></w:p></w:tc><w:tc><w:p><w:r><w:t>a fast horse</w:t></w:r></w:p></w:tc></w:tr></w:tbl>
+<w:p/>
+<w:sectPr><w:headerReference w:type="default" r:id="rId3"/><w:footerReference w:type="default" r:id="rId4"/></w:sectPr>
+</w:body></w:document>'''
+HEADER = f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:hdr {WORD_NS}><w:p><w:r><w:t>the small cat sees a bird</w:t></w:r></w:p></w:hdr>'
+FOOTER = f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:ftr {WORD_NS}><w:p><w:r><w:t>every man knows the river</w:t></w:r></w:p></w:ftr>'
+def docx_package() -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in [("[Content_Types].xml", CT), ("_rels/.rels", RELS), ("word/document.xml", BODY), ("word/_rels/document.xml.rels", DOC_RELS),
+                           ("word/header1.xml", HEADER), ("word/footer1.xml", FOOTER)]:
+            z.writestr(name, data)
+        z.writestr("word/media/image1.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    return out.getvalue()
+
+
+def test_docx_translates_body_tables_headers_and_footers_with_each_run_where_the_alignment_puts_it(translator):
+    docx = pytest.importorskip("docx")
+    from lxml import etree
+
+    from nmtcli.documents.formats import translate_file
+
+    source = docx_package()
+    out, blocks = translate_file(translator, source, "docx")
+    before, after = zipfile.ZipFile(io.BytesIO(source)), zipfile.ZipFile(io.BytesIO(out))
+    assert after.namelist() == before.namelist() and blocks == 8
+    for name in before.namelist():  # every part without text (and the image) byte for byte
+        if not name.startswith(("word/document", "word/header", "word/footer")):
+            assert after.read(name) == before.read(name), name
+    document = docx.Document(io.BytesIO(out))  # python-docx opens it
+    sources = [p.text for p in docx.Document(io.BytesIO(source)).paragraphs]
+    for text, source_text in zip([p.text for p in document.paragraphs][:4], sources):
+        assert translated(source_text, text), (source_text, text)
+    cells = [cell.text for row in document.tables[0].rows for cell in row.cells]
+    assert all(translated("the king", cell) for cell in cells)
+    assert translated("the small cat", document.sections[0].header.paragraphs[0].text)
+    assert translated("every man", document.sections[0].footer.paragraphs[0].text)
+    body = after.read("word/document.xml").decode()
+    for kept in ('<w:pPr><w:pStyle w:val="Heading1"/></w:pPr>', "<w:rPr><w:b/></w:rPr>", '<w:rPr><w:i/><w:color w:val="FF0000"/></w:rPr>',
+                 '<w:hyperlink r:id="rId2">', '<w:bookmarkStart w:id="0" w:name="ball"/>', '<w:bookmarkEnd w:id="0"/>',
+                 '<w:instrText xml:space="preserve"> PAGE </w:instrText>', "<w:tab/>", "<w:p/>", "<w:sectPr>"):
+        assert body.count(kept) == before.read("word/document.xml").decode().count(kept) == 1, kept
+    tree = etree.fromstring(after.read("word/document.xml"))
+    w = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+    assert not tree.findall(f".//{w}r//{w}r") and not tree.findall(f".//{w}r//{w}hyperlink")  # runs hold no runs
+    assert all(t.getparent().tag == f"{w}r" for t in tree.iter(f"{w}t"))  # text only in runs
+    bold = [r for p in document.paragraphs for r in p.runs if r.bold]
+    assert len(bold) == 1 and translated("small dog", bold[0].text)  # the bold run on the dog's words, not merged
+
+
+def test_a_docx_that_is_no_zip_or_unpacks_too_large_is_refused():
+    from nmtcli.documents.formats import read
+    from nmtcli.errors import NmtError
+
+    with pytest.raises(NmtError, match="not a Word document: it is not a zip"):
+        read(b"plain text, not a zip", "docx")
+    package = bytearray(docx_package())
+    central = package.index(b"PK\x01\x02")  # the first entry's central directory record: its size unpacked at +24
+    package[central + 24:central + 28] = (0xFFFFFFF0).to_bytes(4, "little")
+    with pytest.raises(NmtError, match="unpacks to more than 500,000,000 bytes: refused"):
+        read(bytes(package), "docx")

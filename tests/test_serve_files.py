@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_formats import PO, SRT, XLIFF_12, translated
+from test_formats import PO, SRT, XLIFF_12, docx_package, translated
 from test_serve import Server
 
 pytest.importorskip("starlette")
@@ -34,7 +34,7 @@ def test_a_file_is_translated_and_downloaded_in_libretranslates_shapes(file_serv
 
     polib = pytest.importorskip("polib")
     settings = httpx.get(f"http://127.0.0.1:{file_server.port}/frontend/settings").json()
-    assert settings["filesTranslation"] is True and {".po", ".srt", ".xliff", ".md", ".txt", ".html"} <= set(settings["supportedFilesFormat"])
+    assert settings["filesTranslation"] is True and {".po", ".srt", ".xliff", ".md", ".txt", ".html", ".docx"} <= set(settings["supportedFilesFormat"])
     answer = upload(file_server, "my ui.po", PO.encode("utf-8"))
     assert answer.status_code == 200, answer.text
     url = answer.json()["translatedFileUrl"]
@@ -48,6 +48,8 @@ def test_a_file_is_translated_and_downloaded_in_libretranslates_shapes(file_serv
     assert all(translated(e.msgid, e.msgstr) for e in catalog if "fuzzy" in e.flags and not e.msgid_plural)
     srt = upload(file_server, "talk.srt", SRT.encode("utf-8"))
     assert srt.status_code == 200 and httpx.get(srt.json()["translatedFileUrl"]).text.count("-->") == 3
+    word = upload(file_server, "report.docx", docx_package())
+    assert word.status_code == 200 and httpx.get(word.json()["translatedFileUrl"]).content[:2] == b"PK"
     time.sleep(KEEP + 0.3)
     gone = httpx.get(url)
     assert gone.status_code == 404 and "was deleted" in gone.json()["error"]
@@ -56,7 +58,7 @@ def test_a_file_is_translated_and_downloaded_in_libretranslates_shapes(file_serv
 @pytest.mark.parametrize("name, data, fields, status, message", [
     ("big.srt", SRT.encode() * 20, {}, 413, "Invalid request: the file (5,180 bytes) exceeds the size limit (4,000 bytes)"),
     ("long.txt", b"the small dog sees a red ball\n" * 60, {}, 413, "Invalid request: the file holds 1,740 characters of text, the limit is 1,500"),
-    ("slides.pptx", b"PK\x03\x04", {}, 400, "Invalid request: file format not supported (.pptx; this server translates .htm, .html,"),
+    ("slides.pptx", b"PK\x03\x04", {}, 400, "Invalid request: file format not supported (.pptx; this server translates .docx, .htm,"),
     ("broken.xlf", XLIFF_12[:200].encode(), {}, 400, "Invalid request: broken.xlf: the file is not well-formed XML"),
     ("talk.srt", SRT.encode(), {"target": "fr"}, 400, "French (fr) is not available as a target language from English (en)"),
     ("", b"", {}, 400, "Invalid request: "),

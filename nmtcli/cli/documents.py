@@ -11,9 +11,9 @@ from pathlib import Path
 from nmtcli.cli.common import console, progress_bar, say
 
 # The formats --format chooses beside text (lines) and html; `auto` picks one by the input's extension.
-AUTO_EXTENSIONS = (".srt", ".vtt", ".po", ".pot", ".xliff", ".xlf", ".md", ".markdown", ".html", ".htm")
+AUTO_EXTENSIONS = (".srt", ".vtt", ".po", ".pot", ".xliff", ".xlf", ".md", ".markdown", ".html", ".htm", ".docx")
 # Documents nmt cannot translate yet: an error, rather than their bytes read as lines of text.
-UNSUPPORTED = (".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods", ".epub", ".pdf", ".doc", ".ppt", ".rtf")
+UNSUPPORTED = (".pptx", ".xlsx", ".odt", ".odp", ".ods", ".epub", ".pdf", ".doc", ".ppt", ".rtf")
 
 
 def chosen_format(text_format: str, input: Path | None) -> str:
@@ -25,7 +25,7 @@ def chosen_format(text_format: str, input: Path | None) -> str:
         from nmtcli.errors import NmtError
 
         raise NmtError(f"{input.name}: nmt does not translate {input.suffix.lower()} files", "convert it to one of .txt, "
-                       ".srt, .vtt, .po, .xliff, .md or .html first, or pass --format text to read it as lines of text", exit_code=2)
+                       ".srt, .vtt, .po, .xliff, .md, .html or .docx first, or pass --format text to read it as lines of text", exit_code=2)
     if input is not None and input.suffix.lower() in AUTO_EXTENSIONS:
         from nmtcli.documents.formats import format_of
 
@@ -37,7 +37,7 @@ def translate_document_file(load_translator, input: Path | None, output: Path | 
     """The document at `input` (stdin when None) read (and checked: a file not of its format is an error before the
     model loads), translated by `load_translator()`'s translator, and written to `output` (stdout when None); the
     output file is replaced in one rename after the whole document is translated, so an error leaves it as it was."""
-    from nmtcli.documents.formats import read, translate_document, translated_blocks
+    from nmtcli.documents.formats import read, translate_document, translated_blocks, written
     from nmtcli.errors import file_system_error
     from nmtcli.files import atomic_path
 
@@ -52,7 +52,7 @@ def translate_document_file(load_translator, input: Path | None, output: Path | 
                 bar(f"translating {name}", done, total)
 
         translate_document(translator, document, options, progress)
-    translated = document.render().encode("utf-8")
+    translated = written(document)
     if output is None:
         try:
             sys.stdout.buffer.write(translated)

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from nmtcli.documents.formats import EXTENSIONS, read, translate_document
+from nmtcli.documents.formats import EXTENSIONS, read, translate_document, written
 from nmtcli.documents.formats.core import text_of
 from nmtcli.errors import NmtError
 from nmtcli.serve.requests import ApiError, read_body
@@ -175,7 +175,7 @@ class _OnTranslationThread:
 
 def _translated(translator, document, options) -> bytes:
     translate_document(translator, document, options)
-    return document.render().encode("utf-8")
+    return written(document)
 
 
 def _safe_name(filename: str, suffix: str) -> str:

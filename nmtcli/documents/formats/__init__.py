@@ -11,6 +11,7 @@ and `nmt serve`'s /translate_file call.
     xliff      xliff.py      XLIFF 1.2 and 2.x: source -> target with inline codes placed by the alignment
     md         markdown.py   CommonMark: code, inline code, link targets, HTML kept
     html       (markup.py)   the whole file through Translator.translate_html
+    docx       docx.py       Word: paragraphs, tables, headers, footers, notes; runs placed by the alignment
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from nmtcli.documents.formats.core import Block, Document, Translator, decoded, 
 from nmtcli.errors import NmtError
 
 # Format name -> the module that reads it (html: none, the Python API's translate_html reads it whole).
-READERS = {"txt": "text", "srt": "subtitles", "vtt": "subtitles", "po": "gettext", "xliff": "xliff", "md": "markdown", "html": ""}
+READERS = {"txt": "text", "srt": "subtitles", "vtt": "subtitles", "po": "gettext", "xliff": "xliff", "md": "markdown", "html": "",
+           "docx": "docx"}
 # File extension -> format.
 EXTENSIONS = {".txt": "txt", ".srt": "srt", ".vtt": "vtt", ".po": "po", ".pot": "po", ".xliff": "xliff", ".xlf": "xliff",
-              ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+              ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".docx": "docx"}
 FORMATS = tuple(READERS)
 
 
@@ -56,7 +58,13 @@ def translate_file(translator: Translator, data: bytes, format: str, options: di
     it translated. A file that is not of its format raises NmtError before any translation."""
     document = read(data, format)
     translate_document(translator, document, options, progress)
-    return document.render().encode("utf-8"), translated_blocks(document)
+    return written(document), translated_blocks(document)
+
+
+def written(document: Document) -> bytes:
+    """The document's bytes: its text in UTF-8, or a package's zip as it is."""
+    rendered = document.render()
+    return rendered if isinstance(rendered, bytes) else rendered.encode("utf-8")
 
 
 def translated_blocks(document: Document) -> int:
