@@ -2,11 +2,9 @@
 endnotes translated, its runs placed by the alignment; every other byte of those parts, and every other part of the
 package (styles, numbering, images, relationships, comments), kept.
 
-A .docx is a zip of XML parts. The parts with text (word/document.xml, header*.xml, footer*.xml, footnotes.xml,
-endnotes.xml) are read for their bytes (xmlbytes.py: expat with byte offsets, entities refused); the others are
-copied as they are (the zip's entries in their order, with their dates and compression). Before anything is read
-the zip is checked: a file that is not a zip, an encrypted entry, or more than MAX_UNPACKED bytes unpacked (a zip
-bomb) is refused.
+A .docx is a zip of XML parts (package.py: the zip checked, the other parts copied). The parts with text
+(word/document.xml, header*.xml, footer*.xml, footnotes.xml, endnotes.xml) are read for their bytes (xmlbytes.py:
+expat with byte offsets, entities refused).
 
 A paragraph (`<w:p>`) is one block; its properties (`<w:pPr>`) are kept in front of it. Each run (`<w:r>`), with
 its own formatting (`<w:rPr>`: bold, italic, a font, a colour), is an inline element around its text, so the
@@ -17,22 +15,19 @@ holds no text but a field code (`<w:fldChar>`, `<w:instrText>`), a drawing, a fo
 tracked deletion (`<w:del>`), bookmarks, comment anchors and proofing marks are standalone elements, kept whole and
 placed by the alignment; a tab or a line break inside a run stays in its run. Translated text outside every run
 (words the alignment gave to no run) is written in a run of its own, with no formatting of its own; text is written
-in `<w:t xml:space="preserve">`, so its spaces stay. Paragraphs inside text boxes are not translated yet.
+in `<w:t xml:space="preserve">`, so its spaces stay. Paragraphs inside text boxes are not translated yet (the run
+holding the drawing is kept whole).
 """
 
 from __future__ import annotations
 
 import html
-import io
 import re
-import zipfile
 from collections.abc import Sequence
 
 from nmtcli.documents.formats.core import Block, Document, Tag, Token
+from nmtcli.documents.formats.package import read_package
 from nmtcli.documents.formats.xmlbytes import Edit, Element, parse, text, unescaped
-from nmtcli.errors import NmtError
-
-MAX_UNPACKED = 500_000_000  # bytes a package may unpack to
 TEXT_PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes)\.xml")
 CONTAINERS = frozenset(("hyperlink", "ins", "fldSimple", "smartTag", "customXml", "moveTo"))
 KEPT_RUN_CHILDREN = frozenset(("fldChar", "instrText", "drawing", "pict", "object", "footnoteReference", "endnoteReference",
@@ -42,45 +37,7 @@ _TEXT = '<w:t xml:space="preserve">'
 
 
 def read(data: bytes, format: str = "docx") -> Document:
-    package = _package(data)
-    parts = {info.filename: _part(package.read(info)) for info in package.infolist() if TEXT_PARTS.fullmatch(info.filename)}
-    return _Package(package, parts, [block for part in parts.values() for block in part.blocks])
-
-
-def _package(data: bytes) -> zipfile.ZipFile:
-    """The zip, checked before any part is read."""
-    try:
-        package = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile:
-        raise NmtError("the file is not a Word document: it is not a zip package", "check that it is the format its extension says",
-                       exit_code=2) from None
-    infos = package.infolist()
-    if any(info.flag_bits & 0x1 for info in infos):
-        raise NmtError("the Word document is encrypted", "save it without a password first", exit_code=2)
-    if sum(info.file_size for info in infos) > MAX_UNPACKED:
-        raise NmtError(f"the Word document unpacks to more than {MAX_UNPACKED:,} bytes: refused (a zip bomb?)",
-                       "check the file", exit_code=2)
-    if "word/document.xml" not in package.namelist():
-        raise NmtError("the file is not a Word document: it has no word/document.xml", "check that it is the format its extension says",
-                       exit_code=2)
-    return package
-
-
-class _Package(Document):
-    """The zip written again: the text parts rendered, every other entry as it was."""
-
-    def __init__(self, package: zipfile.ZipFile, parts: dict[str, Document], blocks: list[Block]):
-        super().__init__([], blocks)
-        self.package, self.text_parts = package, parts
-
-    def render(self) -> bytes:  # type: ignore[override]
-        out = io.BytesIO()
-        with zipfile.ZipFile(out, "w") as written:
-            for info in self.package.infolist():
-                data = self.text_parts[info.filename].render().encode("utf-8") if info.filename in self.text_parts \
-                    else self.package.read(info)
-                written.writestr(info, data, compress_type=info.compress_type)
-        return out.getvalue()
+    return read_package(data, "Word document", "word/document.xml", TEXT_PARTS, _part)
 
 
 def _part(data: bytes) -> Document:
@@ -107,18 +64,13 @@ def _part(data: bytes) -> Document:
 
 
 def _paragraphs(element: Element):
-    """The paragraphs with no paragraph inside them (a text box's paragraphs sit inside a run of another: that
-    paragraph and the text box are left as they are)."""
+    """The paragraphs not inside another (a text box's sit in a drawing in a run of another paragraph: that run is
+    kept whole, the text box's paragraphs with it)."""
     for child in element.children:
         if child.name == "p":
-            if not _holds_paragraph(child):
-                yield child
+            yield child
         else:
             yield from _paragraphs(child)
-
-
-def _holds_paragraph(element: Element) -> bool:
-    return any(c.name == "p" or _holds_paragraph(c) for c in element.children)
 
 
 def _tokens(data: bytes, children: list[Element], kinds: dict[int, str]) -> list[Token]:

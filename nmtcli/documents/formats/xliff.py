@@ -16,12 +16,10 @@ reviewed, final: a machine translation is not reviewed).
 
 from __future__ import annotations
 
-import html
 import re
-from collections.abc import Sequence
 
-from nmtcli.documents.formats.core import Block, Document, Tag, Token
-from nmtcli.documents.formats.xmlbytes import Edit, Element, parse, text as _text, unescaped as _unescaped
+from nmtcli.documents.formats.core import Block, Document
+from nmtcli.documents.formats.xmlbytes import Edit, Element, inline_tokens, parse, text as _text, xml_text
 from nmtcli.errors import NmtError
 
 PAIRED = frozenset(("g", "mrk", "pc"))  # inline codes with translatable content
@@ -39,7 +37,7 @@ def read(data: bytes, format: str = "xliff") -> Document:
     blocks: list[Block] = []
     states = _STATE_12 if version[0] == "1" else ()  # 2.x: the state is the segment's
     for unit, source, target, segment in _units(data, root, version):
-        block = Block(_tokens(data, source, [0]), write=_xml)
+        block = Block(inline_tokens(data, source, PAIRED), write=xml_text)
         blocks.append(block)
 
         if target is not None and target.end_end > target.end:  # <target>  </target>: its (blank) content replaced
@@ -86,33 +84,6 @@ def _units(data: bytes, root: Element, version: str):
         filled = target is not None and (target.children or _text(data, target.start_end, max(target.end, target.start_end)).strip())
         if not skip and source is not None and not filled:
             yield unit, source, target, segment
-
-
-def _tokens(data: bytes, element: Element, number: list[int]) -> list[Token]:
-    """The content of `element` as text and tags: paired codes open and close around their own content, every other
-    child element whole as one standalone tag."""
-    out: list[Token] = []
-    at = element.start_end
-    for child in element.children:
-        if child.start > at:
-            out.append(_unescaped(_text(data, at, child.start)))
-        if child.name in PAIRED and child.end > child.start_end:
-            n = number[0]
-            number[0] += 1
-            out.append(Tag("open", _text(data, child.start, child.start_end), n))
-            out += _tokens(data, child, number)
-            out.append(Tag("close", _text(data, child.end, child.end_end), n))
-        else:
-            out.append(Tag("void", _text(data, child.start, child.end_end), number[0]))
-            number[0] += 1
-        at = child.end_end
-    if element.end > at:
-        out.append(_unescaped(_text(data, at, element.end)))
-    return out
-
-
-def _xml(tokens: Sequence[Token]) -> str:
-    return "".join(html.escape(t, quote=False) if isinstance(t, str) else t.markup for t in tokens)
 
 
 def _qname(tag: str) -> str:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from xml.parsers import expat
 
-from nmtcli.documents.formats.core import Block
+from nmtcli.documents.formats.core import Block, Tag, Token
 from nmtcli.errors import NmtError
 
 
@@ -116,3 +117,32 @@ class Edit:
 
     def render(self) -> str:
         return self.translated() if self.block.translation is not None else self.original
+
+
+def inline_tokens(data: bytes, element: Element, paired: frozenset[str], number: list[int] | None = None) -> list[Token]:
+    """The content of `element` as text and tags: children named in `paired` open and close around their own content
+    (one with no content is standalone), every other child element whole as one standalone tag."""
+    number = [0] if number is None else number
+    out: list[Token] = []
+    at = element.start_end
+    for child in element.children:
+        if child.start > at:
+            out.append(unescaped(text(data, at, child.start)))
+        if child.name in paired and child.end > child.start_end:
+            n = number[0]
+            number[0] += 1
+            out.append(Tag("open", text(data, child.start, child.start_end), n))
+            out += inline_tokens(data, child, paired, number)
+            out.append(Tag("close", text(data, child.end, child.end_end), n))
+        else:
+            out.append(Tag("void", text(data, child.start, child.end_end), number[0]))
+            number[0] += 1
+        at = child.end_end
+    if element.end > at:
+        out.append(unescaped(text(data, at, element.end)))
+    return out
+
+
+def xml_text(tokens: Sequence[Token]) -> str:
+    """Tokens as XML content: text escaped, tags as written."""
+    return "".join(html.escape(t, quote=False) if isinstance(t, str) else t.markup for t in tokens)
