@@ -454,3 +454,76 @@ def test_a_docx_that_is_no_zip_or_unpacks_too_large_is_refused():
     package[central + 24:central + 28] = (0xFFFFFFF0).to_bytes(4, "little")
     with pytest.raises(NmtError, match="unpacks to more than 500,000,000 bytes: refused"):
         read(bytes(package), "docx")
+
+
+# --- .odt, .odp -----------------------------------------------------------------------------------------
+
+ODF_NS = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+          'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0" xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" '
+          'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" xmlns:fo="urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0" '
+          'xmlns:xlink="http://www.w3.org/1999/xlink" xmlns:presentation="urn:oasis:names:tc:opendocument:xmlns:presentation:1.0" '
+          'office:version="1.3"')
+ODT_BODY = """<office:text>
+<text:h text:style-name="H1" text:outline-level="1">The old tree</text:h>
+<text:p text:style-name="P1">the <text:span text:style-name="T1">small dog</text:span> sees a<text:s text:c="2"/>red ball<text:note text:id="n1" text:note-class="footnote"><text:note-citation>1</text:note-citation><text:note-body><text:p>the note stays</text:p></text:note-body></text:note>.</text:p>
+<text:p>every child likes <text:a xlink:type="simple" xlink:href="https://example.org/">the old tree</text:a><text:tab/>and a cat</text:p>
+<text:list><text:list-item><text:p>this young woman finds the green book</text:p></text:list-item></text:list>
+<table:table table:name="T"><table:table-row><table:table-cell><text:p>the king reads a letter</text:p></table:table-cell></table:table-row></table:table>
+<text:p/>
+<text:p>page <text:page-number text:select-page="current">1</text:page-number></text:p>
+</office:text>"""
+ODP_BODY = """<office:presentation><draw:page draw:name="one"><draw:frame presentation:class="title"><draw:text-box>
+<text:p>the <text:span text:style-name="T1">small dog</text:span> sees a red ball</text:p></draw:text-box></draw:frame>
+<presentation:notes><draw:frame><draw:text-box><text:p>every child likes the old tree</text:p></draw:text-box></draw:frame></presentation:notes>
+</draw:page></office:presentation>"""
+
+
+def odf_package(kind: str) -> bytes:
+    mimetype = {"odt": "application/vnd.oasis.opendocument.text", "odp": "application/vnd.oasis.opendocument.presentation"}[kind]
+    content = (f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content {ODF_NS}><office:automatic-styles>'
+               '<style:style style:name="T1" style:family="text"><style:text-properties fo:font-weight="bold"/></style:style>'
+               f'</office:automatic-styles><office:body>{ODT_BODY if kind == "odt" else ODP_BODY}</office:body></office:document-content>')
+    styles = (f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-styles {ODF_NS}><office:master-styles><style:master-page style:name="S">'
+              '<style:header><text:p>the small cat sees a bird</text:p></style:header></style:master-page></office:master-styles>'
+              '</office:document-styles>')
+    manifest = ('<?xml version="1.0" encoding="UTF-8"?>\n<manifest:manifest xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0" '
+                f'manifest:version="1.3"><manifest:file-entry manifest:full-path="/" manifest:media-type="{mimetype}"/></manifest:manifest>')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(zipfile.ZipInfo("mimetype"), mimetype, compress_type=zipfile.ZIP_STORED)
+        for name, data in [("content.xml", content), ("styles.xml", styles), ("META-INF/manifest.xml", manifest)]:
+            z.writestr(name, data)
+        z.writestr("Pictures/image1.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["odt", "odp"])
+def test_opendocument_translates_paragraphs_with_spans_and_links_and_keeps_the_package(translator, kind):
+    from lxml import etree
+
+    from nmtcli.documents.formats import translate_file
+
+    source = odf_package(kind)
+    out, blocks = translate_file(translator, source, kind)
+    before, after = zipfile.ZipFile(io.BytesIO(source)), zipfile.ZipFile(io.BytesIO(out))
+    assert after.namelist() == before.namelist() and after.infolist()[0].compress_type == zipfile.ZIP_STORED
+    for name in ("mimetype", "META-INF/manifest.xml", "Pictures/image1.png"):
+        assert after.read(name) == before.read(name)
+    text_ns = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
+    content = etree.fromstring(after.read("content.xml"))  # a second XML parser reads it
+    paragraphs = [p for p in content.iter(f"{text_ns}p", f"{text_ns}h") if p.getparent().tag != f"{text_ns}note-body"]
+    sources = [p for p in etree.fromstring(before.read("content.xml")).iter(f"{text_ns}p", f"{text_ns}h")
+               if p.getparent().tag != f"{text_ns}note-body"]
+    for paragraph, original in zip(paragraphs, sources):
+        words, source_words = "".join(paragraph.itertext()), "".join(original.itertext())
+        if re.search(r"[a-z]{3}", source_words) and "page" not in source_words:
+            assert translated(source_words, re.sub(r"the note stays|1", "", words)), (source_words, words)
+        source_tags = sorted(etree.QName(e).localname for e in original.iter() if e is not original)
+        assert sorted(etree.QName(e).localname for e in paragraph.iter() if e is not paragraph) == source_tags
+    body = after.read("content.xml").decode()
+    for kept in ('<text:span text:style-name="T1">', '<text:s text:c="2"/>', "<text:note-body><text:p>the note stays</text:p></text:note-body>",
+                 '<text:a xlink:type="simple" xlink:href="https://example.org/">', "<text:tab/>", "<text:p/>",
+                 '<text:page-number text:select-page="current">1</text:page-number>', "<office:automatic-styles>"):
+        assert body.count(kept) == before.read("content.xml").decode().count(kept), kept
+    assert translated("the small cat", "".join(etree.fromstring(after.read("styles.xml")).itertext()))
+    assert blocks == (7 if kind == "odt" else 3)

@@ -12,6 +12,7 @@ and `nmt serve`'s /translate_file call.
     md         markdown.py   CommonMark: code, inline code, link targets, HTML kept
     html       (markup.py)   the whole file through Translator.translate_html
     docx       docx.py       Word: paragraphs, tables, headers, footers, notes; runs placed by the alignment
+    odt, odp   odf.py        OpenDocument text and presentations: paragraphs, headings; spans and links placed
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from nmtcli.errors import NmtError
 
 # Format name -> the module that reads it (html: none, the Python API's translate_html reads it whole).
 READERS = {"txt": "text", "srt": "subtitles", "vtt": "subtitles", "po": "gettext", "xliff": "xliff", "md": "markdown", "html": "",
-           "docx": "docx"}
+           "docx": "docx", "odt": "odf", "odp": "odf"}
 # File extension -> format.
 EXTENSIONS = {".txt": "txt", ".srt": "srt", ".vtt": "vtt", ".po": "po", ".pot": "po", ".xliff": "xliff", ".xlf": "xliff",
-              ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".docx": "docx"}
+              ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".docx": "docx",
+              ".odt": "odt", ".odp": "odp"}
 FORMATS = tuple(READERS)
 
 
