@@ -527,3 +527,55 @@ def test_opendocument_translates_paragraphs_with_spans_and_links_and_keeps_the_p
         assert body.count(kept) == before.read("content.xml").decode().count(kept), kept
     assert translated("the small cat", "".join(etree.fromstring(after.read("styles.xml")).itertext()))
     assert blocks == (7 if kind == "odt" else 3)
+
+
+# --- .epub ------------------------------------------------------------------------------------------------
+
+CHAPTER = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE html>
+<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops" lang="en">
+<head><title>The old tree</title><link rel="stylesheet" href="style.css"/></head>
+<body><h1 id="c1">The old tree</h1>
+<p>the <b>small dog</b> sees a red ball.<br/>every child likes <a href="ch2.xhtml#x">the old tree</a>.</p>
+<p><img src="image1.png" alt="a tree"/>this young woman finds <code>the_code()</code> and the green book.</p>
+</body></html>
+"""
+
+
+def epub_package() -> bytes:
+    container = ('<?xml version="1.0"?>\n<container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+                 '<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/></rootfiles></container>')
+    opf = ('<?xml version="1.0"?>\n<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id"><metadata '
+           'xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>The old tree</dc:title></metadata><manifest><item id="c1" '
+           'href="ch1.xhtml" media-type="application/xhtml+xml"/></manifest><spine><itemref idref="c1"/></spine></package>')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        for name, data in [("META-INF/container.xml", container), ("OEBPS/content.opf", opf), ("OEBPS/ch1.xhtml", CHAPTER),
+                           ("OEBPS/style.css", "p { margin: 0 }\n")]:
+            z.writestr(name, data)
+        z.writestr("OEBPS/image1.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    return out.getvalue()
+
+
+def test_epub_translates_each_chapter_as_html_and_keeps_the_book(translator):
+    from lxml import etree
+
+    from nmtcli.documents.formats import translate_file
+
+    source = epub_package()
+    out, blocks = translate_file(translator, source, "epub")
+    before, after = zipfile.ZipFile(io.BytesIO(source)), zipfile.ZipFile(io.BytesIO(out))
+    assert after.namelist() == before.namelist() and after.infolist()[0].compress_type == zipfile.ZIP_STORED and blocks == 1
+    for name in before.namelist():
+        if name != "OEBPS/ch1.xhtml":
+            assert after.read(name) == before.read(name), name
+    chapter = after.read("OEBPS/ch1.xhtml").decode()
+    tree = etree.fromstring(chapter.encode())  # still well-formed XHTML
+    ns = "{http://www.w3.org/1999/xhtml}"
+    assert [e.tag for e in tree.iter()] == [e.tag for e in etree.fromstring(CHAPTER.encode()).iter()]
+    for kept in ('<link rel="stylesheet" href="style.css"/>', '<a href="ch2.xhtml#x">', "<code>the_code()</code>", "<br/>",
+                 '<img src="image1.png" alt="a tree"/>', '<h1 id="c1">'):
+        assert chapter.count(kept) == 1, kept
+    assert translated("the old tree", tree.find(f".//{ns}h1").text)
+    assert all(translated("the small dog", "".join(p.itertext())) for p in tree.iter(f"{ns}p"))

@@ -13,6 +13,7 @@ and `nmt serve`'s /translate_file call.
     html       (markup.py)   the whole file through Translator.translate_html
     docx       docx.py       Word: paragraphs, tables, headers, footers, notes; runs placed by the alignment
     odt, odp   odf.py        OpenDocument text and presentations: paragraphs, headings; spans and links placed
+    epub       epub.py       EPUB: each XHTML chapter through Translator.translate_html
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from nmtcli.errors import NmtError
 
 # Format name -> the module that reads it (html: none, the Python API's translate_html reads it whole).
 READERS = {"txt": "text", "srt": "subtitles", "vtt": "subtitles", "po": "gettext", "xliff": "xliff", "md": "markdown", "html": "",
-           "docx": "docx", "odt": "odf", "odp": "odf"}
+           "docx": "docx", "odt": "odf", "odp": "odf", "epub": "epub"}
 # File extension -> format.
 EXTENSIONS = {".txt": "txt", ".srt": "srt", ".vtt": "vtt", ".po": "po", ".pot": "po", ".xliff": "xliff", ".xlf": "xliff",
               ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".docx": "docx",
-              ".odt": "odt", ".odp": "odp"}
+              ".odt": "odt", ".odp": "odp", ".epub": "epub"}
 FORMATS = tuple(READERS)
 
 
