@@ -357,7 +357,8 @@ LAUGHS = """<?xml version="1.0"?>
     ("laughs.xliff", LAUGHS, "the XML file declares or refers to an entity"),
     ("binary.md", b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00\xff\xfe", "the Markdown file is not UTF-8 text"),
     ("report.docx", b"PK\x03\x04 a zip", "the file is not a Word document: it is not a zip package"),
-    ("slides.pptx", b"PK\x03\x04 a zip", "slides.pptx: nmt does not translate .pptx files"),
+    ("slides.pptx", b"PK\x03\x04 a zip", "the file is not a PowerPoint presentation: it is not a zip package"),
+    ("book.xlsx", b"PK\x03\x04 a zip", "book.xlsx: nmt does not translate .xlsx files"),
 ])
 def test_bad_documents_are_one_error_line_exit_2_and_leave_every_file_as_it_was(nmt_main, random_model, tmp_path, name, content, message):
     (tmp_path / "secret.txt").write_text("TOPSECRET\n")
@@ -579,3 +580,56 @@ def test_epub_translates_each_chapter_as_html_and_keeps_the_book(translator):
         assert chapter.count(kept) == 1, kept
     assert translated("the old tree", tree.find(f".//{ns}h1").text)
     assert all(translated("the small dog", "".join(p.itertext())) for p in tree.iter(f"{ns}p"))
+
+
+# --- .pptx ------------------------------------------------------------------------------------------------
+
+
+def pptx_package() -> bytes:
+    """A slide built with python-pptx: a title, a text box of runs (bold, a link, a slide-number field), a table, notes."""
+    pptx = pytest.importorskip("pptx")
+    from pptx.util import Inches
+
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[5])  # title only
+    slide.shapes.title.text = "the old tree"
+    paragraph = slide.shapes.add_textbox(Inches(1), Inches(2), Inches(6), Inches(1)).text_frame.paragraphs[0]
+    for words, bold, link in (("the ", False, None), ("small dog", True, None), (" sees ", False, None),
+                              ("a red ball", False, "https://example.org/")):
+        run = paragraph.add_run()
+        run.text, run.font.bold = words, bold or None
+        if link:
+            run.hyperlink.address = link
+    paragraph.add_line_break()
+    paragraph.add_run().text = "every child likes the old tree"
+    table = slide.shapes.add_table(1, 2, Inches(1), Inches(4), Inches(6), Inches(1)).table
+    table.cell(0, 0).text, table.cell(0, 1).text = "the king reads a letter", "a fast horse"
+    slide.notes_slide.notes_text_frame.text = "this young woman finds the green book"
+    out = io.BytesIO()
+    presentation.save(out)
+    return out.getvalue()
+
+
+def test_pptx_translates_slides_tables_and_notes_with_each_run_where_the_alignment_puts_it(translator):
+    pptx = pytest.importorskip("pptx")
+    from nmtcli.documents.formats import translate_file
+
+    source = pptx_package()
+    out, blocks = translate_file(translator, source, "pptx")
+    before, after = zipfile.ZipFile(io.BytesIO(source)), zipfile.ZipFile(io.BytesIO(out))
+    assert after.namelist() == before.namelist() and blocks == 5  # the title, the text box, two cells, the notes
+    for name in before.namelist():
+        if not name.startswith(("ppt/slides/slide", "ppt/notesSlides/")):
+            assert after.read(name) == before.read(name), name
+    slide = pptx.Presentation(io.BytesIO(out)).slides[0]  # python-pptx opens it
+    texts = [shape.text_frame.text for shape in slide.shapes if shape.has_text_frame]
+    assert translated("the old tree", texts[0]) and all(translated("the dog", line) for line in texts[1].split("\v"))
+    assert texts[1].count("\v") == 1  # the line break, once
+    runs = [run for p in slide.shapes[1].text_frame.paragraphs for run in p.runs]
+    assert [r.font.bold for r in runs].count(True) == 1 and [bool(r.hyperlink.address) for r in runs].count(True) == 1
+    table = next(shape.table for shape in slide.shapes if shape.has_table)
+    assert translated("the king", table.cell(0, 0).text) and translated("a horse", table.cell(0, 1).text)
+    assert translated("this young woman", slide.notes_slide.notes_text_frame.text)
+    xml = after.read("ppt/slides/slide1.xml").decode()
+    assert all(p.split("</a:p>")[0].count("<a:endParaRPr") <= 1 for p in xml.split("<a:p>"))
+    assert not re.search(r"<a:endParaRPr[^>]*/>\s*<a:r>", xml)  # the end properties stay last

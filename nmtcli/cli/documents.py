@@ -11,9 +11,9 @@ from pathlib import Path
 from nmtcli.cli.common import console, progress_bar, say
 
 # The formats --format chooses beside text (lines) and html; `auto` picks one by the input's extension.
-AUTO_EXTENSIONS = (".srt", ".vtt", ".po", ".pot", ".xliff", ".xlf", ".md", ".markdown", ".html", ".htm", ".docx", ".odt", ".odp", ".epub")
+AUTO_EXTENSIONS = (".srt", ".vtt", ".po", ".pot", ".xliff", ".xlf", ".md", ".markdown", ".html", ".htm", ".docx", ".pptx", ".odt", ".odp", ".epub")
 # Documents nmt cannot translate yet: an error, rather than their bytes read as lines of text.
-UNSUPPORTED = (".pptx", ".xlsx", ".ods", ".pdf", ".doc", ".ppt", ".rtf")
+UNSUPPORTED = (".xlsx", ".ods", ".pdf", ".doc", ".ppt", ".rtf")
 
 
 def chosen_format(text_format: str, input: Path | None) -> str:
@@ -25,7 +25,7 @@ def chosen_format(text_format: str, input: Path | None) -> str:
         from nmtcli.errors import NmtError
 
         raise NmtError(f"{input.name}: nmt does not translate {input.suffix.lower()} files", "convert it to one of .txt, "
-                       ".srt, .vtt, .po, .xliff, .md, .html, .docx, .odt, .odp or .epub first, or pass --format text to read it as lines of text", exit_code=2)
+                       ".srt, .vtt, .po, .xliff, .md, .html, .docx, .pptx, .odt, .odp or .epub first, or pass --format text to read it as lines of text", exit_code=2)
     if input is not None and input.suffix.lower() in AUTO_EXTENSIONS:
         from nmtcli.documents.formats import format_of
 

@@ -13,6 +13,7 @@ and `nmt serve`'s /translate_file call.
     html       (markup.py)   the whole file through Translator.translate_html
     docx       docx.py       Word: paragraphs, tables, headers, footers, notes; runs placed by the alignment
     odt, odp   odf.py        OpenDocument text and presentations: paragraphs, headings; spans and links placed
+    pptx       pptx.py       PowerPoint: slides and notes; runs placed by the alignment (runs.py, as Word's)
     epub       epub.py       EPUB: each XHTML chapter through Translator.translate_html
 """
 
@@ -27,11 +28,11 @@ from nmtcli.errors import NmtError
 
 # Format name -> the module that reads it (html: none, the Python API's translate_html reads it whole).
 READERS = {"txt": "text", "srt": "subtitles", "vtt": "subtitles", "po": "gettext", "xliff": "xliff", "md": "markdown", "html": "",
-           "docx": "docx", "odt": "odf", "odp": "odf", "epub": "epub"}
+           "docx": "docx", "odt": "odf", "odp": "odf", "epub": "epub", "pptx": "pptx"}
 # File extension -> format.
 EXTENSIONS = {".txt": "txt", ".srt": "srt", ".vtt": "vtt", ".po": "po", ".pot": "po", ".xliff": "xliff", ".xlf": "xliff",
               ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".docx": "docx",
-              ".odt": "odt", ".odp": "odp", ".epub": "epub"}
+              ".odt": "odt", ".odp": "odp", ".epub": "epub", ".pptx": "pptx"}
 FORMATS = tuple(READERS)
 
 

@@ -32,10 +32,11 @@ from nmtcli.errors import NmtError
 
 @dataclass(frozen=True)
 class Tag:
-    """An inline element's start ("open"), end ("close") or the whole of a standalone one ("void"), as written
-    in the file (`markup`); an open and its close share `id`, unique within the block."""
+    """An inline element's start ("open"), end ("close") or the whole of a standalone one ("void"; "break": a line
+    break, which ends the sentence before it as HTML's `<br>` does), as written in the file (`markup`); an open and
+    its close share `id`, unique within the block."""
 
-    kind: Literal["open", "close", "void"]
+    kind: Literal["open", "close", "void", "break"]
     markup: str
     id: int
 
@@ -142,7 +143,7 @@ def translate_document(translator: Translator, document: Document, options: dict
 
 def as_html(tokens: Sequence[Token]) -> str:
     """Each paired element a numbered `<span>`, each standalone one a numbered `<img>` (inline: markup.py's
-    INLINE and VOID), the text escaped."""
+    INLINE and VOID), each line break a numbered `<br>` (the text on each side translated apart), the text escaped."""
     out = []
     for t in tokens:
         if isinstance(t, str):
@@ -151,13 +152,15 @@ def as_html(tokens: Sequence[Token]) -> str:
             out.append(f'<span data-i="{t.id}">')
         elif t.kind == "close":
             out.append("</span>")
+        elif t.kind == "break":
+            out.append(f'<br data-i="{t.id}">')
         else:
             out.append(f'<img data-i="{t.id}">')
     return "".join(out)
 
 
 # Only the tags as_html wrote: translated text has its <, > and & escaped, so any other "<" is text.
-_OURS = re.compile(r'<div data-b="(\d+)">|</div>|<span data-i="(\d+)">|</span>|<img data-i="(\d+)">')
+_OURS = re.compile(r'<div data-b="(\d+)">|</div>|<span data-i="(\d+)">|</span>|<img data-i="(\d+)">|<br data-i="(\d+)">')
 
 
 def from_html(translated: str, count: int) -> list[list[Token]]:
@@ -184,8 +187,10 @@ def from_html(translated: str, count: int) -> list[list[Token]]:
         elif tag == "</span>":
             if opened:
                 current.append(Tag("close", "", opened.pop()))
-        else:
+        elif found[3] is not None:
             current.append(Tag("void", "", int(found[3])))
+        else:
+            current.append(Tag("break", "", int(found[4])))
     return blocks
 
 

@@ -21,6 +21,7 @@ from nmtcli.documents.formats.package import read_package
 from nmtcli.documents.formats.xmlbytes import Edit, Element, inline_tokens, parse, text, xml_text
 
 PAIRED = frozenset(("span", "a", "meta"))
+BREAKS = frozenset(("line-break",))  # the sentence before one ends there
 TEXT_PARTS = re.compile(r"content\.xml|styles\.xml")
 NAMES = {"odt": "OpenDocument text", "odp": "OpenDocument presentation"}
 
@@ -36,7 +37,7 @@ def _part(data: bytes) -> Document:
     for paragraph in _paragraphs(root):
         if paragraph.end <= paragraph.start_end:  # <text:p/>
             continue
-        block = Block(inline_tokens(data, paragraph, PAIRED), write=xml_text)
+        block = Block(inline_tokens(data, paragraph, PAIRED, breaks=BREAKS), write=xml_text)
         blocks.append(block)
         edits.append((paragraph.start_end, paragraph.end, Edit(block, text(data, paragraph.start_end, paragraph.end), block.render)))
     parts: list = []

@@ -119,9 +119,11 @@ class Edit:
         return self.translated() if self.block.translation is not None else self.original
 
 
-def inline_tokens(data: bytes, element: Element, paired: frozenset[str], number: list[int] | None = None) -> list[Token]:
+def inline_tokens(data: bytes, element: Element, paired: frozenset[str], number: list[int] | None = None,
+                  breaks: frozenset[str] = frozenset()) -> list[Token]:
     """The content of `element` as text and tags: children named in `paired` open and close around their own content
-    (one with no content is standalone), every other child element whole as one standalone tag."""
+    (one with no content is standalone), those in `breaks` line breaks, every other child element whole as one
+    standalone tag."""
     number = [0] if number is None else number
     out: list[Token] = []
     at = element.start_end
@@ -132,10 +134,10 @@ def inline_tokens(data: bytes, element: Element, paired: frozenset[str], number:
             n = number[0]
             number[0] += 1
             out.append(Tag("open", text(data, child.start, child.start_end), n))
-            out += inline_tokens(data, child, paired, number)
+            out += inline_tokens(data, child, paired, number, breaks)
             out.append(Tag("close", text(data, child.end, child.end_end), n))
         else:
-            out.append(Tag("void", text(data, child.start, child.end_end), number[0]))
+            out.append(Tag("break" if child.name in breaks else "void", text(data, child.start, child.end_end), number[0]))
             number[0] += 1
         at = child.end_end
     if element.end > at:
