@@ -80,7 +80,7 @@ class FileService:
             document = await loop.run_in_executor(None, read, data, EXTENSIONS[suffix])
         except NmtError as e:
             raise ApiError(400, f"Invalid request: {upload.filename}: {e}") from None
-        chars = sum(len(text_of(block.tokens)) for block in document.blocks)
+        chars = sum(_characters(block) for block in document.blocks)
         if chars > self.limits.chars:
             raise ApiError(413, f"Invalid request: the file holds {chars:,} characters of text, the limit is {self.limits.chars:,}")
         translator = _OnTranslationThread(model.translator, self.service.batcher, loop)
@@ -171,6 +171,11 @@ class _OnTranslationThread:
 
     def translate_html(self, document, **options):
         return self._run(self.translator.translate_html, document, **options)
+
+
+def _characters(block) -> int:
+    """The characters of text a block holds (an HTML document's: outside its tags)."""
+    return len(re.sub(r"<[^>]*>", "", text_of(block.tokens))) if block.html else len(text_of(block.tokens))
 
 
 def _translated(translator, document, options) -> bytes:
