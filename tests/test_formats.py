@@ -77,6 +77,14 @@ def test_inline_elements_go_through_translate_html_and_come_back_with_their_own_
     assert translated("every child likes the old tree", document.render().split("\n")[1])
 
 
+def test_a_long_document_reports_its_progress_a_chunk_of_blocks_at_a_time(translator):
+    blocks = [core.Block([f"the dog sees {n % 7 + 1} cats"]) for n in range(core.CHUNK + 6)] + [core.Block(["..."])]
+    calls = []
+    core.translate_document(translator, core.Document(blocks), progress=lambda done, total: calls.append((done, total)))
+    total = core.CHUNK + 6  # the block with no letter is not translated, nor counted
+    assert calls == [(0, total), (core.CHUNK, total), (total, total)] and blocks[-1].translation is None
+
+
 # --- each format --------------------------------------------------------------------------------------
 
 SRT = """1
