@@ -58,7 +58,7 @@ def test_a_file_is_translated_and_downloaded_in_libretranslates_shapes(file_serv
 @pytest.mark.parametrize("name, data, fields, status, message", [
     ("big.srt", SRT.encode() * 20, {}, 413, "Invalid request: the file (5,180 bytes) exceeds the size limit (4,000 bytes)"),
     ("long.txt", b"the small dog sees a red ball\n" * 60, {}, 413, "Invalid request: the file holds 1,740 characters of text, the limit is 1,500"),
-    ("slides.pptx", b"PK\x03\x04", {}, 400, "Invalid request: file format not supported (.pptx; this server translates .docx, .htm,"),
+    ("book.xlsx", b"PK\x03\x04", {}, 400, "Invalid request: file format not supported (.xlsx; this server translates .docx, .epub, .htm,"),
     ("broken.xlf", XLIFF_12[:200].encode(), {}, 400, "Invalid request: broken.xlf: the file is not well-formed XML"),
     ("talk.srt", SRT.encode(), {"target": "fr"}, 400, "French (fr) is not available as a target language from English (en)"),
     ("", b"", {}, 400, "Invalid request: "),
