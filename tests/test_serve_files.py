@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_formats import PO, SRT, XLIFF_12, docx_package, translated
+from test_formats import PO, SRT, XLIFF_12, translated
+from test_formats_office import docx_package
 from test_serve import Server
 
 pytest.importorskip("starlette")
