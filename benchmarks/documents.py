@@ -2,7 +2,8 @@
 
 The same sentences (generated, seeded) are written as a text of paragraphs and as a document of each format: .srt
 (two lines a cue, one sentence over two cues, every fourth cue in <i>), .po (one message a paragraph, placeholders),
-.xliff 1.2 (every paragraph with a <g> and an <x/>), .md (paragraphs with emphasis, links and inline code). Each is
+.xliff 1.2 (every paragraph with a <g> and an <x/>), .md (paragraphs with emphasis, links and inline code), .docx
+(each paragraph three runs, the middle one bold; pages counted as 10 paragraphs, for a pages/s). Each is
 translated by the same model on the same device: the baseline is `Translator.translate(paragraphs,
 split_sentences=True)` of the document's text alone (no format, no inline elements); each format's row is
 `documents.formats.translate_file` of the document (read, translated through translate / translate_html, written).
@@ -16,8 +17,10 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import io
 import random
 import time
+import zipfile
 
 import torch
 
@@ -56,7 +59,24 @@ def documents(paragraphs: list[list[str]]) -> dict[str, str]:
         md.append(f"The *{sentences[0][4:]}* [{sentences[-1]}](https://example.org/{n}) and `code {n}`.")
     xliff = ('<?xml version="1.0" encoding="UTF-8"?>\n<xliff version="1.2"><file source-language="en" target-language="de" '
              f'datatype="plaintext" original="x"><body>\n{chr(10).join(units)}\n</body></file></xliff>\n')
-    return {"srt": "\n".join(srt), "po": "\n".join(po), "xliff": xliff, "md": "\n\n".join(md) + "\n"}
+    return {"srt": "\n".join(srt), "po": "\n".join(po), "xliff": xliff, "md": "\n\n".join(md) + "\n", "docx": word(paragraphs)}
+
+
+def word(paragraphs: list[list[str]]) -> bytes:
+    """A minimal Word package: each paragraph's words in three runs, the middle one bold."""
+    body = []
+    for sentences in paragraphs:
+        words = " ".join(sentences).split()
+        a, b = len(words) // 3, 2 * len(words) // 3
+        runs = [(" ".join(words[:a]) + " ", ""), (" ".join(words[a:b]), "<w:rPr><w:b/></w:rPr>"), (" " + " ".join(words[b:]), "")]
+        body.append("<w:p>" + "".join(f'<w:r>{props}<w:t xml:space="preserve">{text}</w:t></w:r>' for text, props in runs) + "</w:p>")
+    document = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:document xmlns:w="http://schemas.openxmlformats.org/'
+                f'wordprocessingml/2006/main"><w:body>{"".join(body)}</w:body></w:document>')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>')
+        z.writestr("word/document.xml", document)
+    return out.getvalue()
 
 
 def main() -> None:
@@ -82,9 +102,10 @@ def main() -> None:
     print(f"{'text':<10} {len(paragraphs):>7} {baseline:>8.2f} {count / baseline:>8.1f} {1:>7.2f}x")
     for format, document in documents(paragraphs).items():
         started = time.perf_counter()
-        _, blocks = translate_file(translator, document.encode("utf-8"), format)
+        _, blocks = translate_file(translator, document if isinstance(document, bytes) else document.encode("utf-8"), format)
         seconds = time.perf_counter() - started
-        print(f"{format:<10} {blocks:>7} {seconds:>8.2f} {count / seconds:>8.1f} {seconds / baseline:>7.2f}x")
+        pages = f"  ({args.paragraphs / 10 / seconds:.1f} pages/s)" if format == "docx" else ""
+        print(f"{format:<10} {blocks:>7} {seconds:>8.2f} {count / seconds:>8.1f} {seconds / baseline:>7.2f}x{pages}")
 
 
 if __name__ == "__main__":
