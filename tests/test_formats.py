@@ -75,6 +75,17 @@ def test_inline_elements_go_through_translate_html_and_come_back_with_their_own_
     assert translated("every child likes the old tree", document.render().split("\n")[1])
 
 
+@pytest.mark.parametrize("format, name", [("srt", "SRT"), ("vtt", "VTT"), ("po", "PO"), ("xliff", "XLIFF_12"), ("xliff", "XLIFF_20"),
+                                          ("md", "MD"), ("txt", "MD")])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_document_read_and_written_untranslated_is_its_own_bytes(format, name, newline):
+    from nmtcli.documents.formats import read, written
+
+    for data in (globals()[name].replace("\n", newline), globals()[name].rstrip("\n")):
+        document = read(data.encode("utf-8"), format)
+        assert written(document) == data.encode("utf-8") and document.blocks
+
+
 def test_a_long_document_reports_its_progress_a_chunk_of_blocks_at_a_time(translator):
     blocks = [core.Block([f"the dog sees {n % 7 + 1} cats"]) for n in range(core.CHUNK + 6)] + [core.Block(["..."])]
     calls = []
