@@ -102,32 +102,43 @@ def _tokens(data: bytes, children: list[Element], kinds: dict[int, str], dialect
 
 
 def _write(tokens: Sequence[Token], kinds: dict[int, str], dialect: Dialect) -> str:
-    """Tokens as the dialect writes them: text in `<w:t>` (`<a:t>`) inside its run, or in a run of its own outside every run; a tab or
-    break the alignment put outside its run in a run of its own; a whole element (a field's run, a bookmark) it put
-    inside a run between the run's two halves, since a run holds no run."""
+    """Tokens as the dialect writes them: text in `<w:t>` (`<a:t>`) inside its run, or in a run of its own outside
+    every run (spaces between two runs go at the end of the first, rather than in a run of their own); a tab or break
+    the alignment put outside its run in a run of its own; a whole element (a field's run, a bookmark) it put inside
+    a run between the run's two halves, since a run holds no run."""
     out: list[str] = []
     runs: list[Tag | None] = []  # for each open element: its start tag if it is a run
     open_text: str | None = None  # what closes the text being written: "</w:t>" or "</w:t></w:r>"
     run, text_start = f"<{dialect.prefix}:r>", dialect.text
     text_end, run_end = f"</{dialect.prefix}:t>", f"</{dialect.prefix}:r>"
+    ended = None  # where in `out` the text of the run that has just closed ends (spaces can still join it)
     for token in tokens:
         if isinstance(token, str):
             if not token:
                 continue
+            if ended is not None and token.isspace() and not (runs and runs[-1]):
+                out.insert(ended, html.escape(token, quote=False))
+                ended += 1
+                continue
+            ended = None
             if open_text is None:
                 in_run = bool(runs) and runs[-1]
                 out.append(text_start if in_run else run + text_start)
                 open_text = text_end if in_run else text_end + run_end
             out.append(html.escape(token, quote=False))
             continue
+        closing_text = open_text is not None
         if open_text is not None:
             out.append(open_text)
             open_text = None
+        ended = None
         kind = kinds.get(token.id, "void")
         if token.kind == "open":
             runs.append(token if kind == "run" else None)
         elif token.kind == "close" and runs:
-            runs.pop()
+            closed = runs.pop()
+            if closed is not None and closing_text:
+                ended = len(out) - 1  # before the "</w:t>" just written
         in_run = bool(runs) and runs[-1] is not None
         standalone = token.kind in ("void", "break")
         if standalone and kind == "in-run" and not in_run:
