@@ -22,7 +22,7 @@ __nmt_options() {
         'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --epochs --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --compile --no-compile --shape-classes --no-shape-classes --cuda-graphs --no-cuda-graphs --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --at --output -o --help -h' ;;
         'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --score-only --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --help -h' ;;
-        'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --access-log --no-access-log --protect --no-protect --glossary --max-glossary --max-request-glossary --help -h' ;;
+        'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --dtype --threads --access-log --no-access-log --protect --no-protect --glossary --max-glossary --max-request-glossary --help -h' ;;
         'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
@@ -139,6 +139,9 @@ __nmt_option_value() {
         'serve --max-lines') REPLY='text' ;;
         'serve --queue-lines') REPLY='text' ;;
         'serve --max-beam') REPLY='text' ;;
+        'serve --max-file-bytes') REPLY='text' ;;
+        'serve --max-file-chars') REPLY='text' ;;
+        'serve --file-keep') REPLY='text' ;;
         'serve --timeout') REPLY='text' ;;
         'serve --cors-origin') REPLY='text' ;;
         'serve --device') REPLY='choices auto cpu cuda' ;;

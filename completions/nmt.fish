@@ -28,7 +28,7 @@ function __nmt_value_options
         case 'translate'
             printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary
         case 'serve'
-            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --timeout --cors-origin --device --dtype --threads --protect --glossary --max-glossary --max-request-glossary
+            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --dtype --threads --protect --glossary --max-glossary --max-request-glossary
         case 'score'
             printf '%s\n' --ref -r --metrics --compat --target-lang -t --width --model -m --split --device
         case 'info'
@@ -259,7 +259,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l alignment -x -d 'words or pieces
 complete -c nmt -n "__nmt_using 'translate'" -l score-only -d 'Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs'
 complete -c nmt -n "__nmt_using 'translate'" -l target-file -r -F -d 'The translations --score-only scores, one per input line'
 complete -c nmt -n "__nmt_using 'translate'" -l split-sentences -d 'Input lines are paragraphs: cut each into sentences (by the rules of the model\'s source language), translate them one by one, and join their translations with the line\'s own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence\'s record under "sentences"'
-complete -c nmt -n "__nmt_using 'translate'" -l format -x -d 'text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block\'s text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md)'
+complete -c nmt -n "__nmt_using 'translate'" -l format -x -d 'text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block\'s text translated a sentence at a time and inline tags placed by the word alignment; txt, srt, vtt, po, xliff, md, docx, pptx, odt, odp, epub: a document of that format, read whole and written whole with everything but its text kept (docs/translating.md, "Documents"). auto: the format of -i FILE\'s extension (.srt, .vtt, .po, .pot, .xliff, .xlf, .md, .html, .docx, .pptx, .odt, .odp, .epub), else text'
 complete -c nmt -n "__nmt_using 'translate'" -l target-lang -s t -x -d 'A multilingual model (M2M-100, NLLB-200): the language to translate into, as the model writes it (deu_Latn, de) or an ISO 639-1/-3 code (de, deu); `nmt info MODEL` lists its languages'
 complete -c nmt -n "__nmt_using 'translate'" -l source-lang -s s -x -d 'A multilingual model: the language of the input (as --target-lang)'
 complete -c nmt -n "__nmt_using 'translate'" -l min-confidence -x -d 'Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get "low_confidence": true, and stderr counts them'
@@ -289,6 +289,9 @@ complete -c nmt -n "__nmt_using 'serve'" -l max-chars -x -d 'Characters per requ
 complete -c nmt -n "__nmt_using 'serve'" -l max-lines -x -d 'Lines per request at most (more: 413)'
 complete -c nmt -n "__nmt_using 'serve'" -l queue-lines -x -d 'Lines waiting for the model at most; a request that would queue more is refused with 429'
 complete -c nmt -n "__nmt_using 'serve'" -l max-beam -x -d 'The widest beam (and longest n-best list) a request may ask for'
+complete -c nmt -n "__nmt_using 'serve'" -l max-file-bytes -x -d 'POST /translate_file: the size of an uploaded file at most, in bytes (more: 413)'
+complete -c nmt -n "__nmt_using 'serve'" -l max-file-chars -x -d 'POST /translate_file: characters of text in a file at most (more: 413)'
+complete -c nmt -n "__nmt_using 'serve'" -l file-keep -x -d 'Seconds a translated file may be downloaded from GET /download_file/... before it is deleted'
 complete -c nmt -n "__nmt_using 'serve'" -l timeout -x -d 'Seconds a request may wait for its translation (then 503; its lines leave the queue)'
 complete -c nmt -n "__nmt_using 'serve'" -l cors-origin -x -d 'Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several'
 complete -c nmt -n "__nmt_using 'serve'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'

@@ -37,6 +37,9 @@ def command(
     max_lines: Annotated[int, typer.Option(help="Lines per request at most (more: 413).", min=1)] = 1_000,
     queue_lines: Annotated[int, typer.Option(help="Lines waiting for the model at most; a request that would queue more is refused with 429.", min=1)] = 4_096,
     max_beam: Annotated[int, typer.Option(help="The widest beam (and longest n-best list) a request may ask for.", min=1)] = 16,
+    max_file_bytes: Annotated[int, typer.Option(help="POST /translate_file: the size of an uploaded file at most, in bytes (more: 413).", min=1, rich_help_panel="Files")] = 10_000_000,
+    max_file_chars: Annotated[int, typer.Option(help="POST /translate_file: characters of text in a file at most (more: 413).", min=1, rich_help_panel="Files")] = 500_000,
+    file_keep: Annotated[float, typer.Option(help="Seconds a translated file may be downloaded from GET /download_file/... before it is deleted.", min=0.001, rich_help_panel="Files")] = 600.0,
     timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its translation (then 503; its lines leave the queue).", min=0.001)] = 60.0,
     cors_origin: Annotated[Optional[list[str]], typer.Option(metavar="ORIGIN", help="Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several. Default: none.")] = None,
     device: Annotated[str, options.device()] = "auto",
@@ -82,6 +85,7 @@ def command(
     from nmtcli.device import resolve_device
     from nmtcli.inference.translator import SearchSettings
     from nmtcli.serve.app import ServeConfig, create_app
+    from nmtcli.serve.files import FileLimits
     from nmtcli.serve.models import load_models
     from nmtcli.serve.requests import Limits
 
@@ -100,7 +104,7 @@ def command(
                          api_keys=frozenset(keys), glossaries=tuple(glossaries),
                          timeout=timeout, batching=batching, max_delay=max_delay / 1000, batch_lines=batch_lines,
                          queue_lines=queue_lines, cors_origins=tuple(cors_origin or ()), protect=not no_protect,
-                         protect_regex=tuple(protect or ()))
+                         protect_regex=tuple(protect or ()), files=FileLimits(max_file_bytes, max_file_chars, file_keep))
     _serve(create_app(served, config), listener, access_log, timeout)
     say("stopped: the requests in flight were answered")
 

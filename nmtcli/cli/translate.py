@@ -63,7 +63,7 @@ def command(
     score_only: Annotated[bool, typer.Option("--score-only", help="Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs.")] = False,
     target_file: Annotated[Optional[Path], typer.Option(help="The translations --score-only scores, one per input line.")] = None,
     split_sentences: Annotated[bool, typer.Option("--split-sentences", help="Input lines are paragraphs: cut each into sentences (by the rules of the model's source language), translate them one by one, and join their translations with the line's own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence's record under \"sentences\".")] = False,
-    text_format: Annotated[str, typer.Option("--format", help="text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time and inline tags placed by the word alignment (docs/translating.md).")] = "text",
+    text_format: Annotated[str, typer.Option("--format", help="text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time and inline tags placed by the word alignment; txt, srt, vtt, po, xliff, md, docx, pptx, odt, odp, epub: a document of that format, read whole and written whole with everything but its text kept (docs/translating.md, \"Documents\"). auto: the format of -i FILE's extension (.srt, .vtt, .po, .pot, .xliff, .xlf, .md, .html, .docx, .pptx, .odt, .odp, .epub), else text.")] = "auto",
     target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="A multilingual model (M2M-100, NLLB-200): the language to translate into, as the model writes it (deu_Latn, de) or an ISO 639-1/-3 code (de, deu); `nmt info MODEL` lists its languages. Other models: checked against the model's own.")] = None,
     source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="A multilingual model: the language of the input (as --target-lang). Default: English.")] = None,
     min_confidence: Annotated[Optional[float], typer.Option(help="Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get \"low_confidence\": true, and stderr counts them.", min=0.0, max=1.0)] = None,
@@ -95,10 +95,13 @@ def command(
                        "drop one of them", exit_code=2)
     if input is not None:
         check_readable(input, "check the path given to --input")
+    from nmtcli.cli.documents import chosen_format
+
+    text_format = chosen_format(text_format, input)
     _check_forced_flags(alignment, score_only, target_file, output_format, nbest, engine, input)
     _check_html_flags(text_format, output_format, engine, alignment, score_only, prefix_file, split_sentences)
-    if min_confidence is not None and (score_only or text_format == "html" or engine != "native"):
-        flag = "--score-only" if score_only else "--format html" if text_format == "html" else f"--engine {engine}"
+    if min_confidence is not None and (score_only or text_format != "text" or engine != "native"):
+        flag = "--score-only" if score_only else f"--format {text_format}" if text_format != "text" else f"--engine {engine}"
         raise NmtError(f"--min-confidence does not go with {flag}", "it flags the native engine's translations of lines; "
                        "drop one of them", exit_code=2)
     if score_only and (prefix_file is not None or sampling is not None):
@@ -117,6 +120,13 @@ def command(
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
+    if text_format not in ("text", "html"):  # a document: documents/formats/ through the Python API
+        from nmtcli.cli.documents import translate_document_file
+
+        return translate_document_file(lambda: _translator(engine, model, revision, device, dtype, threads, output_format, settings,
+                                                           warn, (source_lang, target_lang)), input, output, text_format, dict(
+            beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+            protect=not no_protect, protect_regex=protect or [], glossary=terms))
     sentence_numbers: dict[int, tuple[int, int]] = {}  # --split-sentences: a sentence's number -> (its line, its place in it)
     translator = _translator(engine, model, revision, device, dtype, threads, output_format, settings,
                              _sentence_warn(sentence_numbers) if split_sentences else warn, (source_lang, target_lang))
@@ -183,15 +193,18 @@ def _check_html_flags(text_format: str, output_format: str, engine: str, alignme
                       prefix_file: Path | None, split_sentences: bool) -> None:
     from nmtcli.errors import NmtError
 
-    if text_format not in ("text", "html"):
-        raise NmtError(f"unknown --format {text_format!r}", "choose text or html", exit_code=2)
+    from nmtcli.documents.formats import FORMATS
+
+    if text_format not in ("text", *FORMATS):
+        raise NmtError(f"unknown --format {text_format!r}", f"choose auto, text or one of {', '.join(FORMATS)}", exit_code=2)
     if text_format == "text":
         return
+    what = "HTML document" if text_format == "html" else "document"
     for given, flag in ((output_format != "text", "--output-format json"), (engine != "native", f"--engine {engine}"),
                         (alignment is not None, "--alignment"), (score_only, "--score-only"), (prefix_file is not None, "--prefix-file"),
-                        (split_sentences, "--split-sentences (HTML is always translated a sentence at a time)")):
+                        (split_sentences and text_format == "html", "--split-sentences (HTML is always translated a sentence at a time)")):
         if given:
-            raise NmtError(f"--format html does not go with {flag}", "--format html writes the HTML document translated "
+            raise NmtError(f"--format {text_format} does not go with {flag}", f"--format {text_format} writes the {what} translated "
                            "(its tags placed by the native engine's word alignment); drop one of them", exit_code=2)
 
 

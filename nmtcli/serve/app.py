@@ -4,6 +4,8 @@
     POST /detect             LibreTranslate's: q -> [{"confidence", "language"}], the likeliest languages first
     GET  /languages          LibreTranslate's: [{"code", "name", "targets"}], every language a model translates from or into
     GET  /frontend/settings  LibreTranslate's: the limits and whether a key is needed (its web clients ask)
+    POST /translate_file     LibreTranslate's: a document (multipart: file, source, target) -> its download URL (files.py)
+    GET  /download_file/NAME LibreTranslate's: the translated document, kept for a while (files.py)
     POST /nmt/translate      one line per item of `lines`, with the search options of `nmt translate`, and min_confidence
     GET  /nmt/models         the models served: name, language pair, scores.json
     GET  /health             {"status": "ok", ...} once the models are loaded
@@ -43,6 +45,7 @@ from nmtcli.errors import NmtError
 from nmtcli.inference.alignment import COVERING
 from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
 from nmtcli.serve.batching import Batcher, QueueFull
+from nmtcli.serve.files import SUPPORTED, FileLimits, FileService
 from nmtcli.serve.metrics import Metrics
 from nmtcli.serve.models import ServedModel, ServedModels, language_name
 from nmtcli.serve.requests import (
@@ -78,6 +81,7 @@ class ServeConfig:
     protect: bool = True  # the built-in protected spans (documents/protect.py); a request's "protect": false turns them off
     protect_regex: tuple[str, ...] = ()  # `--protect REGEX`: more spans kept, in every request
     glossaries: tuple[tuple[str, str, Glossary], ...] = ()  # `--glossary SOURCE-TARGET=FILE`: (source, target, its terms)
+    files: FileLimits = FileLimits()  # /translate_file: the size and text of a file at most, how long a download is kept
 
 
 class ClientGone(Exception):
@@ -193,8 +197,8 @@ class Service:
     async def frontend_settings(self, request: Request) -> Response:
         first = self.models[0]
         return JSONResponse({"charLimit": self.config.limits.chars, "frontendTimeout": 500, "apiKeys": bool(self.config.api_keys),
-                             "keyRequired": bool(self.config.api_keys), "suggestions": False, "filesTranslation": False,
-                             "supportedFilesFormat": [],
+                             "keyRequired": bool(self.config.api_keys), "suggestions": False, "filesTranslation": True,
+                             "supportedFilesFormat": SUPPORTED,
                              "language": {"source": {"code": first.source, "name": language_name(first.source)},
                                           "target": {"code": first.target, "name": language_name(first.target)}}})
 
@@ -465,6 +469,7 @@ def create_app(models: list[ServedModel], config: ServeConfig = ServeConfig()) -
            ("/nmt/models", "GET", service.model_list), ("/health", "GET", service.health),
            ("/metrics", "GET", service.metrics_text), ("/", "GET", service.page)]
     routes = [Route(path, service.counted(path, handler), methods=[method]) for path, method, handler in api]
+    routes += FileService(service, config.files).routes(service.counted)
     middleware = [Middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
                              allow_headers=["Content-Type", "Authorization"])] if config.cors_origins else []
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -87,6 +88,11 @@ class Batcher:
         for job in [*self.pending, *self.running]:
             job.future.cancel()
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+
+    async def run(self, call: Callable, *args, **kwargs):
+        """`call(*args, **kwargs)` on the translation thread, after the batch being translated (a chunk of a file:
+        serve/files.py), so that the model is never used by two threads at once."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(call, *args, **kwargs))
 
     async def translate(self, model: ServedModel, lines: list[str], settings: SearchSettings,
                         prefixes: list[str] | None = None, targets: list[str] | None = None,

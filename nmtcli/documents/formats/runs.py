@@ -1,0 +1,152 @@
+"""Paragraphs of runs, as Word (WordprocessingML, docx.py) and PowerPoint (DrawingML, pptx.py) write them.
+
+A paragraph (`<w:p>`, `<a:p>`) is one block; its properties (`pPr`) are kept in front of it (and PowerPoint's
+`<a:endParaRPr>` behind it). Each run (`<w:r>`, `<a:r>`), with its own formatting (`rPr`: bold, italic, a font, a
+colour), is an inline element around its text, so the alignment puts each run's formatting on the translation of its
+words instead of merging the paragraph into its first run (what LibreTranslate's users report, its issues #599 and
+#683); so are the containers of runs (Word's hyperlinks, tracked insertions, simple fields, smart tags). A run that
+holds no text or something besides text that must not be translated (a field code, a drawing, a note reference), a
+field, a tracked deletion, bookmarks, comment anchors and proofing marks are standalone elements, kept whole and
+placed by the alignment; a tab or a line break inside a run stays in a run. Translated text outside every run (words
+the alignment gave to no run) is written in a run of its own with no formatting of its own, and a whole element the
+alignment put inside a run is written between the run's two halves, since a run holds no run.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nmtcli.documents.formats.core import Block, Document, Tag, Token
+from nmtcli.documents.formats.xmlbytes import Edit, Element, parse, text, unescaped
+
+
+@dataclass(frozen=True)
+class Dialect:
+    prefix: str  # the namespace prefix runs are written with: "w", "a"
+    text: str  # the start of a text element: '<w:t xml:space="preserve">', "<a:t>"
+    containers: frozenset[str]  # elements that hold runs inside a paragraph
+    kept_run_children: frozenset[str]  # a run holding one of these is kept whole
+    run_content: frozenset[str]  # a run's children that are not text but stay in a run (tab, break)
+    last: frozenset[str] = frozenset()  # a paragraph's last children that stay last
+    breaks: frozenset[str] = frozenset(("br", "cr"))  # line breaks: the sentence before one ends there
+
+
+def read_part(data: bytes, dialect: Dialect) -> Document:
+    """A part's paragraphs as blocks, every other byte kept."""
+    root = parse(data)
+    edits: list[tuple[int, int, Edit]] = []
+    blocks: list[Block] = []
+    for paragraph in _paragraphs(root):
+        children = [c for c in paragraph.children if c.name != "pPr"]
+        end = paragraph.end
+        while children and children[-1].name in dialect.last:  # PowerPoint's end-of-paragraph properties stay last
+            end = children.pop().start
+        if not children:
+            continue
+        kinds: dict[int, str] = {}
+        tokens = _tokens(data, children, kinds, dialect)
+        block = Block(tokens, write=lambda tokens, kinds=kinds: _write(tokens, kinds, dialect))
+        blocks.append(block)
+        start = children[0].start
+        edits.append((start, end, Edit(block, text(data, start, end), block.render)))
+    parts: list = []
+    at = 0
+    for start, end, edit in edits:
+        parts += [text(data, at, start), edit]
+        at = end
+    parts.append(text(data, at, len(data)))
+    return Document(parts, blocks)
+
+
+def _paragraphs(element: Element):
+    """The paragraphs not inside another (a Word text box's sit in a drawing in a run of another paragraph: that run
+    is kept whole, the text box's paragraphs with it)."""
+    for child in element.children:
+        if child.name == "p":
+            yield child
+        else:
+            yield from _paragraphs(child)
+
+
+def _tokens(data: bytes, children: list[Element], kinds: dict[int, str], dialect: Dialect) -> list[Token]:
+    """A paragraph's (or a container's) children as text and tags; `kinds` gets each element's kind by its id ("run",
+    "container", "in-run": a tab or break of a run, "void": a whole element kept)."""
+    out: list[Token] = []
+    for child in children:
+        raw = text(data, child.start, child.end_end)
+        if child.name == "r" and any(c.name == "t" for c in child.children) and not any(c.name in dialect.kept_run_children for c in child.children):
+            n = len(kinds)
+            kinds[n] = "run"
+            properties = next((c for c in child.children if c.name == "rPr"), None)
+            opening = text(data, child.start, properties.end_end if properties else child.start_end)
+            out.append(Tag("open", opening, n))
+            for part in child.children:
+                if part.name == "t":
+                    out.append(unescaped(text(data, part.start_end, part.end)))
+                elif part.name != "rPr":
+                    kinds[len(kinds)] = "in-run" if part.name in dialect.run_content else "void"
+                    out.append(Tag("break" if part.name in dialect.breaks else "void", text(data, part.start, part.end_end), len(kinds) - 1))
+            out.append(Tag("close", text(data, child.end, child.end_end), n))
+        elif child.name in dialect.containers and child.end_end > child.end:
+            n = len(kinds)
+            kinds[n] = "container"
+            out.append(Tag("open", text(data, child.start, child.start_end), n))
+            out += _tokens(data, child.children, kinds, dialect)
+            out.append(Tag("close", text(data, child.end, child.end_end), n))
+        else:
+            kinds[len(kinds)] = "void"
+            out.append(Tag("break" if child.name in dialect.breaks else "void", raw, len(kinds) - 1))
+    return out
+
+
+def _write(tokens: Sequence[Token], kinds: dict[int, str], dialect: Dialect) -> str:
+    """Tokens as the dialect writes them: text in `<w:t>` (`<a:t>`) inside its run, or in a run of its own outside
+    every run (spaces between two runs go at the end of the first, rather than in a run of their own); a tab or break
+    the alignment put outside its run in a run of its own; a whole element (a field's run, a bookmark) it put inside
+    a run between the run's two halves, since a run holds no run."""
+    out: list[str] = []
+    runs: list[Tag | None] = []  # for each open element: its start tag if it is a run
+    open_text: str | None = None  # what closes the text being written: "</w:t>" or "</w:t></w:r>"
+    run, text_start = f"<{dialect.prefix}:r>", dialect.text
+    text_end, run_end = f"</{dialect.prefix}:t>", f"</{dialect.prefix}:r>"
+    ended = None  # where in `out` the text of the run that has just closed ends (spaces can still join it)
+    for token in tokens:
+        if isinstance(token, str):
+            if not token:
+                continue
+            if ended is not None and token.isspace() and not (runs and runs[-1]):
+                out.insert(ended, html.escape(token, quote=False))
+                ended += 1
+                continue
+            ended = None
+            if open_text is None:
+                in_run = bool(runs) and runs[-1]
+                out.append(text_start if in_run else run + text_start)
+                open_text = text_end if in_run else text_end + run_end
+            out.append(html.escape(token, quote=False))
+            continue
+        closing_text = open_text is not None
+        if open_text is not None:
+            out.append(open_text)
+            open_text = None
+        ended = None
+        kind = kinds.get(token.id, "void")
+        if token.kind == "open":
+            runs.append(token if kind == "run" else None)
+        elif token.kind == "close" and runs:
+            closed = runs.pop()
+            if closed is not None and closing_text:
+                ended = len(out) - 1  # before the "</w:t>" just written
+        in_run = bool(runs) and runs[-1] is not None
+        standalone = token.kind in ("void", "break")
+        if standalone and kind == "in-run" and not in_run:
+            out.append(f"{run}{token.markup}{run_end}")
+        elif standalone and kind == "void" and in_run:
+            out.append(f"{run_end}{token.markup}{runs[-1].markup}")
+        else:
+            out.append(token.markup)
+    if open_text is not None:
+        out.append(open_text)
+    return "".join(out)
