@@ -23,7 +23,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from nmtcli.documents.markup import _WORD, Node, Sentence, render_sentence, without
+from nmtcli.documents.html_tokens import WORD
+from nmtcli.documents.placement import Node, Sentence, render_sentence, without
 from nmtcli.errors import NmtError
 from nmtcli.inference.results import Translation
 
@@ -111,7 +112,7 @@ class Protected:
             where.extend(range(at, a))
             at = b
         flat = "".join(pieces)
-        words = [(m.start(), m.end()) for m in _WORD.finditer(flat)]
+        words = [(m.start(), m.end()) for m in WORD.finditer(flat)]
         if not words:
             return cls(original, "", original.strip(), "", None, [original[a:b] for a, b in spans])
         first, last = where[words[0][0]], where[words[-1][1] - 1] + 1
