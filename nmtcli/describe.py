@@ -92,7 +92,15 @@ def _model_dir(model_dir: Path, progress: Progress | None, git_blob: bool) -> tu
     if (model_dir / SPM_FILE).is_file():
         report["sentencepiece_pieces"] = _pieces(model_dir / SPM_FILE)
     report["parameters"] = _parameters(values["model"])
+    trained = (values.get("training") or {}).get("directions")
+    if trained and (values.get("tokenizer") or {}).get("languages"):  # a multilingual model of nmt's: which directions it learned
+        report["directions"] = {"trained": trained, "zero_shot": zero_shot(list(values["tokenizer"]["languages"]), trained)}
     return report, files
+
+
+def zero_shot(languages: list[str], trained: list[str]) -> list[str]:
+    """The directions between `languages` that no training pair covered (Johnson et al. 2017, sec. 5: zero-shot)."""
+    return [f"{s}-{t}" for s in languages for t in languages if s != t and f"{s}-{t}" not in trained]
 
 
 def describe_model_dir(model_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
