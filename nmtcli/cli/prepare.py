@@ -58,7 +58,8 @@ def command(
     [bold]nmt prepare wmt14-en-de[/bold] downloads WMT 2014 from the Hugging Face Hub (cached, resumable;
     HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE work as for every Hub tool); [bold]nmt prepare demo[/bold]
     uses the small corpus shipped with nmt, offline. [bold]nmt prepare --train PREFIX --valid PREFIX[/bold]
-    prepares your own files instead.
+    prepares your own files instead; several [bold]--train SRC-TGT=PREFIX[/bold] (a --valid for each) prepare one
+    multilingual model's data: one BPE over every language, sampled with temperature, and language tags.
 
     Drops empty pairs, exact duplicates, pairs over --max-tokens subword tokens and (training split
     only) pairs whose length ratio exceeds --max-ratio, and optionally markup and wrong-script pairs.
