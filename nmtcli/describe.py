@@ -22,6 +22,7 @@ from nmtcli.checksums import Progress, file_digests
 from nmtcli.data.text import SPM_FILE
 from nmtcli.errors import NmtError
 from nmtcli.files import read_json
+from nmtcli.inference.language_codes import zero_shot
 from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
 
 EXPECTED = "pass a model dir, a run dir or a Hub id OWNER/NAME: what `nmt average`, `nmt train` and `nmt push` make"
@@ -96,11 +97,6 @@ def _model_dir(model_dir: Path, progress: Progress | None, git_blob: bool) -> tu
     if trained and (values.get("tokenizer") or {}).get("languages"):  # a multilingual model of nmt's: which directions it learned
         report["directions"] = {"trained": trained, "zero_shot": zero_shot(list(values["tokenizer"]["languages"]), trained)}
     return report, files
-
-
-def zero_shot(languages: list[str], trained: list[str]) -> list[str]:
-    """The directions between `languages` that no training pair covered (Johnson et al. 2017, sec. 5: zero-shot)."""
-    return [f"{s}-{t}" for s in languages for t in languages if s != t and f"{s}-{t}" not in trained]
 
 
 def describe_model_dir(model_dir: Path, progress: Progress | None = None) -> dict[str, Any]:

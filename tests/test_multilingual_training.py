@@ -112,6 +112,8 @@ def test_info_marks_untrained_directions_zero_shot(multilingual, nmt_main):
     assert config["languages"] == {"source": "mul", "target": "mul"} and config["model"]["language_tags"]
     report = json.loads(nmt_main("info", str(trained), "--json").stdout)
     assert report["directions"] == {"trained": list(DIRECTIONS), "zero_shot": ["de-fr", "fr-de", "fr-en"]}
+    card = (trained / "README.md").read_text()
+    assert "trained en-de, de-en, en-fr; zero-shot (untrained) de-fr, fr-de, fr-en" in card and "--target-lang de" in card
 
 
 def test_temperature_quotas_flatten_the_languages_shares():
@@ -133,3 +135,23 @@ def test_prepare_refuses_a_pair_it_cannot_tell_or_a_direction_without_valid(corp
                       "--valid", str(corpus["en-fr"]["valid"]), "-o", str(tmp_path / "out"), check=False)
     assert result.returncode == 2 and "no --valid for en-de" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_push_and_pull_keep_the_tags_and_the_directions(multilingual, tmp_path):
+    from conftest import nmt_forked
+    from hub_server import FakeHub
+
+    _, _, trained, *_ = multilingual
+    with FakeHub({"hf_test_alice": "alice"}) as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf-home"), "HF_TOKEN": "hf_test_alice",
+               "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        nmt_forked("push", str(trained), "alice/mul", env=env)
+        nmt_forked("pull", "alice/mul", "-o", str(tmp_path / "pulled"), env=env)
+    for name in ("config.json", "model.safetensors", "sentencepiece.model", "vocab.json"):
+        assert (tmp_path / "pulled" / name).read_bytes() == (trained / name).read_bytes(), name
+    header = (tmp_path / "pulled" / "README.md").read_text().split("---\n")[1]
+    assert '- "de"\n- "en"\n- "fr"' in header  # the model's languages, not "mul"
+    line = "a king helps the old woman\n"
+    assert nmt("translate", "-m", str(tmp_path / "pulled"), "-t", "fr", input=line).stdout == \
+        nmt("translate", "-m", str(trained), "-t", "fr", input=line).stdout
