@@ -103,6 +103,9 @@ def test_translate_target_lang_picks_the_output_language(multilingual, nmt_main)
     german = nmt_main("translate", "-m", str(trained), "--target-lang", "de", "--beam", "1", input=line).stdout
     french = nmt_main("translate", "-m", str(trained), "--target-lang", "fr", "--beam", "1", input=line).stdout
     assert "hund" in german and "gode" in french  # the corpus' words for "dog" (tests/corpus.py)
+    zero_shot = nmt_main("translate", "-m", str(trained), "-s", "de", "-t", "fr", "--beam", "1", input="der hund sieht ein ball\n")
+    assert "warning: de->fr is a zero-shot direction" in zero_shot.stderr and "trained on en-de, de-en, en-fr only" in zero_shot.stderr
+    assert "zero-shot" not in nmt_main("translate", "-m", str(trained), "-s", "de", "-t", "en", input=line).stderr
 
 
 @pytest.mark.slow
