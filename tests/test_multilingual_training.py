@@ -158,3 +158,21 @@ def test_push_and_pull_keep_the_tags_and_the_directions(multilingual, tmp_path):
     line = "a king helps the old woman\n"
     assert nmt("translate", "-m", str(tmp_path / "pulled"), "-t", "fr", input=line).stdout == \
         nmt("translate", "-m", str(trained), "-t", "fr", input=line).stdout
+
+
+@pytest.mark.slow
+def test_serve_translates_each_direction_of_the_model(multilingual, tmp_path):
+    pytest.importorskip("starlette")
+    from test_serve import Server, request, translate
+
+    _, _, trained, *_ = multilingual
+    server = Server(["-m", str(trained), "--threads", "1"], tmp_path)
+    try:
+        assert [(entry["code"], entry["targets"]) for entry in request(server, "GET", "/languages")[1]] == \
+            [("de", ["en", "fr"]), ("en", ["de", "fr"]), ("fr", ["de", "en"])]
+        line = "the small dog sees a red ball"
+        for target in ("de", "fr"):
+            served = translate(server, {"q": line, "source": "en", "target": target})["translatedText"]
+            assert served == nmt("translate", "-m", str(trained), "-t", target, input=line + "\n").stdout.strip()
+    finally:
+        server.stop()
