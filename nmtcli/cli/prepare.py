@@ -123,7 +123,7 @@ def command(
 def _multilingual(train: list[str], valid: list[str], test: list[str], source_lang, target_lang, vocab_from, vocab_size, spm_sentences,
                   max_ratio, seed, options: dict, revision, output) -> None:
     """Several --train: one data dir for one multilingual model (data/multilingual.py)."""
-    from nmtcli.data.multilingual import parse_corpus, prepare_multilingual
+    from nmtcli.data.multilingual import check_corpora, parse_corpus, prepare_multilingual
     from nmtcli.data.prepare import PrepareSettings
     from nmtcli.data.text import MAX_RATIO
 
@@ -132,6 +132,7 @@ def _multilingual(train: list[str], valid: list[str], test: list[str], source_la
             raise NmtError(f"{flag} does not apply to several --train corpora (each names its own pair)",
                            "leave it out; fine-tuning an imported multilingual model takes one pair: one --train", exit_code=2)
     corpora = {flag: [parse_corpus(spec, flag) for spec in specs] for flag, specs in (("--train", train), ("--valid", valid), ("--test", test))}
+    check_corpora(corpora["--train"], corpora["--valid"], corpora["--test"])  # before anything is announced
     settings = PrepareSettings("src", "tgt", vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, seed=seed, **options)
     out = output or DATA_ROOT / "+".join(c.direction for c in corpora["--train"])
     announce("prepared data", out)

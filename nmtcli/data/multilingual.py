@@ -102,7 +102,7 @@ def prepare_multilingual(out_dir: Path, train: list[Corpus], valid: list[Corpus]
                          settings: PrepareSettings, progress: Progress = _no_progress) -> dict[str, Any]:
     """Prepare several pairs into one data dir for one multilingual model (see the module's docstring)."""
     directions = [c.direction for c in train]
-    _check(train, valid, test or [])
+    check_corpora(train, valid, test or [])
     out_dir = Path(out_dir)
     name = "+".join(directions)
     sides = replace(settings, source_lang=SIDES[0], target_lang=SIDES[1])
@@ -189,7 +189,7 @@ def prepare_multilingual(out_dir: Path, train: list[Corpus], valid: list[Corpus]
     return manifest
 
 
-def _check(train: list[Corpus], valid: list[Corpus], test: list[Corpus]) -> None:
+def check_corpora(train: list[Corpus], valid: list[Corpus], test: list[Corpus]) -> None:
     """One corpus per direction and split; a valid split for every training direction, and no other."""
     for flag, corpora in (("--train", train), ("--valid", valid), ("--test", test)):
         seen = [c.direction for c in corpora]
@@ -201,7 +201,7 @@ def _check(train: list[Corpus], valid: list[Corpus], test: list[Corpus]) -> None
         given = {c.direction for c in corpora}
         missing = sorted(trained - given) if required else []
         if missing:
-            raise NmtError(f"no {flag} for {', '.join(missing)}", f"pass one {flag} per training direction (validation BLEU is per direction)", exit_code=2)
+            raise NmtError(f"no {flag} for {', '.join(missing)}", f"pass one {flag} per training direction: validation BLEU is per direction", exit_code=2)
         if given - trained:
             raise NmtError(f"{flag} for {', '.join(sorted(given - trained))}, which no --train covers",
                            "a multilingual model is validated and scored on the directions it trains; leave it out", exit_code=2)
