@@ -119,6 +119,15 @@ def test_info_marks_untrained_directions_zero_shot(multilingual, nmt_main):
     assert "trained en-de, de-en, en-fr; zero-shot (untrained) de-fr, fr-de, fr-en" in card and "--target-lang de" in card
 
 
+def test_prepare_is_reproducible_and_a_finished_one_is_reused(corpus, data, tmp_path, nmt_main):
+    again = tmp_path / "again"
+    nmt_main(*_prepare_args(corpus, again))
+    manifest = json.loads((again / "manifest.json").read_text())
+    assert manifest["files"] == json.loads((data / "manifest.json").read_text())["files"]  # the same sha256, file for file
+    rerun = nmt_main(*_prepare_args(corpus, again))
+    assert "already prepared with these inputs and settings" in rerun.stderr
+
+
 def test_temperature_quotas_flatten_the_languages_shares():
     from nmtcli.data.multilingual import temperature_quotas
 
