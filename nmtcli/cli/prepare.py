@@ -34,7 +34,7 @@ def _list_recipes() -> None:
 def command(
     name: Annotated[Optional[str], typer.Argument(help="A named corpus (see --list), e.g. wmt14-en-de or demo. Downloaded, cleaned and binarized into data/NAME/.", metavar="NAME", show_default=False)] = None,
     list_recipes: Annotated[bool, typer.Option("--list", help="List the named corpora with their size, source and license, and exit.")] = False,
-    train: Annotated[Optional[list[str]], typer.Option(help="Training files: PREFIX.SRC and PREFIX.TGT, one sentence a line, aligned. Repeated: one multilingual model's data, each corpus with its pair as SRC-TGT=PREFIX or in a directory named SRC-TGT (corpus/en-fr/train), -s/-t unused.", metavar="PREFIX", show_default=False, rich_help_panel=FILES)] = None,
+    train: Annotated[Optional[list[str]], typer.Option(help="Training files: PREFIX.SRC and PREFIX.TGT, one sentence a line, aligned. Repeated: one multilingual model's data, each corpus with its pair as SRC-TGT=PREFIX or in a directory named SRC-TGT (corpus/en-fr/train); -s/-t are then refused.", metavar="PREFIX", show_default=False, rich_help_panel=FILES)] = None,
     valid: Annotated[Optional[list[str]], typer.Option(help="Validation files PREFIX.SRC / PREFIX.TGT (e.g. newstest2013). With several --train: one per training direction, named as they are.", metavar="PREFIX", show_default=False, rich_help_panel=FILES)] = None,
     test: Annotated[Optional[list[str]], typer.Option(help="Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`. With several --train: any of the training directions, named as they are.", metavar="PREFIX", show_default=False, rich_help_panel=FILES)] = None,
     source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="Source language code (the file suffix). Default: en, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
@@ -51,7 +51,7 @@ def command(
     revision: Annotated[Optional[str], typer.Option(help="Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used. Default: the recipe's.", show_default=False, rich_help_panel=RUN)] = None,
     workers: Annotated[int, typer.Option(help="Encoding processes and sentencepiece training threads; 0 uses every core. Does not change the output.", min=0, rich_help_panel=RUN)] = 0,
     chunk_pairs: Annotated[int, typer.Option(help="Pairs encoded per chunk, the unit an interrupted run resumes from. Does not change the output.", min=1, rich_help_panel=RUN)] = 100_000,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Data dir to write. Default: data/NAME, or data/SRC-TGT for files.", show_default=False)] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Data dir to write. Default: data/NAME, or data/SRC-TGT for files (several pairs: data/SRC-TGT+SRC-TGT...).", show_default=False)] = None,
 ) -> None:
     """Download or read parallel text, clean it, train a joint BPE vocabulary and binarize it for training.
 

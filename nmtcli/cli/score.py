@@ -33,7 +33,8 @@ def command(
 
     With HYP and --ref, the BLEU line is exactly what `sacrebleu REF -i HYP -f text` prints.
     With no HYP, translates the test split of the model's prepared data dir (beam 4, alpha 0.6) and
-    scores it against the reference; the scores are recorded in the model dir's scores.json.
+    scores it against the reference; the scores are recorded in the model dir's scores.json. A model trained
+    on several pairs has each direction's test split translated, scored and recorded on its own.
     --compat paper gives the BLEU of the paper's Table 2 instead (--compat sacrebleu,paper: both).
     """
     from nmtcli.data.text import read_lines
