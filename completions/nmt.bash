@@ -47,9 +47,9 @@ __nmt_option_value() {
         'quickstart --device') REPLY='choices auto cpu cuda' ;;
         'quickstart --examples') REPLY='text' ;;
         'quickstart --dir'|'quickstart -C') REPLY='files' ;;
-        'prepare --train') REPLY='files' ;;
-        'prepare --valid') REPLY='files' ;;
-        'prepare --test') REPLY='files' ;;
+        'prepare --train') REPLY='text' ;;
+        'prepare --valid') REPLY='text' ;;
+        'prepare --test') REPLY='text' ;;
         'prepare --source-lang'|'prepare -s') REPLY='text' ;;
         'prepare --target-lang'|'prepare -t') REPLY='text' ;;
         'prepare --vocab-from') REPLY='text' ;;

@@ -165,9 +165,9 @@ complete -c nmt -n "__nmt_using 'quickstart'" -l help -s h -d 'Show this message
 
 # nmt prepare
 complete -c nmt -n "__nmt_using 'prepare'" -l list -d 'List the named corpora with their size, source and license, and exit'
-complete -c nmt -n "__nmt_using 'prepare'" -l train -r -F -d 'Training files: PREFIX.SRC and PREFIX.TGT, one sentence a line, aligned'
-complete -c nmt -n "__nmt_using 'prepare'" -l valid -r -F -d 'Validation files PREFIX.SRC / PREFIX.TGT (e.g. newstest2013)'
-complete -c nmt -n "__nmt_using 'prepare'" -l test -r -F -d 'Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`'
+complete -c nmt -n "__nmt_using 'prepare'" -l train -x -d 'Training files: PREFIX.SRC and PREFIX.TGT, one sentence a line, aligned'
+complete -c nmt -n "__nmt_using 'prepare'" -l valid -x -d 'Validation files PREFIX.SRC / PREFIX.TGT (e.g. newstest2013)'
+complete -c nmt -n "__nmt_using 'prepare'" -l test -x -d 'Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`'
 complete -c nmt -n "__nmt_using 'prepare'" -l source-lang -s s -x -d 'Source language code (the file suffix)'
 complete -c nmt -n "__nmt_using 'prepare'" -l target-lang -s t -x -d 'Target language code (the file suffix)'
 complete -c nmt -n "__nmt_using 'prepare'" -l vocab-from -x -d 'Encode with this model\'s tokenizer instead of training a new one (a model dir or Hub id; nmt\'s own, or from `nmt import marian|m2m100|nllb`), so that `nmt train --init MODEL` can fine-tune it on this data'

@@ -25,12 +25,16 @@ def local_card(values: dict[str, Any]) -> str:
                   if (values.get("tokenizer") or {}).get("kind") == "marian" else f"shared {m['vocab_size']:,}-piece sentencepiece BPE vocabulary")
     title = f"fine-tuned from {base}" if base else t["preset"]
     start = f"\n- Started from: {base} (`nmt train --init`), its weights at step 0" if base else ""
-    return f"""# Transformer {lang['source']}-{lang['target']} ({title})
+    languages, flag, pair, (src, tgt) = f"{lang['source']} -> {lang['target']}", "", f"{lang['source']}-{lang['target']}", (lang["source"], lang["target"])
+    codes = list((values.get("tokenizer") or {}).get("languages") or {})
+    if codes and t.get("directions"):  # trained on several pairs: the tag picks the output language
+        languages, flag, pair, (src, tgt) = _multilingual(codes, t["directions"])
+    return f"""# Transformer {pair} ({title})
 
 A Transformer translation model ("Attention Is All You Need", Vaswani et al., 2017) trained with
 [nmt](https://pypi.org/project/nmtcli/).
 
-- Languages: {lang['source']} -> {lang['target']}
+- Languages: {languages}
 - Architecture: {m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads,
   {m['norm']}-norm, {m['activation']}, {vocabulary}; {params:,} parameters
 - Training data: {t['data']} ({t['train_pairs']:,} sentence pairs after cleaning)
@@ -39,9 +43,20 @@ A Transformer translation model ("Attention Is All You Need", Vaswani et al., 20
 ## Use
 
 ```
-cat input.{lang['source']} | nmt translate -m THIS_DIR > output.{lang['target']}
+cat input.{src} | nmt translate -m THIS_DIR{flag} > output.{tgt}
 ```
 """
+
+
+def _multilingual(codes: list[str], trained: list[str]) -> tuple[str, str, str, tuple[str, str]]:
+    """A multilingual model of nmt's own: (its languages, the directions trained and the others, zero-shot, in words;
+    the flags that pick the first trained direction; a name for the title; that direction's languages)."""
+    from nmtcli.inference.language_codes import zero_shot
+
+    others = zero_shot(codes, trained)
+    words = f"{', '.join(codes)}, any direction; trained {', '.join(trained)}" + (f"; zero-shot (untrained) {', '.join(others)}" if others else "")
+    src, tgt = trained[0].split("-", 1)
+    return words, f" --source-lang {src} --target-lang {tgt}", "multilingual", (src, tgt)
 
 
 def hub_card(values: dict[str, Any], repo_id: str, scores: dict[str, Any], license: str | None = None) -> str:
@@ -52,12 +67,17 @@ def hub_card(values: dict[str, Any], repo_id: str, scores: dict[str, Any], licen
     imported = values.get("imported_from")
     license = license or values.get("license") or "apache-2.0"
     name = repo_id.split("/")[-1]
+    codes = list((values.get("tokenizer") or {}).get("languages") or {})
+    direction, flag, (first, last) = f"{src} -> {tgt}", "", (src, tgt)
+    if codes and training.get("directions"):  # trained by nmt on several pairs: its languages, what was trained, the tag flags
+        direction, flag, _, (first, last) = _multilingual(codes, training["directions"])
     lines = [
-        _metadata(src, tgt, license, training.get("datasets") or [], name, scores, _base_model(training)),
+        _metadata(src, tgt, license, training.get("datasets") or [], name, scores, _base_model(training),
+                  codes if training.get("directions") else None),
         "",
         f"# {name}",
         "",
-        f"A Transformer translation model ({src} -> {tgt}) in the format of [nmt](https://pypi.org/project/nmtcli/), "
+        f"A Transformer translation model ({direction}) in the format of [nmt](https://pypi.org/project/nmtcli/), "
         'the toolkit for the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).',
         "",
         "## Architecture",
@@ -81,7 +101,7 @@ def hub_card(values: dict[str, Any], repo_id: str, scores: dict[str, Any], licen
         "",
         "```",
         "pip install nmtcli",
-        f"cat input.{src} | nmt translate -m {repo_id} > output.{tgt}",
+        f"cat input.{first} | nmt translate -m {repo_id}{flag} > output.{last}",
         f"nmt pull {repo_id} -o models/{name}    # or keep a local copy",
         "```",
         "",
@@ -111,10 +131,11 @@ def _is_repo_id(text: str) -> bool:
     return text.count("/") == 1 and not text.startswith((".", "/"))
 
 
-def _metadata(src: str, tgt: str, license: str, datasets: list[str], name: str, scores: dict[str, Any], base: str | None = None) -> str:
-    """The card's YAML header, between `---` lines."""
+def _metadata(src: str, tgt: str, license: str, datasets: list[str], name: str, scores: dict[str, Any], base: str | None = None,
+              languages: list[str] | None = None) -> str:
+    """The card's YAML header, between `---` lines; `languages`: a multilingual model's own, listed instead of "mul"."""
     meta = ["---", "language:"]
-    meta += [f"- {_yaml_string(code)}" for code in dict.fromkeys([src, tgt]) if code != "?"]
+    meta += [f"- {_yaml_string(code)}" for code in (languages or dict.fromkeys([src, tgt])) if code != "?"]
     meta += [f"license: {_yaml_string(license)}", "library_name: nmt", "pipeline_tag: translation", "tags:", "- translation", "- nmt", "- transformer"]
     if base and _is_repo_id(base):  # the Hub links the two ("Finetuned from") and lists it in the base model's tree
         meta += [f"base_model: {_yaml_string(base)}", "base_model_relation: finetune"]

@@ -22,6 +22,7 @@ from nmtcli.checksums import Progress, file_digests
 from nmtcli.data.text import SPM_FILE
 from nmtcli.errors import NmtError
 from nmtcli.files import read_json
+from nmtcli.inference.language_codes import zero_shot
 from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
 
 EXPECTED = "pass a model dir, a run dir or a Hub id OWNER/NAME: what `nmt average`, `nmt train` and `nmt push` make"
@@ -92,6 +93,9 @@ def _model_dir(model_dir: Path, progress: Progress | None, git_blob: bool) -> tu
     if (model_dir / SPM_FILE).is_file():
         report["sentencepiece_pieces"] = _pieces(model_dir / SPM_FILE)
     report["parameters"] = _parameters(values["model"])
+    trained = (values.get("training") or {}).get("directions")
+    if trained and (values.get("tokenizer") or {}).get("languages"):  # a multilingual model of nmt's: which directions it learned
+        report["directions"] = {"trained": trained, "zero_shot": zero_shot(list(values["tokenizer"]["languages"]), trained)}
     return report, files
 
 

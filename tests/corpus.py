@@ -123,3 +123,45 @@ def zipf_corpus(directory: Path, sizes: dict[str, int], words: int = 20_000, see
         (directory / f"{split}.de").write_text("".join(" ".join(map(translate, s)) + "\n" for s in lines), encoding="utf-8")
         prefixes[split] = directory / split
     return prefixes
+
+
+# A third language for the multilingual tests, by rules of its own: French-like words (each English word
+# reversed, plus "e"; its own determiners), adjectives after their noun, the verb kept between subject and
+# object ("the small dog sees a red ball" -> "le gode llamse seese un llabe dere"), so en->fr and en->de differ
+# in both words and order.
+FRENCH = {**{w: w[::-1] + "e" for w in (*NOUNS, *ADJECTIVES, *VERBS)}, "the": "le", "a": "un", "this": "ce", "every": "chaque"}
+
+
+def french_pair(rng: random.Random) -> tuple[str, str]:
+    """An English-like sentence and its French-like translation (see FRENCH)."""
+    subject, object_ = ([rng.choice(sorted(DETERMINERS)), *rng.sample(sorted(ADJECTIVES), rng.choice([0, 0, 1, 1, 2])), rng.choice(sorted(NOUNS))]
+                        for _ in range(2))
+    verb = rng.choice(sorted(VERBS))
+
+    def phrase(words: list[str]) -> list[str]:
+        return [FRENCH[words[0]], FRENCH[words[-1]], *(FRENCH[a] for a in words[1:-1])]
+
+    return " ".join([*subject, verb, *object_]), " ".join([*phrase(subject), FRENCH[verb], *phrase(object_)])
+
+
+def write_multilingual_corpus(directory: Path, sizes: dict[str, int], seed: int = 0) -> dict[str, dict[str, Path]]:
+    """Three directions, each in `directory/SRC-TGT/SPLIT.{SRC,TGT}` with disjoint sentences per split: en-de (the
+    rules above), de-en (other sentences by the same rules, reversed) and en-fr (FRENCH). Returns {direction: {split: prefix}}."""
+    makers = {"en-de": lambda rng: sentence_pair(rng), "de-en": lambda rng: sentence_pair(rng)[::-1], "en-fr": french_pair}
+    out: dict[str, dict[str, Path]] = {}
+    for n, (direction, make) in enumerate(makers.items()):
+        src, tgt = direction.split("-")
+        rng, seen, out[direction] = random.Random(seed * 10 + n), set(), {}
+        folder = directory / direction
+        folder.mkdir(parents=True, exist_ok=True)
+        for split, size in sizes.items():
+            pairs = []
+            while len(pairs) < size:
+                s, t = make(rng)
+                if s not in seen:
+                    seen.add(s)
+                    pairs.append((s, t))
+            (folder / f"{split}.{src}").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+            (folder / f"{split}.{tgt}").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+            out[direction][split] = folder / split
+    return out

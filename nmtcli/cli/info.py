@@ -167,6 +167,9 @@ def _overview(report: dict[str, Any]):
     tags = (report.get("tokenizer") or {}).get("languages")
     if tags:  # a multilingual model: any of its languages into any other (--source-lang, --target-lang)
         row("languages", f"{len(tags)}, any direction (--target-lang, --source-lang): {' '.join(tags)}")
+        if report.get("directions"):  # trained by nmt: the directions it saw, and those it never did
+            row("directions", f"trained: {', '.join(report['directions']['trained'])}; zero-shot (never trained, expect less): "
+                + (", ".join(report["directions"]["zero_shot"]) or "none"))
     elif "languages" in report:
         row("languages", f"{report['languages']['source']} -> {report['languages']['target']}")
     if report.get("license"):

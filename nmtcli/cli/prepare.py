@@ -34,9 +34,9 @@ def _list_recipes() -> None:
 def command(
     name: Annotated[Optional[str], typer.Argument(help="A named corpus (see --list), e.g. wmt14-en-de or demo. Downloaded, cleaned and binarized into data/NAME/.", metavar="NAME", show_default=False)] = None,
     list_recipes: Annotated[bool, typer.Option("--list", help="List the named corpora with their size, source and license, and exit.")] = False,
-    train: Annotated[Optional[Path], typer.Option(help="Training files: PREFIX.SRC and PREFIX.TGT, one sentence a line, aligned.", metavar="PREFIX", rich_help_panel=FILES)] = None,
-    valid: Annotated[Optional[Path], typer.Option(help="Validation files PREFIX.SRC / PREFIX.TGT (e.g. newstest2013).", metavar="PREFIX", rich_help_panel=FILES)] = None,
-    test: Annotated[Optional[Path], typer.Option(help="Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`.", metavar="PREFIX", rich_help_panel=FILES)] = None,
+    train: Annotated[Optional[list[str]], typer.Option(help="Training files: PREFIX.SRC and PREFIX.TGT, one sentence a line, aligned. Repeated: one multilingual model's data, each corpus with its pair as SRC-TGT=PREFIX or in a directory named SRC-TGT (corpus/en-fr/train); -s/-t are then refused.", metavar="PREFIX", show_default=False, rich_help_panel=FILES)] = None,
+    valid: Annotated[Optional[list[str]], typer.Option(help="Validation files PREFIX.SRC / PREFIX.TGT (e.g. newstest2013). With several --train: one per training direction, named as they are.", metavar="PREFIX", show_default=False, rich_help_panel=FILES)] = None,
+    test: Annotated[Optional[list[str]], typer.Option(help="Test files PREFIX.SRC / PREFIX.TGT (e.g. newstest2014), kept as plain text for `nmt score`. With several --train: any of the training directions, named as they are.", metavar="PREFIX", show_default=False, rich_help_panel=FILES)] = None,
     source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="Source language code (the file suffix). Default: en, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
     target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="Target language code (the file suffix). Default: de, or the recipe's.", show_default=False, rich_help_panel=FILES)] = None,
     vocab_from: Annotated[Optional[str], typer.Option("--vocab-from", help="Encode with this model's tokenizer instead of training a new one (a model dir or Hub id; nmt's own, or from `nmt import marian|m2m100|nllb`), so that `nmt train --init MODEL` can fine-tune it on this data. Languages default to the model's; a multilingual model's tags of -s and -t go before each side.", metavar="MODEL", show_default=False, rich_help_panel=VOCAB)] = None,
@@ -51,14 +51,15 @@ def command(
     revision: Annotated[Optional[str], typer.Option(help="Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used. Default: the recipe's.", show_default=False, rich_help_panel=RUN)] = None,
     workers: Annotated[int, typer.Option(help="Encoding processes and sentencepiece training threads; 0 uses every core. Does not change the output.", min=0, rich_help_panel=RUN)] = 0,
     chunk_pairs: Annotated[int, typer.Option(help="Pairs encoded per chunk, the unit an interrupted run resumes from. Does not change the output.", min=1, rich_help_panel=RUN)] = 100_000,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Data dir to write. Default: data/NAME, or data/SRC-TGT for files.", show_default=False)] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Data dir to write. Default: data/NAME, or data/SRC-TGT for files (several pairs: data/SRC-TGT+SRC-TGT...).", show_default=False)] = None,
 ) -> None:
     """Download or read parallel text, clean it, train a joint BPE vocabulary and binarize it for training.
 
     [bold]nmt prepare wmt14-en-de[/bold] downloads WMT 2014 from the Hugging Face Hub (cached, resumable;
     HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE work as for every Hub tool); [bold]nmt prepare demo[/bold]
     uses the small corpus shipped with nmt, offline. [bold]nmt prepare --train PREFIX --valid PREFIX[/bold]
-    prepares your own files instead.
+    prepares your own files instead; several [bold]--train SRC-TGT=PREFIX[/bold] (a --valid for each) prepare one
+    multilingual model's data: one BPE over every language, sampled with temperature, and language tags.
 
     Drops empty pairs, exact duplicates, pairs over --max-tokens subword tokens and (training split
     only) pairs whose length ratio exceeds --max-ratio, and optionally markup and wrong-script pairs.
@@ -75,8 +76,16 @@ def command(
         return
     if name is not None and (train or valid or test):
         raise NmtError(f"both a corpus name ({name}) and --train/--valid/--test given", "use one or the other")
-    if name is None and (train is None or valid is None):
+    if name is None and (not train or not valid):
         raise NmtError("nothing to prepare", "name a corpus (`nmt prepare --list`) or pass --train PREFIX and --valid PREFIX")
+    if train and len(train) > 1:
+        _multilingual(train, valid or [], test or [], source_lang, target_lang, vocab_from, vocab_size, spm_sentences, max_ratio, seed,
+                      dict(max_tokens=max_tokens, drop_duplicates=drop_duplicates, drop_markup=drop_markup,
+                           drop_wrong_script=drop_wrong_script, workers=workers, chunk_pairs=chunk_pairs), revision, output)
+        return
+    for flag, given in (("--valid", valid), ("--test", test)):
+        if given and len(given) > 1:
+            raise NmtError(f"{flag} given {len(given)} times for one --train", f"pass one {flag}, or one --train per language pair (a multilingual model)", exit_code=2)
 
     vocabulary = None
     if vocab_from is not None:
@@ -107,7 +116,28 @@ def command(
         out = output or DATA_ROOT / f"{src}-{tgt}"
         vocabulary = _announce(out, settings, vocabulary)
         with progress_bar() as progress:
-            manifest = prepare_files(out, train, valid, test, settings, f"{src}-{tgt}", progress, vocabulary)
+            manifest = prepare_files(out, Path(train[0]), Path(valid[0]), Path(test[0]) if test else None, settings, f"{src}-{tgt}", progress, vocabulary)
+    _report(out, manifest)
+
+
+def _multilingual(train: list[str], valid: list[str], test: list[str], source_lang, target_lang, vocab_from, vocab_size, spm_sentences,
+                  max_ratio, seed, options: dict, revision, output) -> None:
+    """Several --train: one data dir for one multilingual model (data/multilingual.py)."""
+    from nmtcli.data.multilingual import check_corpora, parse_corpus, prepare_multilingual
+    from nmtcli.data.prepare import PrepareSettings
+    from nmtcli.data.text import MAX_RATIO
+
+    for flag, given in (("-s/-t", source_lang or target_lang), ("--vocab-from", vocab_from), ("--revision", revision)):
+        if given is not None:
+            raise NmtError(f"{flag} does not apply to several --train corpora (each names its own pair)",
+                           "leave it out; fine-tuning an imported multilingual model takes one pair: one --train", exit_code=2)
+    corpora = {flag: [parse_corpus(spec, flag) for spec in specs] for flag, specs in (("--train", train), ("--valid", valid), ("--test", test))}
+    check_corpora(corpora["--train"], corpora["--valid"], corpora["--test"])  # before anything is announced
+    settings = PrepareSettings("src", "tgt", vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, seed=seed, **options)
+    out = output or DATA_ROOT / "+".join(c.direction for c in corpora["--train"])
+    announce("prepared data", out)
+    with progress_bar() as progress:
+        manifest = prepare_multilingual(out, corpora["--train"], corpora["--valid"], corpora["--test"] or None, settings, progress)
     _report(out, manifest)
 
 
@@ -168,6 +198,8 @@ def _report(out: Path, manifest: dict) -> None:
         if "pairs" in counts:
             dropped = ", ".join(f"{k} {v:,}" for k, v in counts["dropped"].items()) or "none"
             say(f"{split}: {counts['pairs']:,} of {counts['input_pairs']:,} pairs kept (dropped: {dropped})")
+            if split == "train" and "directions" in counts:  # multilingual data: each pair's share
+                say("  " + ", ".join(f"{d} {c['pairs']:,}" for d, c in counts["directions"].items()))
         else:
             say(f"{split}: {counts['lines']:,} lines of plain text for scoring")
     say(_vocabulary_line(manifest))
@@ -184,6 +216,11 @@ def _vocabulary_line(manifest: dict) -> str:
     if choice is None:
         return f"vocabulary: {pieces:,} pieces"
     asked = choice["asked"]
+    sampled = manifest.get("sentencepiece", {}).get("lines_sampled")
+    if "temperature" in manifest.get("sentencepiece", {}):  # multilingual data: one BPE over every language, sampled with temperature
+        return (f"vocabulary: {pieces:,} pieces ({len(manifest['tokenizer']['languages'])} of them language tags), the BPE trained on lines "
+                f"sampled with temperature T = {manifest['sentencepiece']['temperature']:g}: "
+                + ", ".join(f"{lang} {n:,}" for lang, n in sampled.items()))
     if choice["by"] == "corpus":
         why = f"for {choice['training_pairs']:,} training pairs: {choice['rule']}; --vocab-size N to choose"
     elif choice["by"] == "recipe":

@@ -33,7 +33,8 @@ def command(
 
     With HYP and --ref, the BLEU line is exactly what `sacrebleu REF -i HYP -f text` prints.
     With no HYP, translates the test split of the model's prepared data dir (beam 4, alpha 0.6) and
-    scores it against the reference; the scores are recorded in the model dir's scores.json.
+    scores it against the reference; the scores are recorded in the model dir's scores.json. A model trained
+    on several pairs has each direction's test split translated, scored and recorded on its own.
     --compat paper gives the BLEU of the paper's Table 2 instead (--compat sacrebleu,paper: both).
     """
     from nmtcli.data.text import read_lines
@@ -51,7 +52,11 @@ def command(
         raise NmtError(f"the Moses tokenizer does not know the language {target_lang!r}",
                        f"pass --target-lang with one of {', '.join(sorted(moses_languages()))}", exit_code=2)
     if hypothesis is None:
-        hyps, refs, model_dir, label, lang = _translate_split(model, split, device)
+        translated = _translate_split(model, split, device)
+        if len(translated) > 1:  # a multilingual model: each direction it was trained on, scored and recorded on its own
+            _score_directions(translated, names, conventions, target_lang, width, json_output)
+            return
+        hyps, refs, model_dir, label, lang = translated[0]
         lang_source = "the model's target language"
     else:
         if ref is None:
@@ -97,17 +102,53 @@ def _translate_split(model: str | None, split: str, device: str):
     if not (data_dir / "manifest.json").is_file():
         raise NmtError(f"the data the model was trained on ({data_dir}) is not here", "pass HYP and --ref to score a translation")
     manifest = read_manifest(data_dir)
-    src, tgt = manifest["source_lang"], manifest["target_lang"]
-    sources = reference_lines(data_dir, split, src)
-    refs = reference_lines(data_dir, split, tgt)
-    say(f"translating {len(sources):,} {split} sentences of {data_dir} with {model_dir}")
-    translator = Translator(model_dir, resolve_device(device))
-    hyps = []
-    with progress_bar() as progress:
-        for line in translator.translate(sources):
-            hyps.append(line)
-            progress("translating", len(hyps), len(sources))
-    return hyps, refs, model_dir, f"{manifest['name']}/{split}", tgt
+    if manifest.get("directions"):  # multilingual data: each direction's split (data/multilingual.py)
+        directions = [(d["source"], d["target"], f"{split}.{d['source']}-{d['target']}") for d in manifest["directions"]]
+        directions = [d for d in directions if (data_dir / f"{d[2]}.{d[0]}").is_file()]
+        if not directions:
+            raise NmtError(f"{data_dir} has no {split} split of any direction", f"prepare it with --{split} SRC-TGT=PREFIX, or pass HYP and --ref")
+    else:
+        directions = [(manifest["source_lang"], manifest["target_lang"], split)]
+    translator = Translator(model_dir, resolve_device(device), languages=directions[0][:2] if manifest.get("directions") else (None, None))
+    out = []
+    for src, tgt, name in directions:
+        sources, refs = reference_lines(data_dir, name, src), reference_lines(data_dir, name, tgt)
+        if manifest.get("directions"):
+            translator.set_languages(src, tgt, str(model_dir))
+        say(f"translating {len(sources):,} {name} sentences of {data_dir} with {model_dir}")
+        hyps = []
+        with progress_bar() as progress:
+            for line in translator.translate(sources):
+                hyps.append(line)
+                progress("translating", len(hyps), len(sources))
+        label = f"{manifest['name']}/{split}" + (f"/{src}-{tgt}" if manifest.get("directions") else "")
+        out.append((hyps, refs, model_dir, label, tgt))
+    return out
+
+
+def _score_directions(translated, names, conventions, target_lang, width, json_output) -> None:
+    """Each direction's scores, recorded under its own label; printed as `DIRECTION  LINE`, or one JSON object."""
+    from nmtcli.scoring import moses_languages, paper_bleu, score
+
+    records = {}
+    for hyps, refs, model_dir, label, lang in translated:
+        results = score(hyps, refs, names, 1 if width is None else width) if "sacrebleu" in conventions else []
+        if "paper" in conventions:
+            lang = target_lang or lang
+            if lang not in moses_languages():
+                say(f"{label}: no paper BLEU, the Moses tokenizer does not know {lang!r}")
+            else:
+                results.append(paper_bleu(hyps, refs, lang, 2 if width is None else width))
+        _record(model_dir, label, results)
+        records[label.rsplit("/", 1)[1]] = (len(hyps), results)
+    if json_output:
+        print(json.dumps({d: {"sentences": n, "scores": [r.__dict__ for r in results]} for d, (n, results) in records.items()},
+                         indent=2, ensure_ascii=False))
+    else:
+        for d, (_, results) in records.items():
+            for r in results:
+                print(f"{d}\t{r.formatted}")
+    sys.stdout.flush()
 
 
 def _record(model_dir: Path, label: str, results) -> None:

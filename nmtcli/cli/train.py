@@ -384,6 +384,9 @@ def _display(max_steps: int | None, total_from_start: bool = False):
                      "learning rate may be too high for this model (try --lr-scale 0.5 or a longer --warmup)")
             elif kind == "valid" and "valid_ppl" in v:
                 bleu = f"  valid BLEU {v['valid_bleu']:.2f}" if "valid_bleu" in v else ""
+                each = {k.removeprefix("valid_bleu_"): x for k, x in v.items() if k.startswith("valid_bleu_")}
+                if each:  # a multilingual model: each direction's, then their mean (what decides the best checkpoint)
+                    bleu = "  valid BLEU " + " ".join(f"{d} {x:.2f}" for d, x in each.items()) + f", mean {v['valid_bleu']:.2f}"
                 console.print(f"step {v['step']:>7}  valid nll {v['valid_nll']:.3f}  valid ppl {v['valid_ppl']:.2f}{bleu}"
                               f"{'  (best)' if v.get('best') else ''}")
             elif kind == "checkpoint":

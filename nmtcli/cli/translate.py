@@ -329,7 +329,13 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
     if threads is not None:
         torch.set_num_threads(threads)
     path = resolve_model(model, revision)
-    return Translator(open_engine(path, device=device, dtype=dtype, settings=settings, warn=warn, languages=languages), str(path))
+    translator = Translator(open_engine(path, device=device, dtype=dtype, settings=settings, warn=warn, languages=languages), str(path))
+    engine = translator.engine
+    trained = (engine.config_values.get("training") or {}).get("directions")
+    if trained and engine.languages and "-".join(engine.languages) not in trained:
+        warn(f"{engine.languages[0]}->{engine.languages[1]} is a zero-shot direction: {path} was trained on {', '.join(trained)} only, "
+             "so expect weaker translations (or output in another language)")
+    return translator
 
 
 def _translations(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None, output_format: str,

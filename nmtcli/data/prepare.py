@@ -201,8 +201,11 @@ def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, c
 # --- stage 3: encode ---------------------------------------------------------------------------------
 
 
-def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: PrepareSettings, max_ratio: float | None) -> dict[str, np.ndarray]:
-    """Encode a chunk on all cores, apply the token filters, return the kept ids and the drop counts."""
+def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: PrepareSettings, max_ratio: float | None,
+                  tags: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    """Encode a chunk on all cores, apply the token filters, return the kept ids and the drop counts. `tags`: the
+    source and target language tag ids put first on each side of the kept pairs (multilingual data, multilingual.py),
+    after the filters, which see the text's own tokens."""
     src_tokens, src_len = encoder.encode([s for s, _ in pairs], "source")
     tgt_tokens, tgt_len = encoder.encode([t for _, t in pairs], "target")
     # The same rules as text.keep_pair, in its order, for a whole chunk at once.
@@ -212,13 +215,20 @@ def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: Prep
     if max_ratio is not None:
         ratio = ~empty & ~too_long & (np.maximum(src_len, tgt_len) > max_ratio * np.minimum(src_len, tgt_len))
     keep = ~(empty | too_long | ratio)
-    return {
+    arrays = {
         "dropped": np.array([empty.sum(), too_long.sum(), ratio.sum()], dtype=np.int64),
         "src_tokens": src_tokens[np.repeat(keep, src_len)],
         "src_lengths": src_len[keep],
         "tgt_tokens": tgt_tokens[np.repeat(keep, tgt_len)],
         "tgt_lengths": tgt_len[keep],
     }
+    if tags is not None:
+        for side, tag in zip(("src", "tgt"), tags):
+            lengths = arrays[f"{side}_lengths"]
+            starts = np.cumsum(lengths) - lengths  # where each sentence begins in the flat array
+            arrays[f"{side}_tokens"] = np.insert(arrays[f"{side}_tokens"], starts, tag)
+            arrays[f"{side}_lengths"] = lengths + 1
+    return arrays
 
 
 DROP_NAMES = ("empty", "too_long", "ratio")
@@ -258,27 +268,41 @@ def _encode_split(
     max_ratio: float | None,
     progress: Progress,
 ) -> dict[str, Any]:
+    parts, resumed = _encode_parts(encoder, pairs, total, parts_dir, split, settings, max_ratio, progress)
+    return _merged(parts, out_dir, split, settings, resumed)
+
+
+def _encode_parts(encoder: Encoder, pairs: Iterator[tuple[str, str]], total: int, parts_dir: Path, split: str, settings: PrepareSettings,
+                  max_ratio: float | None, progress: Progress, tags: tuple[int, int] | None = None,
+                  name: str | None = None) -> tuple[list[Path], int]:
+    """Encode `pairs` into chunk files `parts_dir/<name or split>-N.npz`; returns (the files, how many were there already)."""
     parts_dir.mkdir(parents=True, exist_ok=True)
     parts, done, index, resumed = [], 0, 0, 0
-    progress(f"encoding {split}", 0, total)
+    task = f"encoding {name or split}"
+    progress(task, 0, total)
     while True:
         chunk = list(itertools.islice(pairs, settings.chunk_pairs))
         if not chunk:
             break
-        part = parts_dir / f"{split}-{index:06d}.npz"
+        part = parts_dir / f"{name or split}-{index:06d}.npz"
         # Chunk boundaries depend only on line numbers, so a finished chunk of an interrupted run
         # is exactly the chunk this run would write.
         if part.is_file():
             resumed += 1
         else:
-            arrays = _encode_chunk(encoder, chunk, settings, max_ratio)
+            arrays = _encode_chunk(encoder, chunk, settings, max_ratio, tags)
             with atomic_path(part) as tmp:
                 with open(tmp, "wb") as f:
                     np.savez(f, **arrays)
         parts.append(part)
         done += len(chunk)
         index += 1
-        progress(f"encoding {split}", done, total)
+        progress(task, done, total)
+    return parts, resumed
+
+
+def _merged(parts: list[Path], out_dir: Path, split: str, settings: PrepareSettings, resumed: int) -> dict[str, Any]:
+    """The chunk files merged into the split's arrays (`_merge`), and the split's counts."""
     totals = _merge(parts, out_dir, split, settings)
     return {
         "pairs": totals["pairs"],

@@ -126,3 +126,9 @@ def iso_639_1(code: str) -> str:
         if nllb == code and len(two) == 2:
             return two
     return code.split("_")[0]
+
+
+def zero_shot(languages: list[str], trained: list[str]) -> list[str]:
+    """The directions between `languages` (codes) that no training pair covered (`trained`: "SRC-TGT"), which a
+    multilingual model still translates (Johnson et al. 2017, sec. 5: zero-shot translation)."""
+    return [f"{s}-{t}" for s in languages for t in languages if s != t and f"{s}-{t}" not in trained]

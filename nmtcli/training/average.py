@@ -19,6 +19,7 @@ from nmtcli.training.rundir import best_validation, checkpoint_dirs, ending_at, 
 
 
 AT = ("auto", "best", "last")
+MULTILINGUAL = "mul"  # ISO 639-2 "multiple languages": a multilingual model's config.json source and target, as an import's
 
 
 def checkpoints_to_average(run_dir: Path, last: int, at: str = "auto") -> tuple[list[Path], str]:
@@ -109,7 +110,11 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
         training["init"] = run_config["init"]
         if run_config["init"].get("license"):
             sections["license"] = run_config["init"]["license"]
-    values = model_dir_config(config, data["source_lang"], data["target_lang"], **sections)
+    languages = (data["source_lang"], data["target_lang"])
+    if data.get("directions"):  # multilingual: any of its languages into any other; the directions trained are recorded,
+        training["directions"] = [f"{d['source']}-{d['target']}" for d in data["directions"]]  # the others are zero-shot
+        languages = (MULTILINGUAL, MULTILINGUAL)
+    values = model_dir_config(config, *languages, **sections)
     write_model_dir(out_dir, state, values, {name: runs[-1] / name for name in names}, local_card(values))
     return values
 

@@ -65,6 +65,8 @@ def run_config(config: ModelConfig, settings: TrainSettings, data_dir: Path, man
     if manifest.get("tokenizer"):  # --vocab-from: the model's tokenizer files (and their layout)
         data["tokenizer"] = manifest["tokenizer"]
         data["vocabulary"] = data_vocabulary(manifest)
+    if manifest.get("directions"):  # multilingual data: the directions trained (the model's others are zero-shot)
+        data["directions"] = manifest["directions"]
     values = {"format": "nmt-run", "format_version": 2, "model": config.to_dict(), "training": asdict(settings), "data": data}
     if init is not None:
         values["init"] = init.describe()

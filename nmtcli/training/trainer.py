@@ -146,6 +146,8 @@ class Trainer:
             model_config = init.config
         # Data prepared with --vocab-from is in that model's ids, special ids included (Marian: EOS 0).
         self.config = model_config.replace(vocab_size=manifest["vocab_size"], **manifest.get("special_ids", {}))
+        if manifest.get("directions"):  # multilingual data (data/multilingual.py): the target tag comes first, forced when translating
+            self.config = self.config.replace(language_tags=True)
         self.run_config = rundir.run_config(self.config, settings, self.data_dir, manifest, init)
         if restart and self.is_main and self.run_dir.exists():
             shutil.rmtree(self.run_dir)
@@ -226,10 +228,20 @@ class Trainer:
 
             # The data dir's tokenizer: nmt's sentencepiece model, or the one --vocab-from copied (Marian's).
             self.sp = load_tokenizer(self.data_dir, {"tokenizer": manifest.get("tokenizer"), "model": self.config.to_dict()})
-            tags = manifest.get("language_tags")  # a multilingual model's codes of the data's languages (prepare --vocab-from)
-            self.valid_tags = (self.sp.languages[tags["source"]], self.sp.languages[tags["target"]]) if tags else None
-            self.valid_sources = reference_lines(self.data_dir, "valid", self.src_lang)
-            self.valid_references = reference_lines(self.data_dir, "valid", self.tgt_lang)
+            self.valid_sets = self._valid_sets(manifest)
+
+    def _valid_sets(self, manifest: dict[str, Any]) -> list[tuple[str | None, tuple[int, int] | None, list[str], list[str]]]:
+        """(direction, its source and target tag ids, sources, references) of each direction BLEU is computed for: every
+        direction of multilingual data (named SRC-TGT), else the one direction (None), with the tags of `prepare --vocab-from`'s
+        multilingual model where it has them."""
+        directions = manifest.get("directions")
+        if directions:
+            return [(f"{d['source']}-{d['target']}", (self.sp.languages[d["source"]], self.sp.languages[d["target"]]),
+                     reference_lines(self.data_dir, f"valid.{d['source']}-{d['target']}", d["source"]),
+                     reference_lines(self.data_dir, f"valid.{d['source']}-{d['target']}", d["target"])) for d in directions]
+        tags = manifest.get("language_tags")  # a multilingual model's codes of the data's languages (prepare --vocab-from)
+        ids = (self.sp.languages[tags["source"]], self.sp.languages[tags["target"]]) if tags else None
+        return [(None, ids, reference_lines(self.data_dir, "valid", self.src_lang), reference_lines(self.data_dir, "valid", self.tgt_lang))]
 
     def _load_checkpoint(self, path: Path) -> dict[str, Any]:
         """Weights, optimizer, step, loss scale and early stopping from `path`; returns its trainer state."""
@@ -383,8 +395,16 @@ class Trainer:
         values = valid_loss(self.model, self.valid_data, s.max_tokens, self.precision.autocast, self.device, self.ranks)
         if s.valid_bleu:
             bleu = BleuSettings(lines=s.valid_bleu)
-            values.update(valid_bleu(self.model, self.sp, self.valid_sources, self.valid_references, bleu,
-                                     self.precision.autocast, self.device, self.ranks, self.valid_tags))
+            scores = {}
+            for direction, tags, sources, references in self.valid_sets:
+                found = valid_bleu(self.model, self.sp, sources, references, bleu, self.precision.autocast, self.device, self.ranks, tags)
+                if found:
+                    scores[direction] = found["valid_bleu"]
+            if list(scores) == [None]:
+                values["valid_bleu"] = scores[None]
+            elif scores:  # multilingual: each direction's, and their mean, which decides the best checkpoint
+                values.update({f"valid_bleu_{d}": v for d, v in scores.items()})
+                values["valid_bleu"] = sum(scores.values()) / len(scores)
         return values
 
     def _improved(self, values: dict[str, float]) -> bool:
