@@ -243,29 +243,49 @@ def _poisoned(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(float("nan")) if t.is_floating_point() else t
 
 
+class NoReads:
+    """Within it, an operation that reads a value back to the host fails: a CUDA graph can only record a step whose
+    every operation stays on the device, so no .item(), .tolist(), nonzero() or Python branch on a tensor's value.
+    Each of those either dispatches an operation that reads a value (_local_scalar_dense, or an output shape that
+    depends on values) or goes through tolist/numpy, so a dispatch mode and those methods, made to refuse, prove it
+    on a CPU. (TorchDynamo with fullgraph=True would too, but cannot trace index_select into a view, which the
+    captured step's reorder is.) `tolist=False`: the dispatch mode alone."""
+
+    def __init__(self, monkeypatch, tolist: bool = True):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        aten = torch.ops.aten
+        reads = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default,
+                 aten.nonzero.default, aten.masked_select.default, aten.unique_dim.default, aten._unique2.default}
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                assert func not in reads, f"a step reads a value back: {func}"
+                return func(*args, **(kwargs or {}))
+
+        self.mode, self.monkeypatch, self.tolist = Mode(), monkeypatch, tolist
+
+    def __enter__(self):
+        self.patching = self.monkeypatch.context()
+        patched = self.patching.__enter__()
+        if self.tolist:
+            for name in ("tolist", "numpy", "__array__"):
+                patched.setattr(torch.Tensor, name, _refuse)
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+        self.patching.__exit__(*exc)
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("a step reads a value back: tolist/numpy")
+
+
 @pytest.mark.parametrize("prefixes", [None, [[11, 12, 13], [], [4], [25, 26, 27, 28], []]])
 def test_a_search_step_never_reads_a_value_back_to_the_host(monkeypatch, prefixes):
-    # A CUDA graph can only record a step whose every operation stays on the device: no .item(),
-    # .tolist(), nonzero() or Python branch on a tensor's value. Each of those either dispatches an
-    # operation that reads a value (_local_scalar_dense, or an output shape that depends on values) or
-    # goes through tolist/numpy, so a dispatch mode and those methods, made to refuse, prove it on a CPU.
-    # (TorchDynamo with fullgraph=True would too, but cannot trace index_select into a view, which the
-    # captured step's reorder is.)
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from nmtcli.inference.beam import BeamSearch
-
-    aten = torch.ops.aten
-    reads = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default,
-             aten.nonzero.default, aten.masked_select.default, aten.unique_dim.default, aten._unique2.default}
-
-    class NoReads(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            assert func not in reads, f"a step reads a value back: {func}"
-            return func(*args, **(kwargs or {}))
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a step reads a value back: tolist/numpy")
 
     model = tiny_model(2, vocab_size=30)
     with torch.inference_mode():
@@ -275,13 +295,10 @@ def test_a_search_step_never_reads_a_value_back_to_the_host(monkeypatch, prefixe
             s.step()  # the first step decodes one row per sentence and grows the cache: eager, never captured
             s.state.cache.clear_unwritten()
             s.state.cache.fixed_span = 8
-        with monkeypatch.context() as patched:
-            for name in ("tolist", "numpy", "__array__"):
-                patched.setattr(torch.Tensor, name, refuse)
-            with NoReads():
-                for _ in range(3):
-                    search.step()
-        with pytest.raises(AssertionError, match="reads a value back"), NoReads():  # the check can fail
+        with NoReads(monkeypatch):
+            for _ in range(3):
+                search.step()
+        with pytest.raises(AssertionError, match="reads a value back"), NoReads(monkeypatch, tolist=False):  # the check can fail
             bool(search.scores[0, 0] > 0)
         for _ in range(3):
             expected.step()

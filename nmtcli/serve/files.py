@@ -34,7 +34,7 @@ from starlette.routing import Route
 from nmtcli.documents.formats import EXTENSIONS, read, translate_document, written
 from nmtcli.documents.formats.core import text_of
 from nmtcli.errors import NmtError
-from nmtcli.serve.requests import ApiError, read_body
+from nmtcli.serve.requests import ApiError, multipart_form, read_body
 
 SUPPORTED = sorted(EXTENSIONS)  # /frontend/settings' supportedFilesFormat: [".htm", ".html", ".md", ...]
 _STORED = re.compile(r"[0-9a-f]{32}\.[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
@@ -115,8 +115,7 @@ class FileService:
 
     async def _form(self, request: Request) -> tuple[dict[str, Any], Any]:
         """The form's text fields and its file (the only one read), the body refused past the size limit (413)."""
-        from starlette.datastructures import Headers, UploadFile
-        from starlette.formparsers import MultiPartException, MultiPartParser
+        from starlette.datastructures import UploadFile
 
         limit = self.limits.bytes + 65_536
         body = await read_body(request.stream(), request.headers.get("content-length"), limit)
@@ -124,14 +123,7 @@ class FileService:
         if content_type.split(";")[0].strip().lower() != "multipart/form-data":
             raise ApiError(400, "Invalid request: send the file as multipart/form-data (fields file, source, target)")
 
-        async def chunks():
-            yield body
-
-        parser = MultiPartParser(Headers({"content-type": content_type}), chunks(), max_files=1, max_fields=100, max_part_size=limit)
-        try:
-            form = await parser.parse()
-        except MultiPartException as e:
-            raise ApiError(400, f"Invalid request: malformed multipart form ({e.message})") from None
+        form = await multipart_form(body, content_type, limit, max_files=1)
         fields: dict[str, Any] = dict(request.query_params)
         upload = None
         for name, value in form.multi_items():

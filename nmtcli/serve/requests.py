@@ -102,20 +102,26 @@ def _utf8(body: bytes) -> str:
         raise ApiError(400, f"Invalid request: the body is not valid UTF-8 ({e.reason} at byte {e.start}) (encode the text as UTF-8)") from None
 
 
-async def _multipart(body: bytes, content_type: str, limit: int) -> dict[str, Any]:
+async def multipart_form(body: bytes, content_type: str, limit: int, max_files: int = 0):
+    """Starlette's form of a multipart body read already (within `limit` bytes a part, `max_files` files); a
+    malformed form, or text that is not UTF-8: 400."""
     from starlette.datastructures import Headers
     from starlette.formparsers import MultiPartException, MultiPartParser
 
     async def chunks() -> AsyncIterator[bytes]:
         yield body
 
-    parser = MultiPartParser(Headers({"content-type": content_type}), chunks(), max_files=0, max_fields=100, max_part_size=limit)
+    parser = MultiPartParser(Headers({"content-type": content_type}), chunks(), max_files=max_files, max_fields=100, max_part_size=limit)
     try:
-        form = await parser.parse()
+        return await parser.parse()
     except MultiPartException as e:
         raise ApiError(400, f"Invalid request: malformed multipart form ({e.message})") from None
     except UnicodeDecodeError:
         raise ApiError(400, "Invalid request: the form holds text that is not valid UTF-8 (encode the text as UTF-8)") from None
+
+
+async def _multipart(body: bytes, content_type: str, limit: int) -> dict[str, Any]:
+    form = await multipart_form(body, content_type, limit)
     fields: dict[str, Any] = {}
     for name, value in form.multi_items():
         if not isinstance(value, str):

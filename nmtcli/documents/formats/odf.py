@@ -18,7 +18,7 @@ import re
 
 from nmtcli.documents.formats.core import Block, Document
 from nmtcli.documents.formats.package import read_package
-from nmtcli.documents.formats.xmlbytes import Edit, Element, inline_tokens, parse, text, xml_text
+from nmtcli.documents.formats.xmlbytes import Edit, Element, inline_tokens, parse, spliced, text, xml_text
 
 PAIRED = frozenset(("span", "a", "meta"))
 BREAKS = frozenset(("line-break",))  # the sentence before one ends there
@@ -40,13 +40,7 @@ def _part(data: bytes) -> Document:
         block = Block(inline_tokens(data, paragraph, PAIRED, breaks=BREAKS), write=xml_text)
         blocks.append(block)
         edits.append((paragraph.start_end, paragraph.end, Edit(block, text(data, paragraph.start_end, paragraph.end), block.render)))
-    parts: list = []
-    at = 0
-    for start, end, edit in edits:
-        parts += [text(data, at, start), edit]
-        at = end
-    parts.append(text(data, at, len(data)))
-    return Document(parts, blocks)
+    return Document(spliced(data, edits), blocks)
 
 
 def _paragraphs(element: Element):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nmtcli.documents.formats.core import Block, Document, Tag, Token
-from nmtcli.documents.formats.xmlbytes import Edit, Element, parse, text, unescaped
+from nmtcli.documents.formats.xmlbytes import Edit, Element, parse, spliced, text, unescaped
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,7 @@ def read_part(data: bytes, dialect: Dialect) -> Document:
         blocks.append(block)
         start = children[0].start
         edits.append((start, end, Edit(block, text(data, start, end), block.render)))
-    parts: list = []
-    at = 0
-    for start, end, edit in edits:
-        parts += [text(data, at, start), edit]
-        at = end
-    parts.append(text(data, at, len(data)))
-    return Document(parts, blocks)
+    return Document(spliced(data, edits), blocks)
 
 
 def _paragraphs(element: Element):

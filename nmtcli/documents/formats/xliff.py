@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from nmtcli.documents.formats.core import Block, Document
-from nmtcli.documents.formats.xmlbytes import Edit, Element, inline_tokens, parse, text as _text, xml_text
+from nmtcli.documents.formats.xmlbytes import Edit, Element, inline_tokens, parse, spliced, text as _text, xml_text
 from nmtcli.errors import NmtError
 
 PAIRED = frozenset(("g", "mrk", "pc"))  # inline codes with translatable content
@@ -56,13 +56,7 @@ def read(data: bytes, format: str = "xliff") -> Document:
             tag = _text(data, segment.start, segment.start_end)
             edits.append((segment.start, segment.start_end, Edit(block, tag, lambda t=_with(tag, (("state", "translated"),)): t)))
     edits.sort(key=lambda e: (e[0], e[1]))
-    parts: list = []
-    at = 0
-    for start, end, part in edits:
-        parts += [_text(data, at, start), part]
-        at = end
-    parts.append(_text(data, at, len(data)))
-    return Document(parts, blocks)
+    return Document(spliced(data, edits), blocks)
 
 
 def _units(data: bytes, root: Element, version: str):

@@ -119,6 +119,18 @@ class Edit:
         return self.translated() if self.block.translation is not None else self.original
 
 
+def spliced(data: bytes, edits: Sequence[tuple[int, int, Edit]]) -> list:
+    """The parts of a document: the source's text between the `edits` (start, end, Edit; in order, none overlapping),
+    each edit in its place."""
+    parts: list = []
+    at = 0
+    for start, end, edit in edits:
+        parts += [text(data, at, start), edit]
+        at = end
+    parts.append(text(data, at, len(data)))
+    return parts
+
+
 def inline_tokens(data: bytes, element: Element, paired: frozenset[str], number: list[int] | None = None,
                   breaks: frozenset[str] = frozenset()) -> list[Token]:
     """The content of `element` as text and tags: children named in `paired` open and close around their own content
