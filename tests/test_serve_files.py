@@ -61,7 +61,7 @@ def test_a_file_is_translated_and_downloaded_in_libretranslates_shapes(file_serv
     ("long.txt", b"the small dog sees a red ball\n" * 60, {}, 413, "Invalid request: the file holds 1,740 characters of text, the limit is 1,500"),
     ("book.xlsx", b"PK\x03\x04", {}, 400, "Invalid request: file format not supported (.xlsx; this server translates .docx, .epub, .htm,"),
     ("broken.xlf", XLIFF_12[:200].encode(), {}, 400, "Invalid request: broken.xlf: the file is not well-formed XML"),
-    ("talk.srt", SRT.encode(), {"target": "fr"}, 400, "French (fr) is not available as a target language from English (en)"),
+    ("talk.srt", SRT.encode(), {"target": "fr"}, 400, "fr is not supported (this server translates en->de; see GET /languages)"),
     ("", b"", {}, 400, "Invalid request: "),
 ])
 def test_bad_files_are_refused_in_libretranslates_error_shape(file_server, name, data, fields, status, message):
