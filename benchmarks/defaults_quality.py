@@ -201,6 +201,20 @@ def filter_main(args: argparse.Namespace) -> None:
         print(f"| {name} | {kept:,} of {total:,} | {cells} | {statistics.mean(b for b, _, _ in scores):.1f} |")
 
 
+def run_main(args: argparse.Namespace) -> None:
+    """One training run of the quickstart recipe (with extra `nmt train` flags), scored at several search settings."""
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = Path(args.data)
+    train_and_score(data, out, args.seed, args.steps, args.train_args.split(), SearchSettings(), print)
+    manifest = json.loads((data / "manifest.json").read_text())
+    sources = read(data / f"test.{manifest['source_lang']}")
+    references = read(data / f"test.{manifest['target_lang']}")
+    rows = [(f"alpha {a}", *bleu_bp(translate(out / "model", sources, SearchSettings(alpha=a)), references)) for a in args.alphas]
+    print_table(f"{out.name}: seed {args.seed}, {args.steps} steps, train flags {args.train_args!r}", rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -215,8 +229,17 @@ def main() -> None:
     filt.add_argument("--seeds", type=int, nargs="+", default=[1])
     filt.add_argument("--steps", type=int, default=2000)
     filt.add_argument("--workdir", required=True)
+    run = sub.add_parser("run", help="train the quickstart recipe once (plus --train-args) and score it")
+    run.add_argument("-d", "--data", required=True)
+    run.add_argument("--out", required=True)
+    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--steps", type=int, default=2000)
+    run.add_argument("--train-args", default="", help="more `nmt train` flags, e.g. '--label-smoothing 0'")
+    run.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0])
     args = parser.parse_args()
-    if args.what == "length":
+    if args.what == "run":
+        run_main(args)
+    elif args.what == "length":
         length_main(args)
     elif args.what == "filter":
         filter_main(args)
