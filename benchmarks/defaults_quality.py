@@ -113,9 +113,30 @@ def _sequence_score(log_probs: torch.Tensor, target: list[int], eos: int) -> flo
     return float(log_probs.gather(1, index[:, None]).sum())
 
 
-def nmt(*args: str, cwd: Path | None = None) -> str:
+@torch.inference_mode()
+def min_length_translations(model_dir: Path, sources: list[str], ratio: float, alpha: float = 0.6) -> list[str]:
+    """Beam search with EOS forbidden before ratio x the source's pieces: a minimum length rule, one sentence at a time."""
+    from nmtcli.inference.beam import beam_search
+
+    translator = Translator(model_dir, "cpu")
+    model, tok = translator.model, translator.tokenizer
+    out = []
+    for ids in tok.encode(sources):
+        src = torch.tensor([ids + [model.config.eos_id]])
+        best = beam_search(model, src, beam=4, alpha=alpha, min_len=int(ratio * len(ids)))[0][0]
+        out.append(tok.decode(best.tokens))
+    return out
+
+
+# `nmt` with the tiny preset's dropout replaced (nmt train has no --dropout flag): what a recipe change would train.
+WITH_DROPOUT = ("import sys; from nmtcli.model.config import PRESETS; "
+                "PRESETS['tiny'] = PRESETS['tiny'].replace(dropout=float(sys.argv.pop(1))); from nmtcli.cli import main; main()")
+
+
+def nmt(*args: str, cwd: Path | None = None, dropout: float | None = None) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "nmtcli", *args], capture_output=True, text=True, env=env, cwd=cwd)
+    command = ["-m", "nmtcli"] if dropout is None else ["-c", WITH_DROPOUT, str(dropout)]
+    result = subprocess.run([sys.executable, *command, *args], capture_output=True, text=True, env=env, cwd=cwd)
     if result.returncode != 0:
         raise SystemExit(f"nmt {' '.join(args)} failed:\n{result.stderr[-3000:]}")
     return result.stdout
@@ -146,6 +167,8 @@ def length_main(args: argparse.Namespace) -> None:
     model = Path(args.model)
     print(f"model {model}, {len(sources)} {args.split} sentences of {data}")
     print_table("length penalty (beam 4)", alpha_table(model, sources, references))
+    print_table("EOS forbidden before RATIO x the source's pieces (gnmt alpha 0.6)",
+                [(f"min length {r} x source", *bleu_bp(min_length_translations(model, sources, r), references)) for r in args.min_ratios])
     hyps = translate(model, sources, SearchSettings())
     print("\nthe references forced through the model (alpha 0.6 hypotheses):")
     for key, value in eos_profile(model, sources, references, hyps, 0.6).items():
@@ -159,11 +182,11 @@ QUICKSTART = ["--preset", "tiny", "--norm", "pre", "--warmup", "100"]
 
 
 def train_and_score(data: Path, out: Path, seed: int, steps: int, train_args: list[str], search: SearchSettings,
-                    log) -> tuple[float, float, float]:
+                    log, dropout: float | None = None) -> tuple[float, float, float]:
     """`nmt train` (as the quickstart does, for `steps` steps), `nmt average --last 5`, and BLEU/BP on the test split."""
     run, model = out / "run", out / "model"
     nmt("train", "--data", str(data), *QUICKSTART, *train_args, "-o", str(run), "--max-steps", str(steps),
-        "--save-every", str(max(1, steps // 20)), "--seed", str(seed), "--device", "cpu", "--restart")
+        "--save-every", str(max(1, steps // 20)), "--seed", str(seed), "--device", "cpu", "--restart", dropout=dropout)
     nmt("average", str(run), "--last", "5", "-o", str(model))
     manifest = json.loads((data / "manifest.json").read_text())
     sources = read(data / f"test.{manifest['source_lang']}")
@@ -207,12 +230,12 @@ def run_main(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data = Path(args.data)
-    train_and_score(data, out, args.seed, args.steps, args.train_args.split(), SearchSettings(), print)
+    train_and_score(data, out, args.seed, args.steps, args.train_args.split(), SearchSettings(), print, args.dropout)
     manifest = json.loads((data / "manifest.json").read_text())
     sources = read(data / f"test.{manifest['source_lang']}")
     references = read(data / f"test.{manifest['target_lang']}")
     rows = [(f"alpha {a}", *bleu_bp(translate(out / "model", sources, SearchSettings(alpha=a)), references)) for a in args.alphas]
-    print_table(f"{out.name}: seed {args.seed}, {args.steps} steps, train flags {args.train_args!r}", rows)
+    print_table(f"{out.name}: seed {args.seed}, {args.steps} steps, train flags {args.train_args!r}, dropout {args.dropout}", rows)
 
 
 def main() -> None:
@@ -223,6 +246,7 @@ def main() -> None:
     length.add_argument("-d", "--data", required=True)
     length.add_argument("--split", default="test")
     length.add_argument("--run", help="the model's run dir: also the last and the best checkpoint alone")
+    length.add_argument("--min-ratios", type=float, nargs="*", default=[0.5, 0.75])
     filt = sub.add_parser("filter", help="the length-ratio filter: pairs kept and BLEU, plain ratio against ratio + slack")
     filt.add_argument("--corpus", required=True, help="dir with train/valid/test .en/.de (the demo corpus as your own files)")
     filt.add_argument("--slack", type=int, default=5)
@@ -235,6 +259,7 @@ def main() -> None:
     run.add_argument("--seed", type=int, default=1)
     run.add_argument("--steps", type=int, default=2000)
     run.add_argument("--train-args", default="", help="more `nmt train` flags, e.g. '--label-smoothing 0'")
+    run.add_argument("--dropout", type=float, help="the tiny preset's dropout (0.1) replaced by this")
     run.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0])
     args = parser.parse_args()
     if args.what == "run":
