@@ -101,6 +101,35 @@ def eos_profile(model_dir: Path, sources: list[str], references: list[str], hypo
     }
 
 
+BUCKETS = ((1, 3), (4, 8), (9, 16), (17, 1000))
+
+
+@torch.inference_mode()
+def eos_by_length(model_dir: Path, sources: list[str], references: list[str], hypotheses: list[str]) -> list[tuple]:
+    """By the reference's length in pieces: sentences, hypothesis/reference pieces, and the mean P(EOS) the model gives
+    (the reference forced) at the reference's end, 1 and 2 pieces before it, and anywhere before it (mean of the max)."""
+    translator = Translator(model_dir, "cpu")
+    model, tok, eos = translator.model, translator.tokenizer, translator.model.config.eos_id
+    rows = []
+    src_ids, ref_ids, hyp_ids = tok.encode(sources), tok.encode_target(references), tok.encode_target(hypotheses)
+    for low, high in BUCKETS:
+        picked = [i for i, r in enumerate(ref_ids) if low <= len(r) <= high]
+        if not picked:
+            continue
+        at = {0: [], 1: [], 2: []}
+        most = []
+        for i in picked:
+            p_eos = _forced_log_probs(model, src_ids[i], ref_ids[i])[:, eos].exp()
+            for back in at:
+                if len(p_eos) > back:
+                    at[back].append(float(p_eos[-1 - back]))
+            most.append(float(p_eos[:-1].max()) if len(p_eos) > 1 else 0.0)
+        ratio = sum(len(hyp_ids[i]) for i in picked) / sum(len(ref_ids[i]) for i in picked)
+        rows.append((f"{low}-{high}" if high < 1000 else f"{low}+", len(picked), ratio, *(statistics.mean(at[b]) for b in (0, 1, 2)),
+                     statistics.mean(most)))
+    return rows
+
+
 def _forced_log_probs(model, source: list[int], target: list[int]) -> torch.Tensor:
     cfg = model.config
     src = torch.tensor([source + [cfg.eos_id]])
@@ -166,13 +195,22 @@ def length_main(args: argparse.Namespace) -> None:
     sources, references = read(data / f"{args.split}.{src_lang}"), read(data / f"{args.split}.{tgt_lang}")
     model = Path(args.model)
     print(f"model {model}, {len(sources)} {args.split} sentences of {data}")
-    print_table("length penalty (beam 4)", alpha_table(model, sources, references))
-    print_table("EOS forbidden before RATIO x the source's pieces (gnmt alpha 0.6)",
+    if not args.eos_only:
+        print_table("length penalty (beam 4)", alpha_table(model, sources, references))
+    if args.min_ratios:
+        print_table("EOS forbidden before RATIO x the source's pieces (gnmt alpha 0.6)",
                 [(f"min length {r} x source", *bleu_bp(min_length_translations(model, sources, r), references)) for r in args.min_ratios])
     hyps = translate(model, sources, SearchSettings())
+    if args.eos_only:
+        args.run = None
     print("\nthe references forced through the model (alpha 0.6 hypotheses):")
     for key, value in eos_profile(model, sources, references, hyps, 0.6).items():
         print(f"| {key} | {value:.3f} |" if isinstance(value, float) else f"| {key} | {value} |")
+    print("\nby the reference's length (the reference forced; hypotheses at alpha 0.6)\n"
+          "| reference pieces | sentences | hyp/ref pieces | P(EOS) at the end | 1 before | 2 before | max P(EOS) before the end |\n"
+          "|---|---|---|---|---|---|---|")
+    for name, n, ratio, p0, p1, p2, most in eos_by_length(model, sources, references, hyps):
+        print(f"| {name} | {n} | {ratio:.2f} | {p0:.3f} | {p1:.3f} | {p2:.3f} | {most:.3f} |")
     if args.run:
         print_table("averaged vs single checkpoints (alpha 0.6)", checkpoint_table(Path(args.run), sources, references, model))
 
@@ -247,6 +285,7 @@ def main() -> None:
     length.add_argument("--split", default="test")
     length.add_argument("--run", help="the model's run dir: also the last and the best checkpoint alone")
     length.add_argument("--min-ratios", type=float, nargs="*", default=[0.5, 0.75])
+    length.add_argument("--eos-only", action="store_true", help="only the forced references (no alpha table, no checkpoints)")
     filt = sub.add_parser("filter", help="the length-ratio filter: pairs kept and BLEU, plain ratio against ratio + slack")
     filt.add_argument("--corpus", required=True, help="dir with train/valid/test .en/.de (the demo corpus as your own files)")
     filt.add_argument("--slack", type=int, default=5)
