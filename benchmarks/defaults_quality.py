@@ -11,11 +11,19 @@ on the same weights:
   model prefers the reference (the search missed it) or the short hypothesis (the model's own choice);
 - with --run: the averaged model against the run's last checkpoint (`nmt average --last 1`) and its best.
 
-`seeds`: trains tiny on the demo corpus once per seed with the old and the new defaults and scores each
-with its own decoding defaults (BLEU, BP), for the table in docs/training.md. Minutes per run on a CPU.
+`run`: one training of the quickstart's recipe (`nmt quickstart --max-steps N`: tiny, pre-norm, warmup 100, the
+last 5 of 20 checkpoints averaged) with more `nmt train` flags (`--label-smoothing 0`) or another tiny dropout,
+scored at several alphas: the retrained suspects.
+
+`filter`: the length-ratio filter of `nmt prepare`, plain 1.5 (`--ratio-slack 0`) against 1.5 + slack, on
+your own files (the demo corpus split into train/valid/test .en/.de): pairs kept, and BLEU/BP of a `run` on each.
+
+Tens of minutes per training on a busy 2-core CPU; benchmarks/results/defaults-quality-cpu-2026-11-26.txt has
+the commands, seeds and numbers of docs/training.md and docs/data.md.
 
     python benchmarks/defaults_quality.py length -m models/tiny-demo -d data/demo --run runs/tiny-demo
-    python benchmarks/defaults_quality.py seeds --seeds 1 2 --steps 2000 --workdir /tmp/dq
+    python benchmarks/defaults_quality.py run -d data/demo --out /tmp/dq/ls0 --steps 1000 --train-args "--label-smoothing 0"
+    python benchmarks/defaults_quality.py filter --corpus own --steps 1000 --seeds 1 2 --workdir /tmp/dq
 """
 
 from __future__ import annotations
