@@ -176,7 +176,7 @@ complete -c nmt -n "__nmt_using 'prepare'" -l spm-sentences -x -d 'Training pair
 complete -c nmt -n "__nmt_using 'prepare'" -l seed -x -d 'Seed for sampling the sentencepiece training text'
 complete -c nmt -n "__nmt_using 'prepare'" -l max-tokens -x -d 'Drop pairs with a side longer than this many subword tokens'
 complete -c nmt -n "__nmt_using 'prepare'" -l max-ratio -x -d 'Drop training pairs whose longer side has more than this many times the shorter side\'s subword tokens (plus --ratio-slack)'
-complete -c nmt -n "__nmt_using 'prepare'" -l ratio-slack -x -d 'Tokens the longer side may have beyond --max-ratio x the shorter: short pairs ("Upload" -> "Hochladen", 2 pieces against 5 in a small vocabulary) are kept; 0 is fairseq\'s plain ratio'
+complete -c nmt -n "__nmt_using 'prepare'" -l ratio-slack -x -d 'Tokens the longer side may have beyond --max-ratio x the shorter: short pairs ("Upload" -> "Hochladen", 2 pieces against 5 in a small vocabulary) are kept (5 keeps all but 0.7% of the demo corpus, the plain 1.5 drops 17%)'
 complete -c nmt -n "__nmt_using 'prepare'" -l drop-duplicates -d 'Drop exact repeats of a training pair (the first is kept)'
 complete -c nmt -n "__nmt_using 'prepare'" -l keep-duplicates -d 'The opposite of --drop-duplicates'
 complete -c nmt -n "__nmt_using 'prepare'" -l drop-markup -d 'Drop training pairs with a side that is mostly tags, entities or URLs'

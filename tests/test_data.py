@@ -81,31 +81,31 @@ def test_keep_pair_rules():
     assert keep_pair(10, 12) is None
     assert keep_pair(0, 5) == "empty"
     assert keep_pair(251, 251) == "too_long"
-    assert keep_pair(10, 21) == keep_pair(21, 10) == "ratio"  # over 1.5 x 10 + 5
-    assert keep_pair(10, 20) is None
-    assert keep_pair(10, 21, max_ratio=None) is None
-    assert keep_pair(10, 16, ratio_slack=0) == "ratio"  # fairseq's plain ratio
+    assert keep_pair(10, 16) == keep_pair(16, 10) == "ratio"  # fairseq's plain 1.5, the default
+    assert keep_pair(10, 16, max_ratio=None) is None
+    assert keep_pair(10, 21, ratio_slack=5) == "ratio"  # over 1.5 x 10 + 5
+    assert keep_pair(10, 20, ratio_slack=5) is None
 
 
-def test_the_ratio_filter_keeps_short_right_pairs_of_a_small_vocabulary(tmp_path, corpus):
+def test_a_ratio_slack_keeps_short_right_pairs_of_a_small_vocabulary(tmp_path, corpus):
     # With 300 pieces the German side of these UI strings has 2-3x the English side's pieces: all right
-    # translations, which the plain 1.5 ratio (fairseq's WMT setting, --ratio-slack 0) dropped.
+    # translations, which the plain 1.5 ratio (fairseq's WMT setting, the default) drops.
     short = [("Upload", "Hochladen"), ("Dutch", "Niederländisch"), ("next", "nächste"), ("Note", "Bemerkung"),
              ("Views", "Ansichten"), ("Table headers", "Tabellenüberschriften")]
     src = [line for line in read_lines(corpus["train"].parent / "train.en")][:300] + [s for s, _ in short]
     tgt = [line for line in read_lines(corpus["train"].parent / "train.de")][:300] + [t for _, t in short]
     train = write_pair(tmp_path, "train", src, tgt)
     kept = {}
-    for slack in (0, None):
-        settings = PrepareSettings("en", "de", vocab_size=300, **({} if slack is None else {"ratio_slack": slack}))
+    for slack in (0, 5):
+        settings = PrepareSettings("en", "de", vocab_size=300, ratio_slack=slack)
         kept[slack] = prepare_files(tmp_path / f"out-{slack}", train, train, None, settings, "t")["splits"]["train"]
-    assert kept[None]["pairs"] == 306 and "ratio" not in kept[None]["dropped"]
+    assert kept[5]["pairs"] == 306 and "ratio" not in kept[5]["dropped"]
     assert kept[0]["dropped"]["ratio"] >= 4
 
 
 def test_a_data_dir_prepared_before_the_ratio_slack_keeps_its_fingerprint_with_slack_0(corpus):
-    # What a manifest written before --ratio-slack holds: the encode stage's key without it. `nmt prepare
-    # --ratio-slack 0` reuses such a data dir as it is; the new default re-encodes it (its output differs).
+    # What a manifest written before --ratio-slack holds: the encode stage's key without it. `nmt prepare`
+    # (--ratio-slack 0, the default) reuses such a data dir as it is; a slack re-encodes it (its output differs).
     from nmtcli.data.prepare import _fingerprint, _stage_keys
     from nmtcli.data.sources import TextFiles
 
@@ -113,7 +113,8 @@ def test_a_data_dir_prepared_before_the_ratio_slack_keeps_its_fingerprint_with_s
     settings = PrepareSettings("en", "de", vocab_size=600, ratio_slack=0)
     _, spm_key, encode_key = _stage_keys(sources, settings)
     assert encode_key == _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
-    assert _stage_keys(sources, PrepareSettings("en", "de", vocab_size=600))[2] != encode_key
+    assert _stage_keys(sources, PrepareSettings("en", "de", vocab_size=600))[2] == encode_key
+    assert _stage_keys(sources, PrepareSettings("en", "de", vocab_size=600, ratio_slack=5))[2] != encode_key
 
 
 def test_shards_round_trip_and_detect_truncation(tmp_path):

@@ -303,7 +303,7 @@ def test_demo_is_shipped_with_its_license_and_prepares_offline(tmp_path):
     assert manifest["vocabulary"] == {"asked": 4000, "by": "recipe", "training_pairs": len(train_pairs)}
     assert "vocabulary: 4,000 pieces (the demo recipe's)" in result.stderr
     assert "train:" in result.stderr
-    # A named corpus keeps the data it had before --ratio-slack (the quickstart's measured numbers): plain ratio 3.0.
+    # The recipe's plain ratio 3.0 (no --ratio-slack): the data the quickstart's numbers were measured on.
     assert manifest["settings"]["ratio_slack"] == 0 and manifest["splits"]["train"]["dropped"] == {"ratio": 28}
 
 

@@ -340,7 +340,7 @@ def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocab
     spm_key = _fingerprint("sentencepiece", text_key, vocab, settings.spm_sentences, settings.seed)
     if vocabulary is not None:  # the model's tokenizer files, by content, replace the trained sentencepiece model
         spm_key = _fingerprint("vocabulary", text_key, vocabulary.tokenizer, vocabulary.files, vocabulary.special_ids, vocabulary.size)
-    # The slack joined the ratio filter later: without it (0) a data dir keeps the fingerprint it was made with.
+    # The slack joined the ratio filter later: without it (0, the default) a data dir keeps the fingerprint it was made with.
     ratio = (settings.max_ratio,) if settings.ratio_slack == 0 else (settings.max_ratio, settings.ratio_slack)
     encode_key = _fingerprint("encode", spm_key, settings.max_tokens, *ratio)
     return text_key, spm_key, encode_key

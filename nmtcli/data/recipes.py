@@ -46,10 +46,7 @@ class Recipe:
     repo: str | None = None  # Hub dataset for HubSplit splits
     revision: str = "main"  # the manifest records the commit it resolved to
     spm_sentences: int = 1_000_000  # pairs sampled to train sentencepiece (each gives 2 lines)
-    max_ratio: float = 1.5  # drop training pairs whose token-length ratio exceeds this (plus ratio_slack tokens)
-    # 0: fairseq's plain ratio, as the named corpora were prepared before --ratio-slack (WMT's 37,000 pieces hardly
-    # need it; a data dir already made is reused as it is). Your own files get text.RATIO_SLACK.
-    ratio_slack: int = 0
+    max_ratio: float = 1.5  # drop training pairs whose token-length ratio exceeds this
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def describe(self) -> dict[str, Any]:
@@ -100,9 +97,8 @@ def _demo(src: str, tgt: str) -> Recipe:
         splits={split: BundledSplit(DEMO_RESOURCE, split, f"{n} pairs") for split, n in (("train", "4,228"), ("valid", "500"), ("test", "500"))},
         vocab_size=4000,  # about 9k short lines: a small vocabulary keeps the tiny preset fast on a CPU
         # UI strings are a few words long, where the plain 1.5 ratio drops a fifth of the good pairs ("Save" ->
-        # "Speichern" is 1 token against 3). The recipe predates --ratio-slack and keeps its measured data (the
-        # quickstart's numbers): a plain 3.0 drops 28 pairs, most of them right translations too ("Keyboard
-        # shortcut" -> "Tastaturkürzel", 5 pieces against 1); 1.5 with the slack of your own files would drop 6.
+        # "Speichern" is 1 token against 3). 3.0 drops 28 pairs, most of them right translations too ("Keyboard
+        # shortcut" -> "Tastaturkürzel", 5 pieces against 1); 1.5 with --ratio-slack 5 would drop 6.
         max_ratio=3.0,
     )
 
