@@ -52,10 +52,11 @@ def test_special_token_ids_are_fixed(prepared):
 def test_cleaning_drops_empty_long_and_unbalanced_training_pairs(tmp_path, corpus):
     src = [line for line in read_lines(corpus["train"].parent / "train.en")][:400]
     tgt = [line for line in read_lines(corpus["train"].parent / "train.de")][:400]
+    unbalanced = "ein katze dieser hund jeder baum sieht jeden tag einen anderen hund unter dem baum"
     src += ["", "the dog", "the dog sees the cat " * 40, "a cat"]
-    tgt += ["der hund", "", "der hund katze sieht " * 40, "ein katze dieser hund jeder baum sieht"]
+    tgt += ["der hund", "", "der hund katze sieht " * 40, unbalanced]
     train = write_pair(tmp_path, "train", src, tgt)
-    valid = write_pair(tmp_path, "valid", ["a cat", ""], ["ein katze dieser hund jeder baum sieht", "x"])
+    valid = write_pair(tmp_path, "valid", ["a cat", ""], [unbalanced, "x"])
     manifest = prepare_files(tmp_path / "out", train, valid, None, PrepareSettings("en", "de", vocab_size=1000, max_tokens=100), "t")
     assert manifest["splits"]["train"]["dropped"] == {"empty": 2, "ratio": 1, "too_long": 1}
     assert manifest["splits"]["train"]["pairs"] == 400
@@ -80,8 +81,40 @@ def test_keep_pair_rules():
     assert keep_pair(10, 12) is None
     assert keep_pair(0, 5) == "empty"
     assert keep_pair(251, 251) == "too_long"
-    assert keep_pair(10, 16) == "ratio"
+    assert keep_pair(10, 16) == keep_pair(16, 10) == "ratio"  # fairseq's plain 1.5, the default
     assert keep_pair(10, 16, max_ratio=None) is None
+    assert keep_pair(10, 21, ratio_slack=5) == "ratio"  # over 1.5 x 10 + 5
+    assert keep_pair(10, 20, ratio_slack=5) is None
+
+
+def test_a_ratio_slack_keeps_short_right_pairs_of_a_small_vocabulary(tmp_path, corpus):
+    # With 300 pieces the German side of these UI strings has 2-3x the English side's pieces: all right
+    # translations, which the plain 1.5 ratio (fairseq's WMT setting, the default) drops.
+    short = [("Upload", "Hochladen"), ("Dutch", "Niederländisch"), ("next", "nächste"), ("Note", "Bemerkung"),
+             ("Views", "Ansichten"), ("Table headers", "Tabellenüberschriften")]
+    src = [line for line in read_lines(corpus["train"].parent / "train.en")][:300] + [s for s, _ in short]
+    tgt = [line for line in read_lines(corpus["train"].parent / "train.de")][:300] + [t for _, t in short]
+    train = write_pair(tmp_path, "train", src, tgt)
+    kept = {}
+    for slack in (0, 5):
+        settings = PrepareSettings("en", "de", vocab_size=300, ratio_slack=slack)
+        kept[slack] = prepare_files(tmp_path / f"out-{slack}", train, train, None, settings, "t")["splits"]["train"]
+    assert kept[5]["pairs"] == 306 and "ratio" not in kept[5]["dropped"]
+    assert kept[0]["dropped"]["ratio"] >= 4
+
+
+def test_a_data_dir_prepared_before_the_ratio_slack_keeps_its_fingerprint_with_slack_0(corpus):
+    # What a manifest written before --ratio-slack holds: the encode stage's key without it. `nmt prepare`
+    # (--ratio-slack 0, the default) reuses such a data dir as it is; a slack re-encodes it (its output differs).
+    from nmtcli.data.prepare import _fingerprint, _stage_keys
+    from nmtcli.data.sources import TextFiles
+
+    sources = {split: TextFiles(corpus[split].parent / f"{split}.en", corpus[split].parent / f"{split}.de") for split in ("train", "valid")}
+    settings = PrepareSettings("en", "de", vocab_size=600, ratio_slack=0)
+    _, spm_key, encode_key = _stage_keys(sources, settings)
+    assert encode_key == _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
+    assert _stage_keys(sources, PrepareSettings("en", "de", vocab_size=600))[2] == encode_key
+    assert _stage_keys(sources, PrepareSettings("en", "de", vocab_size=600, ratio_slack=5))[2] != encode_key
 
 
 def test_shards_round_trip_and_detect_truncation(tmp_path):

@@ -303,6 +303,8 @@ def test_demo_is_shipped_with_its_license_and_prepares_offline(tmp_path):
     assert manifest["vocabulary"] == {"asked": 4000, "by": "recipe", "training_pairs": len(train_pairs)}
     assert "vocabulary: 4,000 pieces (the demo recipe's)" in result.stderr
     assert "train:" in result.stderr
+    # The recipe's plain ratio 3.0 (no --ratio-slack): the data the quickstart's numbers were measured on.
+    assert manifest["settings"]["ratio_slack"] == 0 and manifest["splits"]["train"]["dropped"] == {"ratio": 28}
 
 
 def test_recipe_and_file_arguments_are_checked(tmp_path, nmt_main):

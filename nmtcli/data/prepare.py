@@ -43,7 +43,7 @@ from nmtcli.checksums import file_sha256
 from nmtcli.data.encoding import Encoder, PieceMap
 from nmtcli.data.shards import OFFSET_DTYPE, token_dtype
 from nmtcli.data.sources import BundledTsv, ParquetFiles, TextFiles
-from nmtcli.data.text import MAX_RATIO, MAX_TOKENS, SPM_FILE, TextFilter, load_sentencepiece, read_lines, train_sentencepiece
+from nmtcli.data.text import MAX_RATIO, MAX_TOKENS, RATIO_SLACK, SPM_FILE, TextFilter, load_sentencepiece, read_lines, train_sentencepiece
 from nmtcli.data.vocabulary import ModelVocabulary, check_languages, tokenizer_files
 from nmtcli.data.vocab_size import RULE as VOCAB_RULE
 from nmtcli.data.vocab_size import vocab_choice
@@ -70,6 +70,7 @@ class PrepareSettings:
     vocab_size: int | None = None  # None: from the training pairs (vocab_size.py); sec. 5.1's 37,000 is for 4.5M pairs
     max_tokens: int = MAX_TOKENS
     max_ratio: float = MAX_RATIO
+    ratio_slack: int = RATIO_SLACK  # tokens the longer side may have beyond max_ratio x the shorter (text.keep_pair)
     spm_sentences: int = 1_000_000  # training pairs sampled (seeded) to train sentencepiece: 2M lines
     seed: int = 1
     drop_duplicates: bool = True
@@ -213,7 +214,7 @@ def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: Prep
     too_long = ~empty & ((src_len > settings.max_tokens) | (tgt_len > settings.max_tokens))
     ratio = np.zeros_like(empty)
     if max_ratio is not None:
-        ratio = ~empty & ~too_long & (np.maximum(src_len, tgt_len) > max_ratio * np.minimum(src_len, tgt_len))
+        ratio = ~empty & ~too_long & (np.maximum(src_len, tgt_len) > max_ratio * np.minimum(src_len, tgt_len) + settings.ratio_slack)
     keep = ~(empty | too_long | ratio)
     arrays = {
         "dropped": np.array([empty.sum(), too_long.sum(), ratio.sum()], dtype=np.int64),
@@ -368,7 +369,9 @@ def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocab
     if vocabulary is not None:  # the model's tokenizer files, by content, replace the trained sentencepiece model
         spm_key = _fingerprint("vocabulary", text_key, vocabulary.tokenizer, vocabulary.files, vocabulary.special_ids, vocabulary.size,
                                *([vocabulary.tags] if vocabulary.tags else []))
-    encode_key = _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
+    # The slack joined the ratio filter later: without it (0, the default) a data dir keeps the fingerprint it was made with.
+    ratio = (settings.max_ratio,) if settings.ratio_slack == 0 else (settings.max_ratio, settings.ratio_slack)
+    encode_key = _fingerprint("encode", spm_key, settings.max_tokens, *ratio)
     return text_key, spm_key, encode_key
 
 
