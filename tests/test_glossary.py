@@ -213,7 +213,7 @@ def test_nmt_translate_takes_a_glossary_file_and_refuses_a_bad_one(random_model,
     assert len(out) == len(records) == 2
     assert "katze" in out[0] and "katze" in records[0]["translation"] and out[1] == nmt_main(*base, input="nothing here\n").stdout.strip()
     subtitles = tmp_path / "talk.srt"
-    subtitles.write_text("1\n00:00:01,000 --> 00:00:02,500\nthe dog sees the old house\n\n2\n00:00:03,000 --> 00:00:04,000\nnothing here\n\n",
+    subtitles.write_text("1\n00:00:01,000 --> 00:00:02,500\nthe dog sees the old house.\n\n2\n00:00:03,000 --> 00:00:04,000\nNothing here.\n\n",
                          encoding="utf-8")
     nmt_main(*base, "--glossary", str(terms), "-i", str(subtitles), "-o", str(tmp_path / "talk.de.srt"))
     translated = (tmp_path / "talk.de.srt").read_text(encoding="utf-8")
