@@ -36,7 +36,7 @@ from nmtcli.documents.html_tokens import (  # noqa: F401 - INLINE, tokenize: als
     ALNUM, BREAKS, CHARREF, INLINE, INLINE_VERBATIM, LINE_BREAKS, MAX_INLINE_DEPTH, RAW_TEXT, VERBATIM, VOID, WORD, Token,
     element_end, opened, untranslated, tokenize)
 from nmtcli.documents.placement import Node, Sentence, render_sentence
-from nmtcli.documents.sentences import sentence_spans
+from nmtcli.documents.sentences import joined_over, sentence_spans
 
 if TYPE_CHECKING:
     from nmtcli.documents.protect import Protection
@@ -188,7 +188,7 @@ def _block(source: str, run: list[tuple[str, int, int, Token]], language: str, p
             head, tail = before.group() if before else "", after.group() if after else ""
             node.edges = tuple(edge if edge and not ALNUM.search(edge) else "" for edge in (head, tail))
     spans = [s for s in sentence_spans(flat, language) if ALNUM.search(flat[s[0]:s[1]])]
-    spans = _merge_spans(spans, [(n.p, n.q) for kind, _, n, _ in marks if kind == "verbatim" and n.q > n.p])
+    spans = joined_over(spans, [(n.p, n.q) for kind, _, n, _ in marks if kind == "verbatim" and n.q > n.p])
     marks = _cut_at(marks, sorted({x for span in spans for x in span}))
     where = _sentence_of_marks(marks, spans)
     sentences = []
@@ -310,17 +310,6 @@ def _sentence_of_marks(marks: list[Mark], spans: list[tuple[int, int]]) -> list[
             if before is not None and before == after:
                 where[m] = before
     return where
-
-
-def _merge_spans(spans: list[tuple[int, int]], keep_whole: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sentences joined where one of `keep_whole` (a kept inline element) would be cut between them."""
-    out: list[tuple[int, int]] = []
-    for s, e in spans:
-        if out and any(p < out[-1][1] and q > s for p, q in keep_whole):
-            out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
 
 
 def _marks(source: str, run: list[tuple[str, int, int, Token]]) -> list[Mark] | None:

@@ -108,11 +108,13 @@ class ConstrainedSearch(BeamSearch):
         unmet = ~met.all(-1) & ~at_max.unsqueeze(1)
         logits[:, cfg.eos_id].masked_fill_(unmet.view(-1), float("-inf"))
         log_probs, tokens = self.candidates(logits, generated, R, normalizer)  # (n * R, P): the plain search's
-        term_log_probs, term_tokens = self._term_candidates(logits, normalizer, tokens, met, progress, generated, at_max)
+        L = self.phrases.size(2)  # each alternative's next token, where the hypothesis's progress in it stands (n, R, A):
+        wanted = self.phrases.unsqueeze(1).expand(n, R, -1, L).gather(3, progress.clamp(max=L - 1).unsqueeze(-1)).squeeze(-1)
+        term_log_probs, term_tokens = self._term_candidates(logits, normalizer, tokens, met, wanted, generated, at_max)
         P, M = tokens.size(1), tokens.size(1) + term_tokens.size(-1)
         tokens = torch.cat([tokens.view(n, R, P), term_tokens], dim=2)  # (n, R, M)
         log_probs = torch.cat([log_probs.view(n, R, P), term_log_probs], dim=2)
-        new_met, new_progress, bank = self._advance(met, progress, tokens)  # (n, R, M, C), (n, R, M, A), (n, R, M)
+        new_met, new_progress, bank = self._advance(met, progress, wanted, tokens)  # (n, R, M, C), (n, R, M, A), (n, R, M)
 
         cand_scores = (self.scores[:, :R].unsqueeze(-1) + log_probs).view(n, R * M)
         cand_token = tokens.view(n, R * M)
@@ -141,14 +143,13 @@ class ConstrainedSearch(BeamSearch):
         self.progress.copy_(new_progress.view(n, R * M, -1).gather(1, flat.expand(-1, -1, new_progress.size(-1))))
         self.state.reorder((torch.arange(n, device=next_beam.device).unsqueeze(1) * R + next_beam).view(-1))
 
-    def _term_candidates(self, logits: Tensor, normalizer: tuple[Tensor, Tensor], tokens: Tensor, met: Tensor, progress: Tensor,
+    def _term_candidates(self, logits: Tensor, normalizer: tuple[Tensor, Tensor], tokens: Tensor, met: Tensor, wanted: Tensor,
                          generated: Tensor, at_max: Tensor) -> tuple[Tensor, Tensor]:
         """For each row, the next token of each alternative of a term it does not hold yet, with its log-probability
         (n, R, A) each; -inf where there is none, where the row already offers that token (`tokens`, its best), where
-        an earlier alternative offers it, inside a prefix and at the length limit."""
-        n, R, A = progress.shape
-        L = self.phrases.size(2)
-        wanted = self.phrases.unsqueeze(1).expand(n, R, A, L).gather(3, progress.clamp(max=L - 1).unsqueeze(-1)).squeeze(-1)
+        an earlier alternative offers it, inside a prefix and at the length limit. `wanted` (n, R, A): each alternative's
+        next token for the row."""
+        n, R, A = wanted.shape
         open_term = (self.term_length > 0).unsqueeze(1) & ~met.gather(2, self.owner.unsqueeze(1).expand(n, R, A))
         wanted = torch.where(open_term, wanted, 0)  # a valid id everywhere; closed ones are masked below
         offered = (wanted.unsqueeze(-1) == tokens.view(n, R, 1, -1)).any(-1)
@@ -160,13 +161,11 @@ class ConstrainedSearch(BeamSearch):
         log_probs = log_probs_of(logits.gather(1, wanted.view(n * R, A)), normalizer).view(n, R, A)
         return torch.where(usable, log_probs, float("-inf")), wanted
 
-    def _advance(self, met: Tensor, progress: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _advance(self, met: Tensor, progress: Tensor, wanted: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Each candidate's terms once its token (n, R, M) is added to its row's hypothesis: the constraints it holds
         (n, R, M, C), its progress in each alternative (n, R, M, A), and its bank: the terms' tokens it holds (a held
-        constraint counts its weight; of those it is in the middle of, the furthest)."""
+        constraint counts its weight; of those it is in the middle of, the furthest). `wanted`: as _term_candidates'."""
         n, R, A = progress.shape
-        L = self.phrases.size(2)
-        wanted = self.phrases.unsqueeze(1).expand(n, R, A, L).gather(3, progress.clamp(max=L - 1).unsqueeze(-1)).squeeze(-1)
         t = tokens.unsqueeze(-1)  # (n, R, M, 1)
         on = t == wanted.unsqueeze(2)  # (n, R, M, A): the token continues the alternative
         again = t == self.phrases[:, :, 0].view(n, 1, 1, A)  # or starts it anew

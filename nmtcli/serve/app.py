@@ -132,14 +132,14 @@ class Service:
             parsed = await self._parse_html([([first[n] if first and model.source == _DETECTION_RULES else ask.texts[n] for n in numbers],
                                                model.source) for model, numbers in groups], protection=protection)
             for (model, numbers), documents in zip(groups, parsed):
-                termed = self._with_glossary(settings, model, ask.glossary)
+                termed = self.with_glossary(settings, model, ask.glossary)
                 for number, versions in zip(numbers, await self._translate_html(request, model, documents, termed)):
                     texts[number], alternatives[number] = versions[0], versions[1:]
         else:
             splits = sentence_requests([([ask.texts[n] for n in numbers], model.source) for model, numbers in groups], self.config.limits,
                                        protection)
             for (model, numbers), split in zip(groups, splits):
-                results = await self._translate(request, model, split.sentences, self._with_glossary(settings, model, ask.glossary),
+                results = await self._translate(request, model, split.sentences, self.with_glossary(settings, model, ask.glossary),
                                                 protection=protection)
                 for number, done in zip(numbers, split.joined(results)):
                     texts[number], alternatives[number] = done.kth(0), [done.kth(k) for k in range(1, nbest)]
@@ -157,7 +157,7 @@ class Service:
         ask = nmt_request(fields, self.config.search, self.config.limits)
         model = self._model(ask.source, ask.target)
         if ask.targets is None:
-            ask.settings = self._with_glossary(ask.settings, model, ask.glossary)
+            ask.settings = self.with_glossary(ask.settings, model, ask.glossary)
         protection = None if ask.targets is not None else self._protection(ask.protect)
         if ask.format == "html":
             return JSONResponse(await self._html_records(request, model, ask, protection))
@@ -253,7 +253,7 @@ class Service:
         raise ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
                             f"{language_name(source)} ({source}) (this server translates {pairs}; see GET /languages)")
 
-    def _with_glossary(self, settings: SearchSettings, model: ServedModel, asked: Glossary | None) -> SearchSettings:
+    def with_glossary(self, settings: SearchSettings, model: ServedModel, asked: Glossary | None) -> SearchSettings:
         """`settings` with the terms of the server's glossary for the model's pair (--glossary) and the request's
         (which wins for a source term in both); the server's own object where the request sends none, so that
         requests without one still share batches."""

@@ -88,7 +88,7 @@ class FileService:
         options = dict(beam=config.search.beam, alpha=config.search.alpha, length_penalty=config.search.length_penalty,
                        max_len_a=config.search.max_len_a, max_len_b=config.search.max_len_b, protect=config.protect,
                        protect_regex=list(config.protect_regex),
-                       glossary=self.service._with_glossary(config.search, model, None).glossary)  # the server's for the pair
+                       glossary=self.service.with_glossary(config.search, model, None).glossary)  # the server's for the pair
         try:
             translated = await loop.run_in_executor(None, _translated, translator, document, options)
         except NmtError as e:
