@@ -42,7 +42,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nmtcli.inference.beam import length_penalty  # noqa: E402
+from nmtcli.inference.beam import lp  # noqa: E402
 from nmtcli.inference.translator import SearchSettings, Translator  # noqa: E402
 
 ALPHAS = (0.0, 0.6, 1.0, 1.5, 2.0)
@@ -92,8 +92,8 @@ def eos_profile(model_dir: Path, sources: list[str], references: list[str], hypo
         positions += len(r)
         if len(h) < len(r):
             shorter += 1
-            ref_score = _sequence_score(log_probs, r, eos) / length_penalty(len(r) + 1, alpha)
-            hyp_score = _sequence_score(_forced_log_probs(model, s, h), h, eos) / length_penalty(len(h) + 1, alpha)
+            ref_score = _sequence_score(log_probs, r, eos) / lp(len(r) + 1, alpha)
+            hyp_score = _sequence_score(_forced_log_probs(model, s, h), h, eos) / lp(len(h) + 1, alpha)
             search_errors += int(ref_score > hyp_score)
     n = len(src_ids)
     return {

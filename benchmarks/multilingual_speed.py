@@ -137,7 +137,7 @@ def engine(name: str, dtype: str, work: Path, deu: int, args):
         def decode(batches):  # the tag, steps - 2 tokens, then the EOS step
             with torch.inference_mode():
                 return sum(len(h[0].tokens) + 1 for b in batches for h in beam_search(
-                    model, padded(b), beam=4, alpha=1.0, penalty="power", max_len_a=0, max_len_b=steps - 1, min_len=steps - 1,
+                    model, padded(b), beam=4, alpha=1.0, length_penalty="power", max_len_a=0, max_len_b=steps - 1, min_len=steps - 1,
                     prefixes=[[deu]] * len(b)))
         return decode
     if name == "hf":

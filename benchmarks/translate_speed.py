@@ -478,7 +478,7 @@ class Nmt:
         from nmtcli.inference.precision import autocast
 
         with on_device(self.device), autocast(self.device, run.dtype):
-            hyps = beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=self.graphs_for(run.dtype))
+            hyps = beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, length_penalty="power", graphs=self.graphs_for(run.dtype))
         return [h[0].tokens for h in hyps]
 
     def decode(self, run: Run, batches, padded, fixed: bool, length: int, prefixes=None) -> int:
@@ -498,7 +498,7 @@ class Nmt:
             try:
                 if run.search != "beam 4":  # one sample per line; its lines keyed by their place in the batch
                     return sample(self.models[run.dtype], padded(batch), parse_sampling(run.search), **limits)
-                return beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, penalty="power", graphs=graphs,
+                return beam_search(self.models[run.dtype], padded(batch), beam=4, alpha=1.0, length_penalty="power", graphs=graphs,
                                    prefixes=forced, **limits)
             except (RuntimeError, MemoryError) as e:
                 if not is_out_of_memory(e) or len(batch) == 1:
@@ -613,7 +613,7 @@ def measure_forced(args, device: torch.device, nmt_dir: Path) -> None:
             for row, i in enumerate(b):
                 src[row, : len(sources[i]) + 1] = torch.tensor(sources[i] + [0])
             start = time.perf_counter()
-            hyps = beam_search(model, src.to(device), beam=4, alpha=1.0, penalty="power", max_len_a=0.0, max_len_b=args.length - 1,
+            hyps = beam_search(model, src.to(device), beam=4, alpha=1.0, length_penalty="power", max_len_a=0.0, max_len_b=args.length - 1,
                                min_len=args.length - 1)
             middle = time.perf_counter()
             forced = force_ids(model, [sources[i] for i in b], [h[0].tokens for h in hyps], 10**9, device, heads=DEFAULT_HEADS,

@@ -22,13 +22,13 @@ function __nmt_value_options
         case 'prepare'
             printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --revision --workers --chunk-pairs --output -o
         case 'train'
-            printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --max-time --max-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
+            printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
         case 'average'
             printf '%s\n' --last --at --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --dtype --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary
         case 'serve'
-            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --dtype --threads --protect --glossary --max-glossary --max-request-glossary
+            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --protect --glossary --max-glossary --max-request-glossary
         case 'score'
             printf '%s\n' --ref -r --metrics --compat --target-lang -t --width --model -m --split --device
         case 'info'
@@ -100,7 +100,7 @@ function __nmt_values_prepare_NAME
     printf '%s\t%s\n' wmt14-en-de 'WMT 2014 English->German, the paper\'s first task (sec. 5.1)' wmt14-de-en 'WMT 2014 German->English (the same data, the other direction)' wmt14-en-fr 'WMT 2014 English->French, the paper\'s second task (sec. 5.1: 36M pairs, 32,000 word pieces)' demo 'Small real corpus shipped with nmt: UI strings of open-source web projects (offline, CPU-sized)' demo-de-en 'Small real corpus shipped with nmt: UI strings of open-source web projects (offline, CPU-sized)'
 end
 
-function __nmt_values_precision
+function __nmt_values_train_precision
     printf '%s\n' auto fp32 bf16 bf16-master fp16
 end
 
@@ -112,7 +112,7 @@ function __nmt_values_output_format
     printf '%s\n' text json
 end
 
-function __nmt_values_dtype
+function __nmt_values_precision
     printf '%s\n' fp32 bf16 fp16 int8
 end
 
@@ -196,28 +196,32 @@ complete -c nmt -n "__nmt_using 'train'" -l output -s o -r -F -d 'Run dir'
 complete -c nmt -n "__nmt_using 'train'" -l norm -x -d 'post: LayerNorm after each residual sum, the paper\'s (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs'
 complete -c nmt -n "__nmt_using 'train'" -l config -r -F -d 'JSON or TOML file of settings (flag names as keys; a run dir\'s config.json works)'
 complete -c nmt -n "__nmt_using 'train'" -l gpus -x -d 'Start this many ranks on this node through torchrun (one per GPU)'
-complete -c nmt -n "__nmt_using 'train'" -l max-steps -x -d 'Optimizer steps (base 100k, big 300k). tiny and small count --epochs instead; with --max-steps they run exactly that many steps, without BLEU validation or early stopping unless --valid-bleu / --patience ask for them'
+complete -c nmt -n "__nmt_using 'train'" -l max-steps -x -d 'Optimizer steps (sec. 5.2: base 100k, big 300k). tiny and small count --epochs instead; with --max-steps they run exactly that many steps, without BLEU validation or early stopping unless --valid-bleu / --patience ask for them'
 complete -c nmt -n "__nmt_using 'train'" -l epochs -x -d 'Passes over the training data, when --max-steps is not given (tiny and small: 50, a ceiling: early stopping on validation BLEU is the real stop)'
+complete -c nmt -n "__nmt_using 'train'" -l min-steps -x -d 'With --epochs: never fewer steps than this (a small corpus needs many passes; tiny 4,000), nor than twice --warmup'
 complete -c nmt -n "__nmt_using 'train'" -l max-time -x -d 'Also stop after this much training time, e.g. 90s, 5m, 2h (validates and saves a checkpoint first)'
-complete -c nmt -n "__nmt_using 'train'" -l max-tokens -x -d 'Padded tokens per batch per GPU on the longer side (base/big 25,000, small 4,096, tiny 2,048)'
-complete -c nmt -n "__nmt_using 'train'" -l tokens-per-step -x -d 'Target tokens per optimizer step over all GPUs (base/big 25,000: the paper\'s batch); gradient accumulation makes up what --max-tokens x GPUs does not'
+complete -c nmt -n "__nmt_using 'train'" -l batch-tokens -x -d 'Padded tokens per batch per GPU on the longer side (base/big 25,000, small 4,096, tiny 2,048)'
+complete -c nmt -n "__nmt_using 'train'" -l tokens-per-step -x -d 'Target tokens per optimizer step over all GPUs (sec. 5.1: base/big 25,000, the paper\'s batch); gradient accumulation makes up what --batch-tokens x GPUs does not (replaces --update-freq)'
 complete -c nmt -n "__nmt_using 'train'" -l update-freq -x -d 'Batches accumulated per GPU per step, set by hand (replaces --tokens-per-step; tiny: 1)'
-complete -c nmt -n "__nmt_using 'train'" -l warmup -x -d 'Warmup steps of the learning-rate schedule (4,000; tiny 200)'
+complete -c nmt -n "__nmt_using 'train'" -l warmup -x -d 'Warmup steps of the learning-rate schedule (sec. 5.3: 4,000; tiny 200)'
 complete -c nmt -n "__nmt_using 'train'" -l lr-scale -x -d 'Multiplies the learning-rate schedule (1.0 is the paper\'s; small 0.716: fairseq\'s IWSLT peak of 5e-4)'
 complete -c nmt -n "__nmt_using 'train'" -l lr -x -d 'Peak learning rate, reached at the end of warmup, then 1/sqrt(step) decay'
-complete -c nmt -n "__nmt_using 'train'" -l label-smoothing -x -d 'Label smoothing epsilon (0.1, sec. 5.4)'
+complete -c nmt -n "__nmt_using 'train'" -l label-smoothing -x -d 'Label smoothing epsilon (sec. 5.4: 0.1)'
+complete -c nmt -n "__nmt_using 'train'" -l adam-beta1 -x -d 'Adam\'s beta1 (sec. 5.3: 0.9)'
+complete -c nmt -n "__nmt_using 'train'" -l adam-beta2 -x -d 'Adam\'s beta2 (sec. 5.3: 0.98)'
+complete -c nmt -n "__nmt_using 'train'" -l adam-eps -x -d 'Adam\'s epsilon (sec. 5.3: 1e-9)'
 complete -c nmt -n "__nmt_using 'train'" -l seed -x -d 'Seed for weights, data order and dropout'
 complete -c nmt -n "__nmt_using 'train'" -l save-every -x -d 'Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper; tiny 50 and small 200 steps: five a validation, what `nmt average` takes)'
-complete -c nmt -n "__nmt_using 'train'" -l keep-last -x -d 'Checkpoints kept (base 5, big 20: what averaging uses); the best one is kept apart'
+complete -c nmt -n "__nmt_using 'train'" -l keep-last -x -d 'Checkpoints kept (sec. 6.1: base 5, big 20, what averaging uses); the best one is kept apart'
 complete -c nmt -n "__nmt_using 'train'" -l valid-every -x -d 'Steps between validations (perplexity, and BLEU with --valid-bleu)'
 complete -c nmt -n "__nmt_using 'train'" -l valid-bleu -x -d 'BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines; tiny and small 500 when counting --epochs)'
 complete -c nmt -n "__nmt_using 'train'" -l patience -x -d 'Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny and small 5 when counting --epochs)'
 complete -c nmt -n "__nmt_using 'train'" -l log-every -x -d 'Steps between log lines'
 complete -c nmt -n "__nmt_using 'train'" -l device -x -a '(__nmt_values_device)' -d 'auto (each rank\'s GPU, else CPU), cpu, cuda or cuda:N'
-complete -c nmt -n "__nmt_using 'train'" -l precision -x -a '(__nmt_values_precision)' -d 'auto (bf16-master on a GPU that has bf16, bf16 with several GPUs or --compile, else fp32), fp32, bf16 (autocast: fp32 weights, bf16 products), bf16-master (bf16 weights trained with fp32 master weights in the optimizer: no cast per use), or fp16 (with a dynamic loss scaler)'
-complete -c nmt -n "__nmt_using 'train'" -l compile -d 'torch.compile the model (pays on a GPU over long runs; the first steps are slow)'
+complete -c nmt -n "__nmt_using 'train'" -l precision -x -a '(__nmt_values_train_precision)' -d 'auto (bf16-master on a GPU that has bf16, bf16 with several GPUs or --compile, else fp32), fp32, bf16 (autocast: fp32 weights, bf16 products), bf16-master (bf16 weights trained with fp32 master weights in the optimizer: no cast per use), or fp16 (with a dynamic loss scaler)'
+complete -c nmt -n "__nmt_using 'train'" -l compile -d 'torch.compile the model (with shape classes the whole forward, one graph per class, all compiled before the first step; the compiled code is cached in the run dir)'
 complete -c nmt -n "__nmt_using 'train'" -l no-compile -d 'The opposite of --compile'
-complete -c nmt -n "__nmt_using 'train'" -l shape-classes -d 'Pad batches to a few shapes (15 lengths, rows filled to --max-tokens): a GPU plans each new shape once'
+complete -c nmt -n "__nmt_using 'train'" -l shape-classes -d 'Pad batches to a few shapes (15 lengths, rows filled to --batch-tokens): a GPU plans each new shape once'
 complete -c nmt -n "__nmt_using 'train'" -l no-shape-classes -d 'The opposite of --shape-classes'
 complete -c nmt -n "__nmt_using 'train'" -l cuda-graphs -d 'Replay each step from CUDA graphs (one per batch shape, one for Adam) instead of launching its kernels one by one from Python'
 complete -c nmt -n "__nmt_using 'train'" -l no-cuda-graphs -d 'The opposite of --cuda-graphs'
@@ -250,15 +254,15 @@ complete -c nmt -n "__nmt_using 'translate'" -l output-format -x -a '(__nmt_valu
 complete -c nmt -n "__nmt_using 'translate'" -l batch-tokens -x -d 'Padded source tokens per batch'
 complete -c nmt -n "__nmt_using 'translate'" -l window -x -d 'Lines read, sorted by length and translated together; bounds memory on endless input'
 complete -c nmt -n "__nmt_using 'translate'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
-complete -c nmt -n "__nmt_using 'translate'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16'
+complete -c nmt -n "__nmt_using 'translate'" -l precision -x -a '(__nmt_values_precision)' -d 'fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16'
 complete -c nmt -n "__nmt_using 'translate'" -l threads -x -d 'CPU threads for PyTorch\'s or CTranslate2\'s kernels (default: the CPUs this process may use, after its affinity mask and cgroup quota; $OMP_NUM_THREADS overrides it)'
 complete -c nmt -n "__nmt_using 'translate'" -l cuda-graphs -d 'On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ)'
 complete -c nmt -n "__nmt_using 'translate'" -l no-cuda-graphs -d 'The opposite of --cuda-graphs'
 complete -c nmt -n "__nmt_using 'translate'" -l engine -x -a '(__nmt_values_engine)' -d 'native: nmt\'s PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU)'
 complete -c nmt -n "__nmt_using 'translate'" -l prefix-file -r -F -d 'Target prefixes, one a line beside each input line (an empty line: none)'
 complete -c nmt -n "__nmt_using 'translate'" -l alignment -x -d 'words or pieces: add each translation\'s source-target alignment to the JSON records ("alignment": "0-0 1-2 ...", Pharaoh format over whitespace-separated words or sentencepiece pieces), from the encoder-decoder attention'
-complete -c nmt -n "__nmt_using 'translate'" -l score-only -d 'Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs'
-complete -c nmt -n "__nmt_using 'translate'" -l target-file -r -F -d 'The translations --score-only scores, one per input line'
+complete -c nmt -n "__nmt_using 'translate'" -l forced-decoding -d 'Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs'
+complete -c nmt -n "__nmt_using 'translate'" -l target-file -r -F -d 'The translations --forced-decoding scores, one per input line'
 complete -c nmt -n "__nmt_using 'translate'" -l split-sentences -d 'Input lines are paragraphs: cut each into sentences (by the rules of the model\'s source language), translate them one by one, and join their translations with the line\'s own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence\'s record under "sentences"'
 complete -c nmt -n "__nmt_using 'translate'" -l format -x -d 'text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block\'s text translated a sentence at a time and inline tags placed by the word alignment; txt, srt, vtt, po, xliff, md, docx, pptx, odt, odp, epub: a document of that format, read whole and written whole with everything but its text kept (docs/translating.md, "Documents"). auto: the format of -i FILE\'s extension (.srt, .vtt, .po, .pot, .xliff, .xlf, .md, .html, .docx, .pptx, .odt, .odp, .epub), else text'
 complete -c nmt -n "__nmt_using 'translate'" -l target-lang -s t -x -d 'A multilingual model (M2M-100, NLLB-200): the language to translate into, as the model writes it (deu_Latn, de) or an ISO 639-1/-3 code (de, deu); `nmt info MODEL` lists its languages'
@@ -296,7 +300,7 @@ complete -c nmt -n "__nmt_using 'serve'" -l file-keep -x -d 'Seconds a translate
 complete -c nmt -n "__nmt_using 'serve'" -l timeout -x -d 'Seconds a request may wait for its translation (then 503; its lines leave the queue)'
 complete -c nmt -n "__nmt_using 'serve'" -l cors-origin -x -d 'Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several'
 complete -c nmt -n "__nmt_using 'serve'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
-complete -c nmt -n "__nmt_using 'serve'" -l dtype -x -a '(__nmt_values_dtype)' -d 'fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16'
+complete -c nmt -n "__nmt_using 'serve'" -l precision -x -a '(__nmt_values_precision)' -d 'fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ where candidates are close); on a GPU bf16 / fp16'
 complete -c nmt -n "__nmt_using 'serve'" -l threads -x -d 'CPU threads for PyTorch\'s kernels (default: the CPUs this process may use, after its affinity mask and cgroup quota less one left to the web server\'s own thread; $OMP_NUM_THREADS overrides it)'
 complete -c nmt -n "__nmt_using 'serve'" -l access-log -d 'Log every request on stderr'
 complete -c nmt -n "__nmt_using 'serve'" -l no-access-log -d 'The opposite of --access-log'

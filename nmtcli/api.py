@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
@@ -48,17 +49,21 @@ class Translator:
         self._detector: Detector | None = None
 
     @classmethod
-    def load(cls, model: str | os.PathLike[str], *, device: str = "auto", dtype: str | None = None,
+    def load(cls, model: str | os.PathLike[str], *, device: str = "auto", precision: str | None = None,
              revision: str | None = None, source_lang: str | None = None, target_lang: str | None = None,
-             engine: EngineName = "native") -> Translator:
+             engine: EngineName = "native", dtype: str | None = None) -> Translator:
         """The model of a model dir (written by `nmt average`, `nmt import`, `nmt pull`) or a Hub id OWNER/NAME
         (downloaded once into the Hub cache, at `revision`), as `nmt translate -m` takes it, on `device` (auto,
-        cpu, cuda, cuda:N) computing in `dtype` (fp32, the default; int8 on a CPU; bf16 or fp16 on a GPU).
+        cpu, cuda, cuda:N) computing in `precision` (fp32, the default; int8 on a CPU; bf16 or fp16 on a GPU;
+        `dtype` is its earlier name, still taken with a DeprecationWarning).
         A multilingual model (M2M-100, NLLB-200) translates into `target_lang` (its code, or ISO 639-1/-3: "de"),
         from `source_lang` (default English). `engine`: "native" (nmt's PyTorch search), or "ctranslate2" for a
         dir written by `nmt export ctranslate2` (the ctranslate2 extra; the text of the best translation only: the
         power length penalty, no n-best lists, alignments, scores, HTML or confidence)."""
-        return cls(open_engine(model, device=device, dtype=dtype, revision=revision, languages=(source_lang, target_lang),
+        if dtype is not None:
+            warnings.warn("Translator.load(dtype=...) is now precision=...", DeprecationWarning, stacklevel=2)
+            precision = precision or dtype
+        return cls(open_engine(model, device=device, precision=precision, revision=revision, languages=(source_lang, target_lang),
                                engine=engine), str(model))
 
     # --- what the model is ------------------------------------------------------------------------
@@ -215,8 +220,8 @@ class Translator:
 
         pages = Pages([parse(document, self._split_language(), protect=protection)])
         settings = dataclasses.replace(settings, alignment=COVERING)
-        results = self._engine.translate_lines(pages.segments, settings) if pages.segments else []
-        return pages.rendered(results)[0][0], len(pages.segments)
+        results = self._engine.translate_lines(pages.sentences, settings) if pages.sentences else []
+        return pages.rendered(results)[0][0], len(pages.sentences)
 
     # --- what the calls share -----------------------------------------------------------------------
 
@@ -286,7 +291,7 @@ def protection(protect: bool = True, protect_regex: Iterable[str] = (), flag: st
     return Protection.of(protect, list(protect_regex), flag)
 
 
-def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: str | None = None, revision: str | None = None,
+def open_engine(model: str | os.PathLike[str], *, device: str = "auto", precision: str | None = None, revision: str | None = None,
                 settings: SearchSettings | None = None, warn: Callable[[str], None] | None = None,
                 languages: tuple[str | None, str | None] = (None, None), engine: EngineName = "native", threads: int | None = None) -> Engine:
     """The engine of a model dir or Hub id on a device: what `Translator.load`, `nmt translate` and `nmt serve` load a
@@ -313,8 +318,8 @@ def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: s
         if revision is not None:
             raise NmtError("revision (--revision) is for Hub ids", "a CTranslate2 model is a local dir written by `nmt export ctranslate2`",
                            exit_code=2)
-        if dtype not in (None, "fp32"):
-            raise NmtError(f"dtype {dtype} (--dtype) is the native engine's", "a CTranslate2 model computes in the type it was exported in "
+        if precision not in (None, "fp32"):
+            raise NmtError(f"precision {precision} (--precision) is the native engine's", "a CTranslate2 model computes in the type it was exported in "
                            "(`nmt export ctranslate2 --quantization`)", exit_code=2)
         # A CTranslate2 dir is what `nmt export ctranslate2` wrote: never a Hub id. Its search takes the power length penalty.
         return CTranslate2Translator(Path(model), str(device), settings or SearchSettings(length_penalty="power"), threads or 0,
@@ -324,7 +329,7 @@ def open_engine(model: str | os.PathLike[str], *, device: str = "auto", dtype: s
     from nmtcli.inference.translator import Translator as Native
 
     path = hub.resolve_model(model, revision)
-    return Native(path, resolve_device(str(device)), settings or SearchSettings(), dtype=dtype or "fp32", warn=warn or log.warning,
+    return Native(path, resolve_device(str(device)), settings or SearchSettings(), precision=precision or "fp32", warn=warn or log.warning,
                   languages=languages)
 
 

@@ -204,7 +204,8 @@ def _training(training: dict[str, Any]) -> list[str]:
               + (f" Datasets: {', '.join(datasets)}." if datasets else ""), ""]
     settings = training.get("settings", {})
     recipe = [f"preset {training.get('preset')}", f"{training.get('steps')} steps"]
-    recipe += [f"{k} {settings[k]}" for k in ("max_tokens", "update_freq", "warmup", "label_smoothing", "seed") if k in settings]
+    # max_tokens: what model dirs of earlier versions call batch_tokens
+    recipe += [f"{k} {settings[k]}" for k in ("batch_tokens", "max_tokens", "update_freq", "warmup", "label_smoothing", "seed") if k in settings]
     averaged = training.get("averaged_checkpoints") or []
     lines += ["## Training recipe", "", ", ".join(str(r) for r in recipe) + (f"; the weights average the checkpoints of steps {', '.join(map(str, averaged))}." if averaged else "."), ""]
     return lines

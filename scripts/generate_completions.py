@@ -59,18 +59,18 @@ def choices_table() -> dict[str, Choices]:
     """The options and arguments with a fixed set of values, read from the registries the commands check them against."""
     from nmtcli.data.recipes import RECIPES
     from nmtcli.inference.beam import LENGTH_PENALTIES
-    from nmtcli.inference.translator import DTYPES
+    from nmtcli.inference.translator import PRECISIONS as INFERENCE_PRECISIONS
     from nmtcli.interop.ctranslate2 import QUANTIZATIONS
     from nmtcli.model.config import PRESETS
     from nmtcli.scoring import METRICS
-    from nmtcli.training.precision import PRECISIONS
+    from nmtcli.training.settings import PRECISIONS
 
     return {
         "prepare NAME": Choices({name: recipe.summary for name, recipe in RECIPES.items()}),
         "--preset": Choices.of(PRESETS),
         "--length-penalty": Choices.of(LENGTH_PENALTIES),
-        "--dtype": Choices.of(DTYPES),
-        "--precision": Choices.of(PRECISIONS),
+        "--precision": Choices.of(INFERENCE_PRECISIONS),  # translate, serve
+        "train --precision": Choices.of(PRECISIONS),
         "--quantization": Choices.of(QUANTIZATIONS),
         "--metrics": Choices.of(METRICS, comma_list=True),
         # These live only in the commands' help texts (and the checks beside them).

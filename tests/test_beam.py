@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmtcli.inference.beam import beam_search, length_penalty
+from nmtcli.inference.beam import beam_search, lp
 from nmtcli.model.config import BOS_ID, EOS_ID, ModelConfig
 from nmtcli.model.transformer import Transformer
 
@@ -35,7 +35,7 @@ def exhaustive_best(model, src, max_len, alpha, penalty):
     best = None
     for length in range(max_len + 1):
         for tokens in itertools.product(WORDS, repeat=length):
-            score = sequence_log_prob(model, src, tokens) / length_penalty(length + 1, alpha, penalty)
+            score = sequence_log_prob(model, src, tokens) / lp(length + 1, alpha, penalty)
             if best is None or score > best[1]:
                 best = (list(tokens), score)
     return best
@@ -51,7 +51,7 @@ def test_wide_beam_finds_the_exhaustive_best_under_each_length_penalty(penalty):
         winners = set()
         for alpha in (0.0, 0.6, 3.0):
             tokens, score = exhaustive_best(model, src, max_len, alpha, penalty)
-            hyp = beam_search(model, src, beam=27, alpha=alpha, max_len_a=0.0, max_len_b=max_len, penalty=penalty)[0][0]
+            hyp = beam_search(model, src, beam=27, alpha=alpha, max_len_a=0.0, max_len_b=max_len, length_penalty=penalty)[0][0]
             assert hyp.tokens == tokens, (seed, alpha)
             assert hyp.score == pytest.approx(score, abs=1e-4)
             winners.add(tuple(tokens))
@@ -114,9 +114,9 @@ def test_nbest_are_distinct_and_sorted_by_score():
 
 
 def test_gnmt_length_penalty_formula():
-    assert length_penalty(10, 0.6) == pytest.approx(((5 + 10) / 6) ** 0.6)
-    assert length_penalty(10, 0.6, "power") == pytest.approx(10**0.6)
-    assert length_penalty(7, 0.0) == 1.0
+    assert lp(10, 0.6) == pytest.approx(((5 + 10) / 6) ** 0.6)
+    assert lp(10, 0.6, "power") == pytest.approx(10**0.6)
+    assert lp(7, 0.0) == 1.0
 
 
 def test_reported_scores_equal_a_full_recomputation():
@@ -124,7 +124,7 @@ def test_reported_scores_equal_a_full_recomputation():
     src = torch.tensor([[5, 6, 7, 8, EOS_ID]])
     for hyp in beam_search(model, src, beam=4, alpha=0.6, nbest=4)[0]:
         assert hyp.log_prob == pytest.approx(sequence_log_prob(model, src, tuple(hyp.tokens)), abs=1e-4)
-        assert hyp.score == pytest.approx(hyp.log_prob / length_penalty(len(hyp.tokens) + 1, 0.6), abs=1e-6)
+        assert hyp.score == pytest.approx(hyp.log_prob / lp(len(hyp.tokens) + 1, 0.6), abs=1e-6)
 
 
 def test_packed_cpu_model_translates_exactly_like_the_plain_one():
@@ -170,7 +170,7 @@ def test_int8_search_keeps_fp32_translations_or_finds_ones_as_good():
     for sentence, a, b in zip(sentences, beam_search(exact, _batch(sentences), beam=4),
                               beam_search(quantized, _batch(sentences), beam=4), strict=True):
         same += a[0].tokens == b[0].tokens
-        rescored = sequence_log_prob(exact, _batch([sentence]), tuple(b[0].tokens)) / length_penalty(len(b[0].tokens) + 1, 0.6)
+        rescored = sequence_log_prob(exact, _batch([sentence]), tuple(b[0].tokens)) / lp(len(b[0].tokens) + 1, 0.6)
         assert rescored >= a[0].score - 0.5, (a[0].tokens, b[0].tokens)
     assert same >= 9, f"only {same} of 12 translations kept"
 
@@ -201,7 +201,7 @@ def test_looking_at_the_search_only_every_few_steps_changes_nothing(sync_every, 
     src = _batch(SENTENCES)
     for settings in ({"beam": 4, "nbest": 2}, {"beam": 3, "nbest": 3, "min_len": 2, "alpha": 1.5}, {"beam": 5, "max_len_b": 3}):
         every_step = beam_search(model, src, sync_every=1, **settings)
-        full = {"alpha": 0.6, "max_len_a": 1.0, "max_len_b": 50, "nbest": 1, "penalty": "gnmt", "min_len": 0, **settings}
+        full = {"alpha": 0.6, "max_len_a": 1.0, "max_len_b": 50, "nbest": 1, "length_penalty": "gnmt", "min_len": 0, **settings}
         with torch.inference_mode():
             search = BeamSearch(model, src, full.pop("beam"), **full)
             assert _as_lists(search.run(sync_every, leave_fraction=leave_fraction)) == _as_lists(every_step)

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 COMMANDS = {
     "prepare": ["--train", "--valid", "--test", "--vocab-size", "--source-lang"],
-    "train": ["--preset", "--max-steps", "--max-tokens", "--update-freq", "--save-every", "--keep-last", "--warmup", "--seed", "--device", "--restart",
+    "train": ["--preset", "--max-steps", "--batch-tokens", "--update-freq", "--save-every", "--keep-last", "--warmup", "--seed", "--device", "--restart",
               "--tokens-per-step", "--gpus", "--precision", "--compile", "--config", "--valid-bleu", "--patience", "--peak-tflops", "--epochs",
               "--cuda-graphs"],
     "average": ["--last", "--output"],
@@ -170,7 +170,7 @@ def test_averaging_checkpoints_of_different_shapes_is_refused(prepared, tmp_path
     from nmtcli.training.settings import train_settings_for
     from nmtcli.training.trainer import Trainer
 
-    config, settings = train_settings_for("tiny", max_steps=1, max_tokens=300, device="cpu")
+    config, settings = train_settings_for("tiny", max_steps=1, batch_tokens=300, device="cpu")
     Trainer(tmp_path / "a", prepared, config, settings).run()
     Trainer(tmp_path / "b", prepared, config.replace(d_ff=256), settings).run()
     result = nmt_main("average", str(tmp_path / "a/checkpoints/1"), str(tmp_path / "b/checkpoints/1"), "-o", str(tmp_path / "m"), check=False)
@@ -196,7 +196,7 @@ def test_json_output_carries_scores_tokens_and_nbest(trained_model, nmt_main):
 
 def test_int8_translates_every_line_in_order(trained_model, nmt_main):
     text = "the dog sees a cat\n\nthe red car visits every house\n"
-    int8 = nmt_main("translate", "-m", str(trained_model), "--device", "cpu", "--dtype", "int8", input=text).stdout.splitlines()
+    int8 = nmt_main("translate", "-m", str(trained_model), "--device", "cpu", "--precision", "int8", input=text).stdout.splitlines()
     assert len(int8) == 3 and int8[1] == "" and int8[0] and int8[2] and int8[0] != int8[2]
 
 
@@ -204,7 +204,7 @@ def test_search_flags_that_cannot_work_are_refused(trained_model, nmt_main):
     cases = [
         (["--nbest", "2"], "--nbest above 1 needs --output-format json"),
         (["--nbest", "5", "--beam", "4", "--output-format", "json"], "exceeds --beam"),
-        (["--dtype", "bf16", "--device", "cpu"], "needs a GPU"),
+        (["--precision", "bf16", "--device", "cpu"], "needs a GPU"),
         (["--length-penalty", "linear"], "unknown --length-penalty"),
     ]
     for flags, message in cases:

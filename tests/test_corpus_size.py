@@ -127,7 +127,7 @@ def test_max_steps_or_epochs_from_the_command_line_win_over_a_config_file(tmp_pa
 
 def test_small_follows_fairseqs_iwslt_recipe():
     config, s = train_settings_for("small")
-    assert (s.max_tokens, s.update_freq, s.tokens_per_step, s.warmup) == (4096, 1, None, 4000)
+    assert (s.batch_tokens, s.update_freq, s.tokens_per_step, s.warmup) == (4096, 1, None, 4000)
     # Equation 3 at the end of the warmup, scaled: fairseq's peak learning rate of 5e-4.
     from nmtcli.training.schedule import inverse_sqrt_lr
 

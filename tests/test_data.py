@@ -134,7 +134,7 @@ def test_shards_round_trip_and_detect_truncation(tmp_path):
 def test_batches_respect_the_token_budget_and_cover_every_sentence_once():
     rng = np.random.default_rng(0)
     src_len, tgt_len = rng.integers(1, 60, 2000), rng.integers(1, 60, 2000)
-    batches = make_batches(src_len, tgt_len, max_tokens=500, seed=3, epoch=1)
+    batches = make_batches(src_len, tgt_len, batch_tokens=500, seed=3, epoch=1)
     seen = np.concatenate(batches)
     assert sorted(seen.tolist()) == list(range(2000))
     for b in batches:

@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.slow  # torchrun and its ranks are processes that each import torch and train: ~85 s in all
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-SMALL = ["--preset", "tiny", "--max-tokens", "300", "--log-every", "1", "--valid-every", "1000", "--device", "cpu"]
+SMALL = ["--preset", "tiny", "--batch-tokens", "300", "--log-every", "1", "--valid-every", "1000", "--device", "cpu"]
 
 
 def nmt_train(prepared: Path, run_dir: Path, *args: str, env: dict | None = None, torchrun: int = 0, timeout: int = 300):
@@ -168,15 +168,15 @@ def test_gpus_flag_launches_ranks_that_resume_a_run(two_rank_run, prepared, tmp_
 
 
 def test_ranks_whose_batches_overshoot_the_step_get_smaller_batches_and_resume_with_them(prepared, tmp_path):
-    """2 ranks x --max-tokens 300 hold ~440 target tokens, over --tokens-per-step 300: each rank's batch is
+    """2 ranks x --batch-tokens 300 hold ~440 target tokens, over --tokens-per-step 300: each rank's batch is
     lowered (and the log says so), the checkpoint keeps that batch, and one process resumes the run with it."""
     lowered = ["--tokens-per-step", "300", "--save-every", "2"]
     two = nmt_train(prepared, tmp_path / "run", *lowered, "--max-steps", "2", torchrun=2)
     assert two.returncode == 0, two.stderr
-    said = [line for line in two.stderr.splitlines() if "--max-tokens 300 per GPU" in line]
+    said = [line for line in two.stderr.splitlines() if "--batch-tokens 300 per GPU" in line]
     assert len(said) == 1 and "2 ranks x one batch would already make a step of" in said[0], two.stderr
     state = torch.load(tmp_path / "run" / "checkpoints" / "2" / "trainer.pt", weights_only=True)
-    assert 150 < state["batch_max_tokens"] < 300 and f"<= {state['batch_max_tokens']} tokens instead" in said[0]
+    assert 150 < state["batch_tokens"] < 300 and f"<= {state['batch_tokens']} tokens instead" in said[0]
     assert state["batches_per_step"] == 2
     resumed = nmt_train(prepared, tmp_path / "run", *lowered, "--max-steps", "4")  # 1 process x 2 batches
     assert resumed.returncode == 0, resumed.stderr

@@ -51,8 +51,8 @@ def test_pipeline_learns_the_synthetic_translation_rule(workspace, untrained_mod
     # Bare `nmt score` translates the prepared test split with the newest model: the same number.
     assert bleu_of(in_process("score", "--json").stdout) == pytest.approx(trained_bleu)
 
-    # int8 on the CPU (--dtype int8) keeps the trained model's BLEU.
-    int8 = in_process("translate", "--dtype", "int8", input=source).stdout
+    # int8 on the CPU (--precision int8) keeps the trained model's BLEU.
+    int8 = in_process("translate", "--precision", "int8", input=source).stdout
     assert int8.count("\n") == 200
     (tmp_path / "hyp-int8.de").write_text(int8)
     int8_bleu = bleu_of(in_process("score", "hyp-int8.de", "--ref", str(workspace.root / "corpus" / "test.de"), "--json").stdout)

@@ -142,12 +142,12 @@ def run_dir(prepared, tmp_path_factory) -> Path:
     from nmtcli.training.trainer import Trainer
 
     run = tmp_path_factory.mktemp("errors-run") / "run"
-    config, settings = train_settings_for("tiny", max_steps=1, max_tokens=300, save_every=1, device="cpu")
+    config, settings = train_settings_for("tiny", max_steps=1, batch_tokens=300, save_every=1, device="cpu")
     Trainer(run, prepared, config, settings).run()
     return run
 
 
-TRAIN = ["--preset", "tiny", "--max-tokens", "300", "--device", "cpu"]  # what run_dir was trained with
+TRAIN = ["--preset", "tiny", "--batch-tokens", "300", "--device", "cpu"]  # what run_dir was trained with
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Forced decoding (`nmt translate --score-only`) and word alignments (`--alignment`): inference/forced.py, alignment.py."""
+"""Forced decoding (`nmt translate --forced-decoding`) and word alignments (`--alignment`): inference/forced.py, alignment.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from corpus import VERBS, _noun_phrase
 from nmtcli.inference.alignment import pharaoh, piece_links, word_of_piece
-from nmtcli.inference.beam import beam_search, length_penalty
+from nmtcli.inference.beam import beam_search, lp
 from nmtcli.inference.forced import AttentionHeads, force_batch, force_ids, scored
 from nmtcli.inference.greedy import greedy_search
 from nmtcli.model.checkpoint import load_model
@@ -73,14 +73,14 @@ def test_the_beam_searchs_hypotheses_score_what_forced_decoding_gives_them(model
     for i, s in enumerate(sources):
         src[i, : len(s) + 1] = torch.tensor(s + [cfg.eos_id])
     alpha = 0.6
-    results = beam_search(model, src, beam=4, alpha=alpha, max_len_a=0, max_len_b=8, nbest=4, penalty=penalty)
+    results = beam_search(model, src, beam=4, alpha=alpha, max_len_a=0, max_len_b=8, nbest=4, length_penalty=penalty)
     hyps = [(s, h) for s, hs in zip(sources, results) for h in hs]
     assert len(hyps) >= 9
     forced = force_batch(model, [s for s, _ in hyps], [h.tokens for _, h in hyps])
     for (_, h), f in zip(hyps, forced):
         assert f.log_prob == pytest.approx(h.log_prob, abs=1e-4)
         assert scored(f, [], alpha, penalty).score == pytest.approx(h.score, abs=1e-4)
-        assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, alpha, penalty), abs=1e-5)
+        assert h.score == pytest.approx(h.log_prob / lp(len(h.tokens) + 1, alpha, penalty), abs=1e-5)
     greedy = [r[0] for r in greedy_search(model, src, max_len_a=0, max_len_b=8)]
     for h, f in zip(greedy, force_batch(model, sources, [h.tokens for h in greedy])):
         assert f.log_prob == pytest.approx(h.log_prob, abs=1e-4)
@@ -125,13 +125,13 @@ def aligned_pair(rng: random.Random) -> tuple[str, str, set[tuple[int, int]]]:
 
 
 def test_alignments_of_a_rule_task_are_the_rule(trained_model, nmt_main, tmp_path):
-    """The session's model learned tests/corpus.py's reordering: its alignments of given pairs (--score-only
+    """The session's model learned tests/corpus.py's reordering: its alignments of given pairs (--forced-decoding
     --alignment) and of its own translations must be the true ones, over 90% of the links."""
     rng = random.Random(7)
     pairs = [aligned_pair(rng) for _ in range(40)]
     (tmp_path / "src.txt").write_text("".join(s + "\n" for s, _, _ in pairs))
     (tmp_path / "tgt.txt").write_text("".join(t + "\n" for _, t, _ in pairs))
-    out = nmt_main("translate", "-m", str(trained_model), "-i", str(tmp_path / "src.txt"), "--score-only", "--target-file",
+    out = nmt_main("translate", "-m", str(trained_model), "-i", str(tmp_path / "src.txt"), "--forced-decoding", "--target-file",
                    str(tmp_path / "tgt.txt"), "--output-format", "json", "--alignment", "words").stdout
     records = [json.loads(line) for line in out.splitlines()]
     assert len(records) == len(pairs)
@@ -150,7 +150,7 @@ def test_score_only_writes_one_score_per_pair_as_the_search_ranks(random_model, 
     sources = ["the dog sees a cat", "", "a red ball", "every child likes the old tree"]
     targets = ["der hund ein katze sieht", "der hund", "", "jeder kind der baum alt mag"]
     (tmp_path / "tgt.txt").write_text("".join(t + "\n" for t in targets))
-    common = ("translate", "-m", str(random_model), "--score-only", "--target-file", str(tmp_path / "tgt.txt"), "--alpha", "1.0")
+    common = ("translate", "-m", str(random_model), "--forced-decoding", "--target-file", str(tmp_path / "tgt.txt"), "--alpha", "1.0")
     text = nmt_main(*common, input="".join(s + "\n" for s in sources)).stdout.splitlines()
     records = [json.loads(line) for line in nmt_main(*common, "--output-format", "json", input="".join(s + "\n" for s in sources)).stdout.splitlines()]
     assert len(text) == len(records) == 4
@@ -169,22 +169,22 @@ def test_forced_decoding_and_alignment_mistakes_are_one_error_line(random_model,
     (tmp_path / "src.txt").write_text("a\nb\nc\n")
     (tmp_path / "tgt.txt").write_text("x\ny\n")
     m = ("translate", "-m", str(random_model))
-    line = one_error_line(nmt_main(*m, "-i", str(tmp_path / "src.txt"), "--score-only", "--target-file", str(tmp_path / "tgt.txt"),
+    line = one_error_line(nmt_main(*m, "-i", str(tmp_path / "src.txt"), "--forced-decoding", "--target-file", str(tmp_path / "tgt.txt"),
                                    check=False), "score-only-line-counts")
     assert "has 2 line(s) but --input" in line and "has 3" in line
-    piped = nmt_main(*m, "--score-only", "--target-file", str(tmp_path / "tgt.txt"), "--window", "1", input="a\nb\nc\n", check=False)
+    piped = nmt_main(*m, "--forced-decoding", "--target-file", str(tmp_path / "tgt.txt"), "--window", "1", input="a\nb\nc\n", check=False)
     assert piped.returncode == 2 and piped.stderr.strip().splitlines()[-1].startswith("nmt: error: the targets end after line 2 but the input goes on")
     assert len(piped.stdout.splitlines()) == 2  # stdin is checked as it streams: the windows before the end were scored
     cases = {("--alignment", "words"): "--alignment needs --output-format json",
              ("--alignment", "phrases", "--output-format", "json"): "unknown --alignment 'phrases'",
              ("--alignment", "words", "--output-format", "json", "--engine", "ctranslate2"): "--alignment is not available with --engine ctranslate2",
-             ("--score-only", "--target-file", str(tmp_path / "tgt.txt"), "--engine", "ctranslate2"): "--score-only is not available with --engine ctranslate2",
-             ("--score-only",): "--score-only needs --target-file FILE",
-             ("--target-file", str(tmp_path / "tgt.txt")): "--target-file is read only with --score-only",
-             ("--score-only", "--target-file", str(tmp_path / "missing.txt")): "missing.txt does not exist",
-             ("--score-only", "--target-file", str(tmp_path / "tgt.txt"), "--sampling", "full"): "--score-only does not go with --sampling",
-             ("--score-only", "--target-file", str(tmp_path / "tgt.txt"), "--prefix-file", str(tmp_path / "tgt.txt")):
-                 "--score-only does not go with --prefix-file"}
+             ("--forced-decoding", "--target-file", str(tmp_path / "tgt.txt"), "--engine", "ctranslate2"): "--forced-decoding is not available with --engine ctranslate2",
+             ("--forced-decoding",): "--forced-decoding needs --target-file FILE",
+             ("--target-file", str(tmp_path / "tgt.txt")): "--target-file is read only with --forced-decoding",
+             ("--forced-decoding", "--target-file", str(tmp_path / "missing.txt")): "missing.txt does not exist",
+             ("--forced-decoding", "--target-file", str(tmp_path / "tgt.txt"), "--sampling", "full"): "--forced-decoding does not go with --sampling",
+             ("--forced-decoding", "--target-file", str(tmp_path / "tgt.txt"), "--prefix-file", str(tmp_path / "tgt.txt")):
+                 "--forced-decoding does not go with --prefix-file"}
     for flags, message in cases.items():
         result = nmt_main(*m, *flags, input="a\n", check=False)
         assert message in one_error_line(result), flags

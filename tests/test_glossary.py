@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from nmtcli.errors import NmtError
-from nmtcli.inference.beam import beam_search, length_penalty
+from nmtcli.inference.beam import beam_search, lp
 from nmtcli.inference.constrained import constrained_beam_search
 from nmtcli.inference.glossary import glossary_of, read_glossary
 from nmtcli.inference.translator import holds
@@ -110,7 +110,7 @@ def test_a_wide_constrained_beam_finds_the_best_output_that_holds_the_term():
     outputs = [list(t) for n in range(max_len + 1) for t in itertools.product(words, repeat=n)]
     for seed in range(2):
         model = tiny_model(seed, vocab_size=7)
-        scored = {tuple(t): sequence_log_prob(model, src, t) / length_penalty(len(t) + 1, alpha) for t in outputs}
+        scored = {tuple(t): sequence_log_prob(model, src, t) / lp(len(t) + 1, alpha) for t in outputs}
         for term in ([6, 6], [5], [4, 6]):
             best = max((t for t in scored if holds(t, term)), key=scored.get)
             hyp = constrained_beam_search(model, src, [[[term]]], beam=64, alpha=alpha, max_len_a=0.0, max_len_b=max_len)[0][0]

@@ -1026,7 +1026,7 @@ def gpu_step(cpu_varlen, monkeypatch, prepared, tmp_path):
                 recorder.in_fused = False
 
         monkeypatch.setattr(loss_module, "chunk_terms", fused)
-        config, settings = train_settings_for("tiny", max_steps=2, max_tokens=300, device="cpu", precision=precision)
+        config, settings = train_settings_for("tiny", max_steps=2, batch_tokens=300, device="cpu", precision=precision)
         config = config.replace(d_model=64, d_ff=256, heads=4, layers=layers)
         trainer = Trainer(tmp_path / f"{precision}-{layers}", prepared, config, settings)
         loader = StepLoader(trainer.stream, 1, 0, 1, trainer.device)
@@ -1216,7 +1216,7 @@ def _trainer(prepared, run_dir, update_freq: int, precision: str = "fp32", graph
 
     # Adam's eps 1e-6, not 1e-9: the key projections' biases get no gradient but rounding noise (~1e-10: softmax
     # ignores what is added to a whole row of scores), which eps 1e-9 would make full-size steps of either sign.
-    config, settings = train_settings_for("tiny", max_steps=10, max_tokens=300, device="cpu", precision=precision,
+    config, settings = train_settings_for("tiny", max_steps=10, batch_tokens=300, device="cpu", precision=precision,
                                           update_freq=update_freq, cuda_graphs=graphs is not None, adam_eps=1e-6)
     config = config.replace(d_model=64, d_ff=128, heads=4, layers=2)  # dropout 0.1, as tiny's
     on_event = (lambda kind, values: events.append((kind, values))) if events is not None else None

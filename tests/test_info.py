@@ -46,7 +46,7 @@ def run_dir(prepared, tmp_path_factory) -> Path:
     """4 tiny steps, a checkpoint and a validation (perplexity and BLEU on 2 lines) every 2: a few seconds, in-process."""
     run = tmp_path_factory.mktemp("info-run") / "run"
     nmt_in_process("train", "--data", str(prepared), "--preset", "tiny", "--max-steps", "4", "--save-every", "2", "--valid-every", "2",
-            "--valid-bleu", "2", "--log-every", "2", "--max-tokens", "512", "--device", "cpu", "-o", str(run))
+            "--valid-bleu", "2", "--log-every", "2", "--batch-tokens", "512", "--device", "cpu", "-o", str(run))
     return run
 
 

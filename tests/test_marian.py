@@ -184,7 +184,7 @@ def test_beam_output_equals_generate_num_beams_4_with_power_penalty(imported, hf
     # transformers' default early stopping is a heuristic that can stop before the best hypothesis is
     # found; "never" runs the exact search nmt runs. Its length penalty is |Y|^alpha with EOS counted.
     theirs = _generate(hf, num_beams=4, length_penalty=alpha, early_stopping="never")
-    assert _nmt_tokens(imported, hf, beam=4, alpha=alpha, penalty="power") == theirs
+    assert _nmt_tokens(imported, hf, beam=4, alpha=alpha, length_penalty="power") == theirs
 
 
 def test_import_of_an_incomplete_dir_is_a_one_line_error(marian_dir, tmp_path):

@@ -88,8 +88,8 @@ def test_a_blocks_text_is_split_into_sentences_as_a_whole_not_node_by_node():
     block = 'The <b>small</b> dog sees a <a href="#">red ball</a>. Every child likes the <i>old</i> tree!'
     document = parse(f"<p>{block}</p>", "en")
     plain = "The small dog sees a red ball. Every child likes the old tree!"
-    assert document.segments == [plain[a:b] for a, b in sentence_spans(plain, "en")]
-    assert len(document.segments) == 2  # not five pieces cut at the tags
+    assert document.sentences == [plain[a:b] for a, b in sentence_spans(plain, "en")]
+    assert len(document.sentences) == 2  # not five pieces cut at the tags
 
 
 def test_a_block_translated_by_a_model_equals_its_plain_text_translated(random_model):
@@ -132,7 +132,7 @@ PLACEMENT = [  # (source HTML, a translation and its alignment, the output)
 @pytest.mark.parametrize("source, translated, expected", PLACEMENT[:-1], ids=[p[0] for p in PLACEMENT[:-1]])
 def test_inline_tags_follow_the_alignment(source, translated, expected):
     document = parse(source, "en")
-    assert len(document.segments) == 1
+    assert len(document.sentences) == 1
     assert document.render([translated]) == expected
 
 
@@ -170,7 +170,7 @@ def test_an_element_given_a_word_takes_none_across_a_tag_in_another_sentence():
     first word, which put its start tag before </b> (`<b>das. <a href="/x">Dann hier dort</b> </a>`: tags that cross).
     It may take <b>'s last word, whose end tag is in this sentence, not its first."""
     document = parse('<p>Read <b>this. Then</b> <a href="/x">the docs here and there </a></p>', "en")
-    assert document.segments == ["Read this.", "Then the docs here and there"]
+    assert document.sentences == ["Read this.", "Then the docs here and there"]
     out = document.render([("Lies das.", "0-0 1-1"), ("Dann hier dort", "0-2 1-0 2-1")])
     assert out == '<p>Lies <b>das. Dann hier</b> <a href="/x">dort </a></p>'
     # the smallest such page a fuzzer found (was `<i>HF. <u>G1 G2 G3</i> </u>`)
@@ -247,7 +247,7 @@ def test_random_nested_documents_with_random_alignments_come_back_well_formed():
             kept: list[str] = []
             source = "<p>" + nested_inline(rng, 0, kept) + "</p>"
             document = parse(source, "en")
-            out = document.render([translate(s) for s in document.segments])
+            out = document.render([translate(s) for s in document.sentences])
             assert well_formed(out) and all(out.count(k) == 1 for k in kept), (source, out)
             if translate is in_order:
                 assert all(len(re.findall(rf"\bv{k}\b", out)) == 1 for k in range(len(kept))), (source, out)
@@ -283,8 +283,8 @@ def test_nmt_translate_format_html_places_tags_by_covering_alignments(random_mod
     translator = Translator(random_model, settings=settings)
     page = "<p><b>every</b> <i>child</i> likes the old <a href='#'>tree</a></p>"
     document = parse(page, "en")
-    [[covering]] = translator.translate_lines(document.segments, replace(settings, alignment=COVERING))
-    [[words]] = translator.translate_lines(document.segments, replace(settings, alignment="words"))
+    [[covering]] = translator.translate_lines(document.sentences, replace(settings, alignment=COVERING))
+    [[words]] = translator.translate_lines(document.sentences, replace(settings, alignment="words"))
     assert covering.text == words.text and len(covering.text.split()) > 3
     assert not {0, 1, 5} & linked_sources(words.alignment)  # the tagged words: no target word attends to them most
     assert linked_sources(covering.alignment) == set(range(6))
@@ -298,7 +298,7 @@ def test_nmt_translate_format_html_places_tags_by_covering_alignments(random_mod
 
 def test_an_element_across_sentences_opens_in_one_and_closes_in_the_next():
     document = parse("<p>one <b>two. three</b> four.</p>", "en")
-    assert document.segments == ["one two.", "three four."]
+    assert document.sentences == ["one two.", "three four."]
     assert document.render([("zwei eins.", "1-0 0-1"), ("vier drei.", "1-0 0-1")]) == "<p><b>zwei eins. vier drei.</b></p>"
 
 
@@ -325,7 +325,7 @@ def test_parsing_stops_at_the_sentence_limit():
     page = "<p>The dog runs. The cat sleeps.</p>" * 200_000  # 7 MB: stopped at the third block, not read to the end
     with pytest.raises(TooManySentences):
         parse(page[:len(page) // 1000], "en", max_sentences=5)
-    assert len(parse(page[:36 * 3], "en", max_sentences=6).segments) == 6
+    assert len(parse(page[:36 * 3], "en", max_sentences=6).sentences) == 6
 
 
 def test_deeply_nested_html_is_no_recursion_error():
@@ -356,7 +356,7 @@ def test_inline_tags_land_on_the_words_they_wrapped_in_a_models_translation(trai
         expected = " ".join(f"<{tag}>{w}</{tag.split()[0]}>" if k == j else w for k, w in enumerate(target.split()))
         cases.append((f"<p>{html_source}</p>", target, f"<p>{expected}</p>"))
     documents = [parse(source, "en") for source, _, _ in cases]
-    results = translator.translate_lines([d.segments[0] for d in documents])
+    results = translator.translate_lines([d.sentences[0] for d in documents])
     rendered = [d.render([(h[0].text, h[0].alignment)]) for d, h in zip(documents, results)]
     right = [out == expected for out, h, (_, target, expected) in zip(rendered, results, cases) if h[0].text == target]
     assert len(right) >= 25 and sum(right) / len(right) > 0.9, (len(right), sum(right))
@@ -426,7 +426,7 @@ def test_random_markup_is_no_crash_and_every_tag_comes_back_whatever_the_word_or
         source = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 40)))
         document = parse(source, "en")
         reverse = [(" ".join(reversed(s.upper().split())), " ".join(f"{i}-{len(s.split()) - 1 - i}" for i in range(len(s.split()))))
-                   for s in document.segments]
+                   for s in document.sentences]
         assert Counter(markup(document.render(reverse))) == Counter(markup(source)), source
 
 

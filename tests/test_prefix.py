@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from nmtcli.inference.beam import beam_search, length_penalty
+from nmtcli.inference.beam import beam_search, lp
 from nmtcli.inference.greedy import greedy_search
 from conftest import torch_threads
 from nmtcli.model.config import EOS_ID, ModelConfig
@@ -48,7 +48,7 @@ def exhaustive_best_with_prefix(model, src, prefix: tuple[int, ...], max_len: in
     for extra in range(max_len - len(prefix) + 1):
         for rest in itertools.product(WORDS, repeat=extra):
             tokens = (*prefix, *rest)
-            score = sequence_log_prob(model, src, tokens) / length_penalty(len(tokens) + 1, alpha)
+            score = sequence_log_prob(model, src, tokens) / lp(len(tokens) + 1, alpha)
             if best is None or score > best[1]:
                 best = (list(tokens), score)
     return best
@@ -74,22 +74,22 @@ def textbook_beam(model, src: torch.Tensor, prefix: list[int], beam: int, max_le
     cfg = model.config
     live = [(list(prefix), sequence_log_prob(model, src, tuple(prefix)) - _eos_log_prob(model, src, prefix))]
     best: tuple[list[int], float] | None = None
-    max_penalty = length_penalty(max_len + 1, alpha)
+    max_penalty = lp(max_len + 1, alpha)
     while live:
         candidates = []
-        for tokens, lp in live:
+        for tokens, log_prob in live:
             with torch.no_grad():
                 log_probs = torch.log_softmax(model(src, torch.tensor([[cfg.bos_id, *tokens]]))[0, -1].float(), dim=-1)
             choices = [cfg.eos_id] if len(tokens) >= max_len else [t for t in range(cfg.vocab_size) if t not in (cfg.pad_id, cfg.bos_id)]
-            candidates += [(tokens + [t], lp + log_probs[t].item()) for t in choices]
+            candidates += [(tokens + [t], log_prob + log_probs[t].item()) for t in choices]
         candidates = sorted(candidates, key=lambda c: c[1], reverse=True)[: 2 * beam]
-        for tokens, lp in candidates:
+        for tokens, log_prob in candidates:
             if tokens[-1] == cfg.eos_id:
-                score = lp / length_penalty(len(tokens), alpha)
+                score = log_prob / lp(len(tokens), alpha)
                 if best is None or score > best[1]:
                     best = (tokens[:-1], score)
         live = [c for c in candidates if c[0][-1] != cfg.eos_id][:beam]
-        if best is not None and live and best[1] >= max(lp for _, lp in live) / max_penalty:
+        if best is not None and live and best[1] >= max(log_prob for _, log_prob in live) / max_penalty:
             break
     return best[0]
 
@@ -111,9 +111,9 @@ def test_prefix_is_honoured_token_exactly_and_the_search_equals_one_forced_by_ha
         assert all(h.tokens[: len(prefix)] == prefix for h in hyps[i])
         for h in hyps[i]:  # the reported scores are the model's, prefix included
             assert h.log_prob == pytest.approx(sequence_log_prob(model, alone, tuple(h.tokens)), abs=1e-4)
-            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, 0.6), abs=1e-5)
+            assert h.score == pytest.approx(h.log_prob / lp(len(h.tokens) + 1, 0.6), abs=1e-5)
         forced = greedy(model, alone, 8, tuple(prefix))
-        greedy_score = sequence_log_prob(model, alone, tuple(forced)) / length_penalty(len(forced) + 1, 0.6)
+        greedy_score = sequence_log_prob(model, alone, tuple(forced)) / lp(len(forced) + 1, 0.6)
         assert hyps[i][0].score >= greedy_score - 1e-5
         if beam > 1:  # the whole search, forced the same way by hand
             assert hyps[i][0].tokens == textbook_beam(model, alone, prefix, beam, 8, 0.6)
@@ -143,7 +143,7 @@ def test_rows_leaving_and_fixed_span_steps_keep_their_prefixes():
     model = tiny_model(7, vocab_size=30)
     src = _batch(SENTENCES)
     prefixes = [[11], [], [4, 5, 6, 7, 8, 9], [25, 26]]
-    settings = dict(alpha=0.6, max_len_a=1.0, max_len_b=3, nbest=2, penalty="gnmt", min_len=0, prefixes=prefixes)
+    settings = dict(alpha=0.6, max_len_a=1.0, max_len_b=3, nbest=2, length_penalty="gnmt", min_len=0, prefixes=prefixes)
     with torch.inference_mode():
         every_step = BeamSearch(model, src, 4, **settings).run(1, leave_fraction=0.0)
         assert len({len(h[0].tokens) for h in every_step}) > 1, "all sentences end together: the test proves nothing"

@@ -199,7 +199,7 @@ def test_split_sentences_names_the_line_and_sentence_it_truncates(random_model, 
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--score-only", "--target-file", "IN"], "--split-sentences does not go with --score-only (a given translation belongs to a whole line"),
+    (["--forced-decoding", "--target-file", "IN"], "--split-sentences does not go with --forced-decoding (a given translation belongs to a whole line"),
     (["--prefix-file", "IN"], "--split-sentences does not go with --prefix-file (a prefix belongs to a whole line"),
 ])
 def test_split_sentences_is_refused_with_flags_of_whole_lines(random_model, nmt_main, tmp_path, flags, message):

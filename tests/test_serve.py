@@ -266,14 +266,14 @@ def test_sampling_requests_get_nmt_translates_samples_keyed_within_the_request(s
 
 
 def test_nmt_translate_aligns_and_scores_given_targets_as_nmt_translate_does(server, models, tmp_path):
-    """"alignment" and "targets" (forced decoding) against `nmt translate --alignment` and `--score-only`."""
+    """"alignment" and "targets" (forced decoding) against `nmt translate --alignment` and `--forced-decoding`."""
     common = ("translate", "-m", str(models["en-de"]), "--threads", "1", "--output-format", "json", "--alignment", "words", *SHORT)
     records = [json.loads(line) for line in nmt_in_process(*common, input="\n".join(LINES) + "\n", cwd=tmp_path).stdout.splitlines()]
     status, answer, _ = request(server, "POST", "/nmt/translate", {"lines": LINES, "source": "en", "target": "de", "alignment": "words"})
     assert status == 200 and answer["translations"] == records and "alignment" in records[0], answer
     targets = [r["translation"] for r in records]
     (tmp_path / "targets.txt").write_text("\n".join(targets) + "\n")
-    scores = [json.loads(line) for line in nmt_in_process(*common, "--score-only", "--target-file", str(tmp_path / "targets.txt"),
+    scores = [json.loads(line) for line in nmt_in_process(*common, "--forced-decoding", "--target-file", str(tmp_path / "targets.txt"),
                                                           input="\n".join(LINES) + "\n", cwd=tmp_path).stdout.splitlines()]
     status, answer, _ = request(server, "POST", "/nmt/translate", {"lines": LINES, "source": "en", "target": "de", "alignment": "words",
                                                                     "targets": targets})

@@ -151,7 +151,7 @@ def test_training_learns(trained_model, trained_run):
 
 
 def small_settings(**overrides):
-    args = {"max_steps": 6, "max_tokens": 300, "save_every": 3, "valid_every": 3, "log_every": 1, "device": "cpu", "keep_last": 5}
+    args = {"max_steps": 6, "batch_tokens": 300, "save_every": 3, "valid_every": 3, "log_every": 1, "device": "cpu", "keep_last": 5}
     return train_settings_for("tiny", **{**args, **overrides})
 
 
@@ -225,8 +225,8 @@ def test_resuming_with_another_model_shape_is_refused(prepared, tmp_path):
     big_config = config.replace(d_model=64)
     with pytest.raises(NmtError, match="different model shape .*d_model"):
         Trainer(tmp_path / "run", prepared, big_config, settings)
-    _, other_batch = small_settings(max_steps=3, max_tokens=500)
-    with pytest.raises(NmtError, match="max_tokens=300, not 500"):
+    _, other_batch = small_settings(max_steps=3, batch_tokens=500)
+    with pytest.raises(NmtError, match="batch_tokens=300, not 500"):
         Trainer(tmp_path / "run", prepared, config, other_batch)
     # --restart discards the run instead.
     assert Trainer(tmp_path / "run", prepared, big_config, settings, restart=True).step == 0
@@ -285,9 +285,9 @@ def test_an_explicit_update_freq_replaces_the_token_target():
     _, settings = train_settings_for("base", update_freq=4)
     assert settings.update_freq == 4 and settings.tokens_per_step is None
     _, settings = train_settings_for("base")
-    assert settings.tokens_per_step == 25_000 and settings.update_freq is None and settings.save_minutes == 10.0
+    assert settings.tokens_per_step == 25_000 and settings.update_freq is None and settings.save_interval() == (None, 10.0)
     _, settings = train_settings_for("base", save_every=500)
-    assert settings.save_every == 500 and settings.save_minutes == 0.0
+    assert settings.save_every == 500 and settings.save_interval() == (500, None)
     with pytest.raises(NmtError, match="precision"):
         settings_from_flags("tiny", {"precision": "fp8"})
 
@@ -422,12 +422,12 @@ def test_a_run_without_validation_is_averaged_over_its_newest_checkpoints(prepar
 
 def test_config_file_with_flags_overriding_it(prepared, tmp_path, nmt_main):
     (tmp_path / "train.json").write_text(json.dumps({
-        "preset": "tiny", "max-steps": 3, "max_tokens": 300, "save_every": "2", "valid_every": 100, "log_every": 1,
+        "preset": "tiny", "max-steps": 3, "batch_tokens": 300, "save_every": "2", "valid_every": 100, "log_every": 1,
         "device": "cpu", "data": str(prepared), "output": str(tmp_path / "run"),
     }))
     nmt_main("train", "--config", str(tmp_path / "train.json"), "--max-steps", "2")
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["training"]
-    assert saved["max_steps"] == 2 and saved["max_tokens"] == 300 and saved["save_every"] == 2
+    assert saved["max_steps"] == 2 and saved["batch_tokens"] == 300 and saved["save_every"] == 2
     # The run's own config.json reruns the same recipe (and so resumes it).
     again = nmt_main("train", "--config", str(tmp_path / "run" / "config.json"), "--data", str(prepared), "-o", str(tmp_path / "run"),
                     "--max-steps", "4")
@@ -452,7 +452,7 @@ def test_max_time_stops_training_validated_and_checkpointed(prepared, tmp_path, 
     # the machine's speed: a 1.5-second budget is spent within 6 steps.
     readings = iter(range(1_000_000))
     monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=lambda: 0.25 * next(readings)))
-    config, settings = small_settings(max_steps=1_000_000, max_minutes=1.5 / 60, save_every=1_000_000, valid_every=1_000_000)
+    config, settings = small_settings(max_steps=1_000_000, max_time=1.5 / 60, save_every=1_000_000, valid_every=1_000_000)
     events = []
     done = Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda kind, v: events.append((kind, v))).run()
     assert 0 < done["step"] <= 6  # stopped as soon as its clock said the time was up
@@ -526,7 +526,7 @@ def test_compile_builds_one_graph_per_length_bucket_not_one_per_batch(prepared, 
     torch._dynamo.reset()
     counter = CompileCounter()
     monkeypatch.setattr(compiling, "BACKEND", counter)
-    config, settings = small_settings(max_steps=10, max_tokens=300, save_every=10, valid_every=10, log_every=10,
+    config, settings = small_settings(max_steps=10, batch_tokens=300, save_every=10, valid_every=10, log_every=10,
                                       compile=True)
     trainer = Trainer(tmp_path / "run", prepared, config, settings)
     checked = counter.frame_count  # the start-up check compiles a one-line function
@@ -544,9 +544,9 @@ def test_tokens_per_step_lowers_the_batch_when_one_batch_per_rank_is_already_mor
 
     data = ParallelData(prepared, "train", "en", "de", 1000)
     fits = choose_batch(data, 300, 1200, 2, 1)  # 2 ranks x ~220 tokens: accumulate 3 batches
-    assert fits.lowered_from is None and fits.max_tokens == 300 and fits.update_freq == round(1200 / (2 * fits.mean_target_tokens))
+    assert fits.lowered_from is None and fits.batch_tokens == 300 and fits.update_freq == round(1200 / (2 * fits.mean_target_tokens))
     lowered = choose_batch(data, 300, 600, 4, 1)  # 4 ranks x ~220 tokens would be 880 > 600
-    assert lowered.lowered_from == 300 and lowered.max_tokens < 300 and lowered.update_freq == 1
+    assert lowered.lowered_from == 300 and lowered.batch_tokens < 300 and lowered.update_freq == 1
     assert lowered.unlowered_step_tokens > 600
     assert abs(4 * lowered.mean_target_tokens - 600) < 0.15 * 600  # one batch per rank is now about the step
 
@@ -567,7 +567,7 @@ def one_bucket_data(corpus, tmp_path_factory) -> Path:
                  if 9 <= len(s.split()) <= 14 and 9 <= len(t.split()) <= 14]
         (root / f"{split}.en").write_text("".join(s + "\n" for s, _ in pairs))
         (root / f"{split}.de").write_text("".join(t + "\n" for _, t in pairs))
-    prepare_files(root / "data", root / "train", root / "valid", None, PrepareSettings("en", "de", vocab_size=1000, max_tokens=15), "t")
+    prepare_files(root / "data", root / "train", root / "valid", None, PrepareSettings("en", "de", vocab_size=1000, batch_tokens=15), "t")
     return root / "data"
 
 
@@ -587,7 +587,7 @@ def test_compiled_training_computes_what_eager_training_computes(one_bucket_data
         trainer = Trainer(run, one_bucket_data, config.replace(dropout=0.0), settings)
         trainer.run()
         losses[compiled] = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
-    stream = BatchStream(trainer.train_data, settings.max_tokens, settings.seed)
+    stream = BatchStream(trainer.train_data, settings.batch_tokens, settings.seed)
     batches = [trainer.train_data.batch(stream.next_indices()) for _ in range(4)]
     assert {(compiling.bucket_length(b.src.size(1)), compiling.bucket_length(b.tgt_in.size(1))) for b in batches} == {(16, 16)}
     assert len({b.src.shape for b in batches}) > 1  # batches of several shapes all the same
@@ -818,7 +818,7 @@ def test_compiled_shape_classes_are_warmed_before_training_and_an_epoch_never_re
     from nmtcli.data.batching import ParallelData
     from nmtcli.training.batch_size import batches_per_epoch
 
-    config, settings = small_settings(max_steps=1, max_tokens=8000, compile=True, save_every=1000, valid_every=1000, log_every=1000)
+    config, settings = small_settings(max_steps=1, batch_tokens=8000, compile=True, save_every=1000, valid_every=1000, log_every=1000)
     per_epoch = batches_per_epoch(ParallelData(prepared, "train", "en", "de", config.vocab_size), 8000, settings.seed, classes=True)
     settings = dataclasses.replace(settings, max_steps=per_epoch + 3)
     trainer = Trainer(tmp_path / "run", prepared, config, settings, shape_classes=True)

@@ -16,6 +16,8 @@ import typer
 
 from nmtcli import __version__, threads
 from nmtcli.cli import average, export, import_model, info, prepare, pull, push, quickstart, score, serve, train, translate
+from nmtcli.cli.common import notice
+from nmtcli.cli.renamed import current_args
 from nmtcli.errors import NmtError
 
 app = typer.Typer(
@@ -77,10 +79,10 @@ def main(argv: list[str] | None = None) -> None:
     Typer runs without its standalone mode so that usage errors, a full disk or Ctrl-C come back here
     instead of as click's multi-line usage box; `--help`, `--version` and bare `nmt` still print help.
     """
-    args = sys.argv[1:] if argv is None else argv
+    args = current_args(sys.argv[1:] if argv is None else argv, notice)
     threads.configure(next((a for a in args if not a.startswith("-")), None))  # before torch loads: its pool reads the environment once
     try:
-        code = app(args=argv, prog_name="nmt", standalone_mode=False)
+        code = app(args=args, prog_name="nmt", standalone_mode=False)
     except NmtError as e:
         _fail(str(e), e.exit_code)
     except UsageError as e:

@@ -38,6 +38,11 @@ def say(message: str) -> None:
     console.print(f"[dim]nmt:[/dim] {message}", soft_wrap=True)
 
 
+def notice(message: str) -> None:
+    """A one-line note that needs no action now (an old flag name that still works)."""
+    console.print(f"[dim]nmt: note:[/dim] {message}", soft_wrap=True)
+
+
 def warn(message: str) -> None:
     console.print(f"[yellow]nmt: warning:[/yellow] {message}", markup=True, soft_wrap=True)
 

@@ -16,11 +16,11 @@ AUTO_EXTENSIONS = (".srt", ".vtt", ".po", ".pot", ".xliff", ".xlf", ".md", ".mar
 UNSUPPORTED = (".xlsx", ".ods", ".pdf", ".doc", ".ppt", ".rtf")
 
 
-def chosen_format(text_format: str, input: Path | None) -> str:
+def chosen_format(format: str, input: Path | None) -> str:
     """--format auto: the format of -i FILE's extension where it is a document's (.srt, .po, .html, ...), else text
     (one line in, one line out: .txt too, as before documents; --format txt reads it as paragraphs)."""
-    if text_format != "auto":
-        return text_format
+    if format != "auto":
+        return format
     if input is not None and input.suffix.lower() in UNSUPPORTED:
         from nmtcli.errors import NmtError
 

@@ -215,9 +215,9 @@ def _recipe_rows(report: dict[str, Any], row) -> None:
 
     r = report["recipe"]
     if r["update_freq"]:
-        row("batch", f"batches of <= {r['max_tokens']:,} tokens per GPU, {r['update_freq']} per step")
+        row("batch", f"batches of <= {r['batch_tokens']:,} tokens per GPU, {r['update_freq']} per step")
     else:
-        row("batch", f"~{r['tokens_per_step']:,} target tokens per step (batches of <= {r['max_tokens']:,} tokens per GPU, accumulated)")
+        row("batch", f"~{r['tokens_per_step']:,} target tokens per step (batches of <= {r['batch_tokens']:,} tokens per GPU, accumulated)")
     if r["epochs"] and not r["max_steps"]:
         row("steps", f"{r['epochs']} epochs of the training data (at least {step_floor(TrainSettings(**r)):,} steps); early stop after "
             f"{r['patience']} validations without a better BLEU on the first {r['valid_bleu']} valid lines")
@@ -225,7 +225,8 @@ def _recipe_rows(report: dict[str, Any], row) -> None:
         row("steps", f"{r['max_steps']:,}")
     peak = inverse_sqrt_lr(r["warmup"], report["model"]["d_model"], r["warmup"], r["lr_scale"])
     row("schedule", f"Adam, warmup {r['warmup']:,} steps to a peak lr of {peak:.2e}, then 1/sqrt(step); label smoothing {r['label_smoothing']}")
-    every = f"{r['save_minutes']:g} minutes" if r["save_minutes"] else f"{r['save_every']:,} steps"
+    save_steps, save_minutes = TrainSettings(**r).save_interval()
+    every = f"{save_minutes:g} minutes" if save_minutes else f"{save_steps:,} steps"
     kept = f"the last {r['keep_last']} and the {r['keep_last']} up to the best BLEU validation kept" if r["valid_bleu"] else f"the last {r['keep_last']} kept"
     row("checkpoints", f"every {every}, {kept}; validation every {r['valid_every']:,} steps")
 

@@ -40,7 +40,7 @@ def device() -> OptionInfo:
     return typer.Option(help="auto, cpu, cuda or cuda:N.")
 
 
-def dtype() -> OptionInfo:
+def precision() -> OptionInfo:
     return typer.Option(help="fp32 (exact); on a CPU int8 (int8 weights and products, 1.3-1.5x faster; a translation may differ "
                              "where candidates are close); on a GPU bf16 / fp16.")
 

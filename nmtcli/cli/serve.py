@@ -43,7 +43,7 @@ def command(
     timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its translation (then 503; its lines leave the queue).", min=0.001)] = 60.0,
     cors_origin: Annotated[Optional[list[str]], typer.Option(metavar="ORIGIN", help="Let pages from this origin (e.g. https://example.org, or * for any) call the API from a browser; repeat for several. Default: none.")] = None,
     device: Annotated[str, options.device()] = "auto",
-    dtype: Annotated[str, options.dtype()] = "fp32",
+    precision: Annotated[str, options.precision()] = "fp32",
     threads: Annotated[Optional[int], options.threads("PyTorch's", serving=True)] = None,
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request on stderr.")] = False,
     protect: Annotated[Optional[list[str]], typer.Option("--protect", metavar="REGEX", help="Also keep the spans this regular expression matches byte for byte in every request; repeatable. Built in (unless --no-protect, or a request's \"protect\": false): placeholders, URLs, e-mail addresses (docs/translating.md).", rich_help_panel="Protected spans")] = None,
@@ -98,7 +98,7 @@ def command(
     else:
         path = resolve_model(None)
         dirs = [(str(path), path)]
-    served = load_models(dirs, resolve_device(device), settings, dtype=dtype, warn=warn)
+    served = load_models(dirs, resolve_device(device), settings, precision=precision, warn=warn)
     glossaries = _glossary_pairs(glossaries, served)
     config = ServeConfig(search=settings, limits=Limits(chars=max_chars, lines=max_lines, beam=max_beam, glossary=max_request_glossary),
                          api_keys=frozenset(keys), glossaries=tuple(glossaries),

@@ -54,16 +54,16 @@ def command(
     batch_tokens: Annotated[Optional[int], options.batch_tokens(also=" (halved automatically if the GPU runs out of memory)")] = None,
     window: Annotated[Optional[int], typer.Option(help="Lines read, sorted by length and translated together; bounds memory on endless input. Default: 1000 on a CPU, 10000 on a GPU.", min=1)] = None,
     device: Annotated[str, options.device()] = "auto",
-    dtype: Annotated[str, options.dtype()] = "fp32",
+    precision: Annotated[str, options.precision()] = "fp32",
     threads: Annotated[Optional[int], options.threads("PyTorch's or CTranslate2's")] = None,
     cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On a GPU, replay each beam search step as one CUDA graph (checked against the eager step first; off by itself if they differ).")] = True,
     engine: Annotated[str, typer.Option(help="native: nmt's PyTorch search; ctranslate2: a model dir written by `nmt export ctranslate2` (needs the ctranslate2 extra; an int8 export is the fastest on CPU).")] = "native",
     prefix_file: Annotated[Optional[Path], typer.Option(help="Target prefixes, one a line beside each input line (an empty line: none). Each translation starts with its prefix's target tokens exactly and the search continues from there; the prefix is part of the output, its score and the length limit (a longer prefix is output whole).")] = None,
     alignment: Annotated[Optional[str], typer.Option(help="words or pieces: add each translation's source-target alignment to the JSON records (\"alignment\": \"0-0 1-2 ...\", Pharaoh format over whitespace-separated words or sentencepiece pieces), from the encoder-decoder attention. Needs --output-format json.")] = None,
-    score_only: Annotated[bool, typer.Option("--score-only", help="Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs.")] = False,
-    target_file: Annotated[Optional[Path], typer.Option(help="The translations --score-only scores, one per input line.")] = None,
+    forced_decoding: Annotated[bool, typer.Option("--forced-decoding", help="Score given translations instead of searching (forced decoding): one line out per input line and --target-file line; text: the score as the search ranks it (log-probability / length penalty; --alpha 0: the log-probability), json: score, log_prob, per_token, length, tokens, token_log_probs.")] = False,
+    target_file: Annotated[Optional[Path], typer.Option(help="The translations --forced-decoding scores, one per input line.")] = None,
     split_sentences: Annotated[bool, typer.Option("--split-sentences", help="Input lines are paragraphs: cut each into sentences (by the rules of the model's source language), translate them one by one, and join their translations with the line's own whitespace; still one output line per input line. --window counts sentences. json: the joined translation, summed score and log_prob, and each sentence's record under \"sentences\".")] = False,
-    text_format: Annotated[str, typer.Option("--format", help="text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time and inline tags placed by the word alignment; txt, srt, vtt, po, xliff, md, docx, pptx, odt, odp, epub: a document of that format, read whole and written whole with everything but its text kept (docs/translating.md, \"Documents\"). auto: the format of -i FILE's extension (.srt, .vtt, .po, .pot, .xliff, .xlf, .md, .html, .docx, .pptx, .odt, .odp, .epub), else text.")] = "auto",
+    format: Annotated[str, typer.Option("--format", help="text: one line in, one line out; html: the whole input is one HTML document, written back with every tag, attribute, comment and <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time and inline tags placed by the word alignment; txt, srt, vtt, po, xliff, md, docx, pptx, odt, odp, epub: a document of that format, read whole and written whole with everything but its text kept (docs/translating.md, \"Documents\"). auto: the format of -i FILE's extension (.srt, .vtt, .po, .pot, .xliff, .xlf, .md, .html, .docx, .pptx, .odt, .odp, .epub), else text.")] = "auto",
     target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="A multilingual model (M2M-100, NLLB-200): the language to translate into, as the model writes it (deu_Latn, de) or an ISO 639-1/-3 code (de, deu); `nmt info MODEL` lists its languages. Other models: checked against the model's own.")] = None,
     source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="A multilingual model: the language of the input (as --target-lang). Default: English.")] = None,
     min_confidence: Annotated[Optional[float], typer.Option(help="Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get \"low_confidence\": true, and stderr counts them.", min=0.0, max=1.0)] = None,
@@ -88,7 +88,7 @@ def command(
     _check_flags(output_format, nbest, engine, length_penalty)
     from nmtcli.api import protection as protection_of
 
-    protection = None if score_only else protection_of(not no_protect, protect or [], "--protect")
+    protection = None if forced_decoding else protection_of(not no_protect, protect or [], "--protect")
     _check_sampling_flags(ctx, sampling, temperature, seed)
     if prefix_file is not None and sampling is not None:
         raise NmtError("--prefix-file works with beam and greedy search, not with --sampling",
@@ -97,44 +97,44 @@ def command(
         check_readable(input, "check the path given to --input")
     from nmtcli.cli.documents import chosen_format
 
-    text_format = chosen_format(text_format, input)
-    _check_forced_flags(alignment, score_only, target_file, output_format, nbest, engine, input)
-    _check_html_flags(text_format, output_format, engine, alignment, score_only, prefix_file, split_sentences)
-    if min_confidence is not None and (score_only or text_format != "text" or engine != "native"):
-        flag = "--score-only" if score_only else f"--format {text_format}" if text_format != "text" else f"--engine {engine}"
+    format = chosen_format(format, input)
+    _check_forced_flags(alignment, forced_decoding, target_file, output_format, nbest, engine, input)
+    _check_html_flags(format, output_format, engine, alignment, forced_decoding, prefix_file, split_sentences)
+    if min_confidence is not None and (forced_decoding or format != "text" or engine != "native"):
+        flag = "--forced-decoding" if forced_decoding else f"--format {format}" if format != "text" else f"--engine {engine}"
         raise NmtError(f"--min-confidence does not go with {flag}", "it flags the native engine's translations of lines; "
                        "drop one of them", exit_code=2)
-    if score_only and (prefix_file is not None or sampling is not None):
-        raise NmtError(f"--score-only does not go with {'--prefix-file' if prefix_file is not None else '--sampling'}",
-                       "score the given translations alone, or translate without --score-only", exit_code=2)
+    if forced_decoding and (prefix_file is not None or sampling is not None):
+        raise NmtError(f"--forced-decoding does not go with {'--prefix-file' if prefix_file is not None else '--sampling'}",
+                       "score the given translations alone, or translate without --forced-decoding", exit_code=2)
     if prefix_file is not None:
         _check_prefix_file(prefix_file, input)
-    if split_sentences and (score_only or prefix_file is not None):
-        raise NmtError(f"--split-sentences does not go with {'--score-only' if score_only else '--prefix-file'}",
-                       f"a {'given translation' if score_only else 'prefix'} belongs to a whole line: cut the lines into sentences "
+    if split_sentences and (forced_decoding or prefix_file is not None):
+        raise NmtError(f"--split-sentences does not go with {'--forced-decoding' if forced_decoding else '--prefix-file'}",
+                       f"a {'given translation' if forced_decoding else 'prefix'} belongs to a whole line: cut the lines into sentences "
                        "first, or leave --split-sentences out", exit_code=2)
-    terms = _glossary(glossary, max_glossary, score_only, sampling, engine)
+    terms = _glossary(glossary, max_glossary, forced_decoding, sampling, engine)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs,
-                              alignment=COVERING if text_format == "html" else None if score_only else alignment, glossary=terms)
+                              alignment=COVERING if format == "html" else None if forced_decoding else alignment, glossary=terms)
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
-    if text_format not in ("text", "html"):  # a document: documents/formats/ through the Python API
+    if format not in ("text", "html"):  # a document: documents/formats/ through the Python API
         from nmtcli.cli.documents import translate_document_file
 
-        return translate_document_file(lambda: _translator(engine, model, revision, device, dtype, threads, output_format, settings,
-                                                           warn, (source_lang, target_lang)), input, output, text_format, dict(
+        return translate_document_file(lambda: _translator(engine, model, revision, device, precision, threads, output_format, settings,
+                                                           warn, (source_lang, target_lang)), input, output, format, dict(
             beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
             protect=not no_protect, protect_regex=protect or [], glossary=terms))
     sentence_numbers: dict[int, tuple[int, int]] = {}  # --split-sentences: a sentence's number -> (its line, its place in it)
-    translator = _translator(engine, model, revision, device, dtype, threads, output_format, settings,
+    translator = _translator(engine, model, revision, device, precision, threads, output_format, settings,
                              _sentence_warn(sentence_numbers) if split_sentences else warn, (source_lang, target_lang))
     source = open(input, "rb") if input is not None else sys.stdin.buffer
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
     prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
     prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
-    if text_format == "html":
+    if format == "html":
         count = _translate_html(translator, source, output, settings, protection)
         if input is not None:
             source.close()
@@ -142,7 +142,7 @@ def command(
         say(f"translated {count:,} sentence(s) of HTML in {elapsed:.1f} s{_on_cpu(translator)}")
         return
     below = [0, 0]  # --min-confidence: lines flagged, lines translated
-    if score_only:
+    if forced_decoding:
         results = _scores(translator, settings, lines, target_file, output_format, alignment)
     else:
         rated = _translations(translator, settings, lines, prefixes, output_format, protection, split_sentences, sentence_numbers)
@@ -156,12 +156,12 @@ def command(
             prefix_source.close()
     elapsed = time.perf_counter() - started
     timing = f" in {elapsed:.1f} s ({count / elapsed:,.1f} lines/s; the first after {first - started:.1f} s)" if first else ""
-    say(f"{'scored' if score_only else 'translated'} {count:,} {'pair' if score_only else 'line'}(s){timing}{_on_cpu(translator)}")
+    say(f"{'scored' if forced_decoding else 'translated'} {count:,} {'pair' if forced_decoding else 'line'}(s){timing}{_on_cpu(translator)}")
     if min_confidence is not None:
         say(f"{below[0]:,} of {below[1]:,} translated line(s) below --min-confidence {min_confidence:g}")
 
 
-def _glossary(path: Path | None, max_terms: int, score_only: bool, sampling: str | None, engine: str):
+def _glossary(path: Path | None, max_terms: int, forced_decoding: bool, sampling: str | None, engine: str):
     """--glossary read and checked against the flags it does not go with (None without one)."""
     from nmtcli.errors import NmtError
     from nmtcli.inference.glossary import read_glossary
@@ -171,8 +171,8 @@ def _glossary(path: Path | None, max_terms: int, score_only: bool, sampling: str
     if engine != "native":
         raise NmtError(f"--glossary needs the native engine: --engine {engine} has no lexically constrained search",
                        "drop --engine, or drop --glossary", exit_code=2)
-    if score_only or sampling is not None:
-        raise NmtError(f"--glossary does not go with {'--score-only' if score_only else '--sampling'}",
+    if forced_decoding or sampling is not None:
+        raise NmtError(f"--glossary does not go with {'--forced-decoding' if forced_decoding else '--sampling'}",
                        "a glossary constrains the beam search: drop one of them", exit_code=2)
     return read_glossary(path, max_terms)
 
@@ -189,22 +189,22 @@ def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: st
         raise NmtError(f"unknown --engine {engine!r}", "choose native or ctranslate2", exit_code=2)
 
 
-def _check_html_flags(text_format: str, output_format: str, engine: str, alignment: str | None, score_only: bool,
+def _check_html_flags(format: str, output_format: str, engine: str, alignment: str | None, forced_decoding: bool,
                       prefix_file: Path | None, split_sentences: bool) -> None:
     from nmtcli.errors import NmtError
 
     from nmtcli.documents.formats import FORMATS
 
-    if text_format not in ("text", *FORMATS):
-        raise NmtError(f"unknown --format {text_format!r}", f"choose auto, text or one of {', '.join(FORMATS)}", exit_code=2)
-    if text_format == "text":
+    if format not in ("text", *FORMATS):
+        raise NmtError(f"unknown --format {format!r}", f"choose auto, text or one of {', '.join(FORMATS)}", exit_code=2)
+    if format == "text":
         return
-    what = "HTML document" if text_format == "html" else "document"
+    what = "HTML document" if format == "html" else "document"
     for given, flag in ((output_format != "text", "--output-format json"), (engine != "native", f"--engine {engine}"),
-                        (alignment is not None, "--alignment"), (score_only, "--score-only"), (prefix_file is not None, "--prefix-file"),
-                        (split_sentences and text_format == "html", "--split-sentences (HTML is always translated a sentence at a time)")):
+                        (alignment is not None, "--alignment"), (forced_decoding, "--forced-decoding"), (prefix_file is not None, "--prefix-file"),
+                        (split_sentences and format == "html", "--split-sentences (HTML is always translated a sentence at a time)")):
         if given:
-            raise NmtError(f"--format {text_format} does not go with {flag}", f"--format {text_format} writes the {what} translated "
+            raise NmtError(f"--format {format} does not go with {flag}", f"--format {format} writes the {what} translated "
                            "(its tags placed by the native engine's word alignment); drop one of them", exit_code=2)
 
 
@@ -263,27 +263,27 @@ def _check_sampling_flags(ctx: typer.Context, sampling: str | None, temperature:
                                                                   "(--nbest N draws N samples)", exit_code=2)
 
 
-def _check_forced_flags(alignment: str | None, score_only: bool, target_file: Path | None, output_format: str, nbest: int,
+def _check_forced_flags(alignment: str | None, forced_decoding: bool, target_file: Path | None, output_format: str, nbest: int,
                         engine: str, input: Path | None) -> None:
-    """The flags of forced decoding (--score-only, --target-file) and --alignment, and the line counts of two files."""
+    """The flags of forced decoding (--forced-decoding, --target-file) and --alignment, and the line counts of two files."""
     from nmtcli.errors import NmtError, check_readable
     from nmtcli.inference.alignment import UNITS
 
     if alignment is not None and alignment not in UNITS:
         raise NmtError(f"unknown --alignment {alignment!r}", f"choose {' or '.join(UNITS)}", exit_code=2)
-    if (alignment is not None or score_only) and engine != "native":
-        flag = "--score-only" if score_only else "--alignment"
+    if (alignment is not None or forced_decoding) and engine != "native":
+        flag = "--forced-decoding" if forced_decoding else "--alignment"
         raise NmtError(f"{flag} is not available with --engine {engine}", "use the native engine (the default) with the model dir", exit_code=2)
     if alignment is not None and output_format != "json":
         raise NmtError("--alignment needs --output-format json", "text output has only the translation on each line", exit_code=2)
-    if target_file is not None and not score_only:
-        raise NmtError("--target-file is read only with --score-only", "add --score-only to score the translations it holds", exit_code=2)
-    if not score_only:
+    if target_file is not None and not forced_decoding:
+        raise NmtError("--target-file is read only with --forced-decoding", "add --forced-decoding to score the translations it holds", exit_code=2)
+    if not forced_decoding:
         return
     if target_file is None:
-        raise NmtError("--score-only needs --target-file FILE", "give the translations to score, one per input line", exit_code=2)
+        raise NmtError("--forced-decoding needs --target-file FILE", "give the translations to score, one per input line", exit_code=2)
     if nbest > 1:
-        raise NmtError("--nbest has no meaning with --score-only", "each given translation gets one score", exit_code=2)
+        raise NmtError("--nbest has no meaning with --forced-decoding", "each given translation gets one score", exit_code=2)
     check_readable(target_file, "check the path given to --target-file")
     # Two regular files: a different count is an error before any work (a pipe is checked as it is read: counting would empty it).
     if input is not None and input.is_file() and target_file.is_file():
@@ -301,13 +301,13 @@ def _count_lines(path: Path) -> int:
 
 def _scores(translator, settings: SearchSettings, lines: Iterator[str], target_file: Path, output_format: str,
             alignment: str | None) -> Iterator[str]:
-    """--score-only: each pair's score (text) or record (json), a line each."""
+    """--forced-decoding: each pair's score (text) or record (json), a line each."""
     with open(target_file, "rb") as f:
         for result in translator.score_with(settings, lines, read_text_lines(f, str(target_file)), alignment):
             yield f"{result.score:.6f}" if output_format == "text" else json.dumps(result.record(), ensure_ascii=False)
 
 
-def _translator(engine: str, model: str | None, revision: str | None, device: str, dtype: str, threads: int | None,
+def _translator(engine: str, model: str | None, revision: str | None, device: str, precision: str, threads: int | None,
                 output_format: str, settings: SearchSettings, warn=warn, languages: tuple[str | None, str | None] = (None, None)):
     """The Python API's Translator of the model dir `-m` names (or the default), on the native engine, or on
     CTranslate2's for a dir `nmt export ctranslate2` wrote."""
@@ -322,14 +322,14 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
             raise NmtError("--engine ctranslate2 writes text only", "use the native engine for --output-format json", exit_code=2)
         if languages != (None, None):
             raise NmtError("--source-lang/--target-lang work with the native engine", "drop them with --engine ctranslate2", exit_code=2)
-        return Translator(open_engine(Path(model), engine="ctranslate2", device=device, dtype=dtype, revision=revision, settings=settings,
+        return Translator(open_engine(Path(model), engine="ctranslate2", device=device, precision=precision, revision=revision, settings=settings,
                                       warn=warn, threads=threads), model)
     import torch
 
     if threads is not None:
         torch.set_num_threads(threads)
     path = resolve_model(model, revision)
-    translator = Translator(open_engine(path, device=device, dtype=dtype, settings=settings, warn=warn, languages=languages), str(path))
+    translator = Translator(open_engine(path, device=device, precision=precision, settings=settings, warn=warn, languages=languages), str(path))
     engine = translator.engine
     trained = (engine.config_values.get("training") or {}).get("directions")
     if trained and engine.languages and "-".join(engine.languages) not in trained:

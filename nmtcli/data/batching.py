@@ -2,7 +2,7 @@
 
 Two ways to cut an epoch into batches (`make_batches`):
 - by length (the default, and on a CPU): sentences sorted by length, each batch as many as fit
-  `max_tokens` at its longest sentence, padded to its own longest source and target;
+  `batch_tokens` at its longest sentence, padded to its own longest source and target;
 - by shape class (`classes=True`, the trainer's default on a GPU): every sentence pair belongs to the
   class of its longer side's length (`class_length`: the smallest length of `CLASS_LENGTHS` that holds
   it), and every batch of a class has the class's shape (`ShapeClass`: rows x length, both sides),
@@ -130,17 +130,17 @@ def class_length(length: int) -> int:
     return length + (-length % 64)
 
 
-def class_rows(length: int, max_tokens: int) -> int:
-    """Rows of a class of `length` tokens: as many as fit `max_tokens`, a multiple of 8 where that
+def class_rows(length: int, batch_tokens: int) -> int:
+    """Rows of a class of `length` tokens: as many as fit `batch_tokens`, a multiple of 8 where that
     leaves 8 or more (tensor cores), and at least one (a sentence longer than the budget trains alone)."""
-    rows = max_tokens // length
+    rows = batch_tokens // length
     return rows - rows % 8 if rows >= 8 else max(rows, 1)
 
 
-def shape_class(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int) -> ShapeClass:
+def shape_class(src_lengths: np.ndarray, tgt_lengths: np.ndarray, batch_tokens: int) -> ShapeClass:
     """The class of a batch of sentences of these lengths (without EOS/BOS): its longest side decides."""
     length = class_length(int(max(np.max(src_lengths), np.max(tgt_lengths))) + 1)
-    return ShapeClass(class_rows(length, max_tokens), length, length)
+    return ShapeClass(class_rows(length, batch_tokens), length, length)
 
 
 def _class_lengths(cost: np.ndarray) -> np.ndarray:
@@ -151,9 +151,9 @@ def _class_lengths(cost: np.ndarray) -> np.ndarray:
     return np.where(at < len(ladder), ladder[np.minimum(at, len(ladder) - 1)], beyond)
 
 
-def make_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int, seed: int, epoch: int,
+def make_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, batch_tokens: int, seed: int, epoch: int,
                  classes: bool = False) -> list[np.ndarray]:
-    """Group sentence indices into batches of at most `max_tokens` padded tokens on either side.
+    """Group sentence indices into batches of at most `batch_tokens` padded tokens on either side.
 
     Sentences are sorted by length (ties broken at random) so that a batch wastes little on padding,
     then the batches are shuffled. With `classes`, each class's sentences (in random order) are cut
@@ -166,24 +166,24 @@ def make_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: i
     src_cost = np.asarray(src_lengths, dtype=np.int64) + 1  # + EOS
     tgt_cost = np.asarray(tgt_lengths, dtype=np.int64) + 1  # + BOS / EOS
     if classes:
-        batches = _class_batches(_class_lengths(np.maximum(src_cost, tgt_cost)), max_tokens, rng.random(n))
+        batches = _class_batches(_class_lengths(np.maximum(src_cost, tgt_cost)), batch_tokens, rng.random(n))
     else:
         order = np.lexsort((rng.random(n), src_cost, tgt_cost))
-        batches = _cut_by_budget(order, np.maximum(src_cost, tgt_cost)[order], max_tokens)
+        batches = _cut_by_budget(order, np.maximum(src_cost, tgt_cost)[order], batch_tokens)
     rng.shuffle(batches)
     return batches
 
 
-def _cut_by_budget(order: np.ndarray, cost: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+def _cut_by_budget(order: np.ndarray, cost: np.ndarray, batch_tokens: int) -> list[np.ndarray]:
     """Cut `order` greedily: a batch takes sentences while (its rows) x (its longest `cost`) fits
-    `max_tokens`, and at least one. One numpy pass per batch, over a window no longer than a batch can be."""
+    `batch_tokens`, and at least one. One numpy pass per batch, over a window no longer than a batch can be."""
     batches: list[np.ndarray] = []
     start, n = 0, len(order)
     while start < n:
-        # A batch starting at `start` has fewer than max_tokens // cost[start] + 2 rows: that many
+        # A batch starting at `start` has fewer than batch_tokens // cost[start] + 2 rows: that many
         # rows are over the budget at its first sentence's length already.
-        window = cost[start : start + max_tokens // int(cost[start]) + 2]
-        over = np.maximum.accumulate(window) * np.arange(1, len(window) + 1) > max_tokens
+        window = cost[start : start + batch_tokens // int(cost[start]) + 2]
+        over = np.maximum.accumulate(window) * np.arange(1, len(window) + 1) > batch_tokens
         over[0] = False  # a sentence longer than the budget is a batch of its own
         size = int(np.argmax(over)) if over.any() else len(window)
         batches.append(order[start : start + size])
@@ -191,7 +191,7 @@ def _cut_by_budget(order: np.ndarray, cost: np.ndarray, max_tokens: int) -> list
     return batches
 
 
-def _class_batches(lengths: np.ndarray, max_tokens: int, tie_break: np.ndarray) -> list[np.ndarray]:
+def _class_batches(lengths: np.ndarray, batch_tokens: int, tie_break: np.ndarray) -> list[np.ndarray]:
     """Each class's sentences in random order (`tie_break`), cut into batches of its `class_rows`."""
     order = np.lexsort((tie_break, lengths))
     sorted_lengths = lengths[order]
@@ -199,7 +199,7 @@ def _class_batches(lengths: np.ndarray, max_tokens: int, tie_break: np.ndarray) 
     ends = np.append(starts[1:], len(order))
     batches: list[np.ndarray] = []
     for length, start, end in zip(classes.tolist(), starts.tolist(), ends.tolist()):
-        rows = class_rows(length, max_tokens)
+        rows = class_rows(length, batch_tokens)
         batches.extend(order[i : min(i + rows, end)] for i in range(start, end, rows))
     return batches
 
@@ -207,9 +207,9 @@ def _class_batches(lengths: np.ndarray, max_tokens: int, tie_break: np.ndarray) 
 class BatchStream:
     """An endless, resumable stream of training batches: epoch after epoch, each in a fresh seeded order."""
 
-    def __init__(self, data: ParallelData, max_tokens: int, seed: int, classes: bool = False):
+    def __init__(self, data: ParallelData, batch_tokens: int, seed: int, classes: bool = False):
         self.data = data
-        self.max_tokens = max_tokens
+        self.batch_tokens = batch_tokens
         self.seed = seed
         self.classes = classes  # batches of shape classes (make_batches); a resumed run keeps its checkpoint's
         self.epoch = 1
@@ -218,7 +218,7 @@ class BatchStream:
 
     def _epoch_batches(self) -> list[np.ndarray]:
         if self._batches is None:
-            self._batches = make_batches(self.data.src.lengths, self.data.tgt.lengths, self.max_tokens, self.seed,
+            self._batches = make_batches(self.data.src.lengths, self.data.tgt.lengths, self.batch_tokens, self.seed,
                                          self.epoch, self.classes)
         return self._batches
 
@@ -234,13 +234,13 @@ class BatchStream:
         if not self.classes:
             return []
         lengths = np.unique(_class_lengths(np.maximum(self.data.src.lengths, self.data.tgt.lengths) + 1))
-        return [ShapeClass(class_rows(int(n), self.max_tokens), int(n), int(n)) for n in lengths]
+        return [ShapeClass(class_rows(int(n), self.batch_tokens), int(n), int(n)) for n in lengths]
 
     def shape(self, indices: np.ndarray) -> ShapeClass | None:
         """The class a batch of these sentences is padded to (None without classes: to its own longest)."""
         if not self.classes:
             return None
-        return shape_class(self.data.src.lengths[indices], self.data.tgt.lengths[indices], self.max_tokens)
+        return shape_class(self.data.src.lengths[indices], self.data.tgt.lengths[indices], self.batch_tokens)
 
     # --- per-rank sharding: in data-parallel training every rank walks the same global order and
     # collates only its own batches, so each rank reads its share and all ranks stay in step.

@@ -45,24 +45,24 @@ if TYPE_CHECKING:
 
 @dataclass
 class Document:
-    """Parsed HTML: `segments` to translate, and `render` to put their translations back."""
+    """Parsed HTML: `sentences` to translate, and `render` to put their translations back."""
 
-    parts: list[str | Sentence]
+    parts: list[str | Sentence]  # kept markup and text, and the sentences with their tags
 
     @property
-    def sentences(self) -> list[Sentence]:
+    def sentence_parts(self) -> list[Sentence]:
         return [part for part in self.parts if isinstance(part, Sentence)]
 
     @property
-    def segments(self) -> list[str]:
+    def sentences(self) -> list[str]:
         """What the model translates, one sentence each."""
-        return [s.text for s in self.sentences]
+        return [s.text for s in self.sentence_parts]
 
     def render(self, translations: Sequence[tuple[str, str | None]]) -> str:
         """The document with each sentence replaced by its (translation, Pharaoh word alignment) (None: no
         alignment, tags placed at the translation's edges)."""
-        if len(translations) != len(self.sentences):
-            raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
+        if len(translations) != len(self.sentence_parts):
+            raise ValueError(f"{len(translations)} translations for {len(self.sentence_parts)} sentences")
         done = iter(translations)
         return "".join(part if isinstance(part, str) else render_sentence(part, *next(done)) for part in self.parts)
 
@@ -373,4 +373,4 @@ def _verbatim_text(source: str, start: int, end: int) -> str:
 def translate_html(source: str, language: str, translate: Callable[[list[str]], list[tuple[str, str | None]]]) -> str:
     """`source` with its text translated by `translate` (sentences -> (translation, word alignment) each)."""
     document = parse(source, language)
-    return document.render(translate(document.segments) if document.segments else [])
+    return document.render(translate(document.sentences) if document.sentences else [])

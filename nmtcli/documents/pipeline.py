@@ -133,7 +133,7 @@ class Split:
 
 
 class Pages:
-    """HTML documents (markup.parse) translated together: `segments`, every sentence of all of them, go to one
+    """HTML documents (markup.parse) translated together: `sentences`, every sentence of all of them, go to one
     translation call (word alignments on, COVERING: the tags are placed by them); `rendered` puts each document
     back with the k-th best translation of each of its sentences. The Python API translates one document so,
     `nmt serve` the documents of a request."""
@@ -142,17 +142,17 @@ class Pages:
         self.documents = list(documents)
 
     @property
-    def segments(self) -> list[str]:
-        return [segment for document in self.documents for segment in document.segments]
+    def sentences(self) -> list[str]:
+        return [sentence for document in self.documents for sentence in document.sentences]
 
     def by_document(self, results: Sequence[list[Translation]]) -> list[list[list[Translation]]]:
-        """The n-best lists of `segments` (`results`, in order) cut into each document's."""
-        if len(results) != len(self.segments):
-            raise ValueError(f"{len(results)} results for {len(self.segments)} sentences")
+        """The n-best lists of `sentences` (`results`, in order) cut into each document's."""
+        if len(results) != len(self.sentences):
+            raise ValueError(f"{len(results)} results for {len(self.sentences)} sentences")
         out, start = [], 0
         for document in self.documents:
-            out.append(list(results[start:start + len(document.segments)]))
-            start += len(document.segments)
+            out.append(list(results[start:start + len(document.sentences)]))
+            start += len(document.sentences)
         return out
 
     def rendered(self, results: Sequence[list[Translation]], nbest: int = 1) -> list[list[str]]:

@@ -37,8 +37,9 @@ class GraphsOff(Exception):
     turned themselves off: the batch is searched again from its start without them."""
 
 
-def length_penalty(length: int | Tensor, alpha: float, kind: str = "gnmt"):
-    """GNMT (Wu et al. 2016, used by the paper): ((5 + |Y|) / 6)^alpha; "power" (fairseq, CTranslate2): |Y|^alpha.
+def lp(length: int | Tensor, alpha: float, kind: str = "gnmt"):
+    """The length penalty lp(Y) a hypothesis's log-probability is divided by, of the kind `--length-penalty` names:
+    "gnmt" (Wu et al. 2016, whose lp the paper uses): ((5 + |Y|) / 6)^alpha; "power" (fairseq, CTranslate2): |Y|^alpha.
 
     |Y| counts the generated tokens including the final EOS.
     """
@@ -136,7 +137,7 @@ def beam_search(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     nbest: int = 1,
-    penalty: str = "gnmt",
+    length_penalty: str = "gnmt",
     min_len: int = 0,
     sync_every: int | None = None,
     graphs=None,
@@ -154,15 +155,15 @@ def beam_search(
         raise ValueError(f"need 1 <= nbest ({nbest}) <= beam ({beam})")
     if alpha < 0:
         raise ValueError(f"alpha must be >= 0, not {alpha}")
-    length_penalty(1, alpha, penalty)  # an unknown kind fails here, before any work
+    lp(1, alpha, length_penalty)  # an unknown kind fails here, before any work
     sync_every = sync_every or default_sync_every(src.device)
-    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len, prefixes, graphs)
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, graphs)
     try:
         return search.run(sync_every, graphs, default_leave_fraction(src.device))
     except GraphsOff:
         pass  # outside the handler, the failed search's memory can go before the new search's is taken
     del search
-    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, penalty, min_len, prefixes)
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes)
     return search.run(sync_every, None, default_leave_fraction(src.device))
 
 
@@ -198,9 +199,9 @@ class BeamSearch:
     """
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
-                 nbest: int, penalty: str, min_len: int, prefixes: Sequence[list[int]] | None = None, graphs=None):
+                 nbest: int, length_penalty: str, min_len: int, prefixes: Sequence[list[int]] | None = None, graphs=None):
         cfg = model.config
-        self.model, self.beam, self.nbest, self.alpha, self.penalty = model, beam, nbest, alpha, penalty
+        self.model, self.beam, self.nbest, self.alpha, self.length_penalty = model, beam, nbest, alpha, length_penalty
         device = src.device
         real = src.size(0)  # the batch's sentences; more rows are padding in a shape class
         self.shape_key = None  # (sentences aside) the shape class the search runs in, with graphs
@@ -214,13 +215,13 @@ class BeamSearch:
         if prefixes is not None and any(prefixes):
             self.prefix, self.prefix_len, self.max_len = prefix_tensors(model, prefixes, src, self.max_len)
         self.steps = int(self.max_len[:real].max()) + 1 if n else 0  # every sentence is decided by then (EOS included)
-        self.max_penalty = length_penalty(self.max_len.double() + 1, alpha, penalty).float()  # EOS included
+        self.max_penalty = lp(self.max_len.double() + 1, alpha, length_penalty).float()  # EOS included
         self.min_len = torch.tensor(min_len, device=device)
         memory, src_mask = model.encode(src)
         capacity, alloc = self.steps, None
         if self.graphs is not None:
             capacity, self.prefix, alloc = self.graphs.class_tensors(cfg, src, self.steps, self.prefix, max_len_a, max_len_b)
-            self.shape_key = (src.size(1), capacity, 0 if self.prefix is None else self.prefix.size(1), K, nbest, alpha, penalty,
+            self.shape_key = (src.size(1), capacity, 0 if self.prefix is None else self.prefix.size(1), K, nbest, alpha, length_penalty,
                               decoder_dtype(memory))
         self.state = start_decoding(model, memory, src_mask, K, capacity=capacity, alloc=alloc, reorders=True)
         if 2 * K <= cfg.vocab_size:  # the first step's one row per sentence offers the 2K candidates a step ranks
@@ -324,7 +325,7 @@ class BeamSearch:
         A stable sort keeps earlier hypotheses first among equal scores, so ties go the same way
         whatever the batch.
         """
-        penalty = length_penalty(generated.to(torch.float64), self.alpha, self.penalty).float()
+        penalty = lp(generated.to(torch.float64), self.alpha, self.length_penalty).float()
         new_score = torch.where(ends, scores / penalty, float("-inf"))
         new_log_prob = torch.where(ends, scores, float("-inf"))
         all_score = torch.cat([self.finished_score, new_score], dim=1)

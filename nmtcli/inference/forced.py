@@ -7,7 +7,7 @@ output embeddings "shifted right"), and position t's output distribution gives l
     log P(y | x) = sum_t log softmax(W h_t)[y_t]       over the target's tokens and the final EOS
 
 which is what beam search adds up step by step (a test checks the two agree). `nmt translate
---score-only` prints it, length-normalized as the search ranks hypotheses (beam.length_penalty).
+--forced-decoding` prints it, length-normalized as the search ranks hypotheses (beam.lp).
 
 The same pass can return the encoder-decoder attention (sec. 3.2.3) of one layer and head, or an
 average: what word alignments are read from (inference/alignment.py). The fused attention kernel
@@ -28,7 +28,7 @@ from torch import Tensor
 
 from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
-from nmtcli.inference.beam import length_penalty
+from nmtcli.inference.beam import lp
 from nmtcli.inference.confidence import confidence
 from nmtcli.inference.results import Scored
 from nmtcli.model.incremental import memory_keys_values
@@ -64,9 +64,9 @@ class Forced:
         return sum(self.log_probs)
 
 
-def scored(forced: Forced, tokens: list[str], alpha: float, penalty: str) -> Scored:
-    """`forced`'s score as beam search ranks a hypothesis: log P(y | x) / length_penalty(|y| + 1)."""
-    return Scored(tokens, forced.log_probs, forced.log_prob / length_penalty(len(forced.log_probs), alpha, penalty),
+def scored(forced: Forced, tokens: list[str], alpha: float, length_penalty: str) -> Scored:
+    """`forced`'s score as beam search ranks a hypothesis: log P(y | x) / lp(|y| + 1)."""
+    return Scored(tokens, forced.log_probs, forced.log_prob / lp(len(forced.log_probs), alpha, length_penalty),
                   confidence=confidence(forced.log_prob, len(tokens)))
 
 

@@ -36,8 +36,8 @@ from nmtcli.inference.glossary import MAX_TERMS_PER_LINE, Glossary, Term
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
 from nmtcli.inference.memory import gpu_batch
-from nmtcli.inference import precision
 from nmtcli.inference.precision import HALF, to_half
+from nmtcli.inference.precision import autocast as half_autocast
 from nmtcli.inference.results import Translation, kth_best, nbest_record  # noqa: F401 - also imported from here
 from nmtcli.inference.sampling import DEFAULT_SEED, check_sampling, parse_sampling, sample
 from nmtcli.inference.language_codes import resolve
@@ -48,9 +48,9 @@ from nmtcli.model.transformer import Transformer
 # warn(message): the CLI prints it on stderr; the core only reports.
 Warn = Callable[[str], None]
 
-# --dtype: what the search computes in. bf16/fp16 (HALF) are a GPU's half precision (inference/precision.py);
+# --precision: what the search computes in. bf16/fp16 (HALF) are a GPU's half precision (inference/precision.py);
 # int8 is a CPU's (inference/cpu.py); fp32 is exact everywhere.
-DTYPES = ("fp32", *HALF, "int8")
+PRECISIONS = ("fp32", *HALF, "int8")
 
 
 @dataclass(frozen=True)
@@ -104,29 +104,29 @@ class Translator(Engine):
         model_dir: Path,
         device: str | torch.device = "cpu",
         settings: SearchSettings = SearchSettings(),
-        dtype: str = "fp32",
+        precision: str = "fp32",
         warn: Warn | None = None,
         languages: tuple[str | None, str | None] = (None, None),
     ):
         device = torch.device(device)
-        if dtype not in DTYPES:
-            raise NmtError(f"unknown --dtype {dtype!r}", f"choose one of {', '.join(DTYPES)}", exit_code=2)
-        if dtype in HALF and device.type != "cuda":
-            raise NmtError(f"--dtype {dtype} needs a GPU", "use --dtype fp32 (exact) or int8 (faster) on the CPU", exit_code=2)
-        if dtype == "int8" and device.type != "cpu":
-            raise NmtError("--dtype int8 is for CPUs", "use --dtype bf16 or fp16 on a GPU", exit_code=2)
+        if precision not in PRECISIONS:
+            raise NmtError(f"unknown --precision {precision!r}", f"choose one of {', '.join(PRECISIONS)}", exit_code=2)
+        if precision in HALF and device.type != "cuda":
+            raise NmtError(f"--precision {precision} needs a GPU", "use --precision fp32 (exact) or int8 (faster) on the CPU", exit_code=2)
+        if precision == "int8" and device.type != "cpu":
+            raise NmtError("--precision int8 is for CPUs", "use --precision bf16 or fp16 on a GPU", exit_code=2)
         check_sampling(settings.sampling, settings.temperature, settings.seed)
         if settings.nbest > settings.beam and settings.sampling is None:
             raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         self.model, self.config_values = load_model(model_dir, device)
-        self.dtype = dtype
-        if dtype in HALF:
-            to_half(self.model, dtype)  # half-precision products, fp32 residuals and norms (inference/precision.py)
+        self.precision = precision
+        if precision in HALF:
+            to_half(self.model, precision)  # half-precision products, fp32 residuals and norms (inference/precision.py)
         if device.type == "cpu":
             # oneDNN-packed fp32 weights (the model as it is where unsupported), or int8 ones (inference/cpu.py)
-            if not pack_for_cpu(self.model, "int8" if dtype == "int8" else "packed") and dtype == "int8":
-                raise NmtError("--dtype int8 is not available: this PyTorch build lacks its int8 linear ops (fbgemm)",
-                               "use --dtype fp32")
+            if not pack_for_cpu(self.model, "int8" if precision == "int8" else "packed") and precision == "int8":
+                raise NmtError("--precision int8 is not available: this PyTorch build lacks its int8 linear ops (fbgemm)",
+                               "use --precision fp32")
             keep_freed_memory()  # no page faults for every step's large tensors (inference/cpu.py)
         self.tokenizer = load_tokenizer(Path(model_dir), self.config_values)
         self.pieces = self.tokenizer.pieces()
@@ -261,7 +261,7 @@ class Translator(Engine):
         sentences, prefix_ids = self._tagged(sentences, prefix_ids)
         constraints = None if terms is None else [[self._term_ids(term) for term in line_terms] for line_terms in terms]
         results = translate_ids(self.model, sentences, settings, self.budget, self.device,
-                                autocast=lambda: precision.autocast(self.device, self.dtype), graphs=self.graphs, warn=self.warn,
+                                autocast=lambda: half_autocast(self.device, self.precision), graphs=self.graphs, warn=self.warn,
                                 prefixes=prefix_ids, numbers=[number for number, _ in window], constraints=constraints)
         if terms is not None:
             self._report_missing(window, terms, constraints, results)
@@ -314,7 +314,7 @@ class Translator(Engine):
         if not pairs:
             return
         forced = force_ids(self.model, [sentences[i] for i, _ in pairs], [h.tokens for _, h in pairs], self.budget.tokens, self.device,
-                           lambda: precision.autocast(self.device, self.dtype), DEFAULT_HEADS, self.warn, log_probs=False)
+                           lambda: half_autocast(self.device, self.precision), DEFAULT_HEADS, self.warn, log_probs=False)
         for (i, h), f in zip(pairs, forced):
             h.alignment = alignment_text(f.attention, [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], units[i])
 
@@ -332,7 +332,7 @@ class Translator(Engine):
             sources = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens - tag, truncated("source"))
             given = encode_lines(self.tokenizer.encode_target, texts, self.max_source_tokens - tag, truncated("target"))
             sources, given = self._tagged(sources, given)
-            forced = force_ids(self.model, sources, given, self.budget.tokens, self.device, lambda: precision.autocast(self.device, self.dtype),
+            forced = force_ids(self.model, sources, given, self.budget.tokens, self.device, lambda: half_autocast(self.device, self.precision),
                                DEFAULT_HEADS if alignment else None, self.warn)
             for src, tgt, f in zip(sources, given, forced):
                 result = scored(f, [self.pieces[t] for t in tgt], s.alpha, s.length_penalty)

@@ -284,7 +284,7 @@ class Service:
         if not self.served.is_target(ask.target):
             self._model(None, ask.target)  # its 400: the target is not supported
         target = self.served.code(ask.target)  # as the detector names it: "deu_Latn" -> "de" where a multilingual model serves it
-        readable = ask.texts if documents is None else [" ".join(document.segments) for document in documents]  # html: what a reader sees
+        readable = ask.texts if documents is None else [" ".join(document.sentences) for document in documents]  # html: what a reader sees
         pooled = self.detector.detect(" ".join(readable)) if any(len(text.strip()) <= SHORT_TEXT for text in readable) else []
         guesses: list[Guess | None] = []
         languages: dict[str, list[int]] = {}
@@ -349,7 +349,7 @@ class Service:
         except TooManySentences:
             check_sentences(limits.lines + 1, limits, more=True)
         if counted:
-            check_sentences(sum(len(document.segments) for documents in parsed for document in documents), limits)
+            check_sentences(sum(len(document.sentences) for documents in parsed for document in documents), limits)
         return parsed
 
     async def _translate_html(self, request: Request, model: ServedModel, documents: list[Document], settings: SearchSettings,
@@ -358,9 +358,9 @@ class Service:
         their sentences in one call of the batcher with word alignments on, every source word linked (COVERING:
         documents/markup.py places the tags by them); `sentences` (a list) gets each document's sentences and their n-best lists."""
         pages = Pages(documents)
-        results = await self._translate(request, model, pages.segments, dataclasses.replace(settings, alignment=COVERING))
+        results = await self._translate(request, model, pages.sentences, dataclasses.replace(settings, alignment=COVERING))
         if sentences is not None:
-            sentences.extend(list(zip(document.segments, hyps)) for document, hyps in zip(documents, pages.by_document(results)))
+            sentences.extend(list(zip(document.sentences, hyps)) for document, hyps in zip(documents, pages.by_document(results)))
         # in a worker thread, as the parse: the event loop goes on meanwhile
         return await asyncio.get_running_loop().run_in_executor(None, pages.rendered, results, max(settings.nbest, 1))
 
@@ -415,7 +415,7 @@ def _parse_all(groups: list[tuple[list[str | Document], str]], limit: int, share
         parsed.append([])
         for text in texts:
             parsed[-1].append(parse(text, language, limit, protection) if isinstance(text, str) else text)
-            limit -= len(parsed[-1][-1].segments) if shared else 0
+            limit -= len(parsed[-1][-1].sentences) if shared else 0
             if limit < 0:
                 raise TooManySentences(most)
     return parsed

@@ -172,7 +172,7 @@ def read_scores(model_dir: Path) -> dict[str, Any]:
     return scores if isinstance(scores, dict) else {}
 
 
-def load_models(dirs: list[tuple[str, Path]], device: str, settings: SearchSettings, dtype: str = "fp32",
+def load_models(dirs: list[tuple[str, Path]], device: str, settings: SearchSettings, precision: str = "fp32",
                 warn: Callable[[str], None] | None = None) -> list[ServedModel]:
     """Load each (name, model dir); two one-direction models for one language pair, or two multilingual models, are
     refused before any is loaded."""
@@ -195,19 +195,19 @@ def load_models(dirs: list[tuple[str, Path]], device: str, settings: SearchSetti
                            "serve one model per language pair (run a second `nmt serve` on another --port for the other)",
                            exit_code=2)
         pairs[pair] = name
-    return [_load(name, path, device, settings, dtype, warn) for name, path in dirs]
+    return [_load(name, path, device, settings, precision, warn) for name, path in dirs]
 
 
-def _load(name: str, path: Path, device: str, settings: SearchSettings, dtype: str, warn: Callable[[str], None] | None) -> ServedModel:
+def _load(name: str, path: Path, device: str, settings: SearchSettings, precision: str, warn: Callable[[str], None] | None) -> ServedModel:
     from nmtcli.model.checkpoint import read_model_dir_config
 
     values = read_model_dir_config(path)
     if not is_multilingual(values):
-        engine = open_engine(path, device=str(device), dtype=dtype, settings=settings, warn=warn)
+        engine = open_engine(path, device=str(device), precision=precision, settings=settings, warn=warn)
         return ServedModel(name, *language_pair(values, name), Translator(engine, name), read_scores(path))
     codes = list(values["tokenizer"]["languages"])
     source, target = default_direction(codes)
-    engine = open_engine(path, device=str(device), dtype=dtype, settings=settings, warn=warn, languages=(source, target))
+    engine = open_engine(path, device=str(device), precision=precision, settings=settings, warn=warn, languages=(source, target))
     languages = served_codes(codes)
     served = {own: code for code, own in languages.items()}
     return ServedModel(name, served[source], served[target], Translator(engine, name), read_scores(path), languages)

@@ -32,11 +32,11 @@ from nmtcli.checksums import file_sha256
 from nmtcli.data.vocabulary import ModelVocabulary, data_vocabulary, read_vocabulary
 from nmtcli.errors import NmtError
 from nmtcli.model.checkpoint import WEIGHTS_FILE, check_weights, load_weights, read_model_dir_config
-from nmtcli.model.config import PRESETS, ModelConfig
-from nmtcli.training.settings import TRAIN_PRESETS, TrainSettings, with_overrides
+from nmtcli.model.config import ModelConfig
+from nmtcli.training.settings import TrainSettings, train_settings_for, with_overrides
 
 FINETUNE = TrainSettings(
-    preset="finetune", max_steps=100_000, max_tokens=4096, tokens_per_step=4096, warmup=100, keep_last=5,
+    preset="finetune", max_steps=100_000, batch_tokens=4096, tokens_per_step=4096, warmup=100, keep_last=5,
     valid_bleu=500, patience=5, log_every=50,
 )
 RATE_STEP = 100_000  # the default peak rate is eq. 3's at this step: where the paper's base run ends
@@ -118,21 +118,21 @@ def finetune_settings(init: InitModel, manifest: dict[str, Any], preset: str | N
     model's shape) that preset's recipe; the flags' `values` override either."""
     if preset is not None:
         shape = ("d_model", "d_ff", "heads", "layers")
-        theirs = PRESETS[preset]
+        theirs, recipe = train_settings_for(preset, **values)
         if any(getattr(theirs, k) != getattr(init.config, k) for k in shape):
             there = ", ".join(f"{k} {getattr(init.config, k)}" for k in shape)
             raise NmtError(f"--preset {preset} contradicts --init {init.origin['model']} ({there})",
                            "leave out --preset: the model's config.json fixes its shape, and fine-tuning has its own recipe", exit_code=2)
-        return with_overrides(TRAIN_PRESETS[preset], **values)
+        return recipe
     recipe = with_overrides(FINETUNE, **values)
     if recipe.lr is None:
         recipe = replace(recipe, lr=default_lr(init.config.d_model))
     tokens = manifest["splits"]["train"]["target_tokens"] + manifest["splits"]["train"]["pairs"]  # + EOS
-    per_step = recipe.tokens_per_step or recipe.max_tokens * (recipe.update_freq or 1)
+    per_step = recipe.tokens_per_step or recipe.batch_tokens * (recipe.update_freq or 1)
     epoch = max(1, math.ceil(tokens / per_step))
     sized = {}
     if values.get("valid_every") is None:
         sized["valid_every"] = min(max(epoch, 50), 1000)
-    if values.get("save_every") is None and values.get("save_minutes") is None:
+    if values.get("save_every") is None:
         sized["save_every"] = sized.get("valid_every", recipe.valid_every)
     return replace(recipe, **sized)

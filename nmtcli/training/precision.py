@@ -31,8 +31,7 @@ import torch
 from torch import nn
 
 from nmtcli.errors import NmtError
-
-PRECISIONS = ("auto", "fp32", "bf16", "bf16-master", "fp16")
+from nmtcli.training.settings import PRECISIONS  # declared with the setting it checks
 
 
 @dataclass

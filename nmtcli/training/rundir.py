@@ -28,7 +28,7 @@ from nmtcli.provenance import versions
 from nmtcli.data.vocabulary import data_vocabulary
 from nmtcli.training import distributed
 from nmtcli.training.finetune import InitModel
-from nmtcli.training.settings import FIXED_ON_RESUME, TrainSettings
+from nmtcli.training.settings import FIXED_ON_RESUME, TrainSettings, current_names
 
 TRAINER_STATE = "trainer.pt"
 STAGE_PREFIX = ".tmp-"  # checkpoints/.tmp-STEP/: a checkpoint being written; one left by a crash is removed on start
@@ -45,8 +45,12 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """A run dir's config.json, its training settings in today's names (one written by an earlier version too)."""
     missing = (f"{run_dir} is not a run dir (no {CONFIG_FILE})", "pass a dir written by `nmt train`")
-    return read_json(Path(run_dir) / CONFIG_FILE, missing, "start the run again with --restart")
+    values = read_json(Path(run_dir) / CONFIG_FILE, missing, "start the run again with --restart")
+    if isinstance(values.get("training"), dict):
+        values["training"] = current_names(values["training"])
+    return values
 
 
 def run_config(config: ModelConfig, settings: TrainSettings, data_dir: Path, manifest: dict[str, Any],

@@ -38,7 +38,7 @@ from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
 from nmtcli.training.settings import TrainSettings, step_floor, steps_for_epochs, steps_per_epoch
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
-# Events: on_event(kind, values) with kind in {"max_tokens_lowered", "start", "cuda_graphs_off", "step", "overflow", "log",
+# Events: on_event(kind, values) with kind in {"batch_tokens_lowered", "start", "cuda_graphs_off", "step", "overflow", "log",
 # "unigram_level", "valid", "best", "checkpoint", "early_stop", "time_limit", "done"}.
 OnEvent = Callable[[str, dict[str, Any]], None]
 
@@ -191,11 +191,11 @@ class Trainer:
         self.steps_per_epoch: int | None = None
         if settings.epochs and not settings.max_steps:  # steps from the data: epochs x steps per epoch
             per_step = self.ranks.world_size * self.update_freq
-            per_epoch = batches_per_epoch(self.train_data, self.batch.max_tokens, settings.seed, shape_classes)
+            per_epoch = batches_per_epoch(self.train_data, self.batch.batch_tokens, settings.seed, shape_classes)
             self.steps_per_epoch = steps_per_epoch(per_epoch, per_step)
             self.settings = settings = replace(settings, max_steps=steps_for_epochs(settings, per_epoch, per_step))
             self.run_config["training"]["max_steps"] = settings.max_steps
-        self.stream = BatchStream(self.train_data, self.batch.max_tokens, settings.seed, shape_classes)
+        self.stream = BatchStream(self.train_data, self.batch.batch_tokens, settings.seed, shape_classes)
         if previous:
             self.stream.load_state_dict(previous["stream"])
         self.data_state = self.stream.state_dict()
@@ -392,7 +392,7 @@ class Trainer:
 
     def validate(self) -> dict[str, float]:
         s = self.settings
-        values = valid_loss(self.model, self.valid_data, s.max_tokens, self.precision.autocast, self.device, self.ranks)
+        values = valid_loss(self.model, self.valid_data, s.batch_tokens, self.precision.autocast, self.device, self.ranks)
         if s.valid_bleu:
             bleu = BleuSettings(lines=s.valid_bleu)
             scores = {}
@@ -446,7 +446,7 @@ class Trainer:
             "best": self.best,
             "bad_validations": self.bad_validations,
             "batches_per_step": self.ranks.world_size * self.update_freq,
-            "batch_max_tokens": self.batch.max_tokens,
+            "batch_tokens": self.batch.batch_tokens,
         }
         # A run that validates BLEU is averaged where it scored best (`nmt average`): those checkpoints stay.
         best_step = self.best["step"] if self.best and self.best["metric"] == "valid_bleu" else None
@@ -481,8 +481,8 @@ class Trainer:
         loader = StepLoader(self.stream, self.update_freq, self.ranks.rank, self.ranks.world_size, self.device,
                             pad_length=pad_length)
         if self.batch.lowered_from is not None:
-            self.on_event("max_tokens_lowered", {
-                "max_tokens": self.batch.max_tokens, "requested": self.batch.lowered_from,
+            self.on_event("batch_tokens_lowered", {
+                "batch_tokens": self.batch.batch_tokens, "requested": self.batch.lowered_from,
                 "world_size": self.ranks.world_size, "tokens_per_step": s.tokens_per_step,
                 "step_target_tokens_before": round(self.batch.unlowered_step_tokens or 0),
             })
@@ -518,6 +518,7 @@ class Trainer:
     def _loop(self, loader: StepLoader, metrics: MetricsLog) -> dict[str, Any]:
         """Steps until --max-steps, --max-time or early stopping; logs, validates and saves on the way."""
         s = self.settings
+        save_steps, save_minutes = s.save_interval()
         window = _Window(torch.zeros(2, dtype=torch.float64, device=self.device))
         last_save = window.start
         last: dict[str, Any] = {}
@@ -535,10 +536,10 @@ class Trainer:
                 self._watch_loss(m["loss_sum"])
             self.on_event("step", {"step": self.step, "lr": m["lr"]})  # no loss: reading it would wait for the device
             save_due = False
-            if (s.max_minutes or s.save_minutes) and (not self.ranks.distributed or self.step % CLOCK_EVERY == 0):
+            if (s.max_time or save_minutes) and (not self.ranks.distributed or self.step % CLOCK_EVERY == 0):
                 out_of_time, save_due = self._read_clock(started, last_save)
             last_step = self.step == s.max_steps or out_of_time
-            due = save_due if s.save_minutes else self.step % s.save_every == 0
+            due = save_due if save_minutes else self.step % save_steps == 0
             if last_step or due or self.step % s.log_every == 0 or self.step % s.valid_every == 0:
                 self._check_loss()  # the host waits for the device here anyway
             if self.step % s.log_every == 0 or last_step:
@@ -565,8 +566,8 @@ class Trainer:
             return self.train_step(next(loader))
         except OUT_OF_MEMORY:
             raise NmtError(
-                f"out of GPU memory at step {self.step + 1} with batches of up to {self.batch.max_tokens:,} tokens",
-                "lower --max-tokens; --tokens-per-step keeps the step's size by accumulating more batches",
+                f"out of GPU memory at step {self.step + 1} with batches of up to {self.batch.batch_tokens:,} tokens",
+                "lower --batch-tokens; --tokens-per-step keeps the step's size by accumulating more batches",
             ) from None
 
     def _read_clock(self, started: float, last_save: float) -> tuple[bool, bool]:
@@ -577,8 +578,9 @@ class Trainer:
         """
         s = self.settings
         now = time.perf_counter()
-        mine = [float(self.is_main and s.max_minutes > 0 and now - started >= s.max_minutes * 60),
-                float(self.is_main and s.save_minutes > 0 and now - last_save >= s.save_minutes * 60)]
+        save_minutes = s.save_interval()[1]
+        mine = [float(self.is_main and s.max_time > 0 and now - started >= s.max_time * 60),
+                float(self.is_main and save_minutes is not None and now - last_save >= save_minutes * 60)]
         out_of_time, save_due = (v > 0 for v in distributed.all_reduce_sum(mine, self.device))
         return out_of_time, save_due
 
@@ -643,7 +645,7 @@ class Trainer:
 
     def _finish(self, last: dict[str, Any], stop: bool, out_of_time: bool) -> dict[str, Any]:
         if out_of_time:
-            self.on_event("time_limit", {"step": self.step, "minutes": self.settings.max_minutes})
+            self.on_event("time_limit", {"step": self.step, "minutes": self.settings.max_time})
         done = {"step": self.step, "run_dir": str(self.run_dir), "early_stopped": stop, "time_limit_reached": out_of_time,
                 **{k: v for k, v in last.items() if k not in ("step", "best")}}
         if self.best:

@@ -21,14 +21,14 @@ from nmtcli.training.loss import output_loss, perplexity
 
 
 @torch.no_grad()
-def valid_loss(model: Transformer, data: ParallelData, max_tokens: int, autocast, device: torch.device,
+def valid_loss(model: Transformer, data: ParallelData, batch_tokens: int, autocast, device: torch.device,
                ranks: distributed.Ranks) -> dict[str, float]:
     """Perplexity of the reference translations (label smoothing off), over all ranks' shares."""
     if len(data) == 0:
         return {}
     model.eval()
     total_nll, tokens = 0.0, 0
-    batches = make_batches(data.src.lengths, data.tgt.lengths, max_tokens, 0, 0)
+    batches = make_batches(data.src.lengths, data.tgt.lengths, batch_tokens, 0, 0)
     for indices in batches[ranks.rank :: ranks.world_size]:
         batch = data.batch(indices).to(device)
         with autocast():
