@@ -11,7 +11,7 @@ synthetic corpus of tests/corpus.py (adjectives follow their noun, the verb goes
 alignment is known by construction, for the test suite's model of that corpus (a model that has learned
 its task: the attention of a weak model and of a good one prefer different layers).
 
-Each choice aligns the gold targets given to the model (forced decoding: what `--score-only
+Each choice aligns the gold targets given to the model (forced decoding: what `--forced-decoding
 --alignment words` prints), at offset 0 (row t: the position that predicts target token t, as
 fairseq reads it) and offset 1 (row t + 1: the position that reads token t). A peer in the same run:
 the monotone diagonal (target word j -> source word round(j * S / T)), which needs no model.

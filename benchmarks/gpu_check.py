@@ -427,7 +427,7 @@ def stage_train(args) -> dict:
     if not (data / "manifest.json").is_file():
         return {"error": f"no prepared data in {data}: run the corpus stage first (on a CPU) and carry it"}
     if args.smoke:
-        common = ["--preset", "tiny", "--device", "cpu", "--max-time", "20s", "--max-tokens", "2048", "--log-every", "5"]
+        common = ["--preset", "tiny", "--device", "cpu", "--max-time", "20s", "--batch-tokens", "2048", "--log-every", "5"]
     else:
         common = ["--preset", "base", "--device", "cuda", "--max-time", args.train_time, "--log-every", "20"]
     # graphs: the step replayed from CUDA graphs (on a CPU the flag is a warning and the run is eager's).
@@ -467,7 +467,7 @@ def stage_cli(args) -> dict:
         name = f"{dtype} {graphs.removeprefix('--')}" + ("" if cache == "auto" else f" {cache}")
         out = args.out / f"translation.{dtype}.{graphs.removeprefix('--')}.{cache}.de"
         started = time.perf_counter()
-        rc, lines = log_run([*NMT, "translate", "-m", str(model), "--device", device, "--dtype", dtype, graphs], log,
+        rc, lines = log_run([*NMT, "translate", "-m", str(model), "--device", device, "--precision", dtype, graphs], log,
                             timeout=120, stdin=test, stdout=out, env={"NMT_BEAM_CACHE": cache})
         whole = time.perf_counter() - started
         said = next((line for _, line in lines if "translated" in line), "")
@@ -516,7 +516,7 @@ from nmtcli.inference.translator import SearchSettings, Translator
 model, test, device, dtype, graphs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "graphs"
 lines = open(test, encoding="utf-8").read().splitlines()[: int(sys.argv[6])]
 sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-translator = Translator(model, device, SearchSettings(cuda_graphs=graphs), dtype=dtype)
+translator = Translator(model, device, SearchSettings(cuda_graphs=graphs), precision=dtype)
 list(translator.translate(lines))  # warm: graphs recorded, kernels loaded
 sync()
 start = time.perf_counter()

@@ -6,7 +6,7 @@ heads, FFN 4096, ReLU, pre-norm, a vocabulary of 256,206 with the 202 language c
 with `nmt import nllb`'s code and converted with CTranslate2's own converter. All three decode the same source
 ids (`eng_Latn ids </s>`) into deu_Latn (the tag forced first) with beam 4 and exactly --length decoder steps per
 sentence (EOS banned before, forced after; nmt and transformers end with an EOS step, CTranslate2 stops at its
-limit), in batches of --batch sentences, fp32 and int8 (nmt --dtype int8, CTranslate2's int8, transformers after
+limit), in batches of --batch sentences, fp32 and int8 (nmt --precision int8, CTranslate2's int8, transformers after
 torch's quantize_dynamic). Each engine runs in a process of its own (as in translate_speed.py: their OpenMP
 runtimes slow each other in one process), on --threads threads; the table gives the median of --runs after a
 warm-up, in output tokens per second.

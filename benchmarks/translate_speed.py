@@ -29,7 +29,7 @@ Settings:
   beam and samples alike run to the length limit; a trained model's samples end where they end.
 - forced: nmt alone, in this process: beam 4 as in the fixed setting, the same search plus the
   teacher-forced pass over its best hypotheses that `--alignment` adds (inference/forced.py), and
-  `--score-only`'s forced pass over targets of --length tokens (no search); rounds alternate, the table
+  `--forced-decoding`'s forced pass over targets of --length tokens (no search); rounds alternate, the table
   gives medians and each one's speed relative to beam 4.
 
 --background-load N runs N CPU-bound processes beside the engines (background_load.py): a busy
@@ -39,7 +39,7 @@ time with the engine's fair share of the CPU; with --threads 0 each engine picks
 
 Every engine runs in each of --dtypes it has at each of --batches, and the table marks each one's
 best batch. On a GPU the default dtypes are fp32 and bf16, and nmt replays its steps as CUDA graphs
-unless --no-graphs; on a CPU fp32, and --dtypes fp32,int8 adds int8 (nmt --dtype int8, CTranslate2's
+unless --no-graphs; on a CPU fp32, and --dtypes fp32,int8 adds int8 (nmt --precision int8, CTranslate2's
 int8, and transformers' MarianMTModel after torch's quantize_dynamic, what its users do for int8).
 
 Usage:
@@ -433,7 +433,7 @@ class Nmt:
         from nmtcli.model.checkpoint import load_model
 
         self.device, self.models, self.graphs = device, {}, {}
-        self.dtypes = [d for d in dtypes if d != "int8" or device.type == "cpu"]  # int8 is a CPU's (--dtype int8)
+        self.dtypes = [d for d in dtypes if d != "int8" or device.type == "cpu"]  # int8 is a CPU's (--precision int8)
         notes = []
         for dtype in self.dtypes:
             model = load_model(nmt_dir, device)[0]
@@ -582,7 +582,7 @@ class CTranslate2:
 ENGINES = {"nmt": Nmt, "hf": HuggingFace, "ct2": CTranslate2}
 
 
-# --- forced decoding: --alignment and --score-only ---------------------------------------------------
+# --- forced decoding: --alignment and --forced-decoding ---------------------------------------------------
 
 
 def measure_forced(args, device: torch.device, nmt_dir: Path) -> None:
@@ -640,7 +640,7 @@ def measure_forced(args, device: torch.device, nmt_dir: Path) -> None:
     print(f"| forced setting ({n} lines, {args.length} target tokens, batch {batch}, {args.runs} rounds) | median s | lines/s "
           "| time / beam 4's in the same round (median) |")
     print("|---|---|---|---|")
-    for k, name in enumerate(["beam 4", "alignment pass added by --alignment", "--score-only"]):
+    for k, name in enumerate(["beam 4", "alignment pass added by --alignment", "--forced-decoding"]):
         m = statistics.median(r[k] for r in rounds)
         print(f"| {name} | {m:.2f} | {n / m:.1f} | {statistics.median(r[k] / r[0] for r in rounds):.2f} |")
 
@@ -681,7 +681,7 @@ for i in range(0, len(lines), batch):
 
 def measure_processes(args, device: torch.device, work: Path, nmt_dir: Path, n_sentences: int, batch: int):
     """Text in, text out, each engine as its own process; the time includes Python, torch and the model loading.
-    nmt runs with its defaults (and --dtype); the Hugging Face and CTranslate2 scripts with the largest --batches up to 256.
+    nmt runs with its defaults (and --precision); the Hugging Face and CTranslate2 scripts with the largest --batches up to 256.
     Each of --dtypes that a CPU runs in both (fp32, int8) or a GPU runs in both (fp32, bf16, fp16).
     --threads 0 leaves each engine its own thread count (and nmt its own wait policy); with --background-load N
     every command also runs beside N CPU-bound processes, and a second table compares its time with its fair share."""
@@ -695,7 +695,7 @@ def measure_processes(args, device: torch.device, work: Path, nmt_dir: Path, n_s
     threads = [] if args.threads == 0 else ["--threads", str(args.threads)]
     commands: dict[Run, list[str]] = {}
     for dtype in dtypes:
-        nmt = [sys.executable, "-m", "nmtcli", "translate", "-m", str(nmt_dir), "--device", device.type, "--dtype", dtype]
+        nmt = [sys.executable, "-m", "nmtcli", "translate", "-m", str(nmt_dir), "--device", device.type, "--precision", dtype]
         if "nmt" in engines:
             commands[Run("nmt", dtype, 0)] = nmt + threads
             if args.background_load and args.threads != 1:  # the reference a busy machine's default must reach

@@ -9,17 +9,16 @@ CPU quota, `nmt serve` beside its own web threads):
 - A thread that finishes its share of a kernel spins, waiting for the others, before it sleeps
   (GNU OpenMP: 300,000 spins, some milliseconds). On a quiet machine that saves a wake-up at every
   parallel region; on a busy one the thread it waits for is not running, and the spinning eats the
-  time slice that thread needed. Measured on 2 cores (the README's Speed section has the table):
-  quiet, spinning makes `nmt translate` ~20% faster than sleeping at once (OMP_WAIT_POLICY=PASSIVE);
-  beside two CPU-bound jobs it makes it 1.5-4x slower.
+  time slice that thread needed: faster on a quiet machine, several times slower on a loaded one
+  (the README's Speed section has the measurements).
 
 `configure()` sets, before torch loads its thread pool: as many threads as CPUs this process may
 really use, and the wait policy from what the machine is doing when nmt starts: if other tasks are
 runnable (they would share the CPUs with nmt's threads) threads sleep at once (PASSIVE), else OpenMP's
 default spinning. `nmt serve` always sleeps at once, and leaves one CPU to its web server's own thread:
-it runs for days while the load changes (measured on 2 cores: one translation thread served 1.6-2.3x
-the lines/s of two, quiet and loaded, at 1, 8 and 64 clients). A user's own OMP_NUM_THREADS, OMP_WAIT_POLICY or GOMP_SPINCOUNT wins,
-and so does `--threads`.
+it runs for days while the load changes, and one translation thread served more lines/s than two
+(docs/serving.md has the measurement). A user's own OMP_NUM_THREADS, OMP_WAIT_POLICY or GOMP_SPINCOUNT
+wins, and so does `--threads`.
 """
 
 from __future__ import annotations

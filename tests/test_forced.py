@@ -146,7 +146,7 @@ def test_alignments_of_a_rule_task_are_the_rule(trained_model, nmt_main, tmp_pat
     assert len(same) > 30 and all(a == b for a, b in same)  # a translation equal to the given target: the same links
 
 
-def test_score_only_writes_one_score_per_pair_as_the_search_ranks(random_model, nmt_main, tmp_path):
+def test_forced_decoding_writes_one_score_per_pair_as_the_search_ranks(random_model, nmt_main, tmp_path):
     sources = ["the dog sees a cat", "", "a red ball", "every child likes the old tree"]
     targets = ["der hund ein katze sieht", "der hund", "", "jeder kind der baum alt mag"]
     (tmp_path / "tgt.txt").write_text("".join(t + "\n" for t in targets))
@@ -170,7 +170,7 @@ def test_forced_decoding_and_alignment_mistakes_are_one_error_line(random_model,
     (tmp_path / "tgt.txt").write_text("x\ny\n")
     m = ("translate", "-m", str(random_model))
     line = one_error_line(nmt_main(*m, "-i", str(tmp_path / "src.txt"), "--forced-decoding", "--target-file", str(tmp_path / "tgt.txt"),
-                                   check=False), "score-only-line-counts")
+                                   check=False), "forced-decoding-line-counts")
     assert "has 2 line(s) but --input" in line and "has 3" in line
     piped = nmt_main(*m, "--forced-decoding", "--target-file", str(tmp_path / "tgt.txt"), "--window", "1", input="a\nb\nc\n", check=False)
     assert piped.returncode == 2 and piped.stderr.strip().splitlines()[-1].startswith("nmt: error: the targets end after line 2 but the input goes on")

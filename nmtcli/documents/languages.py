@@ -1,24 +1,18 @@
 """The language a text is written in: `source: "auto"` and POST /detect of `nmt serve`.
 
 The detector is py3langid (a maintained fork of Lui & Baldwin's langid.py: naive Bayes over byte
-n-grams, 140 languages, its model an LZMA-compressed npz of 4.4 MB inside its wheel: nothing fetched,
-nothing unpickled). Chosen over lingua-language-detector by benchmarks/language_detect.py on the
-Universal Declaration of Human Rights in 14 languages: as accurate on paragraphs (99.2% against 99.8%)
-and nearly so on three-word snippets (89.7% against 92.2%, both choosing among all their languages),
-at 7 to 9 times lingua's speed, a fourteenth of its memory (87 MB against 1.2 GB with its models loaded) and a
-twentieth of its wheel (4.4 MB against 95 MB). lingua is better at single words (59% against 40%): a
-word alone is often too little for either.
+n-grams, 140 languages, its model an LZMA-compressed npz inside its wheel: nothing fetched, nothing
+unpickled), chosen over lingua-language-detector by benchmarks/language_detect.py: about as accurate,
+several times faster and a fraction of the memory (docs/serving.md, "Language detection", has the table).
 
 A server knows a few languages, and most texts sent to it are in one of them; the detector knows 140.
 Choosing only among the server's languages (as LibreTranslate does) is the most accurate for those,
 but calls every other text one of them, so a French text sent to an English-German server would be
 "translated" as English. Choosing among all 140 refuses that text clearly, but short texts in the
-server's own languages are then often taken for a neighbour (3-word snippets: 89.7% right). So the
-server's languages get a prior: each is `PRIOR` times likelier than any other language before the text
-is read (Bayes' rule on the detector's posterior). With an en<->de server, PRIOR 10 keeps 100% of the
-English and German paragraphs and 99.8% of their 3-word snippets right (no prior: 99.2% and 95.9%), and
-still finds 99.2% of the paragraphs and 95.4% of the snippets in the 12 other languages to be neither
-(restricted to en and de: none).
+server's own languages are then often taken for a neighbour. So the server's languages get a prior:
+each is `PRIOR` times likelier than any other language before the text is read (Bayes' rule on the
+detector's posterior), which keeps the server's own languages right and still finds the others to be
+neither (docs/serving.md has the measurement that set PRIOR).
 """
 
 from __future__ import annotations
