@@ -442,7 +442,7 @@ def test_config_file_with_flags_overriding_it(prepared, tmp_path, nmt_main):
 def test_max_time_stops_training_validated_and_checkpointed(prepared, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from nmtcli.cli.train import parse_duration
+    from nmtcli.training.settings import parse_duration
     from nmtcli.training import trainer as trainer_module
 
     assert [parse_duration(v) for v in ("90s", "5m", "1.5h", "2")] == [1.5, 5.0, 90.0, 2.0]

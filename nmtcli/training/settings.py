@@ -58,10 +58,13 @@ def minutes_of(text: str) -> float | None:
 
 
 def parse_duration(value: str | float) -> float:
-    """--max-time: "90s", "5m", "1.5h" or a bare number of minutes -> minutes."""
+    """--max-time: "90s", "5m", "1.5h" or a bare number of minutes -> minutes. A number in a config file is minutes
+    as the setting holds them (0: no limit, what a run dir records without one)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
     text = str(value).strip().lower()
     minutes = float(text) if re.fullmatch(r"\d+(?:\.\d+)?", text) else minutes_of(text)
-    if minutes is not None and minutes >= 0:
+    if minutes is not None and minutes > 0:
         return minutes
     raise NmtError(f"--max-time {value!r} is not a duration", "write e.g. 90s, 5m or 2h", exit_code=2)
 
