@@ -834,3 +834,29 @@ def test_compiled_shape_classes_are_warmed_before_training_and_an_epoch_never_re
     assert counter.frame_count - before == len(classes) and not counters["graph_break"]
     assert os.environ.pop("TORCHINDUCTOR_CACHE_DIR") == str(tmp_path / "run" / "compile-cache")  # inductor's cache: the run's
     torch._dynamo.reset()
+
+
+def test_a_run_is_planned_once_from_its_settings_data_and_checkpoint_before_anything_is_built(prepared, tmp_path):
+    from nmtcli.data.batching import ParallelData, make_batches
+    from nmtcli.data.prepare import read_manifest
+    from nmtcli.training.plan import plan_run, trained_config
+    from nmtcli.training.settings import steps_for_epochs
+
+    config, settings = train_settings_for("tiny", epochs=3, warmup=2, batch_tokens=300, tokens_per_step=1200, device="cpu")
+    config = trained_config(config, read_manifest(prepared))
+    data = ParallelData(prepared, "train", "en", "de", config.vocab_size, config.pad_id, config.bos_id, config.eos_id)
+    plan = plan_run(settings, config, data, torch.device("cpu"), 2, {}, tmp_path)
+    per_epoch = len(make_batches(data.src.lengths, data.tgt.lengths, 300, settings.seed, 1))
+    # the epochs counted on this data's batches, the accumulation chosen from --tokens-per-step for 2 ranks
+    assert plan.settings.max_steps == steps_for_epochs(settings, per_epoch, 2 * plan.update_freq) == 3 * plan.steps_per_epoch
+    assert plan.update_freq == round(1200 / (2 * plan.batch.mean_target_tokens)) and not plan.shape_classes
+    assert (plan.precision, plan.compile, plan.config.vocab_size) == ("fp32", "", 1000)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.settings = settings  # type: ignore[misc]
+    # a resumed run keeps its checkpoint's batches (and how they were made), whatever the settings say now
+    resumed = plan_run(settings, config, data, torch.device("cpu"), 1, {"stream": {"classes": 1}, "batches_per_step": 6,
+                                                                        "batch_tokens": 280}, tmp_path)
+    assert resumed.shape_classes and (resumed.batch.batch_tokens, resumed.update_freq) == (280, 6)
+    # the Trainer builds what the plan says
+    trainer = Trainer(tmp_path / "run", prepared, *train_settings_for("tiny", max_steps=2, batch_tokens=300, device="cpu"))
+    assert trainer.plan.settings is trainer.settings and trainer.stream.batch_tokens == trainer.plan.batch.batch_tokens == 300

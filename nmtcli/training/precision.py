@@ -31,7 +31,6 @@ import torch
 from torch import nn
 
 from nmtcli.errors import NmtError
-from nmtcli.training.settings import PRECISIONS  # declared with the setting it checks
 
 
 @dataclass
@@ -77,31 +76,34 @@ class Precision:
         return contextlib.nullcontext() if self.master_weights else self.autocast()
 
 
-def resolve(name: str, device: torch.device, world_size: int = 1, compiled: bool = False) -> Precision:
-    """auto: on a GPU that supports bf16, bf16-master for one rank without --compile and bf16 autocast
-    otherwise; fp32 elsewhere (fp16 only when asked for).
+def choose(name: str, device: torch.device, world_size: int = 1, compiled: bool = False) -> str:
+    """What --precision `name` comes to: auto is, on a GPU that supports bf16, bf16-master for one rank without
+    --compile and bf16 autocast otherwise; fp32 elsewhere (fp16 only when asked for).
 
-    bf16-master is the default where it was measured (one H200, torch 2.11, base at the paper's step: 576k
-    against 534k target tokens/s under autocast, big 295k against 259k; `nmt train --preset base` at 579k
-    tokens/s, its loss at every log line within 0.4 of autocast's over 2,100 steps, and lower after step
-    1,000). With several ranks (the gradients are all-reduced in bf16) and with --compile it has not been
-    measured, so those keep autocast unless it is asked for."""
-    if name not in PRECISIONS:
-        raise NmtError(f"unknown precision {name!r}", f"choose one of {', '.join(PRECISIONS)}", exit_code=2)
+    bf16-master is the default where it was measured (docs/training.md, "Precision and speed"). With several ranks (the
+    gradients are all-reduced in bf16) and with --compile it has not been measured, so those keep autocast
+    unless it is asked for."""
     if name == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
-            name = "bf16-master" if world_size == 1 and not compiled else "bf16"
-        else:
-            name = "fp32"
-    master_weights = name == "bf16-master"
-    if master_weights:
-        name = "bf16"
-    if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            return "bf16-master" if world_size == 1 and not compiled else "bf16"
+        return "fp32"
+    if name in ("bf16", "bf16-master") and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise NmtError(f"{torch.cuda.get_device_name(device)} does not support bf16", "use --precision fp16 (or fp32)")
+    return name
+
+
+def build(label: str, device: torch.device) -> Precision:
+    """The Precision a run trains in, from `choose`'s label (a fresh loss scaler, enabled only for fp16)."""
+    master_weights = label == "bf16-master"
+    name = "bf16" if master_weights else label
     if name == "fp32" and device.type == "cuda":
         use_tf32()
-    scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
-    return Precision(name, device, scaler, master_weights)
+    return Precision(name, device, torch.amp.GradScaler(device.type, enabled=name == "fp16"), master_weights)
+
+
+def resolve(name: str, device: torch.device, world_size: int = 1, compiled: bool = False) -> Precision:
+    """`build(choose(...))`: the Precision --precision `name` comes to."""
+    return build(choose(name, device, world_size, compiled), device)
 
 
 class MasterWeights:

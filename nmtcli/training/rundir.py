@@ -147,16 +147,23 @@ def check_resumable(run_dir: Path, previous: dict[str, Any], now: dict[str, Any]
             )
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module) -> dict[str, Any]:
-    """The checkpoint's weights into `model`; returns its trainer state (optimizer, step, data position, ...)."""
-    broken = f"delete {path} to resume from the checkpoint before it, or pass --restart to start over"
-    load_state(model, load_weights(path / WEIGHTS_FILE, broken), path / WEIGHTS_FILE)
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's trainer state (optimizer, step, data position, ...): what a resumed run is planned from."""
     # weights_only: a run dir is data, never code; this refuses anything but tensors and primitives.
     try:
         return torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - truncated, corrupt, or a pickle that is more than tensors
         first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]  # torch's messages run long
-        raise NmtError(f"{path / TRAINER_STATE} cannot be loaded: {first}", broken) from e
+        raise NmtError(f"{path / TRAINER_STATE} cannot be loaded: {first}", _broken(path)) from e
+
+
+def load_checkpoint_weights(path: Path, model: torch.nn.Module) -> None:
+    """The checkpoint's weights into `model`."""
+    load_state(model, load_weights(path / WEIGHTS_FILE, _broken(path)), path / WEIGHTS_FILE)
+
+
+def _broken(path: Path) -> str:
+    return f"delete {path} to resume from the checkpoint before it, or pass --restart to start over"
 
 
 # --- checkpoints ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +29,13 @@ from nmtcli.model.checkpoint import WEIGHTS_FILE, load_state
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer
 from nmtcli.training import compiling, distributed, flops, graphs, precision, rundir
-from nmtcli.training.batch_size import batch_for_run, batches_per_epoch
 from nmtcli.training.finetune import InitModel, check_data
 from nmtcli.training.loader import StepBatches, StepLoader
 from nmtcli.training.loss import output_loss, perplexity, unigram_nll
 from nmtcli.training.metrics import MetricsLog
 from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
-from nmtcli.training.settings import TrainSettings, step_floor, steps_for_epochs, steps_per_epoch
+from nmtcli.training.plan import plan_run, trained_config
+from nmtcli.training.settings import TrainSettings, step_floor
 from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
 
 # Events: on_event(kind, values) with kind in {"batch_tokens_lowered", "start", "cuda_graphs_off", "step", "overflow", "log",
@@ -132,35 +132,42 @@ class Trainer:
     ):
         self.run_dir = Path(run_dir)
         self.data_dir = Path(data_dir)
-        self.settings = settings
         self.on_event = on_event or (lambda kind, values: None)
         self.ranks = ranks or distributed.from_environment()
         self.is_main = self.ranks.is_main
-        self.device = resolve_device(settings.device, self.ranks.local_rank)
-        distributed.init(self.ranks, self.device)
-        self.precision = precision.resolve(settings.precision, self.device, self.ranks.world_size, settings.compile)
+        device = resolve_device(settings.device, self.ranks.local_rank)
+        distributed.init(self.ranks, device)
         manifest = read_manifest(data_dir)
         self.src_lang, self.tgt_lang = manifest["source_lang"], manifest["target_lang"]
         if init is not None:  # --init: the model's config as it is, on data in its token ids
             check_data(init, manifest, self.data_dir)
-            model_config = init.config
-        # Data prepared with --vocab-from is in that model's ids, special ids included (Marian: EOS 0).
-        self.config = model_config.replace(vocab_size=manifest["vocab_size"], **manifest.get("special_ids", {}))
-        if manifest.get("directions"):  # multilingual data (data/multilingual.py): the target tag comes first, forced when translating
-            self.config = self.config.replace(language_tags=True)
-        self.run_config = rundir.run_config(self.config, settings, self.data_dir, manifest, init)
+        config = trained_config(model_config, manifest, init)
+        self.run_config = rundir.run_config(config, settings, self.data_dir, manifest, init)
         if restart and self.is_main and self.run_dir.exists():
             shutil.rmtree(self.run_dir)
         distributed.barrier()  # no rank looks for checkpoints while rank 0 may still be deleting them
         resume = rundir.agreed_resume_point(self.run_dir, self.ranks)
         if resume:
-            rundir.check_resumable(self.run_dir, rundir.read_run_config(self.run_dir), self.run_config, self.config, settings)
+            rundir.check_resumable(self.run_dir, rundir.read_run_config(self.run_dir), self.run_config, config, settings)
+        previous = rundir.read_trainer_state(resume) if resume else {}
+        ids = (config.pad_id, config.bos_id, config.eos_id)
+        self.train_data = ParallelData(data_dir, "train", self.src_lang, self.tgt_lang, config.vocab_size, *ids)
+        self.valid_data = ParallelData(data_dir, "valid", self.src_lang, self.tgt_lang, config.vocab_size, *ids)
+
+        # Everything decided, once (training/plan.py); what follows builds it.
+        self.plan = plan = plan_run(settings, config, self.train_data, device, self.ranks.world_size, previous, self.run_dir,
+                                    shape_classes)
+        self.settings, self.config, self.device, self.batch = plan.settings, plan.config, plan.device, plan.batch
+        self.shape_classes, self.update_freq, self.steps_per_epoch = plan.shape_classes, plan.update_freq, plan.steps_per_epoch
+        self.mean_batch_tokens = plan.batch.mean_target_tokens
+        self.run_config["training"]["max_steps"] = plan.settings.max_steps
+        self.precision = precision.build(plan.precision, device)
 
         torch.manual_seed(settings.seed)  # the same seed gives the same initial weights on every rank
-        self.model = Transformer(self.config)
+        self.model = Transformer(config)
         if init is not None and not resume:  # step 0 is the model's weights, exactly
             load_state(self.model, init.weights(), init.model_dir / WEIGHTS_FILE)
-        self.model.to(self.device)
+        self.model.to(device)
         # Fused Adam: one kernel for all parameters on a GPU (and a vectorized loop on a CPU). With
         # bf16-master these are the fp32 masters; the bf16 weights the step runs are copies of them.
         self.optimizer = torch.optim.Adam(
@@ -170,32 +177,13 @@ class Trainer:
             eps=settings.adam_eps,
             fused=True,
         )
-        ids = (self.config.pad_id, self.config.bos_id, self.config.eos_id)
-        self.train_data = ParallelData(data_dir, "train", self.src_lang, self.tgt_lang, self.config.vocab_size, *ids)
-        self.valid_data = ParallelData(data_dir, "valid", self.src_lang, self.tgt_lang, self.config.vocab_size, *ids)
         self.step = 0
         self.best: dict[str, Any] | None = None  # {"metric", "value", "step"}
         self.bad_validations = 0
         self.resumed_from: Path | None = None
-        previous = self._load_checkpoint(resume) if resume else {}
-        # Batches of shape classes (data/batching.py) by default on a GPU, where every new batch shape
-        # costs a plan (cuDNN, compile); a CPU pays for padding in proportion. A resumed run keeps its
-        # checkpoint's way of making batches: its data position counts those batches.
-        if previous:
-            shape_classes = bool(previous["stream"].get("classes", 0))
-        elif shape_classes is None:
-            shape_classes = settings.shape_classes if settings.shape_classes is not None else self.device.type == "cuda"
-        self.shape_classes = shape_classes
-        self.batch = batch_for_run(settings, self.ranks.world_size, self.train_data, previous, self.run_dir, shape_classes)
-        self.update_freq, self.mean_batch_tokens = self.batch.update_freq, self.batch.mean_target_tokens
-        self.steps_per_epoch: int | None = None
-        if settings.epochs and not settings.max_steps:  # steps from the data: epochs x steps per epoch
-            per_step = self.ranks.world_size * self.update_freq
-            per_epoch = batches_per_epoch(self.train_data, self.batch.batch_tokens, settings.seed, shape_classes)
-            self.steps_per_epoch = steps_per_epoch(per_epoch, per_step)
-            self.settings = settings = replace(settings, max_steps=steps_for_epochs(settings, per_epoch, per_step))
-            self.run_config["training"]["max_steps"] = settings.max_steps
-        self.stream = BatchStream(self.train_data, self.batch.batch_tokens, settings.seed, shape_classes)
+        if resume:
+            self._load_checkpoint(resume, previous)
+        self.stream = BatchStream(self.train_data, plan.batch.batch_tokens, settings.seed, plan.shape_classes)
         if previous:
             self.stream.load_state_dict(previous["stream"])
         self.data_state = self.stream.state_dict()
@@ -208,13 +196,13 @@ class Trainer:
         # the model trains itself. Made after the checkpoint is loaded, from the fp32 weights it holds.
         self.masters = precision.MasterWeights(self.model) if self.precision.master_weights else None
         self.train_model: Transformer = self.masters.working if self.masters else self.model
-        if settings.compile:
-            compiling.check_compile_works(self.device)
-            if not shape_classes:  # batches of every length: each kind of layer compiled once, its sizes symbolic
-                compiling.compile_layers(self.train_model)
-        self.ddp = distributed.wrap(self.train_model, self.device) if self.ranks.distributed else None
+        if plan.compile:
+            compiling.check_compile_works(device)
+        if plan.compile == "layers":  # batches of every length: each kind of layer compiled once, its sizes symbolic
+            compiling.compile_layers(self.train_model)
+        self.ddp = distributed.wrap(self.train_model, device) if self.ranks.distributed else None
         self.forward_model: torch.nn.Module = self.train_model if self.ddp is None else self.ddp
-        self.compiled_classes = settings.compile and shape_classes  # the whole forward, one graph a class (warm_up)
+        self.compiled_classes = plan.compile == "classes"  # the whole forward, one graph a class (warm_up)
         if self.compiled_classes:
             compiling.cache_in(self.run_dir)
             self.forward_model = compiling.compile_model(self.forward_model)
@@ -243,9 +231,9 @@ class Trainer:
         ids = (self.sp.languages[tags["source"]], self.sp.languages[tags["target"]]) if tags else None
         return [(None, ids, reference_lines(self.data_dir, "valid", self.src_lang), reference_lines(self.data_dir, "valid", self.tgt_lang))]
 
-    def _load_checkpoint(self, path: Path) -> dict[str, Any]:
-        """Weights, optimizer, step, loss scale and early stopping from `path`; returns its trainer state."""
-        state = rundir.load_checkpoint(path, self.model)
+    def _load_checkpoint(self, path: Path, state: dict[str, Any]) -> None:
+        """Weights from `path`; optimizer, step, loss scale and early stopping from its trainer state `state`."""
+        rundir.load_checkpoint_weights(path, self.model)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         if state.get("scaler") and self.precision.scaler.is_enabled():
@@ -253,7 +241,6 @@ class Trainer:
         self.best = state.get("best")
         self.bad_validations = int(state.get("bad_validations", 0))
         self.resumed_from = path
-        return state
 
     def _wants_graphs(self, backend) -> bool:
         """--cuda-graphs or --no-cuda-graphs as given; unset, where they were measured to pay (graphs.by_default)."""
