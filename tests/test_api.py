@@ -25,9 +25,9 @@ LINES = ["the small dog sees a red ball", "", "a new car follows the old train",
 # (new keyword arguments at the end, with defaults), note it in CHANGELOG.md, and update this list.
 PUBLIC = ["Glossary", "NmtError", "NotAvailable", "Scored", "Translation", "Translator", "__version__", "read_glossary"]
 SIGNATURES = {
-    "load": "(model: 'str | os.PathLike[str]', *, device: 'str' = 'auto', dtype: 'str | None' = None, "
+    "load": "(model: 'str | os.PathLike[str]', *, device: 'str' = 'auto', precision: 'str | None' = None, "
             "revision: 'str | None' = None, source_lang: 'str | None' = None, target_lang: 'str | None' = None, "
-            "engine: 'EngineName' = 'native') -> 'Translator'",
+            "engine: 'EngineName' = 'native', dtype: 'str | None' = None) -> 'Translator'",
     "translate": "(self, texts: 'Iterable[str]', *, beam: 'int' = 4, alpha: 'float' = 0.6, nbest: 'int' = 1, "
                  "prefix: 'str | Iterable[str] | None' = None, glossary: 'GlossaryLike | None' = None, "
                  "split_sentences: 'bool' = False, alignment: 'Alignment | None' = None, batch_tokens: 'int | None' = None, "

@@ -191,3 +191,16 @@ def test_nmt_train_has_one_flag_per_training_setting_made_from_its_field():
     assert {p.name for p in command.params} - {f.name for f in flag_settings()} == {"data", "init", "preset", "output", "norm", "config",
                                                                                      "gpus", "restart"}
     assert options["compile"].secondary_opts == ["--no-compile"]
+
+
+def test_translator_load_still_takes_dtype_with_a_deprecation_warning(random_model):
+    import pytest
+
+    from nmtcli import Translator
+
+    lines = ["a b c", "d e"]
+    with pytest.warns(DeprecationWarning, match="precision"):
+        old = Translator.load(random_model, device="cpu", dtype="int8")
+    new = Translator.load(random_model, device="cpu", precision="int8")
+    assert [t.text for t in old.translate(lines)] == [t.text for t in new.translate(lines)]
+    assert old._engine.precision == new._engine.precision == "int8"

@@ -567,7 +567,7 @@ def one_bucket_data(corpus, tmp_path_factory) -> Path:
                  if 9 <= len(s.split()) <= 14 and 9 <= len(t.split()) <= 14]
         (root / f"{split}.en").write_text("".join(s + "\n" for s, _ in pairs))
         (root / f"{split}.de").write_text("".join(t + "\n" for _, t in pairs))
-    prepare_files(root / "data", root / "train", root / "valid", None, PrepareSettings("en", "de", vocab_size=1000, batch_tokens=15), "t")
+    prepare_files(root / "data", root / "train", root / "valid", None, PrepareSettings("en", "de", vocab_size=1000, max_tokens=15), "t")
     return root / "data"
 
 

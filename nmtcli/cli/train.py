@@ -87,6 +87,7 @@ def command(**given: Any) -> None:
     from nmtcli.training import distributed
     from nmtcli.training.settings import flag_settings
 
+    given = {name: p.default for name, p in command.__signature__.parameters.items()} | given  # called as a function too (quickstart)
     config, gpus, restart = given.pop("config"), given.pop("gpus"), given.pop("restart")
     settings = {f.name: f for f in flag_settings()}
     flags = {k: _parsed(settings[k], v) if k in settings else v for k, v in given.items()}
