@@ -19,6 +19,14 @@ from html.parser import HTMLParser
 # Elements that run inside a line of text: their tags do not cut a block's text.
 INLINE = frozenset("a abbr acronym b bdi bdo big cite data del dfn em font i ins label mark nobr q rp rt ruby s small span "
                    "strike strong sub sup time tt u".split())
+# Elements that start and end a block of text: the document's structure, HTML's block-level flow content, lists,
+# tables, forms and the containers whose text is a fallback. Their tags cut a block's text; every other element
+# that is not void or kept whole runs inside a line, an unknown one too (`<g>`, a custom `<my-widget>`), as a
+# browser renders an element it does not know (display: inline).
+BLOCK = frozenset("html head body title address article aside blockquote center details dialog dir div dl dd dt fieldset "
+                  "figcaption figure footer form frameset frame h1 h2 h3 h4 h5 h6 header hgroup legend li main menu nav ol "
+                  "p search section summary ul table caption colgroup thead tbody tfoot tr td th select optgroup option "
+                  "button datalist noscript canvas video audio picture map".split())
 # Elements whose whole source is kept: code, raw text, and things that are not prose.
 VERBATIM = frozenset("script style pre textarea code kbd samp var svg math template xmp listing plaintext iframe noembed "
                      "noframes object".split())
@@ -27,6 +35,11 @@ INLINE_VERBATIM = frozenset("code kbd samp var svg math".split())
 VOID = frozenset("area base br col embed hr img input link meta param source track wbr keygen".split())
 BREAKS = frozenset(("br", "hr"))
 MAX_INLINE_DEPTH = 32
+
+
+def inline(name: str) -> bool:
+    """Whether an element's tags run inside a line of text (a known inline element, or one not known to cut it)."""
+    return name in INLINE or name not in BLOCK and name not in VERBATIM and name not in VOID
 
 # Elements whose content html.parser must read as raw text (no tags inside), as a browser does.
 RAW_TEXT = ("script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "plaintext")
@@ -167,12 +180,12 @@ def element_end(tokens: list[Token], i: int, enclosing: dict[str, int]) -> int:
     names of the open elements, with their counts) or a start tag that implies its end (_IMPLIED_END; a kept
     inline element: a block's start tag). Never closed: to the end of the document."""
     name = tokens[i].name
-    ends = _INLINE_ENDS if name in INLINE or name in ("code", "kbd", "samp", "var") else _IMPLIED_END.get(name, frozenset())
+    ends = _INLINE_ENDS if inline(name) or name in ("code", "kbd", "samp", "var") else _IMPLIED_END.get(name, frozenset())
     inner: list[str] = []  # the open elements inside it
     for j in range(i + 1, len(tokens)):
         t = tokens[j]
         if t.kind == "start" and not t.closed and t.name not in VOID:
-            if t.name in ends and (name == "p" or all(n in INLINE for n in inner)):
+            if t.name in ends and (name == "p" or all(inline(n) for n in inner)):
                 return j
             inner.append(t.name)
         elif t.kind == "end":

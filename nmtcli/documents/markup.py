@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nmtcli.documents.html_tokens import (  # noqa: F401 - INLINE, tokenize: also imported from here
-    ALNUM, BREAKS, CHARREF, INLINE, INLINE_VERBATIM, LINE_BREAKS, MAX_INLINE_DEPTH, RAW_TEXT, VERBATIM, VOID, WORD, Token,
+    ALNUM, BREAKS, CHARREF, INLINE, INLINE_VERBATIM, LINE_BREAKS, MAX_INLINE_DEPTH, RAW_TEXT, VERBATIM, VOID, WORD, Token, inline,
     element_end, opened, untranslated, tokenize)
 from nmtcli.documents.placement import Node, Sentence, render_sentence
 from nmtcli.documents.sentences import joined_over, sentence_spans
@@ -116,7 +116,7 @@ def parse(source: str, language: str, max_sentences: int | None = None, protect:
             j = element_end(tokens, i, counts)
             end = tokens[j - 1].end
             opened(stack, counts, Token("end", 0, 0, t.name))
-            if t.name in INLINE_VERBATIM or t.name in INLINE:
+            if t.name in INLINE_VERBATIM or inline(t.name):
                 run.append(("verbatim", t.start, end, t))
             else:
                 flush()
@@ -125,9 +125,9 @@ def parse(source: str, language: str, max_sentences: int | None = None, protect:
             continue
         elif t.kind == "start" and (t.name in VOID or t.closed) and t.name not in BREAKS:
             run.append(("atom", t.start, t.end, t))
-        elif t.name in INLINE and t.kind == "start":
+        elif t.kind == "start" and inline(t.name):
             run.append(("open", t.start, t.end, t))
-        elif t.name in INLINE and t.kind == "end":
+        elif t.kind == "end" and inline(t.name):
             run.append(("close", t.start, t.end, t))
         else:  # a block's tag, <br>, <hr>: the text around it is translated apart
             flush()
