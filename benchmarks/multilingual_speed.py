@@ -43,11 +43,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--length", type=int, default=20, help="decoder steps per sentence (the target tag and EOS included)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1, help="engines taken in turn this many times (a process each), "
+                        "so that a change in the machine's load falls on all of them; the table gives the median of the rounds")
     parser.add_argument("--dtypes", default="fp32,int8")
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--d-model", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--vocab-size", type=int, default=256206)
+    parser.add_argument("--wait-policy", choices=("as-run", "passive", "active"), default="as-run",
+                        help="OpenMP's wait policy in each engine's process: as-run (nmt's as `nmt translate` chooses it, "
+                             "threads.py: sleep at once on a busy machine; the others' their own default, spinning), or one "
+                             "policy for all (OMP_WAIT_POLICY)")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--engine", help=argparse.SUPPRESS)  # internal: time one engine in this process
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -101,6 +107,19 @@ def padded(rows: list[list[int]]) -> torch.Tensor:
     for i, r in enumerate(rows):
         out[i, : len(r)] = torch.tensor(r)
     return out
+
+
+def engine_environment(name: str, args) -> dict[str, str]:
+    """An engine's process environment: nmt's threads as `nmt translate` sets them (threads.choose: on a busy machine
+    its threads sleep at once instead of spinning), the others as their users run them; or one wait policy for all."""
+    import os
+
+    from nmtcli import threads
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    if args.wait_policy != "as-run":
+        return {**env, "OMP_WAIT_POLICY": args.wait_policy.upper()}
+    return {**env, **threads.choose(env)} if name == "nmt" else env
 
 
 def time_engine(args) -> None:
@@ -189,12 +208,17 @@ def main() -> None:
     print(f"# built, imported and converted in {time.perf_counter() - started:.0f} s; {args.sentences} sentences of ~{args.source_length} "
           f"source tokens, beam 4, {args.length} decoder steps, batch {args.batch}, {args.threads} CPU threads, {args.runs} runs; "
           f"d_model {args.d_model}, {args.layers}+{args.layers} layers, vocabulary {args.vocab_size:,}; {load_average()}", file=sys.stderr)
-    rows = []
-    for name in engines:
-        command = [sys.executable, __file__, "--engine", name, "--work", str(work), *sys.argv[1:]]
-        done = subprocess.run(command, check=True, capture_output=True, text=True)
-        rows += json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"  {name}: done ({load_average()})", file=sys.stderr, flush=True)
+    rounds: dict[tuple[str, str], list[dict]] = {}
+    for round_ in range(args.rounds):
+        for name in engines:
+            command = [sys.executable, __file__, "--engine", name, "--work", str(work), *sys.argv[1:]]
+            done = subprocess.run(command, check=True, capture_output=True, text=True, env=engine_environment(name, args))
+            for row in json.loads(done.stdout.strip().splitlines()[-1]):
+                rounds.setdefault((row["engine"], row["dtype"]), []).append(row)
+                print(f"  round {round_} {name} {row['dtype']}: {row['tokens'] / row['median_s']:.1f} tok/s", file=sys.stderr)
+            policy = engine_environment(name, args).get("OMP_WAIT_POLICY", "OpenMP's default (spin, then sleep)")
+            print(f"  {name}: done ({load_average()}; wait policy {policy})", file=sys.stderr, flush=True)
+    rows = [{**found[0], "median_s": statistics.median(r["median_s"] for r in found)} for found in rounds.values()]
     print("| engine | dtype | tokens | median s | tokens/s | vs transformers fp32 |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     base = next((r["tokens"] / r["median_s"] for r in rows if (r["engine"], r["dtype"]) == ("hf", "fp32")), None)
