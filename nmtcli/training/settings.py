@@ -12,6 +12,11 @@ from typing import Any
 from nmtcli.model.config import PRESETS, ModelConfig
 
 
+# Early stopping's minimum improvement: a validation must beat the one that last reset patience by more than
+# this many BLEU points (or, validating perplexity only, lower it by more than this many percent) to reset it.
+MIN_DELTA = 0.0
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """Everything about a run but the model's shape. Defaults come from the preset (TRAIN_PRESETS)."""
@@ -37,6 +42,7 @@ class TrainSettings:
     valid_every: int = 1000
     valid_bleu: int = 0  # BLEU on the first N valid lines at each validation (0: off, -1: all)
     patience: int = 0  # stop after this many validations without improvement (0: never)
+    min_delta: float = MIN_DELTA  # an improvement that resets patience: > this many BLEU points (or % of perplexity)
     log_every: int = 100
     seed: int = 1
     device: str = "auto"
