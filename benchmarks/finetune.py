@@ -23,7 +23,7 @@ scratch on the same model shape and the same batches (the same Trainer, random w
 the model's), alternating the two, medians; on the fixture's shape and on the shape of the real
 OPUS-MT models (6+6 layers, d_model 512, 58,101 pieces; random weights, Marian's switches).
 
-    OMP_NUM_THREADS=1 python benchmarks/finetune.py --skip-speed     # CPU; about an hour on one core
+    OMP_NUM_THREADS=1 python benchmarks/finetune.py --skip-speed     # CPU; an hour or more on one core
     python benchmarks/finetune.py --sizes 2000 --systems new --skip-speed
 """
 
@@ -72,11 +72,11 @@ def scores(model: Path, prefix: Path) -> tuple[float, float]:
     return bleu, 100 * right / total if total else float("nan")
 
 
-def base_model(root: Path, base_steps: int) -> Path:
+def base_model(root: Path, base_steps: int, marian: Path | None) -> Path:
     from marian_fixture import write_marian_model
 
     base = root / "models" / "opus-mt-en-de"
-    nmt("import", "marian", str(write_marian_model(root / "marian" / "opus-mt-en-de", train_steps=base_steps)), "-o", str(base))
+    nmt("import", "marian", str(marian or write_marian_model(root / "marian" / "opus-mt-en-de", train_steps=base_steps)), "-o", str(base))
     return base
 
 
@@ -101,20 +101,30 @@ def finetune(base: Path, data: Path, run: Path, out: Path, system: str) -> dict:
             "averaged": averaged.group(2).strip() if averaged else "?", "valid": valid, "run": run}
 
 
-def curve(report: dict, base: Path) -> None:
-    """Each validation of a run: its valid BLEU, the learning rate at that step; and what was averaged."""
+def curve(reports: dict[str, dict], base: Path) -> None:
+    """Each validation of the runs side by side: valid BLEU (in-domain) and the learning rate at that step."""
     from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
 
-    config = json.loads((report["run"] / "config.json").read_text())["training"]
     d_model = json.loads((base / "config.json").read_text())["model"]["d_model"]
-    scale = peak_scale(d_model, config["warmup"], config["lr"])
-    print(f"\nlearning curve ({report['run'].name}; averaged checkpoints {report['averaged']}):\n")
-    print("| step | valid BLEU (in-domain) | learning rate | best so far |\n|---|---|---|---|")
-    top = -1.0
-    for v in report["valid"]:
-        mark = "yes" if v.get("valid_bleu", -1) > top else ""
-        top = max(top, v.get("valid_bleu", -1))
-        print(f"| {v['step']} | {v.get('valid_bleu', float('nan')):.1f} | {inverse_sqrt_lr(v['step'], d_model, config['warmup'], scale):.2e} | {mark} |")
+    columns = {}
+    for system, report in reports.items():
+        config = json.loads((report["run"] / "config.json").read_text())["training"]
+        scale = peak_scale(d_model, config["warmup"], config["lr"])
+        columns[system] = {v["step"]: (v.get("valid_bleu", float("nan")), inverse_sqrt_lr(v["step"], d_model, config["warmup"], scale), v.get("best"))
+                           for v in report["valid"]}
+    names = list(reports)
+    runs = ", ".join(f"{n}: {reports[n]['run'].name}, best at {reports[n]['best']['step']}" for n in names)
+    print(f"\nlearning curves ({runs}; * a new best):\n")
+    print("| step | " + " | ".join(f"{n}: valid BLEU | {n}: rate" for n in names) + " |\n|---|" + "---|---|" * len(names))
+    for step in sorted({step for c in columns.values() for step in c}):
+        cells = []
+        for n in names:
+            if step in columns[n]:
+                bleu, rate, best = columns[n][step]
+                cells += [f"{bleu:.1f}{' *' if best else ''}", f"{rate:.1e}"]
+            else:
+                cells += ["", ""]
+        print(f"| {step} | " + " | ".join(cells) + " |")
 
 
 def replay(report: dict, patience: int, deltas: list[float]) -> None:
@@ -144,6 +154,7 @@ def quality(root: Path, base: Path, sizes: list[int], systems: list[str], curve_
         pairs = json.loads((data / "manifest.json").read_text())["splits"]["train"]["pairs"]
         if not rows:
             rows.append(("base model", "-", *scores(base, indomain["test"]), scores(base, general["test"])[0], "", "", ""))
+        reports = {}
         for system in systems:
             report = finetune(base, data, root / f"run-{system}-{size}", root / f"model-{system}-{size}", system)
             b, share = scores(root / f"model-{system}-{size}", indomain["test"])
@@ -151,9 +162,15 @@ def quality(root: Path, base: Path, sizes: list[int], systems: list[str], curve_
                          f"{report['steps']} (best {report['best']['step']}, {report['best']['value']:.1f})", report["averaged"],
                          f"{report['minutes']:.1f}"))
             print("| " + " | ".join(x if isinstance(x, str) else f"{x:.1f}" for x in rows[-1]) + " |", file=sys.stderr, flush=True)
-            if system == "old" and size == curve_size:
-                curve(report, base)
-            if size == curve_size:
+            reports[system] = report
+            if system == "old":  # what the old average cost: the same run's best checkpoint alone
+                alone = root / f"model-old-best-{size}"
+                nmt("average", str(report["run"]), "--at", "best", "--last", "1", "-o", str(alone))
+                rows.append(("old recipe, best checkpoint alone", f"{size} ({pairs})", *scores(alone, indomain["test"]),
+                             scores(alone, general["test"])[0], "", str(report["best"]["step"]), ""))
+        if size == curve_size:
+            curve(reports, base)
+            for report in reports.values():
                 replay(report, 5, [0, 0.1, 0.2, 0.5, 1.0])
     return rows
 
@@ -212,13 +229,15 @@ def main() -> None:
     parser.add_argument("--sizes", default="500,2000,10000", help="in-domain training pairs, comma-separated")
     parser.add_argument("--systems", default="old,new", help="recipes to compare: old, new")
     parser.add_argument("--curve", type=int, default=2000, help="print the old recipe's learning curve at this size (0: none)")
-    parser.add_argument("--base-steps", type=int, default=300, help="steps transformers trains the base model (the tests' fixture: 300)")
+    parser.add_argument("--base-steps", type=int, default=2000,
+                        help="steps transformers trains the base model (the tests' fixture: 300, which leaves it at 39 general BLEU)")
+    parser.add_argument("--marian", type=Path, help="a base model write_marian_model wrote before (the same --base-steps), instead of training one")
     parser.add_argument("--repeats", type=int, default=10, help="timed steps per system and shape")
     parser.add_argument("--skip-speed", action="store_true")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="nmt-finetune-bench-"))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; work dir {root}", file=sys.stderr)
-    base = base_model(root, args.base_steps)
+    base = base_model(root, args.base_steps, args.marian)
     rows = quality(root, base, [int(s) for s in args.sizes.split(",")], args.systems.split(","), args.curve or None)
     print("\n| model | in-domain pairs (after cleaning) | in-domain BLEU | domain words right % | general BLEU | steps (best step, its valid BLEU) "
           "| checkpoints averaged | minutes |\n|---|---|---|---|---|---|---|---|")
