@@ -92,7 +92,7 @@ def finetune(base: Path, data: Path, run: Path, out: Path, system: str) -> dict:
     started = time.perf_counter()
     flags = old_flags(base) if system == "old" else []
     nmt("train", "--init", str(base), "--data", str(data), "-o", str(run), "--device", "cpu", *flags)
-    said = subprocess.run([sys.executable, "-m", "nmtcli", "average", str(run), "-o", str(out), *(["--at", "best"] if system == "old" else [])],
+    said = subprocess.run([sys.executable, "-m", "nmtcli", "average", str(run), "-o", str(out), *(["--at", "best", "--last", "5"] if system == "old" else [])],
                           capture_output=True, text=True, env=ENV, check=True).stderr
     averaged = re.search(r"averaging (\d+) checkpoint\(s\).*?: ([\d, ]+)", said)
     valid = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"valid_nll"' in line]
