@@ -25,7 +25,7 @@ from corpus import write_corpus
 from nmtcli.model.checkpoint import load_weights
 
 FINETUNE_STEPS = 80
-FINETUNE_LR = "1.7e-3"  # 3 x the default at d_model 32: the toy model learns the domain in fewer steps (docs/training.md)
+FINETUNE_LR = "1.7e-3"  # near the default at d_model 32 (2.2e-3, docs/training.md), fixed here so the run is the same
 TRAIN = ["--device", "cpu", "--log-every", "25"]
 
 
@@ -116,7 +116,7 @@ def test_step_0_is_exactly_the_base_model(opus, tmp_path):
     init = read_init(opus["model"])
     manifest = json.loads((opus["data"] / "manifest.json").read_text())
     settings = finetune_settings(init, manifest, None, {"max_steps": 1, "device": "cpu", "valid_bleu": 0})
-    assert settings.lr == pytest.approx(32**-0.5 * 100_000**-0.5) and settings.warmup == 100  # the default peak at d_model 32
+    assert settings.lr == pytest.approx(512**-0.5 * 100_000**-0.5 * 512 / 32) and settings.warmup == 100  # the default peak at d_model 32
     assert settings.valid_every == settings.save_every == 50  # about an epoch (~9 steps here), at least 50
     trainer = Trainer(tmp_path / "run", opus["data"], init.config, settings, init=init)
     base = load_weights(opus["model"] / "model.safetensors")
