@@ -298,7 +298,7 @@ def test_the_recipe_fits_the_rate_to_the_width_and_counts_epochs(opus):
     recipe = finetune_settings(init, manifest, None, {})
     assert recipe.lr == default_lr(32) and recipe.warmup == 100 and recipe.patience == 5 and recipe.valid_bleu == 500
     # Epochs, not steps (the trainer counts an epoch's steps), never under MIN_STEPS; validation once an epoch, >= 50 steps.
-    assert (recipe.max_steps, recipe.epochs, step_floor(recipe)) == (0, EPOCHS, MIN_STEPS) == (0, 100, 1000)
+    assert (recipe.max_steps, recipe.epochs, step_floor(recipe)) == (0, EPOCHS, MIN_STEPS) == (0, 100, 2000)
     assert recipe.valid_every == recipe.save_every == 50
     large = json.loads(json.dumps(manifest))
     large["splits"]["train"].update(pairs=100_000, target_tokens=1_200_000)

@@ -46,7 +46,7 @@ FINETUNE = TrainSettings(
     valid_bleu=500, patience=5, log_every=50,
 )
 EPOCHS = 100  # the ceiling, where neither --max-steps nor --epochs is given
-MIN_STEPS = 1_000  # ... and never fewer steps: a few hundred pairs make one or two steps an epoch
+MIN_STEPS = 2_000  # ... and never fewer steps: a few hundred pairs make one or two steps an epoch (measured: docs/training.md)
 RATE_STEP = 100_000  # at d_model 512 the default peak rate is eq. 3's at this step: where the paper's base run ends
 RATE_WIDTH = 512  # ... and scales as 1/d_model from there
 
