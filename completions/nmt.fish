@@ -22,7 +22,7 @@ function __nmt_value_options
         case 'prepare'
             printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --revision --workers --chunk-pairs --output -o
         case 'train'
-            printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --log-every --device --precision --peak-tflops
+            printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --peak-tflops
         case 'average'
             printf '%s\n' --last --at --output -o
         case 'translate'
@@ -216,6 +216,7 @@ complete -c nmt -n "__nmt_using 'train'" -l keep-last -x -d 'Checkpoints kept (s
 complete -c nmt -n "__nmt_using 'train'" -l valid-every -x -d 'Steps between validations (perplexity, and BLEU with --valid-bleu)'
 complete -c nmt -n "__nmt_using 'train'" -l valid-bleu -x -d 'BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines; tiny and small 500 when counting --epochs)'
 complete -c nmt -n "__nmt_using 'train'" -l patience -x -d 'Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny and small 5 when counting --epochs)'
+complete -c nmt -n "__nmt_using 'train'" -l min-delta -x -d 'Early stopping\'s minimum improvement: a validation resets --patience only where it beats the one that last did by more than this many BLEU points (or lowers perplexity by more than this many percent)'
 complete -c nmt -n "__nmt_using 'train'" -l log-every -x -d 'Steps between log lines'
 complete -c nmt -n "__nmt_using 'train'" -l device -x -a '(__nmt_values_device)' -d 'auto (each rank\'s GPU, else CPU), cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'train'" -l precision -x -a '(__nmt_values_train_precision)' -d 'auto (bf16-master on a GPU that has bf16, bf16 with several GPUs or --compile, else fp32), fp32, bf16 (autocast: fp32 weights, bf16 products), bf16-master (bf16 weights trained with fp32 master weights in the optimizer: no cast per use), or fp16 (with a dynamic loss scaler)'

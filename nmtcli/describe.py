@@ -186,7 +186,7 @@ def _against_etag(local: dict[str, Any], etag: str | None) -> dict[str, Any]:
 # --- run dirs ------------------------------------------------------------------------------------
 
 
-def describe_run_dir(run_dir: Path, average_last: int, progress: Progress | None = None) -> dict[str, Any]:
+def describe_run_dir(run_dir: Path, average_last: int | None, progress: Progress | None = None) -> dict[str, Any]:
     """A run dir of `nmt train`: its config, steps, checkpoints, validations, resumability and what averaging takes.
 
     Checksums cover the files at the top of the run dir (config.json, sentencepiece.model, metrics.jsonl);
@@ -223,10 +223,11 @@ def describe_run_dir(run_dir: Path, average_last: int, progress: Progress | None
     report["validation"] = validations[-1] if validations else None
     report["status"] = _status(done, training, validations)
     report["resume"] = _resume(run_dir, values, done, report["status"])
+    from nmtcli.training.average import checkpoints_to_average, default_last
+
+    average_last = average_last or default_last(run_dir)
     report["average"] = {"last": average_last, "checkpoints": [], "which": None}
     if found:
-        from nmtcli.training.average import checkpoints_to_average
-
         chosen, which = checkpoints_to_average(run_dir, average_last)
         report["average"].update(checkpoints=[int(c.name) for c in chosen], which=which)
     report.update(_file_keys(_files(run_dir, progress)))
@@ -239,15 +240,12 @@ def _status(done: int, training: dict[str, Any], validations: list[dict[str, Any
         return "not_started"
     if training.get("max_steps") is not None and done >= training["max_steps"]:
         return "finished"
-    # The trainer stops once `patience` validations in a row brought no new best (it marks a new best "best": true).
+    # The trainer stops once `patience` validations in a row brought no progress (early_stopping.py), replayed here.
     patience = training.get("patience") or 0
     if patience and validations and validations[-1]["step"] == done:
-        since_best = 0
-        for entry in reversed(validations):
-            if entry.get("best"):
-                break
-            since_best += 1
-        if since_best >= patience:
+        from nmtcli.training.early_stopping import validations_without_progress
+
+        if validations_without_progress(validations, training.get("min_delta") or 0.0) >= patience:
             return "early_stopped"
     return "unfinished"
 

@@ -31,6 +31,10 @@ VERBS = {
     "reads": "liest", "draws": "zeichnet", "helps": "hilft",
 }
 DETERMINERS = {"the": "der", "a": "ein", "this": "dieser", "every": "jeder"}
+# An "in-domain" lexicon for fine-tuning: six frequent target words (three nouns, three verbs, each in about 7% of
+# sentences) that this domain translates differently. Only letters the general targets use, so that a tokenizer
+# trained on the general corpus spells them without unknown pieces.
+DOMAIN_WORDS = {"hund": "koeter", "haus": "heim", "wagen": "auto", "sieht": "schaut", "kauft": "erwirbt", "mag": "liebt"}
 
 
 def _noun_phrase(rng: random.Random) -> tuple[list[str], list[str]]:
@@ -54,8 +58,11 @@ def sentence_pair(rng: random.Random, verb_second: bool = False) -> tuple[str, s
 
 
 def write_corpus(directory: Path, sizes: dict[str, int], seed: int = 0, src: str = "en", tgt: str = "de",
-                 verb_second: bool = False) -> dict[str, Path]:
-    """Write PREFIX.en / PREFIX.de for each split (disjoint sentences); returns {split: prefix}."""
+                 verb_second: bool = False, substitute: dict[str, str] | None = None) -> dict[str, Path]:
+    """Write PREFIX.en / PREFIX.de for each split (disjoint sentences); returns {split: prefix}.
+
+    `substitute` replaces target words after the pairs are drawn (e.g. DOMAIN_WORDS): the same source
+    sentences as without it, a domain whose lexicon differs in those words."""
     rng = random.Random(seed)
     seen: set[str] = set()
     prefixes = {}
@@ -66,7 +73,7 @@ def write_corpus(directory: Path, sizes: dict[str, int], seed: int = 0, src: str
             s, t = sentence_pair(rng, verb_second)
             if s not in seen:
                 seen.add(s)
-                pairs.append((s, t))
+                pairs.append((s, " ".join(substitute.get(w, w) for w in t.split()) if substitute else t))
         prefix = directory / split
         (directory / f"{split}.{src}").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
         (directory / f"{split}.{tgt}").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")

@@ -21,7 +21,7 @@ COMMANDS = {
     "prepare": ["--train", "--valid", "--test", "--vocab-size", "--source-lang"],
     "train": ["--preset", "--max-steps", "--batch-tokens", "--update-freq", "--save-every", "--keep-last", "--warmup", "--seed", "--device", "--restart",
               "--tokens-per-step", "--gpus", "--precision", "--compile", "--config", "--valid-bleu", "--patience", "--peak-tflops", "--epochs",
-              "--cuda-graphs"],
+              "--cuda-graphs", "--min-delta"],
     "average": ["--last", "--output"],
     "translate": ["--model", "--beam", "--alpha", "--max-len-a", "--max-len-b", "--input", "--output", "--length-penalty", "--engine", "--revision"],
     "serve": ["--model", "--host", "--port", "--api-key", "--api-keys-file", "--batching", "--max-chars", "--queue-lines", "--timeout"],

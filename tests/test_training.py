@@ -860,3 +860,32 @@ def test_a_run_is_planned_once_from_its_settings_data_and_checkpoint_before_anyt
     # the Trainer builds what the plan says
     trainer = Trainer(tmp_path / "run", prepared, *train_settings_for("tiny", max_steps=2, batch_tokens=300, device="cpu"))
     assert trainer.plan.settings is trainer.settings and trainer.stream.batch_tokens == trainer.plan.batch.batch_tokens == 300
+
+
+def test_a_gain_under_min_delta_keeps_the_best_but_does_not_reset_patience(prepared, tmp_path):
+    from nmtcli.training import rundir
+    from nmtcli.training.early_stopping import validations_without_progress
+
+    scores = [10.0, 10.3, 10.4, 10.45, 11.0, 10.9]
+    config, settings = small_settings(patience=3, min_delta=0.5)
+    trainer = Trainer(tmp_path / "run", prepared, config, settings)
+    seen = []
+    for step, score in enumerate(scores, 1):
+        trainer.step = step
+        trainer._improved({"valid_nll": 1.0, "valid_bleu": score})
+        seen.append(trainer.bad_validations)
+    # 0.5 BLEU: the gains of 0.3, 0.4 and 0.45 over step 1's 10.0 are not progress (the third would stop the
+    # run), though each is the new best; 11.0 is progress.
+    assert seen == [0, 1, 2, 3, 0, 1]
+    assert trainer.best == {"metric": "valid_bleu", "value": 11.0, "step": 5} and trainer.patience_from == 11.0
+    # `nmt info` replays the same rule from the metrics; with min_delta 0 every new best resets patience, as before.
+    valid = [{"valid_bleu": s} for s in scores]
+    assert [validations_without_progress(valid[:n], 0.5) for n in range(1, 7)] == seen
+    assert [validations_without_progress(valid[:n], 0.0) for n in range(1, 7)] == [0, 0, 0, 0, 0, 1]
+    # Perplexity alone: min_delta is the percent by which it must fall (1% of 2.0 is 0.02).
+    assert [validations_without_progress([{"valid_nll": math.log(p)} for p in (2.0, 1.99, 1.97)][:n], 1.0) for n in (1, 2, 3)] == [0, 1, 0]
+    # A resumed run goes on with the same state.
+    rundir.start(trainer.run_dir, trainer.data_dir, trainer.run_config)  # as Trainer.run does before its first save
+    trainer.save_checkpoint()
+    resumed = Trainer(tmp_path / "run", prepared, config, settings)
+    assert (resumed.best, resumed.bad_validations, resumed.patience_from) == (trainer.best, 1, 11.0)

@@ -61,7 +61,6 @@ def command(
 
 def _describe(target: str, revision: str | None, progress) -> dict[str, Any]:
     from nmtcli import describe, hub
-    from nmtcli.cli.average import DEFAULT_LAST
 
     if hub.looks_like_repo_id(target):
         say(f"describing {target}{'@' + revision if revision else ''} from the Hub")
@@ -71,7 +70,7 @@ def _describe(target: str, revision: str | None, progress) -> dict[str, Any]:
     path = Path(target)
     if describe.kind_of(path) == "model_dir":
         return describe.describe_model_dir(path, progress)
-    report = describe.describe_run_dir(path, DEFAULT_LAST, progress)
+    report = describe.describe_run_dir(path, None, progress)
     if report["average"]["checkpoints"]:
         report["average"]["output"] = str(MODELS_ROOT / path.resolve().name)
         report["average"]["command"] = f"nmt average {shlex.quote(target)}"

@@ -1,5 +1,6 @@
 """Checkpoint averaging (sec. 6.1): the paper's final models average the last 5 (base) or 20 (big) checkpoints.
-A run that stops early on validation BLEU (tiny, small) is averaged over the checkpoints up to its best.
+A run that stops early on validation BLEU (tiny, small) is averaged over the checkpoints up to its best;
+a fine-tuning run (`nmt train --init`) takes its best checkpoint alone unless --last says otherwise.
 
 The result is a self-contained model dir: everything `nmt translate` needs and nothing it doesn't.
 """
@@ -19,16 +20,31 @@ from nmtcli.training.rundir import best_validation, checkpoint_dirs, ending_at, 
 
 
 AT = ("auto", "best", "last")
+DEFAULT_LAST = 5  # sec. 6.1: the base models average the last 5 checkpoints (big: 20)
+# A fine-tuning run validates about once an epoch, and on a small set each epoch moves the model a long way
+# towards the domain: its checkpoints before the best are less adapted, and averaging them in gives back part
+# of what it learned (benchmarks/finetune.py, docs/training.md). The best checkpoint alone is its model.
+FINETUNE_LAST = 1
 MULTILINGUAL = "mul"  # ISO 639-2 "multiple languages": a multilingual model's config.json source and target, as an import's
 
 
-def checkpoints_to_average(run_dir: Path, last: int, at: str = "auto") -> tuple[list[Path], str]:
-    """The `last` checkpoints of a run to average, and where they end, in words.
+def default_last(run_dir: Path) -> int:
+    """How many checkpoints `nmt average` takes when --last is not given: a fine-tuning run's best alone
+    (FINETUNE_LAST), any other run's DEFAULT_LAST."""
+    path = Path(run_dir) / "config.json"
+    return FINETUNE_LAST if path.is_file() and read_run_config(run_dir).get("init") else DEFAULT_LAST
+
+
+def checkpoints_to_average(run_dir: Path, last: int | None, at: str = "auto") -> tuple[list[Path], str]:
+    """The `last` checkpoints of a run to average (None: `default_last`), and where they end, in words.
 
     at "last": the newest (sec. 6.1: the paper's runs end at a fixed step). "best": those up to the best
     validation, which a run that stopped early left `patience` validations behind it. "auto": "best" for
-    a run that validated BLEU (tiny and small, which stop on it) and still has that checkpoint, else "last".
+    a run that validated BLEU (tiny and small, which stop on it; fine-tuning) and still has that
+    checkpoint, else "last".
     """
+    if last is None:
+        last = default_last(run_dir)
     found = checkpoint_dirs(run_dir)
     if not found:
         raise NmtError(f"{run_dir} has no complete checkpoint", "train longer, or check the path")

@@ -8,17 +8,23 @@ the model's. Continued training of an nmt model on new data is the same thing.
 
 The fine-tuning recipe (`FINETUNE`), where the paper's recipe (sec. 5.3) is for training from scratch:
 
-- Peak learning rate `default_lr(d_model)` = d_model^-0.5 * 100,000^-0.5: the rate eq. 3 has reached at
-  the end of a base run (step 100k; 1.4e-4 for d_model 512). Continued training picks up at the rate
-  the model was trained with last (Luong & Manning 2015; Freitag & Al-Onaizan 2016), not at the peak
-  of a run from scratch (7e-4 for base), which throws away much of what the model knows within a few
-  hundred steps. It is then decayed as 1/sqrt(step) like eq. 3. docs/training.md has the measurement.
+- Peak learning rate `default_lr(d_model)` = 1.4e-4 x 512 / d_model: at d_model 512 the rate eq. 3 has
+  reached at the end of a base run (d_model^-0.5 x 100,000^-0.5, step 100k), where continued training
+  picks up (Luong & Manning 2015; Freitag & Al-Onaizan 2016), not the peak of a run from scratch (7e-4
+  for base), which throws away much of what the model knows within a few hundred steps. Other widths
+  scale it as 1/d_model, not eq. 3's d_model^-0.5: Adam's best rate for a Transformer's hidden weights
+  falls in proportion to the width (Yang et al. 2022, "Tensor Programs V", muP), and eq. 3's rule left
+  a narrow model four times below the rate that adapts it (benchmarks/finetune.py, docs/training.md).
+  It is then decayed as 1/sqrt(step) like eq. 3.
 - Warmup of 100 steps: the optimizer starts with no moment estimates, and Adam's adaptive rate is
   unreliable for about 2 / (1 - beta2) = 100 steps (Ma & Yarats 2021, with the paper's beta2 0.98).
-- Batches of ~4,096 target tokens, so that a set of a few thousand pairs still makes tens of steps per
-  epoch; validation and a checkpoint about once an epoch (every 50 to 1,000 steps), BLEU on the first
-  500 valid lines, and early stopping after 5 validations without a better BLEU: fine-tuning overfits
-  a small set quickly, and the best checkpoint is kept in checkpoints/best/.
+- Batches of ~4,096 target tokens; validation and a checkpoint about once an epoch (every 50 to 1,000
+  steps), BLEU on the first 500 valid lines, and early stopping after 5 validations without a better
+  BLEU: fine-tuning overfits a small set quickly, and the best checkpoint is kept in checkpoints/best/
+  (and is what `nmt average` gives of a fine-tuning run: average.FINETUNE_LAST).
+- How long is counted in epochs (`EPOCHS`, a ceiling: early stopping is the real stop), and never fewer
+  than `MIN_STEPS`: a set of a few hundred pairs makes a step or two an epoch, and a fixed step count
+  is too long for one size of set and too short for another.
 """
 
 from __future__ import annotations
@@ -39,12 +45,16 @@ FINETUNE = TrainSettings(
     preset="finetune", max_steps=100_000, batch_tokens=4096, tokens_per_step=4096, warmup=100, keep_last=5,
     valid_bleu=500, patience=5, log_every=50,
 )
-RATE_STEP = 100_000  # the default peak rate is eq. 3's at this step: where the paper's base run ends
+EPOCHS = 100  # the ceiling, where neither --max-steps nor --epochs is given
+MIN_STEPS = 2_000  # ... and never fewer steps: a few hundred pairs make one or two steps an epoch (measured: docs/training.md)
+RATE_STEP = 100_000  # at d_model 512 the default peak rate is eq. 3's at this step: where the paper's base run ends
+RATE_WIDTH = 512  # ... and scales as 1/d_model from there
 
 
 def default_lr(d_model: int) -> float:
-    """The fine-tuning peak learning rate: eq. 3 at step 100,000 (see the module docstring)."""
-    return d_model**-0.5 * RATE_STEP**-0.5
+    """The fine-tuning peak learning rate: 512^-0.5 x 100,000^-0.5 (1.4e-4) at d_model 512, as 1/d_model
+    for other widths (see the module docstring)."""
+    return RATE_WIDTH**-0.5 * RATE_STEP**-0.5 * RATE_WIDTH / d_model
 
 
 @dataclass(frozen=True)
@@ -130,7 +140,9 @@ def finetune_settings(init: InitModel, manifest: dict[str, Any], preset: str | N
     tokens = manifest["splits"]["train"]["target_tokens"] + manifest["splits"]["train"]["pairs"]  # + EOS
     per_step = recipe.tokens_per_step or recipe.batch_tokens * (recipe.update_freq or 1)
     epoch = max(1, math.ceil(tokens / per_step))
-    sized = {}
+    sized: dict[str, Any] = {}
+    if values.get("max_steps") is None and values.get("epochs") is None:  # the trainer counts the steps of EPOCHS
+        sized.update(max_steps=0, epochs=EPOCHS, min_steps=MIN_STEPS)
     if values.get("valid_every") is None:
         sized["valid_every"] = min(max(epoch, 50), 1000)
     if values.get("save_every") is None:

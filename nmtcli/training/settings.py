@@ -85,6 +85,12 @@ def _save_every_check(v: int | str) -> str | None:
     return at_least(1)(v)
 
 
+# Early stopping's minimum improvement: a validation must beat the one that last reset patience by more than this
+# many BLEU points (or, validating perplexity only, lower it by more than this many percent) to reset it: about one
+# or two words in the 500 valid lines BLEU is computed on, no progress. docs/training.md has the replay that set it.
+MIN_DELTA = 0.1
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """Everything about a run but the model's shape. Defaults come from the preset (TRAIN_PRESETS)."""
@@ -110,7 +116,8 @@ class TrainSettings:
     lr_scale: float = setting(1.0, "Multiplies the learning-rate schedule (1.0 is the paper's; small 0.716: fairseq's IWSLT peak of "
                               "5e-4).", check=positive)
     lr: float | None = setting(None, "Peak learning rate, reached at the end of warmup, then 1/sqrt(step) decay. Default: the paper's "
-                               "d_model^-0.5 x warmup^-0.5; with --init d_model^-0.5 x 100000^-0.5 (1.4e-4 for d_model 512).",
+                               "d_model^-0.5 x warmup^-0.5; with --init 1.4e-4 x 512 / d_model (d_model^-0.5 x 100000^-0.5 at "
+                               "d_model 512, as 1/d_model for other widths).",
                                check=positive)
     label_smoothing: float = setting(0.1, "Label smoothing epsilon (sec. 5.4: 0.1).",
                                      check=lambda v: None if 0 <= v < 1 else f"must be in [0, 1), not {v}")
@@ -129,6 +136,10 @@ class TrainSettings:
                               check=at_least(-1))
     patience: int = setting(0, "Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny and small 5 "
                             "when counting --epochs).", CHECKPOINTS, check=at_least(0))
+    min_delta: float = setting(MIN_DELTA, "Early stopping's minimum improvement: a validation resets --patience only where "
+                               "it beats the one that last did by more than this many BLEU points (or lowers perplexity by "
+                               "more than this many percent). Default: 0.1, about one word in 500 valid lines.", CHECKPOINTS,
+                               check=at_least(0))
     log_every: int = setting(100, "Steps between log lines.", CHECKPOINTS, check=at_least(1))
     device: str = setting("auto", "auto (each rank's GPU, else CPU), cpu, cuda or cuda:N.", HARDWARE)
     precision: str = setting("auto", "auto (bf16-master on a GPU that has bf16, bf16 with several GPUs or --compile, else fp32), fp32, "

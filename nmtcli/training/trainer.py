@@ -29,6 +29,7 @@ from nmtcli.model.checkpoint import WEIGHTS_FILE, load_state
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer
 from nmtcli.training import compiling, distributed, flops, graphs, precision, rundir
+from nmtcli.training.early_stopping import resets_patience
 from nmtcli.training.finetune import InitModel, check_data
 from nmtcli.training.loader import StepBatches, StepLoader
 from nmtcli.training.loss import output_loss, perplexity, unigram_nll
@@ -180,6 +181,7 @@ class Trainer:
         self.step = 0
         self.best: dict[str, Any] | None = None  # {"metric", "value", "step"}
         self.bad_validations = 0
+        self.patience_from: float | None = None  # the validation that last reset patience (min_delta counts from it)
         self.resumed_from: Path | None = None
         if resume:
             self._load_checkpoint(resume, previous)
@@ -240,6 +242,7 @@ class Trainer:
             self.precision.scaler.load_state_dict(state["scaler"])
         self.best = state.get("best")
         self.bad_validations = int(state.get("bad_validations", 0))
+        self.patience_from = state.get("patience_from", (self.best or {}).get("value"))  # older checkpoints: the best's
         self.resumed_from = path
 
     def _wants_graphs(self, backend) -> bool:
@@ -400,11 +403,13 @@ class Trainer:
         if metric not in values:
             return False
         value = values[metric]
-        better = self.best is None or self.best["metric"] != metric or (
-            value > self.best["value"] if metric == "valid_bleu" else value < self.best["value"]
-        )
+        fresh = self.best is None or self.best["metric"] != metric
+        better = fresh or (value > self.best["value"] if metric == "valid_bleu" else value < self.best["value"])
         if better:
             self.best = {"metric": metric, "value": value, "step": self.step}
+        # Patience is reset only by progress beyond noise (early_stopping.py); a smaller gain is still the best kept.
+        if resets_patience(metric, value, None if fresh else self.patience_from, self.settings.min_delta):
+            self.patience_from = value
             self.bad_validations = 0
         else:
             self.bad_validations += 1
@@ -432,6 +437,7 @@ class Trainer:
             "scaler": self.precision.scaler.state_dict(),
             "best": self.best,
             "bad_validations": self.bad_validations,
+            "patience_from": self.patience_from,
             "batches_per_step": self.ranks.world_size * self.update_freq,
             "batch_tokens": self.batch.batch_tokens,
         }
