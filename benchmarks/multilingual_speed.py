@@ -212,11 +212,12 @@ def main() -> None:
     for round_ in range(args.rounds):
         for name in engines:
             command = [sys.executable, __file__, "--engine", name, "--work", str(work), *sys.argv[1:]]
-            done = subprocess.run(command, check=True, capture_output=True, text=True, env=engine_environment(name, args))
+            env = engine_environment(name, args)  # nmt's looks at the load now, as `nmt translate` does when it starts
+            done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
             for row in json.loads(done.stdout.strip().splitlines()[-1]):
                 rounds.setdefault((row["engine"], row["dtype"]), []).append(row)
                 print(f"  round {round_} {name} {row['dtype']}: {row['tokens'] / row['median_s']:.1f} tok/s", file=sys.stderr)
-            policy = engine_environment(name, args).get("OMP_WAIT_POLICY", "OpenMP's default (spin, then sleep)")
+            policy = env.get("OMP_WAIT_POLICY", "OpenMP's default (spin, then sleep)")
             print(f"  {name}: done ({load_average()}; wait policy {policy})", file=sys.stderr, flush=True)
     rows = [{**found[0], "median_s": statistics.median(r["median_s"] for r in found)} for found in rounds.values()]
     print("| engine | dtype | tokens | median s | tokens/s | vs transformers fp32 |")
