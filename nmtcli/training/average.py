@@ -35,16 +35,14 @@ def default_last(run_dir: Path) -> int:
     return FINETUNE_LAST if path.is_file() and read_run_config(run_dir).get("init") else DEFAULT_LAST
 
 
-def checkpoints_to_average(run_dir: Path, last: int | None, at: str = "auto") -> tuple[list[Path], str]:
-    """The `last` checkpoints of a run to average (None: `default_last`), and where they end, in words.
+def checkpoints_to_average(run_dir: Path, last: int, at: str = "auto") -> tuple[list[Path], str]:
+    """The `last` checkpoints of a run to average (its callers default it by `default_last`), and where they end, in words.
 
     at "last": the newest (sec. 6.1: the paper's runs end at a fixed step). "best": those up to the best
     validation, which a run that stopped early left `patience` validations behind it. "auto": "best" for
     a run that validated BLEU (tiny and small, which stop on it; fine-tuning) and still has that
     checkpoint, else "last".
     """
-    if last is None:
-        last = default_last(run_dir)
     found = checkpoint_dirs(run_dir)
     if not found:
         raise NmtError(f"{run_dir} has no complete checkpoint", "train longer, or check the path")

@@ -530,7 +530,7 @@ class Trainer:
             self.on_event("step", {"step": self.step, "lr": m["lr"]})  # no loss: reading it would wait for the device
             save_due = False
             if (s.max_time or save_minutes) and (not self.ranks.distributed or self.step % CLOCK_EVERY == 0):
-                out_of_time, save_due = self._read_clock(started, last_save)
+                out_of_time, save_due = self._read_clock(started, last_save, save_minutes)
             last_step = self.step == s.max_steps or out_of_time
             due = save_due if save_minutes else self.step % save_steps == 0
             if last_step or due or self.step % s.log_every == 0 or self.step % s.valid_every == 0:
@@ -563,7 +563,7 @@ class Trainer:
                 "lower --batch-tokens; --tokens-per-step keeps the step's size by accumulating more batches",
             ) from None
 
-    def _read_clock(self, started: float, last_save: float) -> tuple[bool, bool]:
+    def _read_clock(self, started: float, last_save: float, save_minutes: float | None) -> tuple[bool, bool]:
         """(--max-time is reached, a checkpoint is due by --save-every in minutes).
 
         Rank 0's clock decides both time limits, shared in one all-reduce, so that every rank stops
@@ -571,7 +571,6 @@ class Trainer:
         """
         s = self.settings
         now = time.perf_counter()
-        save_minutes = s.save_interval()[1]
         mine = [float(self.is_main and s.max_time > 0 and now - started >= s.max_time * 60),
                 float(self.is_main and save_minutes is not None and now - last_save >= save_minutes * 60)]
         out_of_time, save_due = (v > 0 for v in distributed.all_reduce_sum(mine, self.device))
