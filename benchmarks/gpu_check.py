@@ -154,7 +154,7 @@ def stage_check(args) -> dict:
         return kernel(*args, **kwargs)
 
     for packed in (True, False):
-        packed_attention.applies = applies if packed else (lambda model, src: False)
+        packed_attention.applies = applies if packed else (lambda attention, x: False)
         packed_attention.VARLEN_ATTENTION = counted
         try:
             model.zero_grad()

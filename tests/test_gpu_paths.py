@@ -633,7 +633,7 @@ def test_compiled_layers_with_packed_attention_make_two_graphs_no_break_and_eage
     counters.clear()
     counter = CompileCounter()
     monkeypatch.setattr(compiling, "BACKEND", counter)
-    monkeypatch.setattr(packed_attention, "applies", lambda model, src: True)  # the GPU's bf16 training path
+    monkeypatch.setattr(packed_attention, "applies", lambda attention, x: True)  # the GPU's bf16 training path
     monkeypatch.setattr(packed_attention, "VARLEN_ATTENTION", packed_attention._load_varlen())
     torch.manual_seed(0)
     eager = Transformer(PRESETS["tiny"].replace(vocab_size=100, layers=2, dropout=0.0, attention_dropout=0.0))
@@ -1010,7 +1010,7 @@ def gpu_step(cpu_varlen, monkeypatch, prepared, tmp_path):
     from nmtcli.training.settings import train_settings_for
     from nmtcli.training.trainer import Trainer
 
-    monkeypatch.setattr(packed_attention, "applies", lambda model, src: True)
+    monkeypatch.setattr(packed_attention, "applies", lambda attention, x: True)
     monkeypatch.setattr(packed_attention, "VARLEN_ATTENTION", packed_attention._load_varlen())
     monkeypatch.setattr(loss_module, "_target_rows", lambda mask, tokens: loss_module.first_true(mask, tokens))
     chunk_terms = loss_module.chunk_terms
@@ -1053,14 +1053,15 @@ def test_a_bf16_master_step_on_the_gpu_path_waits_for_nothing_casts_little_and_s
     # No weight is cast per use: the gradients go into the masters and the masters into the bf16 weights in
     # one foreach copy each. The loss casts a vector (eps / V sum_v W_v), per chunk (one here) the weight's
     # gradient product into its float32 sum and the rows' g h for its index_add, and once the sum back to
-    # bf16. The rest are indices (the packed attention's and the loss's sorts take uint8, the varlen kernel
-    # int32 offsets).
+    # bf16. The one left is the loss's sort of its rows, which takes uint8; the packed attention finds its keys
+    # by counts, in the dtypes the varlen kernel takes (model/packed_attention.py key_order), once per layer and
+    # without a cast.
     floating = [c for c in ops.casts if "bfloat16" in c]
-    assert len(ops.casts) == 9 and len(floating) == 6, ops.casts
+    assert len(ops.casts) == 7 and len(floating) == 6, ops.casts
     assert sum(c.startswith("_foreach_copy_") for c in ops.casts) == 2
     assert len(ops.fused_casts) == 2, ops.fused_casts  # bf16 logits -> float32 softmax -> bf16: in its one kernel
-    assert len(gpu_step("bf16-master", layers=3).casts) == 9  # none per layer
-    # Today's bf16 autocast, the same step: 9 + 61 per encoder and decoder layer (131 here, 375 for base's 6).
+    assert len(gpu_step("bf16-master", layers=3).casts) == 7  # none per layer
+    # bf16 autocast, the same step: 7 + 61 per encoder and decoder layer (129 here, 373 for base's 6).
     autocast = gpu_step("bf16")
     assert autocast.syncs == [] and autocast.ops.get("_fused_adam_") == 1
     assert len(autocast.casts) > 10 * len(ops.casts), len(autocast.casts)

@@ -198,7 +198,7 @@ def test_packed_source_attention_equals_the_masked_reference(monkeypatch):
 
     masked_logits, masked_grads = run()
     monkeypatch.setattr(packed_attention, "VARLEN_ATTENTION", reference_varlen_attention)
-    monkeypatch.setattr(packed_attention, "applies", lambda model, src: True)
+    monkeypatch.setattr(packed_attention, "applies", lambda attention, x: True)
     packed_logits, packed_grads = run()
     torch.testing.assert_close(packed_logits, masked_logits, rtol=1e-5, atol=1e-5)
     for name, grad in masked_grads.items():

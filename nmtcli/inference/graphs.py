@@ -313,7 +313,7 @@ class StepGraphs:
         the graphs recorded so far). `batches`: each batch's source lengths (without EOS) and prefix lengths.
         Called where the search runs (autocast on or off): its dtype is the keys/values'."""
         cfg = model.config
-        dtype = compute_dtype(model)
+        dtype = compute_dtype(model.embedding.tokens.weight)
         slots = reads_slots(next(model.parameters()).device, beam, dtype, cfg.d_k)
         most: dict[str, int] = {}
         for lengths, prefix_lengths in batches:

@@ -2,16 +2,18 @@
 
 The encoder self-attention and the encoder-decoder attention attend over a right-padded source. With
 a boolean padding mask, `scaled_dot_product_attention` cannot use its flash kernel. In training on a
-GPU (fp16/bf16, no attention dropout) each sentence's real keys and values are gathered into one
-packed tensor instead and attended through PyTorch's varlen flash kernel
+GPU (fp16/bf16, no attention dropout), where SOURCE_ATTENTION says "varlen", each sentence's real keys
+and values are gathered into one packed tensor instead and attended through PyTorch's varlen flash kernel
 (`torch.nn.attention.varlen`, 2.10 and later), which needs no mask; queries keep their padded layout.
-Where to gather from (`KeyPadding`) is computed on the device, so nothing waits for the GPU. The CPU,
-fp32 and inference keep the masked kernel (`MultiHeadAttention` in transformer.py).
+
+Training swaps it in where the attention runs: `MultiHeadAttention` (transformer.py) asks `applies` and
+hands its source mask to `attend`, so the Figure-1 classes pass the one boolean mask, as in inference.
+Where to gather from is worked out from that mask in each call, on the device, so nothing waits for the
+GPU: a few B x S operations, 2 x layers of them a forward (the attention itself is B x h x T x S).
+The CPU, fp32 and inference keep the masked kernel.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -41,25 +43,24 @@ def varlen_attention():
     return VARLEN_ATTENTION
 
 
-class KeyPadding(NamedTuple):
+def key_order(mask: Tensor) -> tuple[Tensor, Tensor]:
     """Where the real (non-pad) source tokens are, for attention with packed keys and no mask.
 
-    order: (B*S,) positions of the flattened (B, S) source, real tokens first (row by row, in order),
-    padding after them; starts: (B+1,) int32 offsets of each row's real tokens in that order;
-    mask: (B, 1, 1, S) the same as a boolean mask, for the dense kernel. Built on the device without
-    waiting for it: the number of real tokens is only ever known there.
+    mask: (B, 1, 1, S) boolean, True at real tokens. Returns order, (B*S,) positions of the flattened
+    (B, S) source, real tokens first (row by row, in order), padding after them; and starts, (B+1,) int32
+    offsets of each row's real tokens in that order. Computed on the device without waiting for it: the
+    number of real tokens is only ever known there.
     """
-
-    order: Tensor
-    starts: Tensor
-    mask: Tensor
-
-    @classmethod
-    def of(cls, src: Tensor, pad_id: int) -> KeyPadding:
-        real = src != pad_id
-        order = torch.sort((~real).flatten().to(torch.uint8), stable=True).indices
-        starts = F.pad(real.sum(1).cumsum(0), (1, 0)).to(torch.int32)
-        return cls(order, starts, real[:, None, None, :])
+    real = mask[:, 0, 0, :]
+    flat = real.flatten()
+    position = torch.arange(flat.numel(), device=flat.device)
+    # Each token's place in the order: a real one's rank among the real ones; a pad's after all of them.
+    # (Counts and a scatter, not a sort: no cast, and cheaper than sorting.)
+    real_before = flat.cumsum(0)
+    place = torch.where(flat, real_before - 1, real_before[-1:] + position - real_before)
+    order = torch.empty_like(place).scatter_(0, place, position)
+    starts = F.pad(real.sum(1, dtype=torch.int32).cumsum(0, dtype=torch.int32), (1, 0))
+    return order, starts
 
 
 # How teacher-forced attention over a padded source runs on a GPU, by compute dtype (issue 34): "varlen" packs
@@ -76,20 +77,20 @@ SOURCE_ATTENTION: dict[torch.dtype, str] = {torch.bfloat16: "efficient", torch.f
 MASKED_KERNELS = {"efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}  # SDPBackend names
 
 
-def compute_dtype(model: nn.Module) -> torch.dtype:
-    """What a forward pass computes its matrix products in: autocast's dtype where it is on (for the device the
-    weights are on), else the weights'."""
-    weight = model.embedding.tokens.weight
+def compute_dtype(weight: Tensor) -> torch.dtype:
+    """What a forward pass with `weight` computes its matrix products in: autocast's dtype where it is on (for
+    the device the weight is on), else the weight's."""
     kind = weight.device.type
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else weight.dtype
 
 
-def applies(model: nn.Module, src: Tensor) -> bool:
-    """Whether teacher-forced attention over the source runs packed: on a GPU, in fp16/bf16 (what the
-    kernel takes), without attention dropout (which it does not have), where SOURCE_ATTENTION says so."""
-    if not src.is_cuda or (model.training and model.config.attention_dropout > 0) or varlen_attention() is None:
+def applies(attention: nn.Module, x: Tensor) -> bool:
+    """Whether a MultiHeadAttention over the padded source runs packed on queries x: in training, on a GPU,
+    in fp16/bf16 (what the kernel takes), without attention dropout (which it does not have), where
+    SOURCE_ATTENTION says so."""
+    if not (x.is_cuda and attention.training) or attention.attention_dropout > 0 or varlen_attention() is None:
         return False
-    return SOURCE_ATTENTION.get(compute_dtype(model)) == "varlen"
+    return SOURCE_ATTENTION.get(compute_dtype(attention.out_proj.weight)) == "varlen"
 
 
 def masked_kernels(dtype: torch.dtype, device: torch.device):
@@ -103,14 +104,14 @@ def masked_kernels(dtype: torch.dtype, device: torch.device):
     return sdpa_kernel([getattr(SDPBackend, MASKED_KERNELS[kind])])
 
 
-def attend(attention: nn.Module, x: Tensor, memory: Tensor, keys: KeyPadding) -> Tensor:
+def attend(attention: nn.Module, x: Tensor, memory: Tensor, mask: Tensor) -> Tensor:
     """A MultiHeadAttention's output for every query position (padding too: its output is never used)
     against the real keys of its row; x: (B, T, d) queries, memory: (B, S, d) keys/values (x itself
-    for self-attention).
+    for self-attention), mask: (B, 1, 1, S) the source's padding mask, True at real tokens.
 
     Queries stay in their (B, T) layout, which the kernel reads as B sequences of T; keys and values
-    are gathered real-tokens-first (keys.order) and read through keys.starts. The rows past the real
-    keys are never read by the kernel, and their gradient is set to zero, not taken from it.
+    are gathered real-tokens-first (`key_order`) and read through each row's start. The rows past the
+    real keys are never read by the kernel, and their gradient is set to zero, not taken from it.
     """
     b, t, d = x.shape
     heads = attention.heads
@@ -119,9 +120,10 @@ def attend(attention: nn.Module, x: Tensor, memory: Tensor, keys: KeyPadding) ->
     else:
         q = attention.q_proj(x)
         k, v = attention.kv_proj(memory).chunk(2, dim=-1)
-    real = (torch.arange(keys.order.numel(), device=x.device) < keys.starts[-1])[:, None, None]
-    k, v = (torch.where(real, y.reshape(-1, heads, d // heads).index_select(0, keys.order), 0) for y in (k, v))
+    order, starts = key_order(mask)
+    real = (torch.arange(order.numel(), device=x.device) < starts[-1])[:, None, None]
+    k, v = (torch.where(real, y.reshape(-1, heads, d // heads).index_select(0, order), 0) for y in (k, v))
     q = q.reshape(b * t, heads, d // heads)
     query_starts = torch.arange(0, b * t + 1, t, device=x.device, dtype=torch.int32)
-    out = varlen_attention()(q, k, v, query_starts, keys.starts, t, memory.size(1))
+    out = varlen_attention()(q, k, v, query_starts, starts, t, memory.size(1))
     return attention.out_proj(out.reshape(b, t, d))

@@ -19,7 +19,6 @@ from torch.overrides import TorchFunctionMode
 
 from nmtcli.model import packed_attention
 from nmtcli.model.config import ModelConfig
-from nmtcli.model.packed_attention import KeyPadding
 
 
 def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved", offset: int = 0) -> Tensor:
@@ -78,14 +77,14 @@ class MultiHeadAttention(nn.Module):
     def split_heads(self, x: Tensor) -> Tensor:  # (B, L, d) -> (B, h, L, d_k)
         return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | KeyPadding | None = None,
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
                 causal: bool = False) -> Tensor:
         """x: (B, T, d) queries; memory: (B, S, d) keys/values for encoder-decoder attention, else x.
 
-        mask: boolean, broadcastable to (B, h, T, S), True where attention is allowed; or KeyPadding,
-        the source's padding for attention with packed keys (training on a GPU).
+        mask: boolean, broadcastable to (B, h, T, S), True where attention is allowed. Over the source in
+        training on a GPU, the real keys may be packed for a flash kernel instead (packed_attention.py).
         """
-        if isinstance(mask, KeyPadding):
+        if mask is not None and packed_attention.applies(self, x):
             return packed_attention.attend(self, x, x if memory is None else memory, mask)
         if self.self_attention:
             q, k, v = (self.split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
@@ -140,7 +139,7 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(config)
         self.sublayer = nn.ModuleList(SublayerConnection(config) for _ in range(2))
 
-    def forward(self, x: Tensor, src_mask: Tensor | KeyPadding) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         x = self.sublayer[0](x, lambda y: self.self_attn(y, mask=src_mask))
         return self.sublayer[1](x, self.ffn)
 
@@ -155,7 +154,7 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(config)
         self.sublayer = nn.ModuleList(SublayerConnection(config) for _ in range(3))
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | KeyPadding) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         x = self.sublayer[0](x, lambda y: self.self_attn(y, causal=True))
         x = self.sublayer[1](x, lambda y: self.cross_attn(y, memory, mask=src_mask))
         return self.sublayer[2](x, self.ffn)
@@ -199,7 +198,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
-    def forward(self, x: Tensor, src_mask: Tensor | KeyPadding) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.final_norm(x) if self.final_norm is not None else x
@@ -214,7 +213,7 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | KeyPadding) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         for layer in self.layers:
             x = layer(x, memory, src_mask)
         return self.final_norm(x) if self.final_norm is not None else x
@@ -267,11 +266,7 @@ class Transformer(nn.Module):
         Returns the logits (B, T, V), or with hidden=True the decoder output (B, T, d) before the
         output projection: training projects it inside the loss, a chunk at a time (training/loss.py).
         """
-        if packed_attention.applies(self, src):
-            src_mask = KeyPadding.of(src, self.config.pad_id)
-            memory = self.encoder(self.embedding(src), src_mask)
-        else:
-            memory, src_mask = self.encode(src)
+        memory, src_mask = self.encode(src)
         # Target padding sits after the real tokens, so the causal mask alone keeps real positions from
         # seeing it; what padded positions compute is excluded from the loss.
         out = self.decoder(self.embedding(tgt_in), memory, src_mask)

@@ -31,7 +31,6 @@ from torch import nn
 
 from nmtcli.data.batching import CLASS_LENGTHS, class_length
 from nmtcli.errors import NmtError
-from nmtcli.model.packed_attention import KeyPadding
 from nmtcli.model.transformer import Transformer
 
 # Padded sequence lengths: the shape classes' lengths (data/batching.py), so that batches in classes add no
@@ -114,10 +113,9 @@ def _training_forward(layer: nn.Module, compiled, dynamic: bool = True):
     def forward(*args):
         if not layer.training:
             return eager(*args)
-        for arg in args if dynamic else ():
-            for t in arg if isinstance(arg, KeyPadding) else (arg,):
-                for dim in _varying(t):
-                    torch._dynamo.maybe_mark_dynamic(t, dim)
+        for t in args if dynamic else ():
+            for dim in _varying(t):
+                torch._dynamo.maybe_mark_dynamic(t, dim)
         return compiled(layer, *args)
 
     return forward
@@ -125,6 +123,5 @@ def _training_forward(layer: nn.Module, compiled, dynamic: bool = True):
 
 def _varying(t: torch.Tensor) -> tuple[int, ...]:
     """The dimensions of a layer's input that differ between batches, compiled as symbols: the rows and the
-    length of (B, L, d) activations and of a (B, 1, 1, S) source mask; the one dimension of KeyPadding's
-    index tensors."""
-    return {3: (0, 1), 4: (0, 3)}.get(t.dim(), (0,))
+    length of (B, L, d) activations and of a (B, 1, 1, S) source mask."""
+    return {3: (0, 1), 4: (0, 3)}[t.dim()]
