@@ -111,7 +111,7 @@ def test_a_docx_that_is_no_zip_or_unpacks_too_large_is_refused():
 ODF_NS = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
           'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0" xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" '
           'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" xmlns:fo="urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0" '
-          'xmlns:xlink="http://www.w3.org/1999/xlink" xmlns:presentation="urn:oasis:names:tc:opendocument:xmlns:presentation:1.0" '
+          'xmlns:xlink="http://www.w3.org/1999/xlink" xmlns:svg="urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0" xmlns:presentation="urn:oasis:names:tc:opendocument:xmlns:presentation:1.0" '
           'office:version="1.3"')
 ODT_BODY = """<office:text>
 <text:h text:style-name="H1" text:outline-level="1">The old tree</text:h>
@@ -122,9 +122,10 @@ ODT_BODY = """<office:text>
 <text:p/>
 <text:p>page <text:page-number text:select-page="current">1</text:page-number></text:p>
 </office:text>"""
-ODP_BODY = """<office:presentation><draw:page draw:name="one"><draw:frame presentation:class="title"><draw:text-box>
+FRAME = 'svg:x="1cm" svg:y="1cm" svg:width="24cm" svg:height="4cm"'  # where LibreOffice draws it: a frame of no size wraps every letter
+ODP_BODY = f"""<office:presentation><draw:page draw:name="one"><draw:frame presentation:class="title" {FRAME}><draw:text-box>
 <text:p>the <text:span text:style-name="T1">small dog</text:span> sees a red ball</text:p></draw:text-box></draw:frame>
-<presentation:notes><draw:frame><draw:text-box><text:p>every child likes the old tree</text:p></draw:text-box></draw:frame></presentation:notes>
+<presentation:notes><draw:frame {FRAME}><draw:text-box><text:p>every child likes the old tree</text:p></draw:text-box></draw:frame></presentation:notes>
 </draw:page></office:presentation>"""
 
 
@@ -137,7 +138,10 @@ def odf_package(kind: str) -> bytes:
               '<style:header><text:p>the small cat sees a bird</text:p></style:header></style:master-page></office:master-styles>'
               '</office:document-styles>')
     manifest = ('<?xml version="1.0" encoding="UTF-8"?>\n<manifest:manifest xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0" '
-                f'manifest:version="1.3"><manifest:file-entry manifest:full-path="/" manifest:media-type="{mimetype}"/></manifest:manifest>')
+                f'manifest:version="1.3"><manifest:file-entry manifest:full-path="/" manifest:media-type="{mimetype}"/>'
+                '<manifest:file-entry manifest:full-path="content.xml" manifest:media-type="text/xml"/>'
+                '<manifest:file-entry manifest:full-path="styles.xml" manifest:media-type="text/xml"/>'
+                '<manifest:file-entry manifest:full-path="Pictures/image1.png" manifest:media-type="image/png"/></manifest:manifest>')
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr(zipfile.ZipInfo("mimetype"), mimetype, compress_type=zipfile.ZIP_STORED)
@@ -265,3 +269,34 @@ def test_pptx_translates_slides_tables_and_notes_with_each_run_where_the_alignme
     xml = after.read("ppt/slides/slide1.xml").decode()
     assert all(p.split("</a:p>")[0].count("<a:endParaRPr") <= 1 for p in xml.split("<a:p>"))
     assert not re.search(r"<a:endParaRPr[^>]*/>\s*<a:r>", xml)  # the end properties stay last
+
+
+# --- rendered by LibreOffice, where it is installed ------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["docx", "odt", "pptx", "odp"])
+def test_libreoffice_renders_each_translated_document_as_it_renders_the_original(translator, kind, tmp_path):
+    """A document's own program opens what nmt wrote: `soffice --headless --convert-to pdf` of the translation gives
+    as many pages as the original's, and the rendered text is the translation (pdftotext). Skipped where LibreOffice
+    and poppler are not installed (Debian: libreoffice-writer-nogui, libreoffice-impress-nogui, poppler-utils)."""
+    import shutil
+    import subprocess
+
+    from nmtcli.documents.formats import translate_file
+
+    if not (shutil.which("soffice") and shutil.which("pdftotext") and shutil.which("pdfinfo")):
+        pytest.skip("LibreOffice (soffice) and poppler (pdftotext, pdfinfo) are not installed")
+    source = {"docx": docx_package, "pptx": pptx_package}.get(kind, lambda: odf_package(kind))()
+    (tmp_path / f"original.{kind}").write_bytes(source)
+    (tmp_path / f"translated.{kind}").write_bytes(translate_file(translator, source, kind)[0])
+    profile = f"-env:UserInstallation=file://{tmp_path}/profile"  # its own profile: no lock shared with a user's
+    for name in ("original", "translated"):
+        subprocess.run(["soffice", profile, "--headless", "--convert-to", "pdf", "--outdir", str(tmp_path), str(tmp_path / f"{name}.{kind}")],
+                       check=True, capture_output=True, timeout=120)
+    pages = {name: re.search(r"^Pages:\s+(\d+)", subprocess.run(["pdfinfo", str(tmp_path / f"{name}.pdf")], check=True, capture_output=True,
+                                                                 text=True).stdout, re.MULTILINE)[1] for name in ("original", "translated")}
+    assert pages["translated"] == pages["original"], pages
+    original, rendered = (subprocess.run(["pdftotext", "-layout", str(tmp_path / f"{name}.pdf"), "-"], check=True, capture_output=True,
+                                         text=True).stdout for name in ("original", "translated"))
+    assert translated("the small dog sees a red ball", original) is False  # the original renders in English
+    assert translated(original, rendered), rendered
