@@ -3,28 +3,27 @@
 Each target token is aligned to the source token its decoder position attends to most (the source's
 EOS left out), as fairseq's `--print-alignment` and Marian's `--alignment hard` do, but with each source
 token's attention first divided by the sum of what every target position gives it (its column's sum): a
-source token that draws attention from every position (a sink, often a sentence's edge word in a weakly
-trained model) counts less, and a token most positions ignore counts more where one attends to it. That
-lowers AER on every model measured (demo: 69% -> 62% at 200 steps; rule task: 57% -> 46% weakly trained,
-5.4% -> 2.2% trained; benchmarks/alignment_aer.py --readings). The target's EOS is not aligned. Links are written in Pharaoh format, "i-j" for source position i and target position j,
-over sentencepiece pieces or over words: a word is a piece that starts with "▁" and the pieces that
-follow it up to the next such piece, which are the whitespace-separated words of the text. Two words
-are linked where any of their pieces are (the usual rule for subword alignments).
+source token that draws attention from every position counts less, and one most positions ignore counts
+more where one attends to it. That lowers AER at every stage of training measured (the demo model at 200
+steps 69% -> 62%; the rule task's at 60 steps 57% -> 46%, at 300 steps 5.4% -> 2.2%; docs/translating.md).
+The target's EOS is not aligned. Links are written in Pharaoh format, "i-j" for source position i and
+target position j, over sentencepiece pieces or over words: a word is a piece that starts with "▁" and
+the pieces that follow it up to the next such piece, which are the whitespace-separated words of the
+text. Two words are linked where any of their pieces are (the usual rule for subword alignments).
 
 COVERING, what the HTML and document paths ask for (documents/placement.py places inline tags by it), reads
 both directions of the same matrix: a piece pair is linked where they agree, the target piece attending to the
-source piece most (its row's argmax) and the source piece attended to by that target piece most (its column's
-argmax): the intersection that symmetrised alignments start from (Och & Ney 2003; Koehn et al. 2003's
+source piece most (its row's plain argmax) and the source piece attended to by that target piece most (its
+column's argmax): the intersection that symmetrised alignments start from (Och & Ney 2003; Koehn et al. 2003's
 grow-diag grows it). Each source word that leaves unlinked is then linked to the target word that attends to it
 most (the target piece whose row puts the most attention on the word's pieces, EOS's row left out), so that an
-inline tag around every word has a translation to wrap. Why not the row argmax of `--alignment words`: a
-weakly trained model's rows put their most attention on words far from their own (stray links, often to a
-sentence's first or last word), and a tag wraps every target word linked to its words, from the first to the
-last, so one stray link made `<b>tree</b>` swallow most of a sentence. A column's argmax gives each source word
-one target word: on the rule task, the tags placed on a weak model's alignments land exactly on their words 57%
-of the time instead of 40% (on a sentence's last word 38% instead of 25%), on the demo's hand-aligned set 56%
-instead of 44%, and on the trained rule model 97.5% instead of 94% (benchmarks/alignment_aer.py --readings,
-docs/translating.md). `--alignment` never reads it.
+inline tag around every word has a translation to wrap. Why not the links of `--alignment words`: a
+weakly trained model's rows often put their most attention on a word far from their own (a stray link), and a
+tag wraps every target word linked to its words, from the first to the last, so one stray link stretched a tag
+on a sentence's last word over most of the sentence. Where the two directions agree, a source word has one
+target word (unless its pieces agree on more), and the tags land on their words more often at every stage of
+training measured (benchmarks/alignment_aer.py --readings; docs/translating.md, "Where inline tags land").
+`--alignment` never reads it: by AER, the measure of a whole alignment, the rows' reading is better.
 
 Which attention: DEFAULT_HEADS, chosen by alignment error rate on a hand-aligned sample of the demo
 corpus and on a rule task (benchmarks/alignment_aer.py; the numbers are in docs/translating.md).
@@ -87,7 +86,7 @@ def pharaoh(links: list[tuple[int, int]], source_pieces: Sequence[str], target_p
 
 def agreed_links(attention: Tensor, offset: int = DEFAULT_OFFSET) -> list[tuple[int, int]]:
     """(source piece, target piece) pairs both directions agree on: the target piece attends to the source piece
-    most of the source pieces (piece_links), and the source piece is attended to by the target piece most of the
+    most of the source pieces (its row's plain argmax), and the source piece is attended to by the target piece most of the
     target pieces (EOS's row and column left out on both sides). At most one link a piece on each side."""
     target, source = attention.size(0) - 1, attention.size(1) - 1
     if target == 0 or source == 0:
