@@ -253,29 +253,64 @@ def test_random_nested_documents_with_random_alignments_come_back_well_formed():
                 assert all(len(re.findall(rf"\bv{k}\b", out)) == 1 for k in range(len(kept))), (source, out)
 
 
-def test_covering_links_add_the_most_attending_target_word_of_each_unlinked_source_word():
+def test_covering_links_are_the_agreed_links_and_the_most_attending_target_word_of_each_source_word_left():
     """Source "Save your changes now" (5 pieces), target "Beim Änderungen speichern" (4 pieces); EOS last on both sides."""
     import torch
 
-    from nmtcli.inference.alignment import COVERING, alignment_text, covering_links, pharaoh, piece_links
+    from nmtcli.inference.alignment import COVERING, agreed_links, alignment_text, covering_links, pharaoh, piece_links
 
     source = ["▁Save", "▁your", "▁chan", "ges", "▁now"]
     target = ["▁Beim", "▁Änder", "ungen", "▁speichern"]
-    attention = torch.tensor([[0.05, 0.45, 0.35, 0.00, 0.10, 0.05],  # Beim -> your (one piece of "changes" 0.35)
-                              [0.05, 0.40, 0.30, 0.20, 0.00, 0.05],  # Änder -> your (but "changes" as a word: 0.50)
-                              [0.10, 0.50, 0.10, 0.10, 0.15, 0.05],  # ungen -> your
-                              [0.40, 0.10, 0.05, 0.05, 0.35, 0.05],  # speichern -> Save ("now": 0.35, its most)
+    #                           Save  your  chan  ges   now   EOS
+    attention = torch.tensor([[0.05, 0.45, 0.35, 0.00, 0.10, 0.05],  # Beim: "your" most (one piece of "changes" 0.35)
+                              [0.05, 0.40, 0.30, 0.20, 0.00, 0.05],  # Änder: "your" (but "changes" as a word: 0.50)
+                              [0.10, 0.50, 0.10, 0.10, 0.15, 0.05],  # ungen: "your"
+                              [0.40, 0.10, 0.05, 0.05, 0.35, 0.05],  # speichern: "Save" ("now": 0.35, its most)
                               [0.00, 0.00, 0.50, 0.40, 0.05, 0.05]])  # EOS: attends to "changes" most, but is no word
+    # `--alignment words`: each row over the columns' sums (Save 0.60, your 1.45, chan 0.80, ges 0.35, now 0.60):
+    # Beim -> chan (0.44), Änder -> ges (0.57), ungen -> your (0.34), speichern -> Save (0.67, "now" 0.58): "now" unlinked
     words = pharaoh(piece_links(attention), source, target)
-    assert words == alignment_text(attention, source, target, "words") == "0-2 1-0 1-1"  # "changes" and "now": no link
-    assert covering_links(attention, source, target) == [(0, 2), (1, 0), (1, 1), (2, 1), (3, 2)]
-    assert alignment_text(attention, source, target, COVERING) == "0-2 1-0 1-1 2-1 3-2"  # the linked words' links as they were
+    assert words == alignment_text(attention, source, target, "words") == "0-2 1-1 2-0 2-1"
+    # Both directions agree on your-ungen (ungen's row: "your" most; your's column: "ungen" most) and Save-speichern;
+    # not on your-Beim, Beim's row's most: your's column puts "ungen" first.
+    assert agreed_links(attention) == [(1, 2), (0, 3)]
+    assert covering_links(attention, source, target) == [(0, 2), (1, 1), (2, 1), (3, 2)]
+    assert alignment_text(attention, source, target, COVERING) == "0-2 1-1 2-1 3-2"
     assert covering_links(attention[:1], source, []) == [] and covering_links(attention[:, :1], [], target) == []
+    assert agreed_links(attention[:1]) == [] and agreed_links(attention[:, :1]) == []
+
+
+def test_a_tag_on_the_last_word_wraps_its_translation_not_the_sentence_the_sink_column_draws():
+    """Issue 38: a weak model's rows put their most attention on the last source word ("tree": a sink column), so
+    the rows' argmax links "tree" to four of the six target words, and a tag around it, which wraps its linked words
+    from the first to the last, swallowed the sentence. Its column still peaks at its own translation, and each
+    other word's column at its own."""
+    import torch
+
+    from nmtcli.inference.alignment import COVERING, alignment_text
+
+    source = ["▁five", "▁green", "▁bird", "▁likes", "▁old", "▁tree"]
+    target = ["▁fünf", "▁Vogel", "▁grün", "▁Baum", "▁alt", "▁mag"]
+    #                           five  green bird  likes old   tree  EOS
+    attention = torch.tensor([[0.30, 0.05, 0.05, 0.05, 0.05, 0.35, 0.15],  # fünf: "tree" first (the sink), "five" next
+                              [0.05, 0.10, 0.50, 0.05, 0.05, 0.10, 0.15],  # Vogel: bird
+                              [0.05, 0.45, 0.15, 0.05, 0.05, 0.10, 0.15],  # grün: green
+                              [0.05, 0.05, 0.05, 0.05, 0.05, 0.70, 0.05],  # Baum: tree
+                              [0.05, 0.05, 0.05, 0.05, 0.30, 0.35, 0.15],  # alt: "tree" first, "old" next
+                              [0.05, 0.05, 0.05, 0.30, 0.05, 0.35, 0.15],  # mag: "tree" first, "likes" next
+                              [0.10, 0.10, 0.10, 0.10, 0.10, 0.10, 0.40]])  # EOS
+    assert attention[:-1, :-1].argmax(dim=1).tolist() == [5, 2, 1, 5, 5, 5]  # the sink: the rows' argmax
+    alignment = alignment_text(attention, source, target, COVERING)
+    document = parse("<p>five green bird likes old <b>tree</b></p>", "en")
+    assert document.render([("fünf Vogel grün Baum alt mag", alignment)]) == "<p>fünf Vogel grün <b>Baum</b> alt mag</p>"
+    assert alignment == "0-0 1-2 2-1 3-5 4-4 5-3"  # each column's most attending target word: five -> fünf, ..., tree -> Baum
+    assert alignment_text(attention, source, target, "words") == alignment  # --alignment: each column over its sum
 
 
 def test_nmt_translate_format_html_places_tags_by_covering_alignments(random_model, nmt_main, tmp_path):
-    """An untrained model's attention leaves source words unlinked (`--alignment words`); the HTML path links each of
-    them (COVERING), keeping the links of the others, and places the tags by those links: none comes out empty."""
+    """Whatever an untrained model attends to, the HTML path links every source word (COVERING: the links both
+    directions agree on, and one link for each word they leave) and places the tags by those links: none comes out
+    empty."""
     from nmtcli.inference.alignment import COVERING
     from nmtcli.inference.translator import SearchSettings, Translator
 
@@ -286,13 +321,11 @@ def test_nmt_translate_format_html_places_tags_by_covering_alignments(random_mod
     [[covering]] = translator.translate_lines(document.sentences, replace(settings, alignment=COVERING))
     [[words]] = translator.translate_lines(document.sentences, replace(settings, alignment="words"))
     assert covering.text == words.text and len(covering.text.split()) > 3
-    assert not {0, 1, 5} & linked_sources(words.alignment)  # the tagged words: no target word attends to them most
-    assert linked_sources(covering.alignment) == set(range(6))
-    assert {link for link in covering.alignment.split() if int(link.split("-")[0]) in linked_sources(words.alignment)} == set(words.alignment.split())
+    assert linked_sources(covering.alignment) == set(range(6)) != linked_sources(words.alignment)
     (tmp_path / "page.html").write_text(page)
     out = nmt_main("translate", "-m", str(random_model), "--format", "html", "--max-len-a", "0", "--max-len-b", "12",
                    "-i", str(tmp_path / "page.html")).stdout
-    assert out == document.render([(covering.text, covering.alignment)]) != document.render([(words.text, words.alignment)])
+    assert out == document.render([(covering.text, covering.alignment)])
     assert not EMPTY_INLINE.search(out)
 
 

@@ -1,10 +1,11 @@
 """Where a sentence's inline tags go in its translation (documents/markup.py renders through here).
 
 Where the inline tags go: around the translation of the words they wrapped, by the model's word
-alignment with every source word linked (inference/alignment.py's COVERING: each target word is linked
-to the source word it attends to most, as `--alignment words` gives it, and each source word no target
-word is linked to, to the target word that attends to it most). An element that wrapped words wraps at
-least one wherever one can be given it (below): not an empty `<a href>` where the reader's link text was.
+alignment with every source word linked (inference/alignment.py's COVERING: the piece pairs both directions
+of the attention agree on, the target piece attending to the source piece most and the source piece attended
+to by it most, and each source word they leave out linked to the target word that attends to it most). An
+element that wrapped words wraps at least one wherever one can be given it (below): not an empty `<a href>`
+where the reader's link text was.
 An element wraps the target words linked to any word it covers (a word partly inside counts), from
 the first to the last of them: when they are not contiguous the words between are wrapped too, since
 a tag cannot be copied without copying its id and link. Punctuation the element left outside in the source
