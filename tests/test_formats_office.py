@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 from test_formats import translated
@@ -92,6 +94,33 @@ def test_docx_translates_body_tables_headers_and_footers_with_each_run_where_the
     bold = [r for p in document.paragraphs for r in p.runs if r.bold]
     assert len(bold) == 1 and translated("small dog", bold[0].text)  # the bold run on the dog's words, not merged
 
+
+
+BOLD = "<w:rPr><w:b/></w:rPr>"
+
+
+@pytest.mark.parametrize("runs", [
+    [("every child follows ", ""), ("every young door", BOLD)],
+    [("the small dog ", ""), ("sees", BOLD), (" a red ball", "")],
+    [("the old king", BOLD), (" reads a green letter", "")],
+], ids=["object", "verb", "subject"])
+def test_a_bold_run_lands_on_the_words_html_gives_its_tag_the_plain_runs_are_text(translator, runs):
+    """The runs in a paragraph's own formatting are its plain text, as text outside tags is in HTML: a Word paragraph
+    and the same paragraph as HTML put the bold on the same words. (When every run was an element, the plain run
+    "every child follows", whose verb German puts last, claimed the words between and pushed the bold onto "folgt".)"""
+    docx = pytest.importorskip("docx")
+    from nmtcli.documents.formats import translate_file
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from documents import word_package
+
+    out, _ = translate_file(translator, word_package([runs]), "docx")
+    paragraph = docx.Document(io.BytesIO(out)).paragraphs[0]
+    html = translator.translate_html("<p>" + "".join(f"<b>{text}</b>" if props else text for text, props in runs) + "</p>")
+    assert [r.text.strip() for r in paragraph.runs if r.bold] == re.findall(r"<b>(.*?)</b>", html), (html, paragraph.text)
+    assert re.sub(r"</?b>|</?p>", "", html).split() == paragraph.text.split()
+    if runs[-1] == ("every young door", BOLD):
+        assert set(re.findall(r"<b>(.*?)</b>", html)[0].split()) == {"jeder", "jung", "tuer"}, html
 
 def test_a_docx_that_is_no_zip_or_unpacks_too_large_is_refused():
     from nmtcli.documents.formats import read

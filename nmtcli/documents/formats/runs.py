@@ -1,14 +1,18 @@
 """Paragraphs of runs, as Word (WordprocessingML, docx.py) and PowerPoint (DrawingML, pptx.py) write them.
 
 A paragraph (`<w:p>`, `<a:p>`) is one block; its properties (`pPr`) are kept in front of it (and PowerPoint's
-`<a:endParaRPr>` behind it). Each run (`<w:r>`, `<a:r>`), with its own formatting (`rPr`: bold, italic, a font, a
-colour), is an inline element around its text, so the alignment puts each run's formatting on the translation of its
+`<a:endParaRPr>` behind it). Each run (`<w:r>`, `<a:r>`) with formatting of its own (`rPr`: bold, italic, a font, a
+colour) is an inline element around its text, so the alignment puts each run's formatting on the translation of its
 words instead of merging the paragraph into its first run (what LibreTranslate's users report, its issues #599 and
-#683); so are the containers of runs (Word's hyperlinks, tracked insertions, simple fields, smart tags). A run that
+#683); so are the containers of runs (Word's hyperlinks, tracked insertions, simple fields, smart tags). The runs in
+the paragraph's own formatting (its base: the run start and `rPr` that hold most of its text) are its plain text, as
+text outside every tag is in HTML: were they elements too, every target word would belong to some run, and a run
+whose words the translation reorders (an English verb that German puts last) would claim the words between them,
+pushing a bold run's formatting off its own words. A run that
 holds no text or something besides text that must not be translated (a field code, a drawing, a note reference), a
 field, a tracked deletion, bookmarks, comment anchors and proofing marks are standalone elements, kept whole and
 placed by the alignment; a tab or a line break inside a run stays in a run. Translated text outside every run (words
-the alignment gave to no run) is written in a run of its own with no formatting of its own, and a whole element the
+the alignment gave to no run) is written in a run of the paragraph's base formatting, and a whole element the
 alignment put inside a run is written between the run's two halves, since a run holds no run.
 """
 
@@ -47,7 +51,10 @@ def read_part(data: bytes, dialect: Dialect) -> Document:
             continue
         kinds: dict[int, str] = {}
         tokens = _tokens(data, children, kinds, dialect)
-        block = Block(tokens, write=lambda tokens, kinds=kinds: _write(tokens, kinds, dialect))
+        base = _base_run(tokens, kinds) or f"<{dialect.prefix}:r>"
+        plain = {t.id for t in tokens if isinstance(t, Tag) and t.kind == "open" and kinds[t.id] == "run" and t.markup == base}
+        tokens = [t for t in tokens if not (isinstance(t, Tag) and t.id in plain)]
+        block = Block(tokens, write=lambda tokens, kinds=kinds, base=base: _write(tokens, kinds, dialect, base))
         blocks.append(block)
         start = children[0].start
         edits.append((start, end, Edit(block, text(data, start, end), block.render)))
@@ -62,6 +69,21 @@ def _paragraphs(element: Element):
             yield child
         else:
             yield from _paragraphs(child)
+
+
+def _base_run(tokens: Sequence[Token], kinds: dict[int, str]) -> str | None:
+    """The opening (run start and properties) of the runs that hold most of a paragraph's text: its base formatting."""
+    held: dict[str, int] = {}
+    opened: list[str | None] = []
+    for token in tokens:
+        if isinstance(token, str):
+            if opened and opened[-1] is not None:
+                held[opened[-1]] = held.get(opened[-1], 0) + len(token)
+        elif token.kind == "open":
+            opened.append(token.markup if kinds[token.id] == "run" else None)
+        elif token.kind == "close" and opened:
+            opened.pop()
+    return max(held, key=held.get) if held else None  # the first of equals
 
 
 def _tokens(data: bytes, children: list[Element], kinds: dict[int, str], dialect: Dialect) -> list[Token]:
@@ -95,15 +117,16 @@ def _tokens(data: bytes, children: list[Element], kinds: dict[int, str], dialect
     return out
 
 
-def _write(tokens: Sequence[Token], kinds: dict[int, str], dialect: Dialect) -> str:
-    """Tokens as the dialect writes them: text in `<w:t>` (`<a:t>`) inside its run, or in a run of its own outside
-    every run (spaces between two runs go at the end of the first, rather than in a run of their own); a tab or break
+def _write(tokens: Sequence[Token], kinds: dict[int, str], dialect: Dialect, base: str) -> str:
+    """Tokens as the dialect writes them: text in `<w:t>` (`<a:t>`) inside its run, or in a run opened by `base` (the
+    paragraph's base formatting) outside every run (spaces between two runs go at the end of the first, rather than in
+    a run of their own); a tab or break
     the alignment put outside its run in a run of its own; a whole element (a field's run, a bookmark) it put inside
     a run between the run's two halves, since a run holds no run."""
     out: list[str] = []
     runs: list[Tag | None] = []  # for each open element: its start tag if it is a run
     open_text: str | None = None  # what closes the text being written: "</w:t>" or "</w:t></w:r>"
-    run, text_start = f"<{dialect.prefix}:r>", dialect.text
+    run, text_start = base, dialect.text
     text_end, run_end = f"</{dialect.prefix}:t>", f"</{dialect.prefix}:r>"
     ended = None  # where in `out` the text of the run that has just closed ends (spaces can still join it)
     for token in tokens:
