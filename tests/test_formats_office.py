@@ -99,12 +99,24 @@ def test_docx_translates_body_tables_headers_and_footers_with_each_run_where_the
 BOLD = "<w:rPr><w:b/></w:rPr>"
 
 
+def repackaged(package: bytes, name: str, change) -> bytes:
+    """The zip package with the part `name`'s text changed by `change`."""
+    source, out = zipfile.ZipFile(io.BytesIO(package)), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for part in source.namelist():
+            data = source.read(part)
+            z.writestr(part, change(data.decode()) if part == name else data)
+    return out.getvalue()
+
+
 @pytest.mark.parametrize("runs", [
     [("every child follows ", ""), ("every young door", BOLD)],
     [("the small dog ", ""), ("sees", BOLD), (" a red ball", "")],
     [("the old king", BOLD), (" reads a green letter", "")],
-], ids=["object", "verb", "subject"])
-def test_a_bold_run_lands_on_the_words_html_gives_its_tag_the_plain_runs_are_text(translator, runs):
+    [("every ", ""), ("child follows ", ""), ("every young door", BOLD)],  # plain text in two runs, less than the bold in each
+], ids=["object", "verb", "subject", "split"])
+@pytest.mark.parametrize("revisions", [False, True], ids=["", "revision-ids"])
+def test_a_bold_run_lands_on_the_words_html_gives_its_tag_the_plain_runs_are_text(translator, runs, revisions):
     """The runs in a paragraph's own formatting are its plain text, as text outside tags is in HTML: a Word paragraph
     and the same paragraph as HTML put the bold on the same words. (When every run was an element, the plain run
     "every child follows", whose verb German puts last, claimed the words between and pushed the bold onto "folgt".)"""
@@ -114,7 +126,11 @@ def test_a_bold_run_lands_on_the_words_html_gives_its_tag_the_plain_runs_are_tex
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from documents import word_package
 
-    out, _ = translate_file(translator, word_package([runs]), "docx")
+    source = word_package([runs])
+    if revisions:  # each run typed at another time, as Word marks them: the plain runs are one formatting all the same
+        count = iter(range(100))
+        source = repackaged(source, "word/document.xml", lambda xml: re.sub("<w:r>", lambda _: f'<w:r w:rsidR="00A{next(count)}">', xml))
+    out, _ = translate_file(translator, source, "docx")
     paragraph = docx.Document(io.BytesIO(out)).paragraphs[0]
     html = translator.translate_html("<p>" + "".join(f"<b>{text}</b>" if props else text for text, props in runs) + "</p>")
     assert [r.text.strip() for r in paragraph.runs if r.bold] == re.findall(r"<b>(.*?)</b>", html), (html, paragraph.text)

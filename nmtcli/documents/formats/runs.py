@@ -52,7 +52,7 @@ def read_part(data: bytes, dialect: Dialect) -> Document:
         kinds: dict[int, str] = {}
         tokens = _tokens(data, children, kinds, dialect)
         base = _base_run(tokens, kinds) or f"<{dialect.prefix}:r>"
-        plain = {t.id for t in tokens if isinstance(t, Tag) and t.kind == "open" and kinds[t.id] == "run" and t.markup == base}
+        plain = {t.id for t in tokens if isinstance(t, Tag) and t.kind == "open" and kinds[t.id] == "run" and _formatting(t.markup) == _formatting(base)}
         tokens = [t for t in tokens if not (isinstance(t, Tag) and t.id in plain)]
         block = Block(tokens, write=lambda tokens, kinds=kinds, base=base: _write(tokens, kinds, dialect, base))
         blocks.append(block)
@@ -72,18 +72,29 @@ def _paragraphs(element: Element):
 
 
 def _base_run(tokens: Sequence[Token], kinds: dict[int, str]) -> str | None:
-    """The opening (run start and properties) of the runs that hold most of a paragraph's text: its base formatting."""
+    """The opening (run start and properties) of a run in the formatting that holds most of a paragraph's text: its
+    base formatting."""
     held: dict[str, int] = {}
+    opening: dict[str, str] = {}  # a formatting's first run's opening
     opened: list[str | None] = []
     for token in tokens:
         if isinstance(token, str):
             if opened and opened[-1] is not None:
                 held[opened[-1]] = held.get(opened[-1], 0) + len(token)
         elif token.kind == "open":
-            opened.append(token.markup if kinds[token.id] == "run" else None)
+            formatting = _formatting(token.markup) if kinds[token.id] == "run" else None
+            if formatting is not None:
+                opening.setdefault(formatting, token.markup)
+            opened.append(formatting)
         elif token.kind == "close" and opened:
             opened.pop()
-    return max(held, key=held.get) if held else None  # the first of equals
+    return opening[max(held, key=held.get)] if held else None  # the first of equals
+
+
+def _formatting(opening: str) -> str:
+    """A run's formatting: its properties, without the run start tag's attributes (Word's revision ids, `w:rsidR`,
+    differ between runs of one formatting typed at different times)."""
+    return opening[opening.index(">") + 1:]
 
 
 def _tokens(data: bytes, children: list[Element], kinds: dict[int, str], dialect: Dialect) -> list[Token]:
