@@ -345,3 +345,17 @@ def test_libreoffice_renders_each_translated_document_as_it_renders_the_original
                                          text=True).stdout for name in ("original", "translated"))
     assert translated("the small dog sees a red ball", original) is False  # the original renders in English
     assert translated(original, rendered), rendered
+
+
+def test_runs_in_the_paragraphs_own_formatting_are_its_text_whatever_their_editing_marks():
+    """PowerPoint writes a plain run as `<a:r>`, `<a:rPr/>` or with editing state (`dirty`, a spelling mark `err`):
+    all are the paragraph's plain text; only the bold run and the link stay inline elements around their words."""
+    from nmtcli.documents.formats import read
+    from nmtcli.documents.formats.core import Tag
+
+    source = repackaged(pptx_package(), "ppt/slides/slide1.xml",
+                        lambda xml: xml.replace("<a:rPr/><a:t> sees ", '<a:rPr lang="en-US" dirty="0" err="1"/><a:t> sees ', 1))
+    assert 'err="1"/><a:t> sees ' in zipfile.ZipFile(io.BytesIO(source)).read("ppt/slides/slide1.xml").decode()
+    box = next(b for b in read(source, "pptx").blocks if "small dog" in "".join(t for t in b.tokens if isinstance(t, str)))
+    opened = [t.markup for t in box.tokens if isinstance(t, Tag) and t.kind == "open"]
+    assert opened == ['<a:r><a:rPr b="1"/>', '<a:r><a:rPr><a:hlinkClick r:id="rId2"/></a:rPr>'], opened

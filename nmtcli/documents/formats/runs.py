@@ -19,6 +19,7 @@ alignment put inside a run is written between the run's two halves, since a run 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -91,10 +92,17 @@ def _base_run(tokens: Sequence[Token], kinds: dict[int, str]) -> str | None:
     return opening[max(held, key=held.get)] if held else None  # the first of equals
 
 
+# What run properties record of editing and proofing, not of how the text looks: PowerPoint's run to lay out again,
+# word the spelling checker marked, smart-tag bookkeeping and proofing language; Word's proofing language and its
+# "do not check" mark. The translation is in another language anyway.
+EDITING_STATE = re.compile(r'\s(?:dirty|err|smtClean|smtId|lang|altLang)="[^"]*"|<w:lang\b[^>]*/>|<w:noProof\s*/>')
+NO_PROPERTIES = re.compile(r"<(\w+):rPr\s*/>|<(\w+):rPr\s*></\2:rPr>")  # empty properties: none
+
+
 def _formatting(opening: str) -> str:
     """A run's formatting: its properties, without the run start tag's attributes (Word's revision ids, `w:rsidR`,
-    differ between runs of one formatting typed at different times)."""
-    return opening[opening.index(">") + 1:]
+    differ between runs of one formatting typed at different times) and PowerPoint's editing state."""
+    return NO_PROPERTIES.sub("", EDITING_STATE.sub("", opening[opening.index(">") + 1:]))
 
 
 def _tokens(data: bytes, children: list[Element], kinds: dict[int, str], dialect: Dialect) -> list[Token]:
