@@ -39,9 +39,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-def nmt(code: Path, *args: str, input: str | None = None, cwd: Path | None = None) -> str:
+def nmt(code: Path, *args: str, input: str | None = None, log: Path | None = None) -> str:
+    """`nmt ARGS` of the code tree `code`; with `log`, its output goes to that file (a training outlives this
+    process, which a pipe to a killed benchmark would not let it)."""
     env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    result = subprocess.run([sys.executable, "-m", "nmtcli", *args], capture_output=True, text=True, env=env, input=input, cwd=cwd)
+    command = [sys.executable, "-m", "nmtcli", *args]
+    # cwd: `python -m` puts the working directory before PYTHONPATH, so run from the code tree itself
+    if log is not None:
+        with open(log, "w") as out:
+            code_ = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=code).returncode
+        if code_ != 0:
+            raise SystemExit(f"nmt {' '.join(args)} ({code}) failed:\n{log.read_text()[-3000:]}")
+        return ""
+    result = subprocess.run(command, capture_output=True, text=True, env=env, input=input, cwd=code)
     if result.returncode != 0:
         raise SystemExit(f"nmt {' '.join(args)} ({code}) failed:\n{result.stderr[-3000:]}")
     return result.stdout
@@ -77,12 +87,10 @@ def train(code: Path, name: str, data: Path, seed: int, steps: int, extra: list[
         final, metrics = run / "checkpoints" / str(steps), run / "metrics.jsonl"
         if not final.is_dir() and not (metrics.is_file() and time.time() - metrics.stat().st_mtime < 300):
             nmt(code, "train", "--data", str(data), "--preset", "tiny", "--max-steps", str(steps), "--seed", str(seed),
-                "--device", "cpu", "-o", str(run), "--restart", "--keep-last", "1000", *extra)
+                "--device", "cpu", "-o", str(run), "--restart", "--keep-last", "1000", *extra, log=work / f"train-{name}-seed{seed}.log")
         while not final.is_dir():  # an earlier invocation of this benchmark is still training it
             time.sleep(30)
-        said = subprocess.run([sys.executable, "-m", "nmtcli", "average", str(run), "-o", str(model)], capture_output=True,
-                              text=True, env={**os.environ, "PYTHONPATH": str(code)}, check=True).stderr
-        (work / f"average-{name}-seed{seed}.txt").write_text(said)
+        nmt(code, "average", str(run), "-o", str(model), log=work / f"average-{name}-seed{seed}.txt")
     models = {"default": model}
     for label, at in also.items():  # the same run's checkpoints averaged another way (by this tree's nmt average)
         if not all((run / "checkpoints" / str(step)).is_dir() for step in at):
@@ -121,7 +129,7 @@ def translate(code: Path, name: str, model: Path, text: Path, work: Path, foreig
         try:
             out.write_text(nmt(code, "translate", "-m", str(model), "--device", "cpu", input=source))
         except SystemExit as failed:
-            if not foreign or "unknown model config keys" not in str(failed):
+            if "unknown model config keys" not in str(failed):  # a model averaged by a later code
                 raise
             out.write_text(nmt(code, "translate", "-m", str(readable_by_older(model, work)), "--device", "cpu", input=source))
     return bleu(out, text / "test.de"), out
