@@ -23,6 +23,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import html
 import io
 import random
 import re
@@ -94,7 +95,7 @@ def word(paragraphs: list[list[str]]) -> bytes:
 
 def word_package(paragraphs: list[list[tuple[str, str]]]) -> bytes:
     """paragraphs: each a list of runs (text, run properties)."""
-    body = "".join("<w:p>" + "".join(f'<w:r>{props}<w:t xml:space="preserve">{escape(text)}</w:t></w:r>' for text, props in runs) + "</w:p>"
+    body = "".join("<w:p>" + "".join(f'<w:r>{props}<w:t xml:space="preserve">{html.escape(text, quote=False)}</w:t></w:r>' for text, props in runs) + "</w:p>"
                    for runs in paragraphs)
     document = f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:document {WORD_NS}><w:body>{body}</w:body></w:document>'
     out = io.BytesIO()
@@ -105,10 +106,6 @@ def word_package(paragraphs: list[list[tuple[str, str]]]) -> bytes:
     return out.getvalue()
 
 
-def escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def runs_merged(translator: Translator, paragraphs: list[list[str]]) -> bytes:
     """The .docx as LibreTranslate translates one (argos-translate-files, as its issues #599 and #683 describe it): each
     paragraph's text translated whole and written into its first run (here without formatting), the other runs dropped."""
@@ -116,17 +113,18 @@ def runs_merged(translator: Translator, paragraphs: list[list[str]]) -> bytes:
     return word_package([[(t.text, "")] for t in texts])
 
 
-def render(documents: dict[str, bytes], out: Path) -> dict[str, int]:
-    """Each .docx as LibreOffice prints it: NAME.pdf, and NAME.png of its first page; returns the pages of each."""
+def render(documents: dict[str, bytes], out: Path, kind: str = "docx") -> dict[str, int]:
+    """Each document (of format `kind`) as LibreOffice prints it: NAME.pdf, and NAME.png of its first page; returns the
+    pages of each. Each conversion uses a profile under `out`, so no lock is shared with a user's LibreOffice."""
     if not (shutil.which("soffice") and shutil.which("pdfinfo") and shutil.which("pdftoppm")):
         raise SystemExit("--render needs LibreOffice (soffice) and poppler (pdfinfo, pdftoppm): "
                          "apt-get install libreoffice-writer-nogui poppler-utils")
     out.mkdir(parents=True, exist_ok=True)
     pages = {}
     for name, data in documents.items():
-        (out / f"{name}.docx").write_bytes(data)
+        (out / f"{name}.{kind}").write_bytes(data)
         subprocess.run(["soffice", f"-env:UserInstallation=file://{out}/profile", "--headless", "--convert-to", "pdf", "--outdir",
-                        str(out), str(out / f"{name}.docx")], check=True, capture_output=True, timeout=600)
+                        str(out), str(out / f"{name}.{kind}")], check=True, capture_output=True, timeout=600)
         info = subprocess.run(["pdfinfo", str(out / f"{name}.pdf")], check=True, capture_output=True, text=True).stdout
         pages[name] = int(re.search(r"^Pages:\s+(\d+)", info, re.MULTILINE)[1])
         subprocess.run(["pdftoppm", "-png", "-r", "80", "-f", "1", "-l", "1", "-singlefile", str(out / f"{name}.pdf"), str(out / name)], check=True)

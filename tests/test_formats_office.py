@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from test_formats import translated
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # documents.py: its .docx and rendering
+
 
 @pytest.fixture(scope="module")
 def translator(trained_model):
@@ -121,10 +123,9 @@ def test_a_bold_run_lands_on_the_words_html_gives_its_tag_the_plain_runs_are_tex
     and the same paragraph as HTML put the bold on the same words. (When every run was an element, the plain run
     "every child follows", whose verb German puts last, claimed the words between and pushed the bold onto "folgt".)"""
     docx = pytest.importorskip("docx")
-    from nmtcli.documents.formats import translate_file
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from documents import word_package
+
+    from nmtcli.documents.formats import translate_file
 
     source = word_package([runs])
     if revisions:  # each run typed at another time, as Word marks them: the plain runs are one formatting all the same
@@ -323,23 +324,18 @@ def test_pptx_translates_slides_tables_and_notes_with_each_run_where_the_alignme
 def test_libreoffice_renders_each_translated_document_as_it_renders_the_original(translator, kind, tmp_path):
     """A document's own program opens what nmt wrote: `soffice --headless --convert-to pdf` of the translation gives
     as many pages as the original's, and the rendered text is the translation (pdftotext). Skipped where LibreOffice
-    and poppler are not installed (Debian: libreoffice-writer-nogui, libreoffice-impress-nogui, poppler-utils)."""
+    and poppler are not installed (Debian: libreoffice-writer-nogui, libreoffice-impress-nogui, poppler-utils); benchmarks/documents.py renders."""
     import shutil
     import subprocess
 
+    from documents import render
+
     from nmtcli.documents.formats import translate_file
 
-    if not (shutil.which("soffice") and shutil.which("pdftotext") and shutil.which("pdfinfo")):
-        pytest.skip("LibreOffice (soffice) and poppler (pdftotext, pdfinfo) are not installed")
+    if not all(shutil.which(tool) for tool in ("soffice", "pdftotext", "pdfinfo", "pdftoppm")):
+        pytest.skip("LibreOffice (soffice) and poppler (pdftotext, pdfinfo, pdftoppm) are not installed")
     source = {"docx": docx_package, "pptx": pptx_package}.get(kind, lambda: odf_package(kind))()
-    (tmp_path / f"original.{kind}").write_bytes(source)
-    (tmp_path / f"translated.{kind}").write_bytes(translate_file(translator, source, kind)[0])
-    profile = f"-env:UserInstallation=file://{tmp_path}/profile"  # its own profile: no lock shared with a user's
-    for name in ("original", "translated"):
-        subprocess.run(["soffice", profile, "--headless", "--convert-to", "pdf", "--outdir", str(tmp_path), str(tmp_path / f"{name}.{kind}")],
-                       check=True, capture_output=True, timeout=120)
-    pages = {name: re.search(r"^Pages:\s+(\d+)", subprocess.run(["pdfinfo", str(tmp_path / f"{name}.pdf")], check=True, capture_output=True,
-                                                                 text=True).stdout, re.MULTILINE)[1] for name in ("original", "translated")}
+    pages = render({"original": source, "translated": translate_file(translator, source, kind)[0]}, tmp_path, kind)
     assert pages["translated"] == pages["original"], pages
     original, rendered = (subprocess.run(["pdftotext", "-layout", str(tmp_path / f"{name}.pdf"), "-"], check=True, capture_output=True,
                                          text=True).stdout for name in ("original", "translated"))
