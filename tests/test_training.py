@@ -232,19 +232,19 @@ def test_resuming_with_another_model_shape_is_refused(prepared, tmp_path):
     assert Trainer(tmp_path / "run", prepared, big_config, settings, restart=True).step == 0
 
 
-def test_a_tiny_run_started_post_norm_resumes_as_post_norm_and_restarts_as_tinys_pre_norm(prepared, tmp_path):
-    """tiny became pre-norm: a run started with the paper's post-norm (as tiny was) goes on as it was started when
-    resumed without --norm; --restart starts over with the preset's pre-norm; --norm pre on it is refused."""
+def test_a_run_resumed_without_norm_keeps_the_norm_it_was_started_with(prepared, tmp_path):
+    """A run started with --norm pre goes on as pre-norm when resumed without --norm (it was refused as another model
+    shape); --norm post on it is refused; --restart starts over with the preset's post-norm."""
     run = tmp_path / "run"
     flags = ("--data", str(prepared), "--preset", "tiny", "-o", str(run), "--device", "cpu", "--save-every", "1")
     norm = lambda: json.loads((run / "config.json").read_text())["model"]["norm"]  # noqa: E731
-    nmt_in_process("train", *flags, "--max-steps", "1", "--norm", "post")
+    nmt_in_process("train", *flags, "--max-steps", "1", "--norm", "pre")
     nmt_in_process("train", *flags, "--max-steps", "2")
-    assert norm() == "post" and [p.name for p in checkpoint_dirs(run)] == ["1", "2"]
-    refused = nmt_in_process("train", *flags, "--max-steps", "3", "--norm", "pre", check=False)
-    assert refused.returncode != 0 and "different model shape (norm post there; norm pre now)" in refused.stderr
+    assert norm() == "pre" and [p.name for p in checkpoint_dirs(run)] == ["1", "2"]
+    refused = nmt_in_process("train", *flags, "--max-steps", "3", "--norm", "post", check=False)
+    assert refused.returncode != 0 and "different model shape (norm pre there; norm post now)" in refused.stderr
     nmt_in_process("train", *flags, "--max-steps", "1", "--restart")
-    assert norm() == "pre"
+    assert norm() == "post"
 
 
 def test_checkpoints_keep_the_last_k_and_no_partial_writes(prepared, tmp_path):
