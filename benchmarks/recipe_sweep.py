@@ -25,21 +25,13 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from seed_spread import ROOT, nmt  # `nmt ARGS` of a code tree, one thread, its output to a log file
 
-
-def nmt(*args: str, log: Path) -> None:
-    """`nmt ARGS` of this tree, its output appended to `log`; a failure ends the benchmark with the log's tail."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    with open(log, "a") as out:  # cwd: `python -m` puts the working directory first on the path
-        code = subprocess.run([sys.executable, "-m", "nmtcli", *args], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
-    if code != 0:
-        raise SystemExit(f"nmt {' '.join(args)} failed:\n{log.read_text()[-3000:]}")
+sys.path.insert(0, str(ROOT))
 
 
 def score(model: Path, data: Path, alphas: list[float]) -> dict:
@@ -47,7 +39,6 @@ def score(model: Path, data: Path, alphas: list[float]) -> dict:
     import sacrebleu
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from nmtcli.inference.translator import SearchSettings, Translator
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -72,16 +63,16 @@ def best_valid_ppl(run: Path) -> float | None:
 
 
 def one_run(args: argparse.Namespace, name: str, flags: str, seed: int) -> dict:
-    out = Path(args.workdir) / f"{name}-s{seed}"
+    out = Path(args.workdir).resolve() / f"{name}-s{seed}"
     saved = out / "score.json"
     if saved.is_file():
         return json.loads(saved.read_text())
     out.mkdir(parents=True, exist_ok=True)
-    log = out / "log.txt"
     if not (out / "model" / "config.json").is_file():
-        nmt("train", "--data", str(args.data), "--preset", args.preset, "-o", str(out / "run"), "--max-steps", str(args.steps),
-            "--seed", str(seed), "--device", "cpu", "--restart", "--valid-every", str(args.valid_every), *shlex.split(flags), log=log)
-        nmt("average", str(out / "run"), "-o", str(out / "model"), log=log)
+        nmt(ROOT, "train", "--data", str(Path(args.data).resolve()), "--preset", args.preset, "-o", str(out / "run"), "--max-steps",
+            str(args.steps), "--seed", str(seed), "--device", "cpu", "--restart", "--valid-every", str(args.valid_every), *shlex.split(flags),
+            log=out / "train.log")
+        nmt(ROOT, "average", str(out / "run"), "-o", str(out / "model"), log=out / "average.log")
     result = {"recipe": name, "flags": flags, "seed": seed, "steps": args.steps, "valid_ppl": best_valid_ppl(out / "run"),
               "scores": score(out / "model", Path(args.data).resolve(), args.alphas)}
     saved.write_text(json.dumps(result, indent=1))

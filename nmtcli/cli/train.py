@@ -143,6 +143,9 @@ def _resolve(values: dict[str, Any], restart: bool = False) -> tuple[Path, Path,
     """The run dir, data dir, model, training settings and --init model that the flags' `values` ask for. A run
     resumed without --norm keeps the norm it was started with (`--norm pre` given at its start, say)."""
     from nmtcli.data.prepare import read_manifest
+    from nmtcli.model.checkpoint import CONFIG_FILE
+    from nmtcli.model.config import NORMS
+    from nmtcli.training.rundir import read_run_config
 
     data = values.pop("data", None)
     if values.get("init"):
@@ -156,21 +159,11 @@ def _resolve(values: dict[str, Any], restart: bool = False) -> tuple[Path, Path,
     data_dir = Path(data) if data else default_data_dir()
     manifest = read_manifest(data_dir)
     run_dir = Path(output) if output else RUNS_ROOT / f"{preset}-{manifest['name']}"
-    if norm is None and not restart:
-        started = _started_norm(run_dir)
-        if started is not None and started != model_config.norm:
+    if norm is None and not restart and (run_dir / CONFIG_FILE).is_file():  # resuming: the run's own norm
+        started = (read_run_config(run_dir).get("model") or {}).get("norm")
+        if started in NORMS and started != model_config.norm:  # another value: the resume's shape check names it
             model_config = model_config.replace(norm=started)
     return run_dir, data_dir, model_config, settings, None
-
-
-def _started_norm(run_dir: Path) -> str | None:
-    """The norm an existing run in `run_dir` was started with, or None (no run there, or none readable: the
-    resume's own checks say what is wrong)."""
-    try:
-        norm = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["model"]["norm"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return norm if norm in ("post", "pre") else None
 
 
 def _resolve_init(values: dict[str, Any], data_dir: Path, manifest: dict[str, Any]) -> tuple[Path, Path, ModelConfig, TrainSettings, InitModel]:

@@ -55,7 +55,7 @@ class ModelConfig:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
         if self.positions not in POSITION_LAYOUTS:
             raise ValueError(f"positions must be one of {list(POSITION_LAYOUTS)}, not {self.positions!r}")
-        if self.norm not in ("post", "pre"):
+        if self.norm not in NORMS:
             raise ValueError(f"norm must be 'post' or 'pre', not {self.norm!r}")
         if self.position_offset < 0:
             raise ValueError(f"position_offset must not be negative, not {self.position_offset}")
@@ -92,6 +92,7 @@ class ModelConfig:
 
 ACTIVATIONS = ("relu", "gelu", "swish")
 POSITION_LAYOUTS = ("interleaved", "sines_first", "fairseq")
+NORMS = ("post", "pre")
 
 # Table 3 of the paper. `tiny` is ours: small enough to learn a toy task on a laptop CPU in minutes.
 # `small` is fairseq's transformer_iwslt_de_en, the field's reference for 100k-1M pairs (IWSLT14 de-en:
