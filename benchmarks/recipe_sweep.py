@@ -5,6 +5,7 @@ mean and the spread over seeds, not by one run. For each recipe given with --rec
 seed, the user's pipeline:
 
     nmt train --data DATA --preset PRESET --max-steps STEPS --seed S --device cpu FLAGS
+                               (--steps 0: without --max-steps, the preset's own schedule)
     nmt average RUN            (the run's own default choice of checkpoints)
     nmt translate -m MODEL (beam 4, alpha 0.6 and --alphas) on DATA's test split; BLEU, chrF2, BP (sacreBLEU)
 
@@ -69,9 +70,10 @@ def one_run(args: argparse.Namespace, name: str, flags: str, seed: int) -> dict:
         return json.loads(saved.read_text())
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "model" / "config.json").is_file():
-        nmt(ROOT, "train", "--data", str(Path(args.data).resolve()), "--preset", args.preset, "-o", str(out / "run"), "--max-steps",
-            str(args.steps), "--seed", str(seed), "--device", "cpu", "--restart", "--valid-every", str(args.valid_every), *shlex.split(flags),
-            log=out / "train.log")
+        # --steps 0: the preset's own schedule (tiny: epochs, at least 4,000 steps, early stopping on valid BLEU)
+        budget = ["--max-steps", str(args.steps), "--valid-every", str(args.valid_every)] if args.steps else []
+        nmt(ROOT, "train", "--data", str(Path(args.data).resolve()), "--preset", args.preset, "-o", str(out / "run"), *budget,
+            "--seed", str(seed), "--device", "cpu", "--restart", *shlex.split(flags), log=out / "train.log")
         nmt(ROOT, "average", str(out / "run"), "-o", str(out / "model"), log=out / "average.log")
     result = {"recipe": name, "flags": flags, "seed": seed, "steps": args.steps, "valid_ppl": best_valid_ppl(out / "run"),
               "scores": score(out / "model", Path(args.data).resolve(), args.alphas)}
@@ -92,7 +94,7 @@ def main() -> None:
     parser.add_argument("--recipe", action="append", default=[], metavar="NAME=FLAGS", help="more `nmt train` flags, named (repeatable)")
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=1500, help="training steps a run (0: the preset's own schedule and early stopping)")
     parser.add_argument("--valid-every", type=int, default=250)
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0], help="length penalties scored (the first is the summary's)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (one thread each)")
@@ -102,7 +104,7 @@ def main() -> None:
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda job: one_run(args, *job), [(n, f, s) for s in args.seeds for n, f in recipes]))
     alphas = args.alphas
-    print(f"\n{args.preset}, {args.steps} steps, {args.data}; BLEU / chrF2 / BP / hyp:ref at each alpha (beam 4)")
+    print(f"\n{args.preset}, {args.steps or 'its own schedule of'} steps, {args.data}; BLEU / chrF2 / BP / hyp:ref at each alpha (beam 4)")
     print("| recipe | seed | best valid ppl | " + " | ".join(f"alpha {a}" for a in alphas) + " |")
     print("|---|---|---|" + "---|" * len(alphas))
     for result in results:

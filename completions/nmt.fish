@@ -372,7 +372,7 @@ complete -c nmt -n "__nmt_using 'import nllb'" -l help -s h -d 'Show this messag
 complete -c nmt -n "__nmt_at_argument 'import nllb' 0" -F  # SRC
 
 # nmt export
-complete -c nmt -n "__nmt_using 'export'" -a ctranslate2 -d 'Export a model to CTranslate2 (post-norm Transformer spec) for `nmt translate --engine ctranslate2`'
+complete -c nmt -n "__nmt_using 'export'" -a ctranslate2 -d 'Export a model to CTranslate2 (its post- or pre-norm Transformer spec) for `nmt translate --engine ctranslate2`'
 complete -c nmt -n "__nmt_using 'export'" -l help -s h -d 'Show this message and exit'
 
 # nmt export ctranslate2

@@ -126,7 +126,13 @@ def test_srt_keeps_numbers_timings_and_styling_and_translates_every_cue(translat
         assert well_nested(re.findall(r"</?[a-z][^>]*>", text))
         assert len(after[2:]) <= max(2, len(before[2:])) and all(len(line) <= 60 for line in after[2:])
     assert target[0][2].startswith("<i>") and "</i>" in "".join(target[0][2:])
-    assert out.count('<font color="#ff0000">') == 1 and target[2][2].startswith("{\\an8}")
+    assert target[2][2].startswith("{\\an8}")
+    # The colour stays on the translation of "old tree": one element, or, where the model's word order puts one of
+    # the two words into the next cue, closed at the end of cue 2 and opened again after cue 3's {\an8}.
+    fonts = re.findall(r'<font color="#ff0000">(.*?)</font>', out)
+    assert sorted(" ".join(fonts).split()) == ["alt", "baum"] and len(fonts) in (1, 2), out
+    if len(fonts) == 2:
+        assert target[1][-1].endswith("</font>") and target[2][2].startswith('{\\an8}<font color="#ff0000">'), out
 
 
 def test_a_sentence_over_two_cues_is_translated_once_and_shared_over_both(translator):

@@ -233,18 +233,22 @@ def test_resuming_with_another_model_shape_is_refused(prepared, tmp_path):
 
 
 def test_a_run_resumed_without_norm_keeps_the_norm_it_was_started_with(prepared, tmp_path):
-    """A run started with --norm pre goes on as pre-norm when resumed without --norm (it was refused as another model
-    shape); --norm post on it is refused; --restart starts over with the preset's post-norm."""
+    """A tiny run started with --norm post (tiny's default before it became pre-norm) goes on as post-norm when resumed
+    without --norm (it was refused as another model shape); --norm pre on it is refused; --restart starts over with the
+    preset's pre-norm."""
+    from nmtcli.model.config import PRESETS
+
+    assert PRESETS["tiny"].norm == "pre"
     run = tmp_path / "run"
     flags = ("--data", str(prepared), "--preset", "tiny", "-o", str(run), "--device", "cpu", "--save-every", "1")
     norm = lambda: json.loads((run / "config.json").read_text())["model"]["norm"]  # noqa: E731
-    nmt_in_process("train", *flags, "--max-steps", "1", "--norm", "pre")
+    nmt_in_process("train", *flags, "--max-steps", "1", "--norm", "post")
     nmt_in_process("train", *flags, "--max-steps", "2")
-    assert norm() == "pre" and [p.name for p in checkpoint_dirs(run)] == ["1", "2"]
-    refused = nmt_in_process("train", *flags, "--max-steps", "3", "--norm", "post", check=False)
-    assert refused.returncode != 0 and "different model shape (norm pre there; norm post now)" in refused.stderr
+    assert norm() == "post" and [p.name for p in checkpoint_dirs(run)] == ["1", "2"]
+    refused = nmt_in_process("train", *flags, "--max-steps", "3", "--norm", "pre", check=False)
+    assert refused.returncode != 0 and "different model shape (norm post there; norm pre now)" in refused.stderr
     nmt_in_process("train", *flags, "--max-steps", "1", "--restart")
-    assert norm() == "post"
+    assert norm() == "pre"
 
 
 def test_checkpoints_keep_the_last_k_and_no_partial_writes(prepared, tmp_path):
@@ -380,17 +384,19 @@ def test_validation_bleu_is_what_nmt_translate_and_nmt_score_give(trained_model,
 
 
 def test_early_stopping_keeps_the_best_checkpoint(prepared, tmp_path):
-    # An untrained model's BLEU stays 0.0: the first validation is the best, the next two are not.
-    config, settings = small_settings(max_steps=50, valid_every=1, valid_bleu=2, patience=2, save_every=100)
+    # A model whose translations cannot change (lr ~0): the first validation is the best, the next two are not.
+    config, settings = small_settings(max_steps=50, lr_scale=1e-9, valid_every=1, valid_bleu=2, patience=2, save_every=100)
     events = []
     result = Trainer(tmp_path / "run", prepared, config, settings, on_event=lambda k, v: events.append((k, v))).run()
-    assert result["early_stopped"] and result["step"] == 3
-    assert result["best"] == {"metric": "valid_bleu", "value": 0.0, "step": 1}
+    bleu = [v["valid_bleu"] for k, v in events if k == "valid"]
+    assert result["early_stopped"] and result["step"] == 3 and len(bleu) == 3 and len(set(bleu)) == 1
+    assert result["best"]["metric"] == "valid_bleu" and result["best"]["step"] == 1
+    assert result["best"]["value"] == pytest.approx(bleu[0], abs=1e-4)  # the event rounds to 4 places
     best = json.loads((tmp_path / "run" / "checkpoints" / "best" / "config.json").read_text())
     assert best["step"] == 1
     assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["3"]  # saved where it stopped
     # Resuming the stopped run keeps its early-stopping state: the next validation stops it again.
-    _, longer = small_settings(max_steps=50, valid_every=1, valid_bleu=2, patience=2, save_every=100)
+    _, longer = small_settings(max_steps=50, lr_scale=1e-9, valid_every=1, valid_bleu=2, patience=2, save_every=100)
     again = Trainer(tmp_path / "run", prepared, config, longer)
     assert again.best == result["best"] and again.bad_validations == 2
     assert again.run()["step"] == 4
@@ -410,7 +416,7 @@ def test_a_run_that_stops_early_is_averaged_up_to_its_best_validation(prepared, 
         return json.loads((out / "config.json").read_text())["training"]["averaged_checkpoints"], said
 
     steps, said = averaged()
-    assert steps == [1, 2] and "averaging 2 checkpoint(s), up to the best validation (step 2, BLEU 0.00): 1, 2" in said
+    assert steps == [1, 2] and f"averaging 2 checkpoint(s), up to the best validation (step 2, BLEU {result['best']['value']:.2f}): 1, 2" in said
     assert averaged("--at", "last")[0] == [5, 6]
     # A run whose best checkpoint is gone (one `nmt train` wrote before it kept them): auto takes the newest.
     shutil.rmtree(tmp_path / "run" / "checkpoints" / "2")

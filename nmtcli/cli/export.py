@@ -22,7 +22,7 @@ def ctranslate2(
     force: Annotated[bool, typer.Option("--force", help="Replace OUT_DIR if it exists.")] = False,
     revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit when MODEL_DIR is a Hub id.")] = None,
 ) -> None:
-    """Export a model to CTranslate2 (post-norm Transformer spec) for `nmt translate --engine ctranslate2`.
+    """Export a model to CTranslate2 (its post- or pre-norm Transformer spec) for `nmt translate --engine ctranslate2`.
 
     Needs the ctranslate2 extra (`pip install "nmtcli[ctranslate2]"`). OUT_DIR gets model.bin,
     the vocabularies, config.json, and nmt.json with the tokenizer files, so it translates raw text.

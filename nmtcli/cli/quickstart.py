@@ -23,8 +23,8 @@ NAME = "quickstart"
 CORPUS = "demo"
 STEPS = 5
 CHECKPOINTS = 5  # averaged, as for base (sec. 6.1)
-# Pre-norm with a short warmup leaves the loss plateau of the first steps (the model predicting
-# word frequencies only) within ~150 steps on this corpus; the paper's post-norm needs ~300.
+# Pre-norm (tiny's own norm; given for any --preset) with a short warmup leaves the loss plateau of the first
+# steps (the model predicting word frequencies only) within ~150 steps on this corpus; the paper's post-norm needs ~300.
 NORM, WARMUP = "pre", 100
 # Checkpoints are saved every 1/SAVES of the training time and the last CHECKPOINTS averaged: the
 # last quarter of training, late enough that no early, untrained checkpoint pulls the average down.

@@ -121,7 +121,7 @@ def _signature() -> inspect.Signature:
         option("init", Optional[str], "--init", metavar="MODEL", help="Start from this model's config and weights (a model dir or Hub id, nmt's own or from `nmt import marian|m2m100|nllb`): fine-tuning, or continued training. The data must be prepared with `nmt prepare --vocab-from MODEL`; the recipe is the fine-tuning one (docs/training.md)."),
         option("preset", Optional[str], help="Model and recipe: tiny (a CPU, up to ~50k pairs), small (fairseq's IWSLT model: 100k-1M pairs, one GPU or a few CPU hours), base or big (Table 3: WMT-sized data, GPUs). Default: base."),
         option("output", Optional[Path], "--output", "-o", help="Run dir. Default: runs/PRESET-DATA."),
-        option("norm", Optional[str], help="post: LayerNorm after each residual sum, the paper's (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs. Default: post; a resumed run keeps the norm it was started with."),
+        option("norm", Optional[str], help="post: LayerNorm after each residual sum, the paper's (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs. Default: the preset's (tiny pre, the others post); a resumed run keeps the norm it was started with."),
         option("config", Optional[Path], "--config", help="JSON or TOML file of settings (flag names as keys; a run dir's config.json works). Flags override it.", rich_help_panel="Run"),
         option("gpus", Optional[int], help="Start this many ranks on this node through torchrun (one per GPU). For several nodes run torchrun yourself (docs/training.md).", rich_help_panel="Run"),
     ]
