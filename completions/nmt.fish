@@ -26,9 +26,9 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --at --output -o
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary
         case 'serve'
-            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --protect --glossary --max-glossary --max-request-glossary
+            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --protect --glossary --max-glossary --max-request-glossary
         case 'score'
             printf '%s\n' --ref -r --metrics --compat --target-lang -t --width --model -m --split --device
         case 'info'
@@ -245,6 +245,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l output -s o -r -F -d 'Output fil
 complete -c nmt -n "__nmt_using 'translate'" -l beam -x -d 'Beam size (sec. 6.1: 4); 1 is greedy search'
 complete -c nmt -n "__nmt_using 'translate'" -l alpha -x -d 'Length penalty exponent (sec. 6.1: 0.6); 0 disables it'
 complete -c nmt -n "__nmt_using 'translate'" -l length-penalty -x -a '(__nmt_values_length_penalty)' -d 'gnmt: ((5+|Y|)/6)^alpha, the paper\'s; power: |Y|^alpha (fairseq, CTranslate2)'
+complete -c nmt -n "__nmt_using 'translate'" -l coverage-penalty -x -d 'GNMT\'s coverage penalty beta: the beam\'s translations reranked by how much of the source they attended to, for a model that ends sentences early (0.2-1.0; docs/translating.md)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-a -x -d 'Output length limit a*|x|+b: the a (sec. 6.1: 1)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-b -x -d 'Output length limit a*|x|+b: the b (sec. 6.1: 50)'
 complete -c nmt -n "__nmt_using 'translate'" -l nbest -x -d 'Translations per line, best first (at most --beam); with --sampling, samples per line in the order drawn'
@@ -284,6 +285,7 @@ complete -c nmt -n "__nmt_using 'serve'" -l api-keys-file -r -F -d 'A file of AP
 complete -c nmt -n "__nmt_using 'serve'" -l beam -x -d 'Beam size (sec. 6.1: 4); 1 is greedy search. /nmt/translate may ask for another'
 complete -c nmt -n "__nmt_using 'serve'" -l alpha -x -d 'Length penalty exponent (sec. 6.1: 0.6)'
 complete -c nmt -n "__nmt_using 'serve'" -l length-penalty -x -a '(__nmt_values_length_penalty)' -d 'gnmt: ((5+|Y|)/6)^alpha, the paper\'s; power: |Y|^alpha'
+complete -c nmt -n "__nmt_using 'serve'" -l coverage-penalty -x -d 'GNMT\'s coverage penalty beta: the beam\'s translations reranked by how much of the source they attended to, for a model that ends sentences early (0.2-1.0; docs/translating.md)'
 complete -c nmt -n "__nmt_using 'serve'" -l max-len-a -x -d 'Output length limit a*|x|+b: the a'
 complete -c nmt -n "__nmt_using 'serve'" -l max-len-b -x -d 'Output length limit a*|x|+b: the b'
 complete -c nmt -n "__nmt_using 'serve'" -l batching -d 'Translate the lines of concurrent requests together (dynamic batching); off: one request at a time'

@@ -94,7 +94,7 @@ class Translator:
                   prefix: str | Iterable[str] | None = None, glossary: GlossaryLike | None = None,
                   split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
                   length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True,
-                  protect_regex: Iterable[str] = ()) -> list[Translation]:
+                  protect_regex: Iterable[str] = (), coverage_penalty: float = 0.0) -> list[Translation]:
         """Each text's translation, in order: beam search of `beam` (1: greedy) with the GNMT length penalty
         `alpha` (sec. 6.1's settings by default). `texts`: a list, or any iterable (read a window at a time).
         `nbest`: each Translation's `nbest` holds that many, best first. `prefix`: a target prefix every
@@ -109,22 +109,24 @@ class Translator:
         the alignment of the words the model read and wrote (its spans taken out). `glossary`: source term -> target
         term (alternatives as a list, or separated by |), or a `Glossary` (`read_glossary(path)`): where a source term
         occurs, its translation holds the target term (lexically constrained beam search; docs/translating.md).
+        `coverage_penalty`: GNMT's beta (0: off): the beam's hypotheses reranked by how much of the text they attended
+        to, longer and fuller translations from a model that ends sentences early (docs/translating.md).
         An empty list gives an empty list; an empty or blank text an empty Translation (score and confidence None)."""
         return list(self.translate_stream(texts, beam=beam, alpha=alpha, nbest=nbest, prefix=prefix, glossary=glossary,
                                           split_sentences=split_sentences, alignment=alignment, batch_tokens=batch_tokens,
                                           length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                                          protect=protect, protect_regex=protect_regex))
+                                          protect=protect, protect_regex=protect_regex, coverage_penalty=coverage_penalty))
 
     def translate_stream(self, texts: Iterable[str], *, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
                          prefix: str | Iterable[str] | None = None, glossary: GlossaryLike | None = None,
                          split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
                          length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True,
-                         protect_regex: Iterable[str] = ()) -> Iterator[Translation]:
+                         protect_regex: Iterable[str] = (), coverage_penalty: float = 0.0) -> Iterator[Translation]:
         """`translate`, as an iterator: each window's translations are given as soon as it is done, so an endless
         input (a file, a queue) is translated in bounded memory. `nmt translate` writes its output from here."""
         settings = self._settings(beam=beam, alpha=alpha, nbest=nbest, alignment=alignment, batch_tokens=batch_tokens,
                                   length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                                  glossary=None if glossary is None else glossary_of(glossary))
+                                  glossary=None if glossary is None else glossary_of(glossary), coverage_penalty=coverage_penalty)
         if split_sentences and prefix is not None:
             raise NmtError("split_sentences does not go with prefix", "a prefix belongs to a whole text: split the texts first",
                            exit_code=2)
@@ -153,15 +155,15 @@ class Translator:
 
     def translate_html(self, document: str, *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt",
                        max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True, protect_regex: Iterable[str] = (),
-                       glossary: GlossaryLike | None = None) -> str:
+                       glossary: GlossaryLike | None = None, coverage_penalty: float = 0.0) -> str:
         """An HTML document translated (`nmt translate --format html`): every tag, attribute, comment and
         <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time, inline
         tags placed by the word alignment; protected spans of its text (`protect`, `protect_regex`: as translate's)
-        kept as they are written and placed as void elements are; `glossary` as translate's."""
+        kept as they are written and placed as void elements are; `glossary` and `coverage_penalty` as translate's."""
         if not isinstance(document, str):
             raise TypeError(f"document must be a str, not {type(document).__name__}")
         settings = self._settings(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                                  glossary=None if glossary is None else glossary_of(glossary))
+                                  glossary=None if glossary is None else glossary_of(glossary), coverage_penalty=coverage_penalty)
         return self.html_with(settings, document, protection(protect, protect_regex))[0]
 
     def detect_language(self, text: str) -> list[tuple[str, float]]:
@@ -236,6 +238,9 @@ class Translator:
                 raise NmtError(f"{name} must be an integer of at least {0 if name == 'max_len_b' else 1}, not {value!r}", exit_code=2)
         if changes.get("length_penalty", "gnmt") not in LENGTH_PENALTIES:
             raise NmtError(f"unknown length_penalty {changes['length_penalty']!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)
+        coverage = changes.get("coverage_penalty", 0.0)
+        if isinstance(coverage, bool) or not isinstance(coverage, (int, float)):
+            raise NmtError(f"coverage_penalty must be a number, not {coverage!r}", "give 0 (off) or more", exit_code=2)
         if changes.get("alignment") not in (None, "words", "pieces"):
             raise NmtError(f"unknown alignment {changes['alignment']!r}", "choose words or pieces", exit_code=2)
         if changes.get("batch_tokens") is not None:

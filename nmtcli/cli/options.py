@@ -24,6 +24,12 @@ def length_penalty(also: str = "") -> OptionInfo:
     return typer.Option(help=f"gnmt: ((5+|Y|)/6)^alpha, the paper's; power: |Y|^alpha{also}.")
 
 
+def coverage_penalty(also: str = "") -> OptionInfo:
+    return typer.Option(help="GNMT's coverage penalty beta: the beam's translations reranked by how much of the source they attended to, "
+                             f"for a model that ends sentences early (0.2-1.0; docs/translating.md). Default: 0, off, the paper's search{also}.",
+                        min=0.0)
+
+
 def max_len_a(also: str = "") -> OptionInfo:
     return typer.Option(help=f"Output length limit a*|x|+b: the a{also}.", min=0.0)
 

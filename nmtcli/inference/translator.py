@@ -17,7 +17,7 @@ import copy
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -31,6 +31,7 @@ from nmtcli.inference.confidence import confidence
 from nmtcli.inference.engine import Engine
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.constrained import Constraints, constrained_beam_search
+from nmtcli.inference.coverage import rerank
 from nmtcli.inference.forced import Scored, force_ids, scored
 from nmtcli.inference.glossary import MAX_TERMS_PER_LINE, Glossary, Term
 from nmtcli.inference.graphs import StepGraphs
@@ -69,6 +70,7 @@ class SearchSettings:
     seed: int = DEFAULT_SEED  # sampling: with the line number, what every draw hashes
     alignment: str | None = None  # "words" or "pieces": each translation's alignment; HTML's "covering" (inference/alignment.py)
     glossary: Glossary | None = None  # terms every translation holds where their source terms occur (inference/glossary.py)
+    coverage_penalty: float = 0.0  # GNMT's coverage penalty beta: the beam's hypotheses reranked by it (inference/coverage.py); 0: off
 
 
 # (batch_tokens, window) by device type (a GPU's batch_tokens depends on its memory: inference/memory.py). On a CPU a step's logits (rows x vocabulary) should stay near the
@@ -118,6 +120,7 @@ class Translator(Engine):
         check_sampling(settings.sampling, settings.temperature, settings.seed)
         if settings.nbest > settings.beam and settings.sampling is None:
             raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
+        check_coverage(settings, "--coverage-penalty")
         self.model, self.config_values = load_model(model_dir, device)
         self.precision = precision
         if precision in HALF:
@@ -260,9 +263,16 @@ class Translator(Engine):
             terms = [self._terms(number, line, settings.glossary) if ids else [] for (number, line), ids in zip(window, sentences)]
         sentences, prefix_ids = self._tagged(sentences, prefix_ids)
         constraints = None if terms is None else [[self._term_ids(term) for term in line_terms] for line_terms in terms]
-        results = translate_ids(self.model, sentences, settings, self.budget, self.device,
-                                autocast=lambda: half_autocast(self.device, self.precision), graphs=self.graphs, warn=self.warn,
-                                prefixes=prefix_ids, numbers=[number for number, _ in window], constraints=constraints)
+        # The coverage penalty reranks all of the beam's hypotheses; lines with glossary terms keep the constrained order.
+        covered = settings.coverage_penalty > 0 and settings.sampling is None and settings.beam > 1
+        results = translate_ids(self.model, sentences, replace(settings, nbest=settings.beam) if covered else settings, self.budget,
+                                self.device, autocast=lambda: half_autocast(self.device, self.precision), graphs=self.graphs,
+                                warn=self.warn, prefixes=prefix_ids, numbers=[number for number, _ in window], constraints=constraints)
+        if covered:
+            rerank(self.model, sentences, results, settings.coverage_penalty, [not terms or not terms[i] for i in range(len(window))],
+                   self.budget.tokens, self.device, lambda: half_autocast(self.device, self.precision), self.warn,
+                   first=1 if self._tags else 0)
+            results = [hyps[: settings.nbest] for hyps in results]
         if terms is not None:
             self._report_missing(window, terms, constraints, results)
         units = [COVERING if covering is not None and covering[i] else settings.alignment for i in range(len(window))]
@@ -352,6 +362,15 @@ def check_search(settings: SearchSettings) -> None:
     check_sampling(settings.sampling, settings.temperature, settings.seed)
     if settings.nbest > settings.beam and settings.sampling is None:
         raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
+    check_coverage(settings, "coverage_penalty")
+
+
+def check_coverage(settings: SearchSettings, name: str) -> None:
+    """The coverage penalty's beta: 0 or more, and for a beam search (sampling has no hypotheses to rerank)."""
+    if not settings.coverage_penalty >= 0:
+        raise NmtError(f"{name} {settings.coverage_penalty} is negative", "give 0 (off) or more: GNMT used 0.2, nmt's measurements 0.2-1.0", exit_code=2)
+    if settings.coverage_penalty and settings.sampling is not None:
+        raise NmtError(f"{name} ranks a beam search's hypotheses; sampling has none to rank", "drop it, or search with --beam", exit_code=2)
 
 
 def encode_prefixes(tokenizer: Tokenizer, numbers: list[int], prefixes: Sequence[str], limit: int, warn: Warn) -> list[list[int]]:

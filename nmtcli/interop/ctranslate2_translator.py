@@ -77,7 +77,9 @@ class CTranslate2Translator(Engine):
         if settings.glossary is not None:  # CTranslate2 has no lexically constrained search (its issue 739)
             raise NmtError("--engine ctranslate2 cannot hold a glossary's terms", "use the native engine for --glossary")
         if settings.sampling is None:
-            return {"beam_size": settings.beam, "length_penalty": settings.alpha if settings.beam > 1 else 0.0}
+            # CTranslate2 adds the same coverage penalty to its hypotheses during the search, not after it (as nmt does)
+            return {"beam_size": settings.beam, "length_penalty": settings.alpha if settings.beam > 1 else 0.0,
+                    "coverage_penalty": settings.coverage_penalty}
         sampling = parse_sampling(settings.sampling)
         # CTranslate2: sampling_topk 0 is the whole vocabulary, sampling_topp 1 no nucleus.
         return {"beam_size": 1, "sampling_topk": sampling.k if sampling.kind == "topk" else 0,

@@ -425,7 +425,8 @@ def _settings_record(s: SearchSettings) -> dict[str, Any]:
     """The search settings /nmt/translate answers with (sampling's and alignment's where asked for)."""
     return {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty, "max_len_a": s.max_len_a, "max_len_b": s.max_len_b,
             "nbest": s.nbest, **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {}),
-            **({"alignment": s.alignment} if s.alignment else {}), **({"glossary_terms": len(s.glossary)} if s.glossary else {})}
+            **({"alignment": s.alignment} if s.alignment else {}), **({"glossary_terms": len(s.glossary)} if s.glossary else {}),
+            **({"coverage_penalty": s.coverage_penalty} if s.coverage_penalty else {})}
 
 
 def _confident(record: dict[str, Any], line: str, least: float) -> dict[str, Any]:

@@ -228,6 +228,7 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         sampling=sampling, temperature=_temperature(fields.get("temperature", 1.0)),
         seed=_integer(fields.get("seed", DEFAULT_SEED), "seed", 0, 2**63 - 1),
         alignment=_alignment(fields.get("alignment")),
+        coverage_penalty=0.0 if sampling else _number(fields.get("coverage_penalty", defaults.coverage_penalty), "coverage_penalty", 0.0, 10.0),
     )
     prefixes = _prefixes(fields.get("prefix"), len(lines))
     if prefixes is not None and any(prefixes) and sampling:
@@ -367,7 +368,7 @@ def _sampling(fields: dict[str, Any]) -> str | None:
         parse_sampling(sampling)
     except ValueError as e:
         raise ApiError(400, f"Invalid request: sampling {sampling!r}: {e} (send {SAMPLING_FORMS})") from None
-    for name in ("beam", "alpha", "length_penalty"):
+    for name in ("beam", "alpha", "length_penalty", "coverage_penalty"):
         if name in fields:
             raise ApiError(400, f"Invalid request: {name} does not go with sampling (leave it out; nbest N draws N samples)")
     return sampling
