@@ -89,3 +89,13 @@ def test_the_python_api_opens_an_export_and_names_the_native_engine_for_what_it_
         Translator.load(random_model, engine="ctranslate2")
     with pytest.raises(NmtError, match="unknown engine 'onnx'"):
         Translator.load(out, engine="onnx")
+
+
+def test_the_coverage_penalty_reaches_ctranslate2s_search(random_model, tmp_path):
+    """CTranslate2 adds GNMT's coverage penalty during its search: a large beta changes which translations win."""
+    out = tmp_path / "ct2"
+    nmt_in_process("export", "ctranslate2", str(random_model), str(out))
+    flags = ("--beam", "4", "--length-penalty", "power", "--alpha", "1", "--max-len-b", "20")
+    plain, covered = _ct2(out, *flags).splitlines(), _ct2(out, *flags, "--coverage-penalty", "5").splitlines()
+    assert len(plain) == len(covered) == len(LINES) and covered[1] == ""
+    assert plain != covered and _ct2(out, *flags, "--coverage-penalty", "0").splitlines() == plain
