@@ -140,7 +140,7 @@ class Translator:
         temperature). A text's samples are a function of (seed, its number in `texts`, the sample): the same
         whatever the batching. Each score and log_prob is the model's log-probability of the sample."""
         settings = self._settings(beam=1, nbest=samples, sampling=sampling, temperature=temperature, seed=seed,
-                                  max_len_a=max_len_a, max_len_b=max_len_b)
+                                  max_len_a=max_len_a, max_len_b=max_len_b, coverage_penalty=0.0)
         return list(self._stream(checked(texts, "texts"), settings, None, False))
 
     def score(self, sources: Iterable[str], targets: Iterable[str], *, alpha: float = 0.6, length_penalty: str = "gnmt",

@@ -22,15 +22,16 @@ def one_thread():
 
 def test_the_penalty_counts_each_source_token_up_to_one_and_leaves_out_eos_and_a_language_tag():
     # rows: target positions (the last predicts EOS); columns: 3 source tokens, then the source's EOS
-    attention = torch.tensor([[0.6, 0.1, 0.0, 0.3],
-                              [0.6, 0.2, 0.0, 0.2],
+    attention = torch.tensor([[0.4, 0.1, 0.0, 0.5],
+                              [0.3, 0.2, 0.0, 0.5],
                               [0.1, 0.2, 0.0, 0.7]])
-    # token 0: 1.3 -> 1 (no cost); token 1: 0.5; token 2: never attended -> the floor; EOS's 1.2 not counted
-    assert coverage_penalty(attention, 0.5) == pytest.approx(0.5 * (math.log(0.5) + math.log(FLOOR)))
+    # token 0: 0.8; token 1: 0.5; token 2: never attended -> the floor; EOS's 1.7 not counted
+    assert coverage_penalty(attention, 0.5) == pytest.approx(0.5 * (math.log(0.8) + math.log(0.5) + math.log(FLOOR)))
+    # first=1: token 0 is a language tag, left out
     assert coverage_penalty(attention, 0.5, first=1) == pytest.approx(0.5 * (math.log(0.5) + math.log(FLOOR)))
-    assert coverage_penalty(attention[:, 1:], 0.5, first=1) == pytest.approx(0.5 * math.log(FLOOR))
     assert coverage_penalty(attention, 0.0) == 0.0
-    assert coverage_penalty(torch.tensor([[0.5, 0.5], [0.5, 0.5]]), 2.0) == 0.0
+    # a token attended to with more than 1 in all costs nothing, as one with exactly 1
+    assert coverage_penalty(torch.tensor([[0.9, 0.1], [0.6, 0.4]]), 2.0) == 0.0
 
 
 def test_the_beams_hypotheses_are_reranked_by_the_penalty_computed_from_the_models_attention(random_model):
@@ -77,7 +78,9 @@ def test_the_cli_and_the_api_take_the_penalty_and_refuse_a_negative_one_or_sampl
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     refused = nmt_main(*flags, "--coverage-penalty", "0.5", "--sampling", "full", input=text, check=False)
     assert refused.returncode == 2 and "ranks a beam search's hypotheses" in refused.stderr and "Traceback" not in refused.stderr
-    for value in (-0.5, "0.2", True):
+    refused = nmt_main(*flags, "--coverage-penalty", "inf", input=text, check=False)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    for value in (-0.5, "0.2", True, math.inf, math.nan, 11.0):
         with pytest.raises(NmtError):
             translator.translate(LINES[:1], coverage_penalty=value)
     # greedy search has one hypothesis: nothing to rerank, and the same output

@@ -49,7 +49,7 @@ def multilingual(data, tmp_path_factory):
         # BLEU on 20 lines a direction: enough to show each is validated (an untrained model's search runs to its length limit)
         config, settings = train_settings_for("tiny", max_steps=steps, save_every=75, valid_every=75, valid_bleu=20 if steps > 1 else 0, device="cpu")
         # Post-norm: after 150 steps it is ahead on this task (mean test BLEU of the three directions, seeds 1 and 2:
-        # 55.7 post, 34.8 pre); at 300 pre-norm, tiny's norm, is (90.9 against 85.3): docs/training.md, "tiny: pre-norm?".
+        # 55.7 post, 34.8 pre); at 300 pre-norm, tiny's norm, is (90.9 against 85.3): docs/training.md, "tiny: pre-norm".
         config = config.replace(norm="post")
         Trainer(root / f"runs/{name}", data, config, settings,
                 on_event=lambda kind, values: validations.append(values) if kind == "valid" and name == "trained" else None).run()

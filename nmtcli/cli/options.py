@@ -27,7 +27,7 @@ def length_penalty(also: str = "") -> OptionInfo:
 def coverage_penalty(also: str = "") -> OptionInfo:
     return typer.Option(help="GNMT's coverage penalty beta: the beam's translations reranked by how much of the source they attended to, "
                              f"for a model that ends sentences early (0.2-1.0; docs/translating.md). Default: 0, off, the paper's search{also}.",
-                        min=0.0)
+                        min=0.0, max=10.0)
 
 
 def max_len_a(also: str = "") -> OptionInfo:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -72,6 +73,8 @@ class SearchSettings:
     glossary: Glossary | None = None  # terms every translation holds where their source terms occur (inference/glossary.py)
     coverage_penalty: float = 0.0  # GNMT's coverage penalty beta: the beam's hypotheses reranked by it (inference/coverage.py); 0: off
 
+
+MAX_COVERAGE_PENALTY = 10.0  # the largest coverage penalty beta taken (GNMT used 0.2; past ~1 it only lengthens)
 
 # (batch_tokens, window) by device type (a GPU's batch_tokens depends on its memory: inference/memory.py). On a CPU a step's logits (rows x vocabulary) should stay near the
 # size of the last-level cache: 1,024 padded tokens is some 36 natural-length lines (144 beam rows), and
@@ -367,8 +370,9 @@ def check_search(settings: SearchSettings) -> None:
 
 def check_coverage(settings: SearchSettings, name: str) -> None:
     """The coverage penalty's beta: 0 or more, and for a beam search (sampling has no hypotheses to rerank)."""
-    if not settings.coverage_penalty >= 0:
-        raise NmtError(f"{name} {settings.coverage_penalty} is negative", "give 0 (off) or more: GNMT used 0.2, nmt's measurements 0.2-1.0", exit_code=2)
+    if not (math.isfinite(settings.coverage_penalty) and 0 <= settings.coverage_penalty <= MAX_COVERAGE_PENALTY):
+        raise NmtError(f"{name} {settings.coverage_penalty} is out of range", f"give 0 (off) to {MAX_COVERAGE_PENALTY:g}: GNMT used 0.2, "
+                       "nmt's measurements 0.2-1.0", exit_code=2)
     if settings.coverage_penalty and settings.sampling is not None:
         raise NmtError(f"{name} ranks a beam search's hypotheses; sampling has none to rank", "drop it, or search with --beam", exit_code=2)
 

@@ -1,6 +1,6 @@
 """Export an nmt model dir to CTranslate2 through its Python spec API (the `ctranslate2` extra).
 
-CTranslate2 runs the same post-norm Transformer (`pre_norm=False`; sec. 3.1) in optimized C++ with
+CTranslate2 runs the same Transformer (post-norm, sec. 3.1, or pre-norm: `pre_norm`) in optimized C++ with
 optional int8/float16 weights. The export writes CTranslate2's own files (model.bin, config.json,
 the vocabularies) and `nmt.json`: the nmt config and the tokenizer files, so `nmt translate
 --engine ctranslate2` reads raw text and writes raw text exactly as the native engine does.

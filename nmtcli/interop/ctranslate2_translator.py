@@ -22,7 +22,7 @@ from nmtcli.inference.engine import Engine
 from nmtcli.inference.results import Translation
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.inference.sampling import check_sampling, parse_sampling
-from nmtcli.inference.translator import (BatchBudget, SearchSettings, Warn, batching_for, encode_lines, encode_prefixes,
+from nmtcli.inference.translator import (BatchBudget, SearchSettings, Warn, batching_for, check_coverage, encode_lines, encode_prefixes,
                                          length_sorted_batches, numbered_windows, one_line)
 from nmtcli.interop.ctranslate2 import NMT_FILE, require_ctranslate2
 from nmtcli.threads import default_threads
@@ -66,6 +66,7 @@ class CTranslate2Translator(Engine):
     def _search(self, settings: SearchSettings) -> dict:
         """CTranslate2's arguments for `settings`; NmtError for what it does not do, naming the engine that does."""
         check_sampling(settings.sampling, settings.temperature, settings.seed)
+        check_coverage(settings, "--coverage-penalty")
         if settings.sampling is None and settings.beam > 1 and settings.alpha > 0 and settings.length_penalty != "power":
             raise NmtError("CTranslate2 implements the power length penalty |Y|^alpha only", "pass --length-penalty power, or --beam 1")
         if settings.nbest != 1:
@@ -77,7 +78,8 @@ class CTranslate2Translator(Engine):
         if settings.glossary is not None:  # CTranslate2 has no lexically constrained search (its issue 739)
             raise NmtError("--engine ctranslate2 cannot hold a glossary's terms", "use the native engine for --glossary")
         if settings.sampling is None:
-            # CTranslate2 adds the same coverage penalty to its hypotheses during the search, not after it (as nmt does)
+            # CTranslate2's own variant of GNMT's coverage penalty (one attention head, on the hypotheses finished when its
+            # search stops; docs/translating.md), not nmt's rerank of the whole beam
             return {"beam_size": settings.beam, "length_penalty": settings.alpha if settings.beam > 1 else 0.0,
                     "coverage_penalty": settings.coverage_penalty}
         sampling = parse_sampling(settings.sampling)

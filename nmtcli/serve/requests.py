@@ -22,7 +22,7 @@ from nmtcli.inference.glossary import Glossary, glossary_of
 from nmtcli.inference.alignment import UNITS
 from nmtcli.inference.beam import LENGTH_PENALTIES
 from nmtcli.inference.sampling import DEFAULT_SEED, SAMPLING_FORMS, parse_sampling
-from nmtcli.inference.translator import SearchSettings
+from nmtcli.inference.translator import MAX_COVERAGE_PENALTY, SearchSettings
 
 
 class ApiError(Exception):
@@ -228,7 +228,7 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         sampling=sampling, temperature=_temperature(fields.get("temperature", 1.0)),
         seed=_integer(fields.get("seed", DEFAULT_SEED), "seed", 0, 2**63 - 1),
         alignment=_alignment(fields.get("alignment")),
-        coverage_penalty=0.0 if sampling else _number(fields.get("coverage_penalty", defaults.coverage_penalty), "coverage_penalty", 0.0, 10.0),
+        coverage_penalty=0.0 if sampling else _number(fields.get("coverage_penalty", defaults.coverage_penalty), "coverage_penalty", 0.0, MAX_COVERAGE_PENALTY),
     )
     prefixes = _prefixes(fields.get("prefix"), len(lines))
     if prefixes is not None and any(prefixes) and sampling:
