@@ -36,14 +36,15 @@ def test_the_penalty_counts_each_source_token_up_to_one_and_leaves_out_eos_and_a
 
 def test_the_beams_hypotheses_are_reranked_by_the_penalty_computed_from_the_models_attention(random_model):
     from nmtcli import Translator
-    from nmtcli.inference.alignment import DEFAULT_HEADS
+    from nmtcli.inference.alignment import DEFAULT_HEADS, alignment_text
     from nmtcli.inference.beam import lp
     from nmtcli.inference.forced import force_ids
 
     translator = Translator.load(random_model, device="cpu")
     plain = translator.translate(LINES, beam=4, nbest=4, max_len_a=0, max_len_b=12)
     beta = 2.0
-    covered = translator.translate(LINES, beam=4, nbest=4, max_len_a=0, max_len_b=12, coverage_penalty=beta)
+    # with alignments: they are read from the attention the penalty read, each hypothesis's own after the reranking
+    covered = translator.translate(LINES, beam=4, nbest=4, max_len_a=0, max_len_b=12, coverage_penalty=beta, alignment="pieces")
     assert translator.translate(LINES, beam=4, nbest=4, max_len_a=0, max_len_b=12, coverage_penalty=0) == plain
     engine = translator.engine
     ids = {piece: i for i, piece in enumerate(engine.pieces)}
@@ -58,6 +59,7 @@ def test_the_beams_hypotheses_are_reranked_by_the_penalty_computed_from_the_mode
         for h, f, tokens in zip(after.nbest, forced, targets):
             expected = h.log_prob / lp(len(tokens) + 1, 0.6) + coverage_penalty(f.attention, beta)
             assert h.score == pytest.approx(expected, abs=1e-4)
+            assert h.alignment == alignment_text(f.attention, [engine.pieces[t] for t in source], h.tokens, "pieces")
         assert [h.score for h in after.nbest] == sorted((h.score for h in after.nbest), reverse=True)
         assert after.text == after.nbest[0].text
         changed += after.text != before.text

@@ -13,23 +13,15 @@ multilingual model's language tag) and j over the target's positions, its EOS in
 attended to with a total weight of 1 or more costs nothing; one never attended to costs beta * log(tiny).
 
 Applied as GNMT applies it to finished hypotheses: the beam's finished hypotheses (all `beam` of them) are
-reranked by s(Y, X) after the search, their attention read in one teacher-forced pass over them (the
-alignments' pass, inference/forced.py). The hypotheses' `score` is s(Y, X), what they are ranked by.
+reranked by s(Y, X) after the search (Translator._rerank), their attention read in one teacher-forced pass over
+them, the pass the word alignments read too (inference/forced.py). The hypotheses' `score` is s(Y, X), what they
+are ranked by.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-
 import torch
 from torch import Tensor
-
-from nmtcli.inference.alignment import DEFAULT_HEADS
-from nmtcli.inference.forced import force_ids
-from nmtcli.inference.outputs import Hypothesis
-from nmtcli.model.transformer import Transformer
 
 # The smallest coverage counted: a source token no position attended to costs beta * log(1e-6), not -inf.
 FLOOR = 1e-6
@@ -40,20 +32,3 @@ def coverage_penalty(attention: Tensor, beta: float, first: int = 0) -> float:
     (the last column the source's EOS); `first` source tokens (a language tag) are left out."""
     covered = attention[:, first:-1].float().sum(0).clamp(min=FLOOR, max=1.0)
     return beta * float(torch.log(covered).sum())
-
-
-def rerank(model: Transformer, sentences: Sequence[list[int]], results: list[list[Hypothesis]], beta: float, lines: Sequence[bool],
-           batch_tokens: int, device: torch.device, autocast: Callable[[], AbstractContextManager], warn: Callable[[str], None],
-           first: int = 0) -> None:
-    """In place: the hypotheses of each line marked in `lines` scored by s(Y, X) = score + cp(X; Y) and sorted by it,
-    best first."""
-    pairs = [(i, h) for i, hyps in enumerate(results) if lines[i] and len(hyps) > 0 for h in hyps]
-    if not pairs or beta == 0:
-        return
-    forced = force_ids(model, [sentences[i] for i, _ in pairs], [h.tokens for _, h in pairs], batch_tokens, device, autocast,
-                       DEFAULT_HEADS, warn, log_probs=False)
-    for (_, h), f in zip(pairs, forced):
-        h.score += coverage_penalty(f.attention, beta, first)
-    for i, hyps in enumerate(results):
-        if lines[i]:
-            hyps.sort(key=lambda h: -h.score if math.isfinite(h.score) else math.inf)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from nmtcli import faults
 from nmtcli.device import is_out_of_memory, on_device
@@ -32,7 +33,7 @@ from nmtcli.inference.confidence import confidence
 from nmtcli.inference.engine import Engine
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.constrained import Constraints, constrained_beam_search
-from nmtcli.inference.coverage import rerank
+from nmtcli.inference.coverage import coverage_penalty
 from nmtcli.inference.forced import Scored, force_ids, scored
 from nmtcli.inference.glossary import MAX_TERMS_PER_LINE, Glossary, Term
 from nmtcli.inference.graphs import StepGraphs
@@ -271,16 +272,15 @@ class Translator(Engine):
         results = translate_ids(self.model, sentences, replace(settings, nbest=settings.beam) if covered else settings, self.budget,
                                 self.device, autocast=lambda: half_autocast(self.device, self.precision), graphs=self.graphs,
                                 warn=self.warn, prefixes=prefix_ids, numbers=[number for number, _ in window], constraints=constraints)
+        attention: dict[int, Tensor] = {}  # id(hypothesis) -> its attention, read once for the penalty and the alignments
         if covered:
-            rerank(self.model, sentences, results, settings.coverage_penalty, [not terms or not terms[i] for i in range(len(window))],
-                   self.budget.tokens, self.device, lambda: half_autocast(self.device, self.precision), self.warn,
-                   first=1 if self._tags else 0)
+            attention = self._rerank(sentences, results, settings.coverage_penalty, [not terms or not terms[i] for i in range(len(window))])
             results = [hyps[: settings.nbest] for hyps in results]
         if terms is not None:
             self._report_missing(window, terms, constraints, results)
         units = [COVERING if covering is not None and covering[i] else settings.alignment for i in range(len(window))]
         if any(units):
-            self._align(sentences, results, units)
+            self._align(sentences, results, units, attention)
         return results
 
     def _terms(self, number: int, line: str, glossary: Glossary) -> list[Term]:
@@ -320,16 +320,36 @@ class Translator(Engine):
                           "within the output's length limit; translated without "
                           f"{'them' if len(missing) > 1 else 'it'} (raise --max-len-b)")
 
-    def _align(self, sentences: list[list[int]], results: list[list[Hypothesis]], units: Sequence[str | None]) -> None:
-        """Each hypothesis's alignment to its source in its line's unit (`--alignment`; None: none), from one
-        teacher-forced pass over all of them."""
-        pairs = [(i, h) for i, hyps in enumerate(results) if units[i] for h in hyps]
+    def _attention(self, sentences: list[list[int]], pairs: list[tuple[int, Hypothesis]]) -> list[Tensor]:
+        """The encoder-decoder attention (DEFAULT_HEADS) of each (line, hypothesis) pair, from one teacher-forced pass."""
         if not pairs:
-            return
+            return []
         forced = force_ids(self.model, [sentences[i] for i, _ in pairs], [h.tokens for _, h in pairs], self.budget.tokens, self.device,
                            lambda: half_autocast(self.device, self.precision), DEFAULT_HEADS, self.warn, log_probs=False)
-        for (i, h), f in zip(pairs, forced):
-            h.alignment = alignment_text(f.attention, [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], units[i])
+        return [f.attention for f in forced]
+
+    def _rerank(self, sentences: list[list[int]], results: list[list[Hypothesis]], beta: float, lines: Sequence[bool]) -> dict[int, Tensor]:
+        """In place: the hypotheses of each line marked in `lines` scored by s(Y, X) = score + cp(X; Y) (inference/coverage.py)
+        and sorted by it, best first. Returns their attention by id(), for the alignments to reuse."""
+        pairs = [(i, h) for i, hyps in enumerate(results) if lines[i] for h in hyps]
+        attention = self._attention(sentences, pairs)
+        first = 1 if self._tags else 0  # a multilingual model's language tag is no source word to cover
+        for (_, h), a in zip(pairs, attention):
+            h.score += coverage_penalty(a, beta, first)
+        for i, hyps in enumerate(results):
+            if lines[i]:
+                hyps.sort(key=lambda h: h.score, reverse=True)
+        return {id(h): a for (_, h), a in zip(pairs, attention)}
+
+    def _align(self, sentences: list[list[int]], results: list[list[Hypothesis]], units: Sequence[str | None],
+               attention: dict[int, Tensor]) -> None:
+        """Each hypothesis's alignment to its source in its line's unit (`--alignment`; None: none), from the attention
+        `_rerank` read (by id of the hypothesis) or one teacher-forced pass over the others."""
+        pairs = [(i, h) for i, hyps in enumerate(results) if units[i] for h in hyps]
+        unread = [(i, h) for i, h in pairs if id(h) not in attention]
+        attention = {**attention, **{id(h): a for (_, h), a in zip(unread, self._attention(sentences, unread))}}
+        for i, h in pairs:
+            h.alignment = alignment_text(attention[id(h)], [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], units[i])
 
     def score(self, lines: Iterable[str], targets: Iterable[str], alignment: str | None = None,
               settings: SearchSettings | None = None) -> Iterator[Scored]:
