@@ -20,9 +20,9 @@ __nmt_options() {
         'quickstart') REPLY='--minutes --max-steps --preset --device --examples --dir -C --help -h' ;;
         'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
         'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --compile --no-compile --shape-classes --no-shape-classes --cuda-graphs --no-cuda-graphs --peak-tflops --restart --help -h' ;;
-        'average') REPLY='--last --at --output -o --help -h' ;;
-        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --forced-decoding --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --help -h' ;;
-        'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --access-log --no-access-log --protect --no-protect --glossary --max-glossary --max-request-glossary --help -h' ;;
+        'average') REPLY='--last --at --output -o --calibrate --no-calibrate --device --help -h' ;;
+        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --forced-decoding --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --help -h' ;;
+        'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --access-log --no-access-log --protect --no-protect --glossary --max-glossary --max-request-glossary --help -h' ;;
         'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
@@ -98,6 +98,7 @@ __nmt_option_value() {
         'average --last') REPLY='text' ;;
         'average --at') REPLY='text' ;;
         'average --output'|'average -o') REPLY='files' ;;
+        'average --device') REPLY='choices auto cpu cuda' ;;
         'translate --model'|'translate -m') REPLY='files' ;;
         'translate --revision') REPLY='text' ;;
         'translate --input'|'translate -i') REPLY='files' ;;
@@ -106,6 +107,7 @@ __nmt_option_value() {
         'translate --alpha') REPLY='text' ;;
         'translate --length-penalty') REPLY='choices gnmt power' ;;
         'translate --coverage-penalty') REPLY='text' ;;
+        'translate --brevity-penalty') REPLY='text' ;;
         'translate --max-len-a') REPLY='text' ;;
         'translate --max-len-b') REPLY='text' ;;
         'translate --nbest') REPLY='text' ;;
@@ -138,6 +140,7 @@ __nmt_option_value() {
         'serve --alpha') REPLY='text' ;;
         'serve --length-penalty') REPLY='choices gnmt power' ;;
         'serve --coverage-penalty') REPLY='text' ;;
+        'serve --brevity-penalty') REPLY='text' ;;
         'serve --max-len-a') REPLY='text' ;;
         'serve --max-len-b') REPLY='text' ;;
         'serve --max-delay') REPLY='text' ;;

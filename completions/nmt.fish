@@ -24,11 +24,11 @@ function __nmt_value_options
         case 'train'
             printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --peak-tflops
         case 'average'
-            printf '%s\n' --last --at --output -o
+            printf '%s\n' --last --at --output -o --device
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary
         case 'serve'
-            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --protect --glossary --max-glossary --max-request-glossary
+            printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --protect --glossary --max-glossary --max-request-glossary
         case 'score'
             printf '%s\n' --ref -r --metrics --compat --target-lang -t --width --model -m --split --device
         case 'info'
@@ -234,6 +234,9 @@ complete -c nmt -n "__nmt_using 'train'" -l help -s h -d 'Show this message and 
 complete -c nmt -n "__nmt_using 'average'" -l last -x -d 'How many of the run\'s checkpoints to average (sec. 6.1: 5 for base, 20 for big)'
 complete -c nmt -n "__nmt_using 'average'" -l at -x -d 'Which checkpoints of a run: the newest (last), those up to its best validation (best), or auto: best for a run that validated BLEU (tiny and small, which stop early on it), else last'
 complete -c nmt -n "__nmt_using 'average'" -l output -s o -r -F -d 'Model dir to write'
+complete -c nmt -n "__nmt_using 'average'" -l calibrate -d 'Calibrate the model\'s brevity penalty on the run\'s validation split: the smallest weight whose translations reach BLEU\'s brevity penalty 0.96 (as long as their references within some 4%); 0, the paper\'s search, for a model already that long. --no-calibrate: 0 without translating'
+complete -c nmt -n "__nmt_using 'average'" -l no-calibrate -d 'The opposite of --calibrate'
+complete -c nmt -n "__nmt_using 'average'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'average'" -l help -s h -d 'Show this message and exit'
 complete -c nmt -n "__nmt_at_argument 'average' 0+" -F  # PATHS
 
@@ -246,6 +249,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l beam -x -d 'Beam size (sec. 6.1:
 complete -c nmt -n "__nmt_using 'translate'" -l alpha -x -d 'Length penalty exponent (sec. 6.1: 0.6); 0 disables it'
 complete -c nmt -n "__nmt_using 'translate'" -l length-penalty -x -a '(__nmt_values_length_penalty)' -d 'gnmt: ((5+|Y|)/6)^alpha, the paper\'s; power: |Y|^alpha (fairseq, CTranslate2)'
 complete -c nmt -n "__nmt_using 'translate'" -l coverage-penalty -x -d 'GNMT\'s coverage penalty beta: the beam\'s translations reranked by how much of the source they attended to, for a model that ends sentences early (0.2-1.0; docs/translating.md)'
+complete -c nmt -n "__nmt_using 'translate'" -l brevity-penalty -x -d 'Weight of the brevity penalty: a translation shorter than the length its source predicts (the training data\'s target pieces per source piece) pays weight * log of BLEU\'s brevity penalty'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-a -x -d 'Output length limit a*|x|+b: the a (sec. 6.1: 1)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-b -x -d 'Output length limit a*|x|+b: the b (sec. 6.1: 50)'
 complete -c nmt -n "__nmt_using 'translate'" -l nbest -x -d 'Translations per line, best first (at most --beam); with --sampling, samples per line in the order drawn'
@@ -286,6 +290,7 @@ complete -c nmt -n "__nmt_using 'serve'" -l beam -x -d 'Beam size (sec. 6.1: 4);
 complete -c nmt -n "__nmt_using 'serve'" -l alpha -x -d 'Length penalty exponent (sec. 6.1: 0.6)'
 complete -c nmt -n "__nmt_using 'serve'" -l length-penalty -x -a '(__nmt_values_length_penalty)' -d 'gnmt: ((5+|Y|)/6)^alpha, the paper\'s; power: |Y|^alpha'
 complete -c nmt -n "__nmt_using 'serve'" -l coverage-penalty -x -d 'GNMT\'s coverage penalty beta: the beam\'s translations reranked by how much of the source they attended to, for a model that ends sentences early (0.2-1.0; docs/translating.md)'
+complete -c nmt -n "__nmt_using 'serve'" -l brevity-penalty -x -d 'Weight of the brevity penalty: a translation shorter than the length its source predicts (the training data\'s target pieces per source piece) pays weight * log of BLEU\'s brevity penalty'
 complete -c nmt -n "__nmt_using 'serve'" -l max-len-a -x -d 'Output length limit a*|x|+b: the a'
 complete -c nmt -n "__nmt_using 'serve'" -l max-len-b -x -d 'Output length limit a*|x|+b: the b'
 complete -c nmt -n "__nmt_using 'serve'" -l batching -d 'Translate the lines of concurrent requests together (dynamic batching); off: one request at a time'

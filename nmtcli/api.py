@@ -94,7 +94,8 @@ class Translator:
                   prefix: str | Iterable[str] | None = None, glossary: GlossaryLike | None = None,
                   split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
                   length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True,
-                  protect_regex: Iterable[str] = (), coverage_penalty: float = 0.0) -> list[Translation]:
+                  protect_regex: Iterable[str] = (), coverage_penalty: float = 0.0,
+                  brevity_penalty: float | None = None) -> list[Translation]:
         """Each text's translation, in order: beam search of `beam` (1: greedy) with the GNMT length penalty
         `alpha` (sec. 6.1's settings by default). `texts`: a list, or any iterable (read a window at a time).
         `nbest`: each Translation's `nbest` holds that many, best first. `prefix`: a target prefix every
@@ -111,22 +112,27 @@ class Translator:
         occurs, its translation holds the target term (lexically constrained beam search; docs/translating.md).
         `coverage_penalty`: GNMT's beta (0: off): the beam's hypotheses reranked by how much of the text they attended
         to, longer and fuller translations from a model that ends sentences early (docs/translating.md).
+        `brevity_penalty`: the weight of the penalty a translation shorter than the length its text predicts pays
+        (None: the model's own, which `nmt average` calibrates on the validation split; 0: off, the paper's search).
         An empty list gives an empty list; an empty or blank text an empty Translation (score and confidence None)."""
         return list(self.translate_stream(texts, beam=beam, alpha=alpha, nbest=nbest, prefix=prefix, glossary=glossary,
                                           split_sentences=split_sentences, alignment=alignment, batch_tokens=batch_tokens,
                                           length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                                          protect=protect, protect_regex=protect_regex, coverage_penalty=coverage_penalty))
+                                          protect=protect, protect_regex=protect_regex, coverage_penalty=coverage_penalty,
+                                          brevity_penalty=brevity_penalty))
 
     def translate_stream(self, texts: Iterable[str], *, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
                          prefix: str | Iterable[str] | None = None, glossary: GlossaryLike | None = None,
                          split_sentences: bool = False, alignment: Alignment | None = None, batch_tokens: int | None = None,
                          length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True,
-                         protect_regex: Iterable[str] = (), coverage_penalty: float = 0.0) -> Iterator[Translation]:
+                         protect_regex: Iterable[str] = (), coverage_penalty: float = 0.0,
+                         brevity_penalty: float | None = None) -> Iterator[Translation]:
         """`translate`, as an iterator: each window's translations are given as soon as it is done, so an endless
         input (a file, a queue) is translated in bounded memory. `nmt translate` writes its output from here."""
         settings = self._settings(beam=beam, alpha=alpha, nbest=nbest, alignment=alignment, batch_tokens=batch_tokens,
                                   length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                                  glossary=None if glossary is None else glossary_of(glossary), coverage_penalty=coverage_penalty)
+                                  glossary=None if glossary is None else glossary_of(glossary), coverage_penalty=coverage_penalty,
+                                  brevity_penalty=brevity_penalty)
         if split_sentences and prefix is not None:
             raise NmtError("split_sentences does not go with prefix", "a prefix belongs to a whole text: split the texts first",
                            exit_code=2)
@@ -155,15 +161,17 @@ class Translator:
 
     def translate_html(self, document: str, *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt",
                        max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True, protect_regex: Iterable[str] = (),
-                       glossary: GlossaryLike | None = None, coverage_penalty: float = 0.0) -> str:
+                       glossary: GlossaryLike | None = None, coverage_penalty: float = 0.0, brevity_penalty: float | None = None) -> str:
         """An HTML document translated (`nmt translate --format html`): every tag, attribute, comment and
         <script>/<style>/<code>/<pre> kept byte for byte, each block's text translated a sentence at a time, inline
         tags placed by the word alignment; protected spans of its text (`protect`, `protect_regex`: as translate's)
-        kept as they are written and placed as void elements are; `glossary` and `coverage_penalty` as translate's."""
+        kept as they are written and placed as void elements are; `glossary`, `coverage_penalty` and `brevity_penalty` as
+        translate's."""
         if not isinstance(document, str):
             raise TypeError(f"document must be a str, not {type(document).__name__}")
         settings = self._settings(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                                  glossary=None if glossary is None else glossary_of(glossary), coverage_penalty=coverage_penalty)
+                                  glossary=None if glossary is None else glossary_of(glossary), coverage_penalty=coverage_penalty,
+                                  brevity_penalty=brevity_penalty)
         return self.html_with(settings, document, protection(protect, protect_regex))[0]
 
     def detect_language(self, text: str) -> list[tuple[str, float]]:
@@ -241,6 +249,10 @@ class Translator:
         coverage = changes.get("coverage_penalty", 0.0)
         if isinstance(coverage, bool) or not isinstance(coverage, (int, float)):
             raise NmtError(f"coverage_penalty must be a number, not {coverage!r}", "give 0 (off) or more", exit_code=2)
+        brevity = changes.get("brevity_penalty")
+        if brevity is not None and (isinstance(brevity, bool) or not isinstance(brevity, (int, float))):
+            raise NmtError(f"brevity_penalty must be a number or None, not {brevity!r}", "give 0 (off) or more, or None for the model's own",
+                           exit_code=2)
         if changes.get("alignment") not in (None, "words", "pieces"):
             raise NmtError(f"unknown alignment {changes['alignment']!r}", "choose words or pieces", exit_code=2)
         if changes.get("batch_tokens") is not None:

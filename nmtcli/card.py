@@ -38,7 +38,7 @@ A Transformer translation model ("Attention Is All You Need", Vaswani et al., 20
 - Architecture: {m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads,
   {m['norm']}-norm, {m['activation']}, {vocabulary}; {params:,} parameters
 - Training data: {t['data']} ({t['train_pairs']:,} sentence pairs after cleaning)
-- Training: {t['steps']} steps; this model averages the checkpoints of steps {steps}{start}
+- Training: {t['steps']} steps; this model averages the checkpoints of steps {steps}{start}{_search(values.get("search"))}
 
 ## Use
 
@@ -46,6 +46,19 @@ A Transformer translation model ("Attention Is All You Need", Vaswani et al., 20
 cat input.{src} | nmt translate -m THIS_DIR{flag} > output.{tgt}
 ```
 """
+
+
+def _search(search: dict[str, Any] | None) -> str:
+    """The card's line on the search's brevity penalty `nmt average` calibrated, if it did."""
+    if not search:
+        return ""
+    on = search.get("calibrated_on") or {}
+    how = (f": validation BP {on['bp'][0]:.3f} -> {on['bp'][1]:.3f}, BLEU {on['bleu'][0]:.1f} -> {on['bleu'][1]:.1f} "
+           f"on {on['lines']:,} lines") if on.get("bp") else ""
+    if not search.get("brevity_penalty"):
+        return f"\n- Search: the paper's (beam 4, alpha 0.6); brevity penalty 0, calibrated{how}"
+    return (f"\n- Search: beam 4, alpha 0.6 and brevity penalty {search['brevity_penalty']:g} (length ratio {search['length_ratio']:.3f}), "
+            f"calibrated{how}; `--brevity-penalty 0` gives the paper's search")
 
 
 def _multilingual(codes: list[str], trained: list[str]) -> tuple[str, str, str, tuple[str, str]]:

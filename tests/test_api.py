@@ -32,14 +32,14 @@ SIGNATURES = {
                  "prefix: 'str | Iterable[str] | None' = None, glossary: 'GlossaryLike | None' = None, "
                  "split_sentences: 'bool' = False, alignment: 'Alignment | None' = None, batch_tokens: 'int | None' = None, "
                  "length_penalty: 'str' = 'gnmt', max_len_a: 'float' = 1.0, max_len_b: 'int' = 50, protect: 'bool' = True, "
-                 "protect_regex: 'Iterable[str]' = (), coverage_penalty: 'float' = 0.0) -> 'list[Translation]'",
+                 "protect_regex: 'Iterable[str]' = (), coverage_penalty: 'float' = 0.0, brevity_penalty: 'float | None' = None) -> 'list[Translation]'",
     "sample": "(self, texts: 'Iterable[str]', *, samples: 'int' = 1, sampling: 'str' = 'full', temperature: 'float' = 1.0, "
               "seed: 'int' = 1, max_len_a: 'float' = 1.0, max_len_b: 'int' = 50) -> 'list[Translation]'",
     "score": "(self, sources: 'Iterable[str]', targets: 'Iterable[str]', *, alpha: 'float' = 0.6, length_penalty: 'str' = 'gnmt', "
              "alignment: 'Alignment | None' = None) -> 'list[Scored]'",
     "translate_html": "(self, document: 'str', *, beam: 'int' = 4, alpha: 'float' = 0.6, length_penalty: 'str' = 'gnmt', "
                       "max_len_a: 'float' = 1.0, max_len_b: 'int' = 50, protect: 'bool' = True, protect_regex: 'Iterable[str]' = (), "
-                      "glossary: 'GlossaryLike | None' = None, coverage_penalty: 'float' = 0.0) -> 'str'",
+                      "glossary: 'GlossaryLike | None' = None, coverage_penalty: 'float' = 0.0, brevity_penalty: 'float | None' = None) -> 'str'",
     "detect_language": "(self, text: 'str') -> 'list[tuple[str, float]]'",
 }
 TRANSLATION_FIELDS = ["text", "score", "log_prob", "tokens", "alignment", "confidence", "nbest", "sentences"]

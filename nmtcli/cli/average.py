@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from nmtcli.cli.common import MODELS_ROOT, announce, default_run_dir, say
+from nmtcli.cli import options
+from nmtcli.cli.common import MODELS_ROOT, announce, default_run_dir, progress_bar, say
 
 NAME = "average"
 
@@ -17,6 +18,10 @@ def command(
     last: Annotated[Optional[int], typer.Option(help="How many of the run's checkpoints to average (sec. 6.1: 5 for base, 20 for big). Default: 5; for a fine-tuning run (`nmt train --init`) 1, its best checkpoint alone.", min=1, show_default=False)] = None,
     at: Annotated[str, typer.Option(help="Which checkpoints of a run: the newest (last), those up to its best validation (best), or auto: best for a run that validated BLEU (tiny and small, which stop early on it), else last.")] = "auto",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Model dir to write. Default: models/RUN.")] = None,
+    calibrate: Annotated[bool, typer.Option(help="Calibrate the model's brevity penalty on the run's validation split: the smallest weight whose "
+                                                 "translations reach BLEU's brevity penalty 0.96 (as long as their references within some 4%); 0, the paper's "
+                                                 "search, for a model already that long. --no-calibrate: 0 without translating.")] = True,
+    device: Annotated[str, options.device()] = "auto",
 ) -> None:
     """Average checkpoints element-wise into a self-contained model dir.
 
@@ -26,6 +31,10 @@ def command(
     validation, which `nmt train` keeps; other runs over their newest, as the paper's. A fine-tuning
     run gives its best checkpoint alone: averaging in the less adapted ones before it undoes part of
     the adaptation.
+
+    Then the model's brevity penalty is calibrated: a model trained on a small corpus ends long sentences
+    early, and `nmt translate` holds its translations to the length its training data predicts with the
+    weight found here (docs/translating.md, "Length"). It translates the validation split a few times.
     """
     from nmtcli.errors import NmtError
     from nmtcli.training.average import AT, average_checkpoints, checkpoints_to_average, default_last
@@ -47,5 +56,35 @@ def command(
     out = output or MODELS_ROOT / run_dir.name
     say(f"averaging {len(checkpoints)} checkpoint(s){where}: {', '.join(c.name for c in checkpoints)}")
     announce("model", out)
-    average_checkpoints(checkpoints, out)
+    values = average_checkpoints(checkpoints, out)
+    if calibrate:
+        calibrate_length(out, values, device)
     say(f"done; next: nmt translate -m {out} < input.txt")
+
+
+def calibrate_length(model_dir: Path, values: dict, device: str) -> None:
+    """The model dir's brevity penalty, calibrated on the validation split of the data it was trained on
+    (training/brevity.py) and recorded in its config.json; said and skipped where there is none to use."""
+    from nmtcli.data.prepare import read_manifest
+    from nmtcli.device import resolve_device
+    from nmtcli.training.average import record_search
+    from nmtcli.training.brevity import calibrate
+
+    training = values["training"]
+    data_dir = Path(training["data_dir"])
+    if training.get("directions"):
+        say("brevity penalty not calibrated: multilingual data's directions differ in length (translate with --brevity-penalty W to set one)")
+        return
+    if not (data_dir / "manifest.json").is_file() or not (data_dir / f"valid.{values['languages']['target']}").is_file():
+        say(f"brevity penalty not calibrated: {data_dir}, the run's data, has no validation split here (average with it in place to calibrate)")
+        return
+    manifest = read_manifest(data_dir)
+    with progress_bar() as progress:
+        found = calibrate(model_dir, data_dir, manifest, str(resolve_device(device)), progress)
+    record = record_search(model_dir, found.record())["search"]
+    before, after = found.trial(0.0), found.trial(found.weight)
+    if found.weight == 0:
+        say(f"brevity penalty 0 (the paper's search): the validation translations are long enough (BP {before.bp:.3f})")
+    else:
+        say(f"brevity penalty {found.weight:g} (length ratio {record['length_ratio']:.3f}): validation BP {before.bp:.3f} -> {after.bp:.3f}, "
+            f"BLEU {before.bleu:.1f} -> {after.bleu:.1f} ({found.lines} lines; --brevity-penalty 0 translates with the paper's search)")

@@ -190,6 +190,11 @@ def _overview(report: dict[str, Any]):
             row("training data", f"{training.get('data')} ({training.get('train_pairs', 0):,} pairs) from {training.get('data_dir')}")
             row("training", f"preset {training.get('preset')}, {training.get('steps')} steps (run {training.get('run')}); "
                 f"averages the checkpoints of steps {steps}")
+        search = report.get("search")
+        if search:
+            on = search.get("calibrated_on") or {}
+            how = f"; calibrated on {on['lines']:,} validation lines: BP {on['bp'][0]:.3f} -> {on['bp'][1]:.3f}" if on.get("bp") else ""
+            row("search", f"brevity penalty {search.get('brevity_penalty', 0):g}, length ratio {search.get('length_ratio', 1.0):.3f}{how}")
         for label, metrics in report.get("scores", {}).items():
             row(f"score {label}", ", ".join(f"{name} {v['score']:.2f}" for name, v in metrics.items()))
     checked = report.get("hub")

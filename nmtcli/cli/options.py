@@ -30,6 +30,13 @@ def coverage_penalty(also: str = "") -> OptionInfo:
                         min=0.0, max=10.0)
 
 
+def brevity_penalty(also: str = "") -> OptionInfo:
+    return typer.Option(help="Weight of the brevity penalty: a translation shorter than the length its source predicts (the training data's "
+                             "target pieces per source piece) pays weight * log of BLEU's brevity penalty. Default: the model's own, which "
+                             f"`nmt average` calibrates on the validation split (`nmt info` shows it); 0: off, the paper's search{also}.",
+                        min=0.0, max=20.0, show_default=False)
+
+
 def max_len_a(also: str = "") -> OptionInfo:
     return typer.Option(help=f"Output length limit a*|x|+b: the a{also}.", min=0.0)
 

@@ -28,6 +28,7 @@ def command(
     alpha: Annotated[float, options.alpha()] = 0.6,
     length_penalty: Annotated[str, options.length_penalty()] = "gnmt",
     coverage_penalty: Annotated[float, options.coverage_penalty("; /nmt/translate may ask for another")] = 0.0,
+    brevity_penalty: Annotated[Optional[float], options.brevity_penalty(", for every model served; /nmt/translate may ask for another")] = None,
     max_len_a: Annotated[float, options.max_len_a()] = 1.0,
     max_len_b: Annotated[int, options.max_len_b()] = 50,
     batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Translate the lines of concurrent requests together (dynamic batching); off: one request at a time.")] = True,
@@ -92,7 +93,7 @@ def command(
 
     if threads is not None:
         torch.set_num_threads(threads)
-    settings = SearchSettings(beam=beam, alpha=alpha, coverage_penalty=coverage_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+    settings = SearchSettings(beam=beam, alpha=alpha, coverage_penalty=coverage_penalty, brevity_penalty=brevity_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                               length_penalty=length_penalty, batch_tokens=batch_tokens)
     if model:
         dirs = [(spec, resolve_model(spec)) for spec in model]

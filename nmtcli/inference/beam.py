@@ -15,12 +15,18 @@ of its prefix, one per step, and the search goes on from there. The prefix token
 output and of its score: they count with the model's log-probabilities of them, and toward |Y| in the
 length penalty. A multilingual model's target-language tag is the first token of every prefix and is
 certain (log-probability 0), as transformers' forced_bos_token_id makes it.
+
+A brevity penalty (`Brevity`, off unless a model or the caller gives it a weight) adds to a finished
+hypothesis's score the log of BLEU's brevity penalty against the length the source predicts: a model that
+ends sentences early (a small corpus of short strings) is held to the length its training data had.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -48,6 +54,35 @@ def lp(length: int | Tensor, alpha: float, kind: str = "gnmt"):
     if kind == "power":
         return length**alpha
     raise ValueError(f"length penalty must be one of {LENGTH_PENALTIES}, not {kind!r}")
+
+
+@dataclass(frozen=True)
+class Brevity:
+    """Sockeye's brevity penalty (Hieber et al. 2020), the log of BLEU's: a finished hypothesis Y of source X scores
+    log P(Y|X) / lp(Y) + weight * min(0, 1 - ratio * |X| / |Y|), where ratio * |X| is the length Y should have (ratio:
+    the training data's target pieces per source piece) and |X|, |Y| count pieces without EOS. Only hypotheses
+    shorter than that pay, by how much shorter; weight 0 is the paper's search."""
+
+    weight: float = 0.0
+    ratio: float = 1.0
+
+    def penalty(self, expected: Tensor, length: Tensor) -> Tensor:
+        """weight * min(0, 1 - expected / length): `expected` (n, 1) the lengths the sources predict, `length` the
+        hypotheses' (without EOS; a hypothesis of EOS alone counts as one piece)."""
+        return self.weight * torch.clamp(1.0 - expected / length.clamp(min=1).to(expected.dtype), max=0.0)
+
+    def of(self, source_pieces: int, length: int) -> float:
+        """The penalty of one hypothesis of `length` pieces (no EOS) for a source of `source_pieces` (forced scores)."""
+        return float(self.penalty(torch.tensor(self.ratio * source_pieces), torch.tensor(length)))
+
+
+NO_BREVITY = Brevity()
+
+
+def expected_lengths(model: Transformer, src: Tensor, brevity: Brevity) -> Tensor:
+    """(n,) ratio * |X|: the length in pieces each source predicts for its translation (EOS and padding not counted)."""
+    pieces = (src != model.config.pad_id).sum(1) - (src == model.config.eos_id).sum(1)
+    return brevity.ratio * pieces.to(torch.float32)
 
 
 def max_output_lengths(model: Transformer, src: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
@@ -142,13 +177,16 @@ def beam_search(
     sync_every: int | None = None,
     graphs=None,
     prefixes: Sequence[list[int]] | None = None,
+    brevity: Brevity = NO_BREVITY,
 ) -> list[list[Hypothesis]]:
     """src: (B, S) ids ending in EOS, right-padded. Returns the `nbest` best hypotheses of each sentence.
     `prefixes`: token ids each sentence's output must start with ([] for none; see prefix_tensors).
+    `brevity`: the brevity penalty finished hypotheses pay (Brevity; none by default).
 
     A sentence is decided when `nbest` hypotheses have ended and no live one can still beat them:
     log-probabilities only fall as a hypothesis grows, so a live hypothesis's best possible final
-    score is its current log-probability divided by the largest penalty it could reach.
+    score is its current log-probability divided by the largest penalty it could reach (a brevity penalty
+    is never above 0, so it only lowers the finished ones).
     `graphs`: a `StepGraphs` (inference/graphs.py) that replays captured steps on a GPU.
     """
     if beam < 1 or nbest < 1 or nbest > beam:
@@ -157,13 +195,13 @@ def beam_search(
         raise ValueError(f"alpha must be >= 0, not {alpha}")
     lp(1, alpha, length_penalty)  # an unknown kind fails here, before any work
     sync_every = sync_every or default_sync_every(src.device)
-    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, graphs)
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, graphs, brevity)
     try:
         return search.run(sync_every, graphs, default_leave_fraction(src.device))
     except GraphsOff:
         pass  # outside the handler, the failed search's memory can go before the new search's is taken
     del search
-    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes)
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, brevity=brevity)
     return search.run(sync_every, None, default_leave_fraction(src.device))
 
 
@@ -185,6 +223,7 @@ class BeamSearch:
     finished_* (n, nbest)  the best ended hypotheses so far, best first: score, log-prob, the beam and
                            length they ended in (their last token is at position length - 1 of that beam)
     done (n,)              decided: nothing can beat the finished ones any more
+    expected_len (n,)      the length the source predicts (Brevity): finished hypotheses shorter pay for it
     prefix (n, P), prefix_len (n,)  the tokens forced at the first steps (None without prefixes)
 
     While a sentence is inside its prefix only one of its beams is live (the others are -inf), as at
@@ -199,9 +238,11 @@ class BeamSearch:
     """
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
-                 nbest: int, length_penalty: str, min_len: int, prefixes: Sequence[list[int]] | None = None, graphs=None):
+                 nbest: int, length_penalty: str, min_len: int, prefixes: Sequence[list[int]] | None = None, graphs=None,
+                 brevity: Brevity = NO_BREVITY):
         cfg = model.config
         self.model, self.beam, self.nbest, self.alpha, self.length_penalty = model, beam, nbest, alpha, length_penalty
+        self.brevity = brevity
         device = src.device
         real = src.size(0)  # the batch's sentences; more rows are padding in a shape class
         self.shape_key = None  # (sentences aside) the shape class the search runs in, with graphs
@@ -217,12 +258,13 @@ class BeamSearch:
         self.steps = int(self.max_len[:real].max()) + 1 if n else 0  # every sentence is decided by then (EOS included)
         self.max_penalty = lp(self.max_len.double() + 1, alpha, length_penalty).float()  # EOS included
         self.min_len = torch.tensor(min_len, device=device)
+        self.expected_len = expected_lengths(model, src, brevity)
         memory, src_mask = model.encode(src)
         capacity, alloc = self.steps, None
         if self.graphs is not None:
             capacity, self.prefix, alloc = self.graphs.class_tensors(cfg, src, self.steps, self.prefix, max_len_a, max_len_b)
             self.shape_key = (src.size(1), capacity, 0 if self.prefix is None else self.prefix.size(1), K, nbest, alpha, length_penalty,
-                              decoder_dtype(memory))
+                              brevity.weight, decoder_dtype(memory))
         self.state = start_decoding(model, memory, src_mask, K, capacity=capacity, alloc=alloc, reorders=True)
         if 2 * K <= cfg.vocab_size:  # the first step's one row per sentence offers the 2K candidates a step ranks
             self.state.cache.start_with(n)  # all beams start identical: the first step decodes one row per sentence
@@ -325,8 +367,7 @@ class BeamSearch:
         A stable sort keeps earlier hypotheses first among equal scores, so ties go the same way
         whatever the batch.
         """
-        penalty = lp(generated.to(torch.float64), self.alpha, self.length_penalty).float()
-        new_score = torch.where(ends, scores / penalty, float("-inf"))
+        new_score = torch.where(ends, self.final_scores(scores, generated), float("-inf"))
         new_log_prob = torch.where(ends, scores, float("-inf"))
         all_score = torch.cat([self.finished_score, new_score], dim=1)
         order = torch.sort(all_score, dim=1, descending=True, stable=True).indices[:, : self.nbest]
@@ -336,6 +377,14 @@ class BeamSearch:
         self.finished_log_prob.copy_(torch.cat([self.finished_log_prob, new_log_prob], dim=1).gather(1, order))
         self.finished_beam.copy_(all_beam.gather(1, order))
         self.finished_length.copy_(all_length.gather(1, order))
+
+    def final_scores(self, scores: Tensor, generated: Tensor) -> Tensor:
+        """What hypotheses that end now (log-probabilities `scores` (n, c), `generated` tokens with EOS) rank by:
+        log P / lp, plus the brevity penalty where there is one."""
+        final = scores / lp(generated.to(torch.float64), self.alpha, self.length_penalty).float()
+        if self.brevity.weight:
+            final = final + self.brevity.penalty(self.expected_len.unsqueeze(1), generated - 1)
+        return final
 
     # --- the host's part ------------------------------------------------------------------------
 
@@ -402,14 +451,14 @@ class BeamSearch:
 
     def _by_sentence(self) -> tuple[str, ...]:
         """The state's tensors with one entry per sentence (n, ...): they leave the batch with their sentences."""
-        return ("sentence", "max_len", "max_penalty", "tokens", "parents", "scores", "finished_score", "finished_log_prob",
+        return ("sentence", "max_len", "max_penalty", "expected_len", "tokens", "parents", "scores", "finished_score", "finished_log_prob",
                 "finished_beam", "finished_length", "done", *(("prefix", "prefix_len") if self.prefix is not None else ()))
 
     # What a step changes: checked and restored by inference/graphs.py.
     _STEP_STATE = ("last", "tokens", "parents", "scores", "finished_score", "finished_log_prob", "finished_beam",
                    "finished_length", "done")
     # What a step reads and never changes (besides the decoder state's encoder keys/values).
-    _INPUTS = ("max_len", "max_penalty", "min_len", "banned", "prefix", "prefix_len")
+    _INPUTS = ("max_len", "max_penalty", "expected_len", "min_len", "banned", "prefix", "prefix_len")
 
     def class_key(self) -> tuple:
         """The shape class the next step runs in: a graph recorded for it replays for any search that has it

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from nmtcli.inference.beam import BeamSearch, default_leave_fraction, default_sync_every, lp
+from nmtcli.inference.beam import NO_BREVITY, BeamSearch, Brevity, default_leave_fraction, default_sync_every, lp
 from nmtcli.inference.outputs import log_normalizer, log_probs_of
 from nmtcli.model.incremental import decode_step
 from nmtcli.model.transformer import Transformer
@@ -41,7 +41,7 @@ Constraints = Sequence[Sequence[Sequence[int]]]
 def constrained_beam_search(model: Transformer, src: Tensor, constraints: Sequence[Constraints], beam: int = 4,
                             alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1,
                             length_penalty: str = "gnmt", min_len: int = 0, sync_every: int | None = None,
-                            prefixes: Sequence[list[int]] | None = None) -> list[list]:
+                            prefixes: Sequence[list[int]] | None = None, brevity: Brevity = NO_BREVITY) -> list[list]:
     """beam_search (inference/beam.py) whose every sentence's hypotheses hold its `constraints` before they end.
     Returns each sentence's `nbest` hypotheses, those holding every term first."""
     if beam < 1 or nbest < 1 or nbest > beam:
@@ -49,7 +49,7 @@ def constrained_beam_search(model: Transformer, src: Tensor, constraints: Sequen
     if len(constraints) != src.size(0):
         raise ValueError(f"{len(constraints)} constraint lists for {src.size(0)} sentences")
     lp(1, alpha, length_penalty)
-    search = ConstrainedSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, constraints)
+    search = ConstrainedSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, constraints, brevity)
     return search.run(sync_every or default_sync_every(src.device), None, default_leave_fraction(src.device))
 
 
@@ -65,8 +65,9 @@ class ConstrainedSearch(BeamSearch):
     """
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
-                 nbest: int, length_penalty: str, min_len: int, prefixes: Sequence[list[int]] | None, constraints: Sequence[Constraints]):
-        super().__init__(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes)
+                 nbest: int, length_penalty: str, min_len: int, prefixes: Sequence[list[int]] | None, constraints: Sequence[Constraints],
+                 brevity: Brevity = NO_BREVITY):
+        super().__init__(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, brevity=brevity)
         n, K, device = src.size(0), beam, src.device
         alternatives = [[(c, list(alt)) for c, alts in enumerate(cs) for alt in alts] for cs in constraints]
         A = max(1, max(map(len, alternatives), default=0))
@@ -207,8 +208,7 @@ class ConstrainedSearch(BeamSearch):
     def _record(self, ends: Tensor, beam: Tensor, scores: Tensor, holds: Tensor, generated: Tensor) -> None:
         """BeamSearch._record_finished keeping whether each finished hypothesis holds every term: those that do rank
         before those that do not (which ended at the length limit), each by score."""
-        penalty = lp(generated.to(torch.float64), self.alpha, self.length_penalty).float()
-        all_score = torch.cat([self.finished_score, torch.where(ends, scores / penalty, float("-inf"))], dim=1)
+        all_score = torch.cat([self.finished_score, torch.where(ends, self.final_scores(scores, generated), float("-inf"))], dim=1)
         all_met = torch.cat([self.finished_met, holds & ends], dim=1)
         by_score = torch.sort(all_score, dim=1, descending=True, stable=True).indices
         order = by_score.gather(1, torch.sort(all_met.gather(1, by_score).to(torch.int8), dim=1, descending=True, stable=True).indices)

@@ -64,9 +64,10 @@ class Forced:
         return sum(self.log_probs)
 
 
-def scored(forced: Forced, tokens: list[str], alpha: float, length_penalty: str) -> Scored:
-    """`forced`'s score as beam search ranks a hypothesis: log P(y | x) / lp(|y| + 1)."""
-    return Scored(tokens, forced.log_probs, forced.log_prob / lp(len(forced.log_probs), alpha, length_penalty),
+def scored(forced: Forced, tokens: list[str], alpha: float, length_penalty: str, brevity: float = 0.0) -> Scored:
+    """`forced`'s score as beam search ranks a hypothesis: log P(y | x) / lp(|y| + 1), plus its `brevity` penalty
+    (beam.Brevity.of)."""
+    return Scored(tokens, forced.log_probs, forced.log_prob / lp(len(forced.log_probs), alpha, length_penalty) + brevity,
                   confidence=confidence(forced.log_prob, len(tokens)))
 
 

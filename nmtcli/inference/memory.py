@@ -120,7 +120,7 @@ def arena_bytes(config: ModelConfig, sentences: int, source: int, capacity: int,
     parts |= {f"memory.{kv}.{i}": sentences * source * d * dtype_bytes for kv in ("keys", "values") for i in range(config.layers)}
     parts |= {"memory_mask": sentences * source * dtype_bytes, "position": 8, "min_len": 8, "banned": 16,
               "last": 8 * rows, "tokens": 8 * rows * capacity, "parents": 8 * rows * capacity, "scores": 4 * rows, "done": sentences,
-              "max_len": 8 * sentences, "max_penalty": 4 * sentences, "finished_score": 4 * sentences * nbest,
+              "max_len": 8 * sentences, "max_penalty": 4 * sentences, "expected_len": 4 * sentences, "finished_score": 4 * sentences * nbest,
               "finished_log_prob": 4 * sentences * nbest, "finished_beam": 8 * sentences * nbest,
               "finished_length": 8 * sentences * nbest}
     if prefix:

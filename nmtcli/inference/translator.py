@@ -28,7 +28,7 @@ from nmtcli import faults
 from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
 from nmtcli.inference.alignment import COVERING, DEFAULT_HEADS, alignment_text
-from nmtcli.inference.beam import Hypothesis, beam_search
+from nmtcli.inference.beam import Brevity, Hypothesis, beam_search
 from nmtcli.inference.confidence import confidence
 from nmtcli.inference.engine import Engine
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
@@ -73,9 +73,12 @@ class SearchSettings:
     alignment: str | None = None  # "words" or "pieces": each translation's alignment; HTML's "covering" (inference/alignment.py)
     glossary: Glossary | None = None  # terms every translation holds where their source terms occur (inference/glossary.py)
     coverage_penalty: float = 0.0  # GNMT's coverage penalty beta: the beam's hypotheses reranked by it (inference/coverage.py); 0: off
+    brevity_penalty: float | None = None  # the brevity penalty's weight (beam.Brevity); None: the model's own (`nmt average` calibrates it), else 0
+    length_ratio: float | None = None  # target pieces per source piece the brevity penalty expects; None: the model's own, else 1.0
 
 
 MAX_COVERAGE_PENALTY = 10.0  # the largest coverage penalty beta taken (GNMT used 0.2; past ~1 it only lengthens)
+MAX_BREVITY_PENALTY = 20.0  # the largest brevity penalty weight taken (past ~8 it only lengthens: docs/translating.md)
 
 # (batch_tokens, window) by device type (a GPU's batch_tokens depends on its memory: inference/memory.py). On a CPU a step's logits (rows x vocabulary) should stay near the
 # size of the last-level cache: 1,024 padded tokens is some 36 natural-length lines (144 beam rows), and
@@ -125,6 +128,7 @@ class Translator(Engine):
         if settings.nbest > settings.beam and settings.sampling is None:
             raise NmtError(f"--nbest {settings.nbest} exceeds --beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
         check_coverage(settings, "--coverage-penalty")
+        check_brevity(settings, "--brevity-penalty")
         self.model, self.config_values = load_model(model_dir, device)
         self.precision = precision
         if precision in HALF:
@@ -144,7 +148,7 @@ class Translator(Engine):
             tokens, sentences = gpu_batch(torch.cuda.get_device_properties(device).total_memory)
             batch_tokens = settings.batch_tokens or tokens
         self.budget = BatchBudget(batch_tokens, sentences)
-        self.settings = settings
+        self.settings = self.own_length(settings)
         self.warn = warn or (lambda message: None)
         self.graphs = StepGraphs(warn=self.warn) if device.type == "cuda" and settings.cuda_graphs else None
         cfg = self.model.config
@@ -158,6 +162,16 @@ class Translator(Engine):
         self._tags: tuple[int, int] | None = None  # and their tags' ids
         self.set_languages(*languages, model=str(model_dir))
         self._term_cache: dict[Term, list[list[int]]] = {}
+
+    def own_length(self, settings: SearchSettings) -> SearchSettings:
+        """`settings` with the brevity penalty and length ratio they leave to the model (None) made the model's own: those
+        `nmt average` calibrated on its validation split (config.json's "search"), else 0 (off) and 1.0."""
+        own = self.config_values.get("search") or {}
+        if settings.brevity_penalty is None:
+            settings = replace(settings, brevity_penalty=float(own.get("brevity_penalty", 0.0)))
+        if settings.length_ratio is None:
+            settings = replace(settings, length_ratio=float(own.get("length_ratio", 1.0)))
+        return settings
 
     def set_languages(self, source: str | None, target: str | None, model: str = "MODEL") -> None:
         """The direction to translate in: codes of the model's (`deu_Latn`), ISO 639-1 (`de`) or ISO 639-3 (`deu`).
@@ -252,7 +266,7 @@ class Translator(Engine):
         sentences = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens - tag, truncated)
         prefix_ids = None if prefixes is None else encode_prefixes(self.tokenizer, [number for number, _ in window], prefixes,
                                                                     self.max_source_tokens - 1 - tag, self.warn)
-        settings = settings or self.settings
+        settings = self.own_length(settings or self.settings)
         if prefix_ids is not None and any(prefix_ids) and settings.sampling is not None:
             raise NmtError("target prefixes work with beam and greedy search, not with sampling",
                            "drop the prefixes, or search with --beam instead of --sampling", exit_code=2)
@@ -355,8 +369,9 @@ class Translator(Engine):
               settings: SearchSettings | None = None) -> Iterator[Scored]:
         """Forced decoding (`--score-only`): each (line, target) pair's score, in order, a window at a time;
         with `alignment` ("words" or "pieces") also the target's alignment to the line. `settings` (alpha,
-        length_penalty) overrides the translator's for this call."""
-        s = settings or self.settings
+        length_penalty, brevity_penalty) overrides the translator's for this call."""
+        s = self.own_length(settings or self.settings)
+        brevity = Brevity(s.brevity_penalty or 0.0, s.length_ratio or 1.0)
         for window, texts in numbered_windows(lines, self.window, targets, "targets", "give exactly one target line per input line"):
             def truncated(side: str) -> Callable[[int, int], None]:
                 return lambda i, n: self.warn(f"line {window[i][0]}: {side} of {n} tokens truncated to the model's {self.max_source_tokens}")
@@ -368,7 +383,7 @@ class Translator(Engine):
             forced = force_ids(self.model, sources, given, self.budget.tokens, self.device, lambda: half_autocast(self.device, self.precision),
                                DEFAULT_HEADS if alignment else None, self.warn)
             for src, tgt, f in zip(sources, given, forced):
-                result = scored(f, [self.pieces[t] for t in tgt], s.alpha, s.length_penalty)
+                result = scored(f, [self.pieces[t] for t in tgt], s.alpha, s.length_penalty, brevity.of(len(src), len(tgt)))
                 if alignment:
                     result.alignment = alignment_text(f.attention, [self.pieces[t] for t in src], result.tokens, alignment)
                 yield result
@@ -386,6 +401,18 @@ def check_search(settings: SearchSettings) -> None:
     if settings.nbest > settings.beam and settings.sampling is None:
         raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
     check_coverage(settings, "coverage_penalty")
+    check_brevity(settings, "brevity_penalty")
+
+
+def check_brevity(settings: SearchSettings, name: str) -> None:
+    """The brevity penalty's weight: None (the model's), or 0 to MAX_BREVITY_PENALTY; the length ratio positive."""
+    weight = settings.brevity_penalty
+    if weight is not None and not (math.isfinite(weight) and 0 <= weight <= MAX_BREVITY_PENALTY):
+        raise NmtError(f"{name} {weight} is out of range", f"give 0 (off) to {MAX_BREVITY_PENALTY:g}; leave it out for the model's own "
+                       "(`nmt info MODEL` shows it)", exit_code=2)
+    ratio = settings.length_ratio
+    if ratio is not None and not (math.isfinite(ratio) and 0 < ratio <= 10):
+        raise NmtError(f"length ratio {ratio} is out of range", "give target pieces per source piece, above 0 and at most 10", exit_code=2)
 
 
 def check_coverage(settings: SearchSettings, name: str) -> None:
@@ -552,13 +579,14 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
             if s.sampling is not None:
                 return sample(model, src, parse_sampling(s.sampling), s.temperature, s.seed, torch.tensor([numbers[pos] for pos, _ in batch]),
                               s.nbest, s.max_len_a, s.max_len_b)
+            brevity = Brevity(s.brevity_penalty or 0.0, s.length_ratio or 1.0)
             if constraints is not None:  # beam 1 included: greedy search cannot look for a term's tokens
                 return constrained_beam_search(model, src, [constraints[pos] for pos, _ in batch], s.beam, s.alpha, s.max_len_a,
-                                               s.max_len_b, s.nbest, s.length_penalty, prefixes=forced)
-            if s.beam == 1:
+                                               s.max_len_b, s.nbest, s.length_penalty, prefixes=forced, brevity=brevity)
+            if s.beam == 1:  # one hypothesis: nothing for a penalty to choose between
                 return greedy_search(model, src, s.max_len_a, s.max_len_b, prefixes=forced)
             return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs,
-                               prefixes=forced)
+                               prefixes=forced, brevity=brevity)
     except (RuntimeError, MemoryError) as e:
         if not is_out_of_memory(e):
             raise

@@ -67,6 +67,8 @@ class CTranslate2Translator(Engine):
         """CTranslate2's arguments for `settings`; NmtError for what it does not do, naming the engine that does."""
         check_sampling(settings.sampling, settings.temperature, settings.seed)
         check_coverage(settings, "--coverage-penalty")
+        if settings.brevity_penalty:  # None: the model's own, which an export does not carry
+            raise NmtError("CTranslate2 has no brevity penalty", "use the native engine for --brevity-penalty")
         if settings.sampling is None and settings.beam > 1 and settings.alpha > 0 and settings.length_penalty != "power":
             raise NmtError("CTranslate2 implements the power length penalty |Y|^alpha only", "pass --length-penalty power, or --beam 1")
         if settings.nbest != 1:

@@ -426,7 +426,8 @@ def _settings_record(s: SearchSettings) -> dict[str, Any]:
     return {"beam": s.beam, "alpha": s.alpha, "length_penalty": s.length_penalty, "max_len_a": s.max_len_a, "max_len_b": s.max_len_b,
             "nbest": s.nbest, **({"sampling": s.sampling, "temperature": s.temperature, "seed": s.seed} if s.sampling else {}),
             **({"alignment": s.alignment} if s.alignment else {}), **({"glossary_terms": len(s.glossary)} if s.glossary else {}),
-            **({"coverage_penalty": s.coverage_penalty} if s.coverage_penalty else {})}
+            **({"coverage_penalty": s.coverage_penalty} if s.coverage_penalty else {}),
+            **({"brevity_penalty": s.brevity_penalty} if s.brevity_penalty is not None else {})}
 
 
 def _confident(record: dict[str, Any], line: str, least: float) -> dict[str, Any]:

@@ -87,6 +87,7 @@ class FileService:
         config = self.service.config
         options = dict(beam=config.search.beam, alpha=config.search.alpha, length_penalty=config.search.length_penalty,
                        max_len_a=config.search.max_len_a, max_len_b=config.search.max_len_b, coverage_penalty=config.search.coverage_penalty,
+                       brevity_penalty=config.search.brevity_penalty,
                        protect=config.protect,
                        protect_regex=list(config.protect_regex),
                        glossary=self.service.with_glossary(config.search, model, None).glossary)  # the server's for the pair

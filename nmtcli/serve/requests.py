@@ -22,7 +22,7 @@ from nmtcli.inference.glossary import Glossary, glossary_of
 from nmtcli.inference.alignment import UNITS
 from nmtcli.inference.beam import LENGTH_PENALTIES
 from nmtcli.inference.sampling import DEFAULT_SEED, SAMPLING_FORMS, parse_sampling
-from nmtcli.inference.translator import MAX_COVERAGE_PENALTY, SearchSettings
+from nmtcli.inference.translator import MAX_BREVITY_PENALTY, MAX_COVERAGE_PENALTY, SearchSettings
 
 
 class ApiError(Exception):
@@ -219,6 +219,7 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
     length_penalty = fields.get("length_penalty", defaults.length_penalty)
     if length_penalty not in LENGTH_PENALTIES:
         raise ApiError(400, f"Invalid request: length_penalty must be one of {', '.join(LENGTH_PENALTIES)}")
+    brevity = fields.get("brevity_penalty", defaults.brevity_penalty)  # None: each model's own
     settings = SearchSettings(
         beam=beam, nbest=nbest, length_penalty=length_penalty,
         alpha=_number(fields.get("alpha", defaults.alpha), "alpha", 0.0, 10.0),
@@ -229,6 +230,7 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         seed=_integer(fields.get("seed", DEFAULT_SEED), "seed", 0, 2**63 - 1),
         alignment=_alignment(fields.get("alignment")),
         coverage_penalty=0.0 if sampling else _number(fields.get("coverage_penalty", defaults.coverage_penalty), "coverage_penalty", 0.0, MAX_COVERAGE_PENALTY),
+        brevity_penalty=None if sampling or brevity is None else _number(brevity, "brevity_penalty", 0.0, MAX_BREVITY_PENALTY),
     )
     prefixes = _prefixes(fields.get("prefix"), len(lines))
     if prefixes is not None and any(prefixes) and sampling:
@@ -368,7 +370,7 @@ def _sampling(fields: dict[str, Any]) -> str | None:
         parse_sampling(sampling)
     except ValueError as e:
         raise ApiError(400, f"Invalid request: sampling {sampling!r}: {e} (send {SAMPLING_FORMS})") from None
-    for name in ("beam", "alpha", "length_penalty", "coverage_penalty"):
+    for name in ("beam", "alpha", "length_penalty", "coverage_penalty", "brevity_penalty"):
         if name in fields:
             raise ApiError(400, f"Invalid request: {name} does not go with sampling (leave it out; nbest N draws N samples)")
     return sampling

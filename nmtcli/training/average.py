@@ -13,8 +13,8 @@ from typing import Any
 from nmtcli.card import local_card
 from nmtcli.checksums import file_sha256
 from nmtcli.errors import NmtError
-from nmtcli.files import read_json
-from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, average_weights, model_dir_config, write_model_dir
+from nmtcli.files import atomic_write_json, atomic_write_text, read_json
+from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, average_weights, model_dir_config, write_model_dir
 from nmtcli.model.config import ModelConfig
 from nmtcli.training.rundir import best_validation, checkpoint_dirs, ending_at, read_run_config, run_vocabulary
 
@@ -132,3 +132,16 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
     write_model_dir(out_dir, state, values, {name: runs[-1] / name for name in names}, local_card(values))
     return values
 
+
+
+def record_search(model_dir: Path, search: dict[str, Any]) -> dict[str, Any]:
+    """Put `search` (the calibrated brevity penalty: training/brevity.py) into a model dir's config.json, before its
+    versions, and its card with it; each file replaced whole. Returns the new config."""
+    broken = "average the run again"
+    values = read_json(Path(model_dir) / CONFIG_FILE, (f"{model_dir} is not a model dir (no {CONFIG_FILE})", broken), broken)
+    versions = values.pop("versions", None)
+    values.pop("search", None)
+    values = {**values, "search": search, **({"versions": versions} if versions is not None else {})}
+    atomic_write_text(Path(model_dir) / CARD_FILE, local_card(values))
+    atomic_write_json(Path(model_dir) / CONFIG_FILE, values)
+    return values

@@ -1,0 +1,119 @@
+"""A model's brevity penalty, calibrated on its validation split when `nmt average` writes it (issue 40).
+
+A Transformer trained on a small corpus of short strings ends long sentences early: `tiny` on the demo corpus
+writes translations a quarter too short (BLEU's brevity penalty 0.75), and its own scores prefer the short
+hypothesis, so no length penalty of the paper's search lengthens them without running others on
+(docs/training.md, "Short outputs"). The search's brevity penalty (inference/beam.py, `Brevity`) holds a
+finished hypothesis to the length the training data predicts from its source: ratio * |X|, ratio the training
+pairs' median target pieces per source piece. Its weight is the model's own: the smallest of WEIGHTS whose
+translations of the validation split reach BLEU's brevity penalty TARGET_BP (as long as their references,
+within some 4%), found by bisection (length grows with the weight). A model already that long gets weight 0: the
+paper's search, unchanged. The weight and the ratio go into the model dir's config.json ("search"), where
+`nmt translate` reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TARGET_BP = 0.96  # BLEU's brevity penalty the validation translations must reach: some 4% shorter than their references
+WEIGHTS = (*(i / 2 for i in range(21)), 12.0, 15.0, 20.0)  # the weights tried: 0 to 10 by 0.5, then 12, 15, 20
+VALID_LINES = 1000  # the validation lines translated for each weight tried (the first ones)
+TASK = "calibrating the length on the validation split"  # the progress bar's
+
+
+@dataclass
+class Trial:
+    """The validation split translated at one weight: BLEU, its brevity penalty, and the output's length over the references'."""
+
+    weight: float
+    bleu: float
+    bp: float
+    ratio: float
+
+
+@dataclass
+class Calibration:
+    """The weight chosen, the length ratio it holds translations to, and every weight tried (first: 0, the paper's search)."""
+
+    weight: float
+    length_ratio: float
+    lines: int
+    trials: list[Trial] = field(default_factory=list)
+
+    def trial(self, weight: float) -> Trial:
+        return next(t for t in self.trials if t.weight == weight)
+
+    def record(self) -> dict[str, Any]:
+        """config.json's "search": what `nmt translate` reads, and how it was found."""
+        before, after = self.trial(0.0), self.trial(self.weight)
+        return {
+            "brevity_penalty": self.weight,
+            "length_ratio": round(self.length_ratio, 4),
+            "calibrated_on": {"split": "valid", "lines": self.lines, "target_bp": TARGET_BP,
+                              "bp": [round(before.bp, 4), round(after.bp, 4)], "bleu": [round(before.bleu, 2), round(after.bleu, 2)]},
+        }
+
+
+def training_length_ratio(data_dir: Path, source_lang: str, target_lang: str, vocab_size: int) -> float:
+    """The training pairs' median of target pieces per source piece: the penalty is a sentence's, so the ratio is the
+    typical sentence's (on the demo corpus 1.0, where the sums' ratio, 1.13, is the long sentences'; at the sums'
+    ratio the same brevity costs 0.2-0.5 BLEU more: docs/translating.md, "Length")."""
+    from nmtcli.data.shards import Shard
+
+    source = Shard(Path(data_dir) / f"train.{source_lang}", vocab_size).lengths
+    target = Shard(Path(data_dir) / f"train.{target_lang}", vocab_size).lengths
+    kept = source > 0
+    return float(np.median(target[kept] / source[kept])) if kept.any() else 1.0
+
+
+def calibrate(model_dir: Path, data_dir: Path, manifest: dict[str, Any], device: str,
+              progress: Callable[[str, int, int | None], None] | None = None) -> Calibration:
+    """The brevity penalty weight for the model in `model_dir`, found on the validation split of `data_dir` (its
+    prepared data, `manifest` its manifest.json) as the module says."""
+    import sacrebleu
+
+    from nmtcli.data.prepare import reference_lines
+    from nmtcli.inference.translator import SearchSettings, Translator
+
+    source_lang, target_lang = manifest["source_lang"], manifest["target_lang"]
+    sources = reference_lines(data_dir, "valid", source_lang)[:VALID_LINES]
+    references = reference_lines(data_dir, "valid", target_lang)[:VALID_LINES]
+    tags = manifest.get("language_tags")  # data prepared for a multilingual model (--vocab-from): its codes
+    languages = (tags["source"], tags["target"]) if tags else (None, None)
+    translator = Translator(model_dir, device, languages=languages)
+    ratio = training_length_ratio(data_dir, source_lang, target_lang, translator.model.config.vocab_size)
+    calibration = Calibration(0.0, ratio, len(sources))
+    tried: dict[float, Trial] = {}
+
+    def at(weight: float) -> Trial:
+        if weight not in tried:
+            settings = SearchSettings(brevity_penalty=weight, length_ratio=ratio)
+            hypotheses = [hyps[0].text if hyps else "" for hyps in translator.translate_lines(sources, settings)]
+            bleu = sacrebleu.corpus_bleu(hypotheses, [references])
+            tried[weight] = Trial(weight, bleu.score, bleu.bp, bleu.sys_len / max(1, bleu.ref_len))
+            calibration.trials.append(tried[weight])
+            if progress:
+                progress(TASK, len(tried), None)
+        return tried[weight]
+
+    if at(0.0).bp >= TARGET_BP or not sources:
+        return calibration
+    # The smallest weight that reaches TARGET_BP (the largest if none does): bisection over WEIGHTS.
+    low, high = 0, len(WEIGHTS) - 1  # WEIGHTS[low] falls short; WEIGHTS[high] reaches it, or is the last
+    while high - low > 1:
+        middle = (low + high) // 2
+        if at(WEIGHTS[middle]).bp >= TARGET_BP:
+            high = middle
+        else:
+            low = middle
+    calibration.weight = WEIGHTS[high]
+    at(calibration.weight)
+    calibration.trials.sort(key=lambda t: t.weight)
+    return calibration
+
