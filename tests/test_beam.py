@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmtcli.inference.beam import beam_search, lp
+from nmtcli.inference.beam import Brevity, beam_search, lp
 from nmtcli.model.config import BOS_ID, EOS_ID, ModelConfig
 from nmtcli.model.transformer import Transformer
 
@@ -31,11 +31,12 @@ def sequence_log_prob(model: Transformer, src: torch.Tensor, tokens: tuple[int, 
     return sum(log_probs[t, y].item() for t, y in enumerate((*tokens, EOS_ID)))
 
 
-def exhaustive_best(model, src, max_len, alpha, penalty):
+def exhaustive_best(model, src, max_len, alpha, penalty, brevity=Brevity()):
     best = None
+    pieces = int((src != 0).sum()) - 1  # the source's, without EOS
     for length in range(max_len + 1):
         for tokens in itertools.product(WORDS, repeat=length):
-            score = sequence_log_prob(model, src, tokens) / lp(length + 1, alpha, penalty)
+            score = sequence_log_prob(model, src, tokens) / lp(length + 1, alpha, penalty) + brevity.of(pieces, length)
             if best is None or score > best[1]:
                 best = (list(tokens), score)
     return best
@@ -57,6 +58,23 @@ def test_wide_beam_finds_the_exhaustive_best_under_each_length_penalty(penalty):
             winners.add(tuple(tokens))
         winners_change |= len(winners) > 1
     assert winners_change, "no model where the length penalty changes the winner: the test proves nothing"
+
+
+def test_wide_beam_finds_the_exhaustive_best_under_a_brevity_penalty():
+    # a finished hypothesis's score only falls by the penalty, so the early stop (live log P / the largest lp) still
+    # never stops a search that a live hypothesis could win
+    src = torch.tensor([[4, 5, 4, EOS_ID]])
+    longer = 0
+    for seed in range(6):
+        model = tiny_model(seed)
+        for weight, ratio in ((1.0, 1.0), (4.0, 0.7), (20.0, 1.0)):
+            brevity = Brevity(weight, ratio)
+            tokens, score = exhaustive_best(model, src, 3, 0.6, "gnmt", brevity)
+            hyp = beam_search(model, src, beam=27, alpha=0.6, max_len_a=0.0, max_len_b=3, brevity=brevity)[0][0]
+            assert hyp.tokens == tokens, (seed, weight, ratio)
+            assert hyp.score == pytest.approx(score, abs=1e-4)
+            longer += len(tokens) > len(exhaustive_best(model, src, 3, 0.6, "gnmt")[0])
+    assert longer, "no model where the penalty lengthens the winner: the test proves nothing"
 
 
 def greedy(model: Transformer, src: torch.Tensor, max_len: int, prefix: tuple[int, ...] = ()) -> list[int]:

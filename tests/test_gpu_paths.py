@@ -228,14 +228,15 @@ def positions_agree(monkeypatch):
     monkeypatch.setattr(DecoderCache, "begin_step", checked)
 
 
-def _search_lines(backend=None, budget_tokens=1000):
-    """Two copies of SENTENCES (10 lines) translated through translate_ids, with step graphs on `backend`
-    (None: no graphs): (the lines' n-best lists, warnings, the batch budget after, the graphs)."""
+def _search_lines(backend=None, budget_tokens=1000, settings=None):
+    """Two copies of SENTENCES (10 lines) translated through translate_ids (with `settings`, default beam 4, nbest 2,
+    max_len_b 7), with step graphs on `backend` (None: no graphs): (the lines' n-best lists, warnings, the batch
+    budget after, the graphs)."""
     model = tiny_model(8, vocab_size=30)
     warnings = []
     graphs = StepGraphs(bucket=4, backend=backend, warn=warnings.append) if backend is not None else None
     budget = BatchBudget(budget_tokens)
-    hyps = translate_ids(model, SENTENCES * 2, SearchSettings(beam=4, nbest=2, max_len_b=7), budget, torch.device("cpu"),
+    hyps = translate_ids(model, SENTENCES * 2, settings or SearchSettings(beam=4, nbest=2, max_len_b=7), budget, torch.device("cpu"),
                          graphs=graphs, warn=warnings.append)
     return _as_lists(hyps), warnings, budget, graphs
 
@@ -245,6 +246,17 @@ def eager_lines():
     lines = _search_lines()[0]
     assert len({len(h[0][0]) for h in lines}) > 1, "every line has the same length: the tests prove little"
     return lines
+
+
+def test_recorded_graphs_replay_the_eager_search_with_a_brevity_penalty(positions_agree, eager_lines):
+    # the lengths the sources predict are a per-sentence input of the step: in the Arena, and moved with their sentences
+    settings = SearchSettings(beam=4, nbest=2, max_len_b=7, brevity_penalty=5.0, length_ratio=2.0)
+    eager = _search_lines(settings=settings)[0]
+    assert eager != eager_lines  # the penalty changes some lines' choice
+    recorder = Recorder()
+    lines, warnings, _, graphs = _search_lines(recorder, settings=settings)
+    assert lines == eager and warnings == []
+    assert graphs.enabled and recorder.replayed > recorder.recorded >= 3
 
 
 def _fault(monkeypatch, spec: str | None):
