@@ -150,11 +150,12 @@ class Translator:
         return list(self._stream(checked(texts, "texts"), settings, None, False))
 
     def score(self, sources: Iterable[str], targets: Iterable[str], *, alpha: float = 0.6, length_penalty: str = "gnmt",
-              alignment: Alignment | None = None) -> list[Scored]:
+              alignment: Alignment | None = None, brevity_penalty: float | None = None) -> list[Scored]:
         """Forced decoding (`nmt translate --score-only`): for each (source, target) pair the model's log-probability of
         that target, token by token (`token_log_probs`, the last for EOS), its score as the search would rank it, and
-        its confidence; with `alignment` its alignment to the source. The two must have as many items."""
-        settings = self._settings(alpha=alpha, length_penalty=length_penalty)
+        its confidence; with `alignment` its alignment to the source; `brevity_penalty` as translate's. The two must have
+        as many items."""
+        settings = self._settings(alpha=alpha, length_penalty=length_penalty, brevity_penalty=brevity_penalty)
         if alignment not in (None, "words", "pieces"):
             raise NmtError(f"unknown alignment {alignment!r}", "choose words or pieces", exit_code=2)
         return list(self.score_with(settings, sources, targets, alignment))
@@ -255,6 +256,8 @@ class Translator:
                            exit_code=2)
         if changes.get("alignment") not in (None, "words", "pieces"):
             raise NmtError(f"unknown alignment {changes['alignment']!r}", "choose words or pieces", exit_code=2)
+        if brevity is None:  # the engine's own: the model's, or what the settings it was loaded with say
+            changes.pop("brevity_penalty", None)
         if changes.get("batch_tokens") is not None:
             self._engine.budget.tokens = changes["batch_tokens"]
         settings = dataclasses.replace(self._engine.settings, **{"sampling": None, "alignment": None, **changes})

@@ -36,7 +36,7 @@ SIGNATURES = {
     "sample": "(self, texts: 'Iterable[str]', *, samples: 'int' = 1, sampling: 'str' = 'full', temperature: 'float' = 1.0, "
               "seed: 'int' = 1, max_len_a: 'float' = 1.0, max_len_b: 'int' = 50) -> 'list[Translation]'",
     "score": "(self, sources: 'Iterable[str]', targets: 'Iterable[str]', *, alpha: 'float' = 0.6, length_penalty: 'str' = 'gnmt', "
-             "alignment: 'Alignment | None' = None) -> 'list[Scored]'",
+             "alignment: 'Alignment | None' = None, brevity_penalty: 'float | None' = None) -> 'list[Scored]'",
     "translate_html": "(self, document: 'str', *, beam: 'int' = 4, alpha: 'float' = 0.6, length_penalty: 'str' = 'gnmt', "
                       "max_len_a: 'float' = 1.0, max_len_b: 'int' = 50, protect: 'bool' = True, protect_regex: 'Iterable[str]' = (), "
                       "glossary: 'GlossaryLike | None' = None, coverage_penalty: 'float' = 0.0, brevity_penalty: 'float | None' = None) -> 'str'",

@@ -109,6 +109,17 @@ def test_nmt_average_records_the_calibration_and_no_calibrate_leaves_it_out(trai
     assert f"brevity penalty {search['brevity_penalty']:g}, length ratio {search['length_ratio']:.3f}" in shown
     nmt_main("average", str(trained_run), "-o", str(tmp_path / "plain"), "--no-calibrate")
     assert "search" not in json.loads((tmp_path / "plain" / "config.json").read_text())
+    # the run's data without its validation split: the model is written, uncalibrated, and the command says why
+    run, data = tmp_path / "run", tmp_path / "data"
+    shutil.copytree(trained_run, run)
+    config = json.loads((run / "config.json").read_text())
+    shutil.copytree(config["data"]["dir"], data)
+    (data / "valid.en").unlink()
+    config["data"]["dir"] = str(data)
+    (run / "config.json").write_text(json.dumps(config))
+    done = nmt_main("average", str(run), "-o", str(tmp_path / "uncalibrated"), "--device", "cpu")
+    assert "brevity penalty not calibrated" in done.stderr and "has no validation split here" in done.stderr
+    assert "search" not in json.loads((tmp_path / "uncalibrated" / "config.json").read_text())
 
 
 def test_the_cli_the_api_and_the_server_take_a_weight_and_refuse_a_bad_one(held_long, nmt_main, tmp_path):
@@ -126,9 +137,21 @@ def test_the_cli_the_api_and_the_server_take_a_weight_and_refuse_a_bad_one(held_
     for bad in ("-1", "21", "nan"):
         refused = nmt_main(*flags, "--brevity-penalty", bad, input=text, check=False)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, bad
+    refused = nmt_main(*flags, "--brevity-penalty", "1", "--sampling", "full", input=text, check=False)
+    assert refused.returncode == 2 and "--brevity-penalty does not go with --sampling" in refused.stderr
     for value in (-0.5, "1", True, float("inf"), 25.0):
         with pytest.raises(NmtError):
             translator.translate(LINES[:1], brevity_penalty=value)
+    # a weight the translator was loaded with stays the default of every call; score() takes one per call
+    from nmtcli.api import open_engine
+    from nmtcli.inference.translator import SearchSettings
+
+    plain = Translator(open_engine(held_long, device="cpu", settings=SearchSettings(brevity_penalty=0.0)), "held")
+    assert [t.text for t in plain.translate(LINES)] == expected[0.0]
+    held = translator.translate(LINES[:3])
+    assert [s.score for s in translator.score(LINES[:3], [t.text for t in held])] == pytest.approx([t.score for t in held], abs=1e-3)
+    unpenalized = translator.score(LINES[:3], [t.text for t in held], brevity_penalty=0)
+    assert all(u.score >= s.score for u, s in zip(unpenalized, translator.score(LINES[:3], [t.text for t in held])))
     server = Server(["-m", str(held_long), "--threads", "1"], tmp_path)
     try:
         status, answer, _ = request(server, "POST", "/nmt/translate", {"lines": LINES})

@@ -99,3 +99,22 @@ def test_the_coverage_penalty_reaches_ctranslate2s_search(random_model, tmp_path
     plain, covered = _ct2(out, *flags).splitlines(), _ct2(out, *flags, "--coverage-penalty", "5").splitlines()
     assert len(plain) == len(covered) == len(LINES) and covered[1] == ""
     assert plain != covered and _ct2(out, *flags, "--coverage-penalty", "0").splitlines() == plain
+
+
+def test_a_calibrated_brevity_penalty_is_warned_of_at_export_and_a_weight_is_refused_by_ctranslate2(random_model, tmp_path):
+    """CTranslate2's search has no brevity penalty: exporting a model that records one says so, and asking for one is an error."""
+    import shutil
+
+    from nmtcli.training.average import record_search
+
+    model, out = tmp_path / "model", tmp_path / "ct2"
+    shutil.copytree(random_model, model)
+    record_search(model, {"brevity_penalty": 4.0, "length_ratio": 1.0})
+    done = nmt_in_process("export", "ctranslate2", str(model), str(out))
+    assert "brevity penalty 4, which CTranslate2 does not have" in done.stderr
+    refused = nmt_in_process("translate", "--engine", "ctranslate2", "-m", str(out), "--beam", "1", "--brevity-penalty", "2",
+                             input=TEXT, check=False)
+    assert refused.returncode == 1 and "CTranslate2 has no brevity penalty" in refused.stderr and "Traceback" not in refused.stderr
+    assert _ct2(out, "--beam", "1", "--brevity-penalty", "0") == _ct2(out, "--beam", "1")
+    plain = nmt_in_process("export", "ctranslate2", str(random_model), str(tmp_path / "plain"))
+    assert "brevity penalty" not in plain.stderr

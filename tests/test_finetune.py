@@ -131,7 +131,8 @@ def test_step_0_is_exactly_the_base_model(opus, tmp_path):
     lines = Path(f"{opus['indomain']}.en").read_text().splitlines()[:20]
     text = "\n".join(lines) + "\n"
     translate = ("translate", "--device", "cpu", "--max-len-b", "20")
-    assert (nmt_in_process(*translate, "-m", str(tmp_path / "step0"), input=text).stdout
+    # the weights are the base model's; the brevity penalty `nmt average` calibrated for them is the search's, left out
+    assert (nmt_in_process(*translate, "-m", str(tmp_path / "step0"), "--brevity-penalty", "0", input=text).stdout
             == nmt_in_process(*translate, "-m", str(opus["model"]), input=text).stdout)
 
 

@@ -41,6 +41,10 @@ def command(
 
     if at not in AT:
         raise NmtError(f"unknown --at {at!r}", "choose auto, best or last", exit_code=2)
+    if calibrate:  # a device that is not there is said before anything is written
+        from nmtcli.device import resolve_device
+
+        resolve_device(device)
 
     paths = paths or [default_run_dir()]
     if len(paths) == 1 and (paths[0] / "checkpoints").is_dir():
@@ -67,20 +71,31 @@ def calibrate_length(model_dir: Path, values: dict, device: str) -> None:
     (training/brevity.py) and recorded in its config.json; said and skipped where there is none to use."""
     from nmtcli.data.prepare import read_manifest
     from nmtcli.device import resolve_device
+    from nmtcli.errors import NmtError
     from nmtcli.training.average import record_search
     from nmtcli.training.brevity import calibrate
 
-    training = values["training"]
+    training, languages = values["training"], values["languages"]
     data_dir = Path(training["data_dir"])
+    skipped = "brevity penalty not calibrated (the model translates with the paper's search; --brevity-penalty W sets one)"
     if training.get("directions"):
-        say("brevity penalty not calibrated: multilingual data's directions differ in length (translate with --brevity-penalty W to set one)")
+        say(f"{skipped}: multilingual data's directions differ in length")
         return
-    if not (data_dir / "manifest.json").is_file() or not (data_dir / f"valid.{values['languages']['target']}").is_file():
-        say(f"brevity penalty not calibrated: {data_dir}, the run's data, has no validation split here (average with it in place to calibrate)")
+    splits = [data_dir / f"valid.{languages[side]}" for side in ("source", "target")]
+    if not (data_dir / "manifest.json").is_file() or not all(path.is_file() for path in splits):
+        say(f"{skipped}: {data_dir}, the run's data, has no validation split here (average with it in place to calibrate)")
         return
-    manifest = read_manifest(data_dir)
-    with progress_bar() as progress:
-        found = calibrate(model_dir, data_dir, manifest, str(resolve_device(device)), progress)
+    device_ = resolve_device(device)
+    try:
+        manifest = read_manifest(data_dir)
+        if (manifest.get("source_lang"), manifest.get("target_lang")) != (languages["source"], languages["target"]):
+            raise NmtError(f"{data_dir} now holds {manifest.get('source_lang')}-{manifest.get('target_lang')} data, the model translates "
+                           f"{languages['source']}-{languages['target']}")
+        with progress_bar() as progress:
+            found = calibrate(model_dir, data_dir, manifest, str(device_), progress)
+    except NmtError as e:
+        say(f"{skipped}: {e.message}")
+        return
     record = record_search(model_dir, found.record())["search"]
     before, after = found.trial(0.0), found.trial(found.weight)
     if found.weight == 0:

@@ -33,4 +33,17 @@ def ctranslate2(
     source = resolve_model(model_dir, revision)
     announce("the CTranslate2 model", out_dir)
     export_ctranslate2(source, out_dir, quantization=quantization, force=force)
+    _warn_brevity(source)
     print(out_dir)
+
+
+def _warn_brevity(model_dir: Path) -> None:
+    """A model whose `nmt average` calibrated a brevity penalty: CTranslate2's search has none."""
+    import json
+
+    from nmtcli.cli.common import warn
+
+    search = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")).get("search") or {}
+    if search.get("brevity_penalty"):
+        warn(f"{model_dir} translates with brevity penalty {search['brevity_penalty']:g}, which CTranslate2 does not have: "
+             "the export translates as the paper's search (shorter; `nmt translate -m MODEL_DIR` keeps it)")

@@ -261,7 +261,8 @@ def _check_sampling_flags(ctx: typer.Context, sampling: str | None, temperature:
                 raise NmtError(f"{flag} applies to sampling only", f"add --sampling full, topk:K or topp:P, or drop {flag}", exit_code=2)
         return
     check_sampling(sampling, 1.0 if temperature is None else temperature, DEFAULT_SEED if seed is None else seed)
-    for name, flag in (("beam", "--beam"), ("alpha", "--alpha"), ("length_penalty", "--length-penalty")):
+    for name, flag in (("beam", "--beam"), ("alpha", "--alpha"), ("length_penalty", "--length-penalty"),
+                       ("brevity_penalty", "--brevity-penalty")):
         if ctx.get_parameter_source(name).name != "DEFAULT":  # given on the command line (or by an environment variable)
             raise NmtError(f"{flag} does not go with --sampling", f"sampling draws each token instead of searching; drop {flag} "
                                                                   "(--nbest N draws N samples)", exit_code=2)

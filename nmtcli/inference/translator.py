@@ -168,9 +168,10 @@ class Translator(Engine):
         `nmt average` calibrated on its validation split (config.json's "search"), else 0 (off) and 1.0."""
         own = self.config_values.get("search") or {}
         if settings.brevity_penalty is None:
-            settings = replace(settings, brevity_penalty=float(own.get("brevity_penalty", 0.0)))
+            settings = replace(settings, brevity_penalty=own.get("brevity_penalty") or 0.0)
         if settings.length_ratio is None:
-            settings = replace(settings, length_ratio=float(own.get("length_ratio", 1.0)))
+            settings = replace(settings, length_ratio=own.get("length_ratio") or 1.0)
+        check_brevity(settings, "the brevity penalty")
         return settings
 
     def set_languages(self, source: str | None, target: str | None, model: str = "MODEL") -> None:
@@ -407,11 +408,11 @@ def check_search(settings: SearchSettings) -> None:
 def check_brevity(settings: SearchSettings, name: str) -> None:
     """The brevity penalty's weight: None (the model's), or 0 to MAX_BREVITY_PENALTY; the length ratio positive."""
     weight = settings.brevity_penalty
-    if weight is not None and not (math.isfinite(weight) and 0 <= weight <= MAX_BREVITY_PENALTY):
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (math.isfinite(weight) and 0 <= weight <= MAX_BREVITY_PENALTY)):
         raise NmtError(f"{name} {weight} is out of range", f"give 0 (off) to {MAX_BREVITY_PENALTY:g}; leave it out for the model's own "
                        "(`nmt info MODEL` shows it)", exit_code=2)
     ratio = settings.length_ratio
-    if ratio is not None and not (math.isfinite(ratio) and 0 < ratio <= 10):
+    if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (math.isfinite(ratio) and 0 < ratio <= 10)):
         raise NmtError(f"length ratio {ratio} is out of range", "give target pieces per source piece, above 0 and at most 10", exit_code=2)
 
 

@@ -136,12 +136,13 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> dict[str, Any
 
 def record_search(model_dir: Path, search: dict[str, Any]) -> dict[str, Any]:
     """Put `search` (the calibrated brevity penalty: training/brevity.py) into a model dir's config.json, before its
-    versions, and its card with it; each file replaced whole. Returns the new config."""
+    versions, and into the card `nmt average` wrote; each file replaced whole. Returns the new config."""
     broken = "average the run again"
     values = read_json(Path(model_dir) / CONFIG_FILE, (f"{model_dir} is not a model dir (no {CONFIG_FILE})", broken), broken)
     versions = values.pop("versions", None)
     values.pop("search", None)
     values = {**values, "search": search, **({"versions": versions} if versions is not None else {})}
-    atomic_write_text(Path(model_dir) / CARD_FILE, local_card(values))
-    atomic_write_json(Path(model_dir) / CONFIG_FILE, values)
+    atomic_write_json(Path(model_dir) / CONFIG_FILE, values)  # first: the card never claims what config.json lacks
+    if "training" in values:  # the card `nmt average` wrote (others' cards are theirs)
+        atomic_write_text(Path(model_dir) / CARD_FILE, local_card(values))
     return values

@@ -79,17 +79,25 @@ def calibrate(model_dir: Path, data_dir: Path, manifest: dict[str, Any], device:
     import sacrebleu
 
     from nmtcli.data.prepare import reference_lines
+    from nmtcli.errors import NmtError
     from nmtcli.inference.translator import SearchSettings, Translator
 
     source_lang, target_lang = manifest["source_lang"], manifest["target_lang"]
     sources = reference_lines(data_dir, "valid", source_lang)[:VALID_LINES]
     references = reference_lines(data_dir, "valid", target_lang)[:VALID_LINES]
+    if len(sources) != len(references):
+        raise NmtError(f"{data_dir}'s valid split has {len(sources):,} {source_lang} lines but {len(references):,} {target_lang} ones",
+                       "prepare the data again")
+    if not sources:
+        raise NmtError(f"{data_dir}'s valid split is empty", "prepare the data with a validation split (--valid PREFIX)")
     tags = manifest.get("language_tags")  # data prepared for a multilingual model (--vocab-from): its codes
     languages = (tags["source"], tags["target"]) if tags else (None, None)
     translator = Translator(model_dir, device, languages=languages)
     ratio = training_length_ratio(data_dir, source_lang, target_lang, translator.model.config.vocab_size)
     calibration = Calibration(0.0, ratio, len(sources))
     tried: dict[float, Trial] = {}
+    if progress:
+        progress(TASK, 0, None)
 
     def at(weight: float) -> Trial:
         if weight not in tried:
@@ -102,7 +110,7 @@ def calibrate(model_dir: Path, data_dir: Path, manifest: dict[str, Any], device:
                 progress(TASK, len(tried), None)
         return tried[weight]
 
-    if at(0.0).bp >= TARGET_BP or not sources:
+    if at(0.0).bp >= TARGET_BP:
         return calibration
     # The smallest weight that reaches TARGET_BP (the largest if none does): bisection over WEIGHTS.
     low, high = 0, len(WEIGHTS) - 1  # WEIGHTS[low] falls short; WEIGHTS[high] reaches it, or is the last
