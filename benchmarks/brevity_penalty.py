@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from coverage_penalty import ROOT, test_split  # noqa: F401  (ROOT: the tree's nmtcli on sys.path)
 
 
 def main() -> None:
@@ -35,9 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     manifest = read_manifest(args.data)
-    src, tgt = manifest["source_lang"], manifest["target_lang"]
-    sources = (args.data / f"test.{src}").read_text(encoding="utf-8").splitlines()
-    references = (args.data / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
+    sources, references = test_split(args.data)
     print(f"{len(sources)} test lines of {args.data}, beam 4, alpha 0.6, {args.threads} thread(s), torch {torch.__version__}")
     print("| model | weight | valid BP | valid BLEU | test BLEU | chrF2 | BP | calibrating (s) | time / weight 0 |")
     print("|---|---|---|---|---|---|---|---|---|")

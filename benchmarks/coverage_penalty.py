@@ -23,12 +23,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def test_split(data: Path) -> tuple[list[str], list[str]]:
+    """A prepared data dir's test split: (source lines, reference lines)."""
+    from nmtcli.data.prepare import read_manifest
+
+    manifest = read_manifest(data)
+    src, tgt = manifest["source_lang"], manifest["target_lang"]
+    return ((data / f"test.{src}").read_text(encoding="utf-8").splitlines(),
+            (data / f"test.{tgt}").read_text(encoding="utf-8").splitlines())
+
+
 def main() -> None:
     import sacrebleu
     import torch
 
     from nmtcli import Translator
-    from nmtcli.data.prepare import read_manifest
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="a data dir `nmt prepare` wrote (its test split is translated)")
@@ -40,10 +49,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    manifest = read_manifest(args.data)
-    src, tgt = manifest["source_lang"], manifest["target_lang"]
-    sources = (args.data / f"test.{src}").read_text(encoding="utf-8").splitlines()
-    references = (args.data / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
+    sources, references = test_split(args.data)
     if args.lines:
         sources, references = sources[: args.lines], references[: args.lines]
     print(f"{len(sources)} test lines of {args.data}, beam {args.beam}, alpha {args.alpha}, {args.threads} thread(s), torch {torch.__version__}")
