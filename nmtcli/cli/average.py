@@ -73,7 +73,7 @@ def calibrate_length(model_dir: Path, values: dict, device: str) -> None:
     from nmtcli.device import resolve_device
     from nmtcli.errors import NmtError
     from nmtcli.training.average import record_search
-    from nmtcli.training.brevity import calibrate
+    from nmtcli.training.brevity import TARGET_BP, calibrate
 
     training, languages = values["training"], values["languages"]
     data_dir = Path(training["data_dir"])
@@ -101,5 +101,6 @@ def calibrate_length(model_dir: Path, values: dict, device: str) -> None:
     if found.weight == 0:
         say(f"brevity penalty 0 (the paper's search): the validation translations are long enough (BP {before.bp:.3f})")
     else:
-        say(f"brevity penalty {found.weight:g} (length ratio {record['length_ratio']:.3f}): validation BP {before.bp:.3f} -> {after.bp:.3f}, "
+        short = "" if after.bp >= TARGET_BP else f", the most tried and still short of {TARGET_BP}"
+        say(f"brevity penalty {found.weight:g} (length ratio {record['length_ratio']:.3f}{short}): validation BP {before.bp:.3f} -> {after.bp:.3f}, "
             f"BLEU {before.bleu:.1f} -> {after.bleu:.1f} ({found.lines} lines; --brevity-penalty 0 translates with the paper's search)")
