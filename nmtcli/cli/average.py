@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from nmtcli.cli import options
 from nmtcli.cli.common import MODELS_ROOT, announce, default_run_dir, progress_bar, say
+
+if TYPE_CHECKING:
+    import torch
 
 NAME = "average"
 
@@ -44,7 +47,7 @@ def command(
     if calibrate:  # a device that is not there is said before anything is written
         from nmtcli.device import resolve_device
 
-        resolve_device(device)
+        on = resolve_device(device)
 
     paths = paths or [default_run_dir()]
     if len(paths) == 1 and (paths[0] / "checkpoints").is_dir():
@@ -62,15 +65,14 @@ def command(
     announce("model", out)
     values = average_checkpoints(checkpoints, out)
     if calibrate:
-        calibrate_length(out, values, device)
+        calibrate_length(out, values, on)
     say(f"done; next: nmt translate -m {out} < input.txt")
 
 
-def calibrate_length(model_dir: Path, values: dict, device: str) -> None:
+def calibrate_length(model_dir: Path, values: dict, device: torch.device) -> None:
     """The model dir's brevity penalty, calibrated on the validation split of the data it was trained on
     (training/brevity.py) and recorded in its config.json; said and skipped where there is none to use."""
     from nmtcli.data.prepare import read_manifest
-    from nmtcli.device import resolve_device
     from nmtcli.errors import NmtError
     from nmtcli.training.average import record_search
     from nmtcli.training.brevity import TARGET_BP, calibrate
@@ -85,14 +87,13 @@ def calibrate_length(model_dir: Path, values: dict, device: str) -> None:
     if not (data_dir / "manifest.json").is_file() or not all(path.is_file() for path in splits):
         say(f"{skipped}: {data_dir}, the run's data, has no validation split here (average with it in place to calibrate)")
         return
-    device_ = resolve_device(device)
     try:
         manifest = read_manifest(data_dir)
         if (manifest.get("source_lang"), manifest.get("target_lang")) != (languages["source"], languages["target"]):
             raise NmtError(f"{data_dir} now holds {manifest.get('source_lang')}-{manifest.get('target_lang')} data, the model translates "
                            f"{languages['source']}-{languages['target']}")
         with progress_bar() as progress:
-            found = calibrate(model_dir, data_dir, manifest, str(device_), progress)
+            found = calibrate(model_dir, data_dir, manifest, str(device), progress)
     except NmtError as e:
         say(f"{skipped}: {e.message}")
         return

@@ -39,11 +39,10 @@ def ctranslate2(
 
 def _warn_brevity(model_dir: Path) -> None:
     """A model whose `nmt average` calibrated a brevity penalty: CTranslate2's search has none."""
-    import json
-
     from nmtcli.cli.common import warn
+    from nmtcli.model.checkpoint import read_model_dir_config
 
-    search = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")).get("search") or {}
+    search = read_model_dir_config(model_dir).get("search") or {}
     if search.get("brevity_penalty"):
         warn(f"{model_dir} translates with brevity penalty {search['brevity_penalty']:g}, which CTranslate2 does not have: "
              "the export translates as the paper's search (shorter; `nmt translate -m MODEL_DIR` keeps it)")

@@ -79,17 +79,20 @@ class Brevity:
 NO_BREVITY = Brevity()
 
 
+def source_lengths(model: Transformer, src: Tensor) -> Tensor:
+    """(n,) |x|: each source's pieces, without its EOS and padding (every row of `src` ends in EOS)."""
+    return (src != model.config.pad_id).sum(1) - 1
+
+
 def expected_lengths(model: Transformer, src: Tensor, brevity: Brevity) -> Tensor:
-    """(n,) ratio * |X|: the length in pieces each source predicts for its translation (EOS and padding not counted)."""
-    pieces = (src != model.config.pad_id).sum(1) - (src == model.config.eos_id).sum(1)
-    return brevity.ratio * pieces.to(torch.float32)
+    """(n,) ratio * |X|: the length in pieces each source predicts for its translation."""
+    return brevity.ratio * source_lengths(model, src).to(torch.float32)
 
 
 def max_output_lengths(model: Transformer, src: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
     """Tokens before EOS each sentence may have: a * |x| + b (|x| without EOS), within the position table."""
     cfg = model.config
-    src_len = (src != cfg.pad_id).sum(1) - 1
-    return (max_len_a * src_len.double() + max_len_b).floor().long().clamp(min=0, max=cfg.max_positions - 2)
+    return (max_len_a * source_lengths(model, src).double() + max_len_b).floor().long().clamp(min=0, max=cfg.max_positions - 2)
 
 
 def prefix_tensors(model: Transformer, prefixes: Sequence[list[int]], src: Tensor, max_len: Tensor) -> tuple[Tensor, Tensor, Tensor]:

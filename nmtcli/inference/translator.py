@@ -76,6 +76,12 @@ class SearchSettings:
     brevity_penalty: float | None = None  # the brevity penalty's weight (beam.Brevity); None: the model's own (`nmt average` calibrates it), else 0
     length_ratio: float | None = None  # target pieces per source piece the brevity penalty expects; None: the model's own, else 1.0
 
+    @property
+    def brevity(self) -> Brevity:
+        """The brevity penalty these settings search and score with (Translator.own_length resolves what they leave
+        to the model first; left unresolved, it is off)."""
+        return Brevity(self.brevity_penalty or 0.0, self.length_ratio or 1.0)
+
 
 MAX_COVERAGE_PENALTY = 10.0  # the largest coverage penalty beta taken (GNMT used 0.2; past ~1 it only lengthens)
 MAX_BREVITY_PENALTY = 20.0  # the largest brevity penalty weight taken (past ~8 it only lengthens: docs/translating.md)
@@ -372,7 +378,6 @@ class Translator(Engine):
         with `alignment` ("words" or "pieces") also the target's alignment to the line. `settings` (alpha,
         length_penalty, brevity_penalty) overrides the translator's for this call."""
         s = self.own_length(settings or self.settings)
-        brevity = Brevity(s.brevity_penalty or 0.0, s.length_ratio or 1.0)
         for window, texts in numbered_windows(lines, self.window, targets, "targets", "give exactly one target line per input line"):
             def truncated(side: str) -> Callable[[int, int], None]:
                 return lambda i, n: self.warn(f"line {window[i][0]}: {side} of {n} tokens truncated to the model's {self.max_source_tokens}")
@@ -384,7 +389,7 @@ class Translator(Engine):
             forced = force_ids(self.model, sources, given, self.budget.tokens, self.device, lambda: half_autocast(self.device, self.precision),
                                DEFAULT_HEADS if alignment else None, self.warn)
             for src, tgt, f in zip(sources, given, forced):
-                result = scored(f, [self.pieces[t] for t in tgt], s.alpha, s.length_penalty, brevity.of(len(src), len(tgt)))
+                result = scored(f, [self.pieces[t] for t in tgt], s.alpha, s.length_penalty, s.brevity.of(len(src), len(tgt)))
                 if alignment:
                     result.alignment = alignment_text(f.attention, [self.pieces[t] for t in src], result.tokens, alignment)
                 yield result
@@ -580,14 +585,13 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
             if s.sampling is not None:
                 return sample(model, src, parse_sampling(s.sampling), s.temperature, s.seed, torch.tensor([numbers[pos] for pos, _ in batch]),
                               s.nbest, s.max_len_a, s.max_len_b)
-            brevity = Brevity(s.brevity_penalty or 0.0, s.length_ratio or 1.0)
             if constraints is not None:  # beam 1 included: greedy search cannot look for a term's tokens
                 return constrained_beam_search(model, src, [constraints[pos] for pos, _ in batch], s.beam, s.alpha, s.max_len_a,
-                                               s.max_len_b, s.nbest, s.length_penalty, prefixes=forced, brevity=brevity)
+                                               s.max_len_b, s.nbest, s.length_penalty, prefixes=forced, brevity=s.brevity)
             if s.beam == 1:  # one hypothesis: nothing for a penalty to choose between
                 return greedy_search(model, src, s.max_len_a, s.max_len_b, prefixes=forced)
             return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs,
-                               prefixes=forced, brevity=brevity)
+                               prefixes=forced, brevity=s.brevity)
     except (RuntimeError, MemoryError) as e:
         if not is_out_of_memory(e):
             raise
