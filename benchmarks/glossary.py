@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import random
+import re
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -39,7 +40,7 @@ import torch
 
 from nmtcli import Translator
 from nmtcli.documents.protect import Protected, Protection, find_spans
-from nmtcli.inference.glossary import glossary_of
+from nmtcli.inference.glossary import glossary_of, read_glossary
 from nmtcli.scoring import score
 
 WORDS = ("the a this every small new old red big green house car book train dog cat child song city road "
@@ -93,13 +94,33 @@ def _word(token: str) -> str:
     return token.strip(".,;:!?\"'()[]{}«»„“”")
 
 
+def word_alignments(engine, sources: list[str], targets: list[str]) -> list[list[tuple[int, int]]]:
+    """(source word, target word) links of each pair, one a target word: the reading glossary terms are placed by
+    (inference/terms.py's word_links over whitespace words), from one teacher-forced pass."""
+    from nmtcli.inference.alignment import DEFAULT_HEADS
+    from nmtcli.inference.forced import force_ids
+    from nmtcli.inference.terms import units_of, word_links
+
+    source_ids, target_ids = engine.tokenizer.encode(sources), engine.tokenizer.encode_target(targets)
+    forced = force_ids(engine.model, source_ids, target_ids, engine.budget.tokens, engine.device, heads=DEFAULT_HEADS, log_probs=False)
+    out = []
+    for source, target, s, t, f in zip(sources, targets, source_ids, target_ids, forced):
+        if not s or not t:
+            out.append([])
+            continue
+        links, _ = word_links(f.attention, units_of(source, engine.tokenizer.spans(source)), units_of(target, engine.tokenizer.target_spans(target)))
+        out.append([(src, tgt) for tgt, src in enumerate(links)])
+    return out
+
+
 def lexicon(translator: Translator, sources: list[str], references: list[str]) -> dict[str, str]:
     """Source word -> reference word, from the references aligned to their sources under the model (see the module)."""
     links: dict[str, Counter] = defaultdict(Counter)
-    for source, reference, scored in zip(sources, references, translator.score(sources, references, alignment="words")):
+    for source, reference, pairs in zip(sources, references, word_alignments(translator.engine, sources, references)):
         words, targets = source.split(), reference.split()
-        for link in (scored.alignment or "").split():
-            i, j = map(int, link.split("-"))
+        for i, j in pairs:
+            if i >= len(words) or j >= len(targets):
+                continue
             a, b = _word(words[i]).lower(), _word(targets[j])
             if len(a) >= 4 and a.isalpha() and len(b) >= 2:
                 links[a][b] += 1
@@ -111,31 +132,91 @@ def lexicon(translator: Translator, sources: list[str], references: list[str]) -
     return terms
 
 
+def _count(word: str, text: str) -> int:
+    """Whole-word occurrences of `word` in `text`."""
+    return len(re.findall(rf"(?<!\w){re.escape(word)}(?!\w)", text))
+
+
+def with_terms(reference: str, found: list, usual: dict[str, str]) -> str:
+    """The reference with each found term's usual translation (the word the references use for it) replaced by the
+    term, all at once (a term may be another's usual word)."""
+    swaps = {usual[o.term.source.lower()]: o.term.targets[0] for o in found if o.term.source.lower() in usual}
+    if not swaps:
+        return reference
+    pattern = "|".join(re.escape(w) for w in sorted(swaps, key=len, reverse=True))
+    return re.sub(rf"(?<!\w)(?:{pattern})(?!\w)", lambda m: swaps[m.group()], reference)
+
+
+def term_report(sources: list[str], references: list[str], outputs: list[str], glossary, usual: dict[str, str]) -> dict:
+    """What a glossary did to a test set's translations: each source occurrence's term present as a whole word, the
+    covered word's usual translation left over (more often than the reference with the terms has it), each term at the
+    place (word index) the reference with the terms has it, and BLEU/chrF against that reference."""
+    occurrences = present = leftover = placed = 0
+    targets = []
+    for source, reference, output in zip(sources, references, outputs):
+        found = glossary.occurrences(source)
+        target = with_terms(reference, found, usual)
+        targets.append(target)
+        out_words, ref_words = output.split(), target.split()
+        for term in dict.fromkeys(o.term for o in found):
+            n = sum(o.term is term for o in found)
+            occurrences += n
+            present += min(n, sum(_count(alt, output) for alt in term.targets))
+            word = usual.get(term.source.lower())
+            if word and _count(word, output) > _count(word, target):
+                leftover += _count(word, output) - _count(word, target)
+            at_out = [k for k, w in enumerate(out_words) if _word(w) in term.targets]
+            at_ref = [k for k, w in enumerate(ref_words) if _word(w) in term.targets]
+            placed += sum(a == b for a, b in zip(at_out, at_ref))
+    bleu, chrf = score(outputs, targets, ["bleu", "chrf"])
+    return {"occurrences": occurrences, "present": present, "leftover": leftover, "placed": placed, "bleu": bleu.score, "chrf": chrf.score}
+
+
 def terms(args: argparse.Namespace) -> None:
-    sources, references = _read(args.source), _read(args.reference)
+    sources, references = _read(args.source)[: args.lines], _read(args.reference)[: args.lines]
     translator = Translator.load(args.model, device=args.device)
-    entries = lexicon(translator, sources, references)
-    if args.swap:  # each word gets the next entry's target: a derangement of the targets
-        words = sorted(entries)
-        entries = {w: entries[words[(i + 1) % len(words)]] for i, w in enumerate(words)}
-    glossary = glossary_of(entries)
-    found = [glossary.matches(line) for line in sources]
-    print(f"{len(sources):,} lines of {args.source}; a glossary of {len(entries):,} entries from the references{' (swapped)' if args.swap else ''}; "
-          f"{sum(map(bool, found)):,} lines hold {sum(map(len, found)):,} terms; model {args.model}; {args.device}, "
-          f"{torch.get_num_threads()} threads, beam {args.beam}")
-    translator.translate(sources[:20], beam=args.beam)  # warm up
-    print(f"{'glossary':<10} {'terms present':>14} {'BLEU':>7} {'chrF':>7} {'no-term lines same':>19} {'lines/s':>9}")
-    plain = None
-    for name, given in (("without", None), ("with", glossary)):
-        started = time.perf_counter()
-        out = [t.text for t in translator.translate(sources, beam=args.beam, glossary=given)]
-        seconds = time.perf_counter() - started
-        present = [any(alt in text for alt in term.targets) for text, line_terms in zip(out, found) for term in line_terms]
-        bleu, chrf = score(out, references, ["bleu", "chrf"])
-        plain = plain or out
-        same = sum(a == b for a, b, line_terms in zip(plain, out, found) if not line_terms)
-        print(f"{name:<10} {sum(present) / max(1, len(present)):>14.1%} {bleu.score:>7.1f} {chrf.score:>7.1f} "
-              f"{f'{same}/{sum(not t for t in found)}':>19} {len(sources) / seconds:>9.1f}")
+    engine = translator.engine
+    usual = lexicon(translator, _read(args.source), _read(args.reference))  # source word -> the references' word for it
+    if args.glossary:
+        glossary = read_glossary(args.glossary)
+        described = f"{args.glossary} ({len(glossary)} entries)"
+    else:
+        entries = dict(usual)
+        if args.swap:  # each word gets the next entry's target: a derangement of the targets
+            words = sorted(entries)
+            entries = {w: entries[words[(i + 1) % len(words)]] for i, w in enumerate(words)}
+        glossary = glossary_of(entries)
+        described = f"{len(entries):,} entries from the references{' (swapped)' if args.swap else ''}"
+    found = [glossary.occurrences(line) for line in sources]
+    print(f"{len(sources):,} lines of {args.source}; glossary: {described}; {sum(map(bool, found)):,} lines hold "
+          f"{sum(map(len, found)):,} occurrences; model {args.model}; {args.device}, {torch.get_num_threads()} threads")
+    print(f"{'beam':>4} {'search':<12} {'present':>9} {'leftover':>9} {'placed':>8} {'BLEU*':>6} {'chrF*':>6} {'BLEU':>6} "
+          f"{'same':>9} {'lines/s':>8} {'x plain':>8}")
+    print("  (present: occurrences with their term as a whole word; leftover: the covered word's usual translation still there;")
+    print("   placed: terms at the reference's word index; *: against the reference with the terms put in; same: lines without terms unchanged)")
+    engine.translate_lines(sources[:20])  # warm up
+    for beam in args.beams:
+        plain_settings = dataclasses.replace(engine.settings, beam=beam)
+        rows, plain, plain_rate = [], None, None
+        methods = [("plain", None)] + [(m, m) for m in args.methods]
+        for _ in range(args.rounds):
+            for name, method in methods:
+                settings = plain_settings if method is None else dataclasses.replace(plain_settings, glossary=glossary, glossary_method=method)
+                started = time.perf_counter()
+                out = [hyps[0].text if hyps else "" for hyps in engine.translate_lines(sources, settings)]
+                rows.append((name, out, len(sources) / (time.perf_counter() - started)))
+        for name, _ in methods:
+            out = next(o for n, o, _ in rows if n == name)
+            rate = statistics.median(r for n, _, r in rows if n == name)
+            if name == "plain":
+                plain, plain_rate = out, rate
+            report = term_report(sources, references, out, glossary, usual)
+            bleu = score(out, references, ["bleu"])[0].score
+            same = sum(a == b for a, b, f in zip(plain, out, found) if not f)
+            n = max(1, report["occurrences"])
+            print(f"{beam:>4} {name:<12} {report['present'] / n:>9.1%} {report['leftover']:>9} {report['placed'] / n:>8.1%} "
+                  f"{report['bleu']:>6.1f} {report['chrf']:>6.1f} {bleu:>6.1f} {f'{same}/{sum(not f for f in found)}':>9} "
+                  f"{rate:>8.1f} {rate / plain_rate:>8.2f}")
 
 
 def speed(args: argparse.Namespace) -> None:
@@ -193,6 +274,11 @@ def main() -> None:
             sub.add_argument("--reference", required=True)
         if name == "terms":
             sub.add_argument("--swap", action="store_true", help="terms the model would not write: each source word another's target")
+            sub.add_argument("--glossary", help="a glossary file instead of one made from the references")
+            sub.add_argument("--lines", type=int, default=None, help="the first N lines only")
+            sub.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+            sub.add_argument("--methods", nargs="+", default=["place", "constrained"])
+            sub.add_argument("--rounds", type=int, default=1)
         if name == "speed":
             sub.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

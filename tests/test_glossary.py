@@ -1,5 +1,6 @@
-"""Glossaries (issue 35): the file format and its errors, how source terms are found, and the constrained beam
-search that puts every target term in the translation (inference/constrained.py), with the model's own scores."""
+"""Glossaries (issues 35, 49): the file format and its errors, how source terms are found in any script, and how each
+occurrence's target term is put into the translation where the model translated it (inference/terms.py): whole, once,
+in place of the covered word's translation, the rest of the sentence the model's, scored by the model."""
 
 from __future__ import annotations
 
@@ -11,33 +12,7 @@ import pytest
 import torch
 
 from nmtcli.errors import NmtError
-from nmtcli.inference.beam import beam_search, lp
-from nmtcli.inference.constrained import constrained_beam_search
 from nmtcli.inference.glossary import glossary_of, read_glossary
-from nmtcli.inference.translator import holds
-from nmtcli.model.config import BOS_ID, EOS_ID, ModelConfig
-from nmtcli.model.transformer import Transformer
-
-
-def tiny_model(seed: int, vocab_size: int) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(ModelConfig(vocab_size=vocab_size, d_model=16, d_ff=32, heads=2, layers=2, dropout=0.0)).eval()
-    with torch.no_grad():  # sharp distributions: a term is far from what the model would say unasked
-        model.embedding.tokens.weight.mul_(4)
-    return model
-
-
-def batch(sentences: list[list[int]]) -> torch.Tensor:
-    src = torch.zeros(len(sentences), max(map(len, sentences)) + 1, dtype=torch.long)
-    for i, s in enumerate(sentences):
-        src[i, : len(s) + 1] = torch.tensor([*s, EOS_ID])
-    return src
-
-
-def sequence_log_prob(model: Transformer, src: torch.Tensor, tokens: list[int]) -> float:
-    with torch.no_grad():
-        log_probs = torch.log_softmax(model(src, torch.tensor([[BOS_ID, *tokens]]))[0].float(), dim=-1)
-    return sum(log_probs[t, y].item() for t, y in enumerate((*tokens, EOS_ID)))
 
 
 # --- the file and the matching rules -----------------------------------------------------------------------
@@ -91,67 +66,106 @@ def test_a_glossary_from_a_mapping_checks_its_values():
         glossary_of(["house"])
 
 
-# --- the search ---------------------------------------------------------------------------------------------
-
-def test_without_terms_the_constrained_search_is_the_plain_search():
-    model = tiny_model(3, vocab_size=30)
-    src = batch([[5, 6, 7], [20, 21, 22, 23, 24], [9], [10, 11, 12, 13]])
-    plain = beam_search(model, src, beam=4, nbest=3, max_len_b=8)
-    constrained = constrained_beam_search(model, src, [[] for _ in range(4)], beam=4, nbest=3, max_len_b=8)
-    assert [[(h.tokens, h.score, h.log_prob) for h in s] for s in plain] == [[(h.tokens, h.score, h.log_prob) for h in s] for s in constrained]
+def test_a_glossary_file_saved_with_a_byte_order_mark_keeps_its_first_entry(tmp_path):
+    path = tmp_path / "terms.tsv"
+    path.write_bytes(b"\xef\xbb\xbfdog\tHund\ncat\tKatze\n")  # as Windows editors save UTF-8
+    assert [t.source for t in read_glossary(path).terms] == ["dog", "cat"]
+    assert [o.term.source for o in read_glossary(path).occurrences("the dog and the cat")] == ["dog", "cat"]
 
 
-def test_a_wide_constrained_beam_finds_the_best_output_that_holds_the_term():
-    # Words {unk, 4, 5, 6}, outputs of at most 3 tokens: 85 of them; a beam of 64 keeps every prefix, so the constrained
-    # search must return the exhaustive best among the outputs that hold the term (and it is not the unconstrained best).
-    words, max_len, alpha = (1, 4, 5, 6), 3, 0.6
-    src = torch.tensor([[4, 5, 6, EOS_ID]])
-    differs = 0
-    outputs = [list(t) for n in range(max_len + 1) for t in itertools.product(words, repeat=n)]
-    for seed in range(2):
-        model = tiny_model(seed, vocab_size=7)
-        scored = {tuple(t): sequence_log_prob(model, src, t) / lp(len(t) + 1, alpha) for t in outputs}
-        for term in ([6, 6], [5], [4, 6]):
-            best = max((t for t in scored if holds(t, term)), key=scored.get)
-            hyp = constrained_beam_search(model, src, [[[term]]], beam=64, alpha=alpha, max_len_a=0.0, max_len_b=max_len)[0][0]
-            assert hyp.tokens == list(best), (seed, term)
-            assert hyp.score == pytest.approx(scored[best], abs=1e-4)
-            differs += max(scored, key=scored.get) != best
-    assert differs, "the terms never changed the best output: the test proves nothing"
+def test_terms_are_found_in_scripts_without_spaces_with_particles_and_under_unicode_case_folding():
+    glossary = glossary_of({"北京": "Beijing", "東京": "Tokyo", "กรุงเทพ": "Bangkok", "서울": "Seoul", "istanbul": "Istanbul",
+                            "straße": "street", "İzmir": "Izmir", "cat": "Katze"})
+
+    def found(text: str) -> list[str]:
+        return [text[o.start:o.end] for o in glossary.occurrences(text)]
+
+    assert found("我爱北京天安门") == ["北京"]  # Chinese: no spaces between words
+    assert found("東京へ行きます") == ["東京"]  # Japanese
+    assert found("ฉันไปกรุงเทพเมื่อวาน") == ["กรุงเทพ"]  # Thai
+    assert found("서울에서 만나요") == ["서울"]  # Korean: a particle glued to the noun
+    assert found("İSTANBUL, Istanbul and istanbul") == ["İSTANBUL", "Istanbul", "istanbul"]  # Turkish dotted capital I
+    assert found("STRASSE und Straße") == ["STRASSE", "Straße"]  # ß folds to ss
+    assert found("izmir") == [] and found("İzmir") == ["İzmir"]  # a term with a capital: only as written
+    assert found("category cats 猫cat") == ["cat"]  # still whole words in spaced scripts, but next to Han
 
 
-def test_random_glossaries_are_held_by_every_hypothesis_with_the_models_own_scores():
-    # A seeded fuzz test: random sentences, 0-3 terms each of 1-3 tokens with 1-2 alternatives, beams 1-5, n-best, and
-    # prefixes now and then; room enough for the terms. Every hypothesis returned holds every term, and its
-    # log-probability is the model's for its tokens (an n-best list holds only such hypotheses: maybe fewer than asked).
-    rng = random.Random(35)
-    model = tiny_model(7, vocab_size=40)
-    checked = 0
-    for _ in range(12):
-        sentences = [[rng.randrange(4, 40) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 6))]
-        constraints = [[[[rng.randrange(4, 40) for _ in range(rng.randint(1, 3))] for _ in range(rng.randint(1, 2))]
-                        for _ in range(rng.randint(0, 3))] for _ in sentences]
-        prefixes = [[rng.randrange(4, 40)] if rng.random() < 0.3 else [] for _ in sentences]
-        beam = rng.randint(1, 5)
-        nbest = rng.randint(1, beam)
-        src = batch(sentences)
-        found = constrained_beam_search(model, src, constraints, beam=beam, nbest=nbest, max_len_a=0.0, max_len_b=12, prefixes=prefixes)
-        for i, hyps in enumerate(found):
-            assert 1 <= len(hyps) <= nbest
-            for h in hyps:
-                assert h.tokens[: len(prefixes[i])] == prefixes[i]
-                assert all(any(holds(h.tokens, alt) for alt in alts) for alts in constraints[i]), (constraints[i], h.tokens)
-                assert h.log_prob == pytest.approx(sequence_log_prob(model, src[i : i + 1, : len(sentences[i]) + 1], h.tokens), abs=1e-4)
-                checked += 1
-            assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
-    assert checked > 20
+def test_every_occurrence_is_found_with_its_offsets():
+    glossary = glossary_of({"city": "Kommune", "new york": "New York", "york": "York"})
+    text = "City, city and New York (york)"
+    assert [(o.start, o.end, o.term.source) for o in glossary.occurrences(text)] == [
+        (0, 4, "city"), (6, 10, "city"), (15, 23, "new york"), (25, 29, "york")]
+    assert [t.source for t in glossary.matches(text)] == ["city", "new york", "york"]
 
 
-def test_terms_longer_than_the_length_limit_still_give_a_translation():
-    model = tiny_model(1, vocab_size=30)
-    src = batch([[5, 6, 7]])
-    [hyps] = constrained_beam_search(model, src, [[[[10, 11, 12, 13]]]], beam=4, max_len_a=0.0, max_len_b=2)
-    assert hyps and len(hyps[0].tokens) <= 2 and not holds(hyps[0].tokens, [10, 11, 12, 13])
+# --- putting terms in: the pieces of inference/terms.py --------------------------------------------------------
+
+
+def test_units_are_words_but_pieces_in_scripts_without_spaces():
+    from nmtcli.inference.terms import unit_spans, units_of
+
+    text = "Das (Haus) ist groß."
+    spans = [(0, 0), (0, 3), (3, 4), (4, 5), (5, 9), (9, 10), (10, 11), (11, 14), (14, 15), (15, 19), (19, 20)]
+    units = units_of(text, spans)
+    assert units == [0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 3]  # a space piece belongs to the word after it
+    assert [text[a:b] for a, b in unit_spans(spans, units, text)] == ["Das", "(Haus)", "ist", "groß."]
+    chinese = "我爱北京"
+    assert units_of(chinese, [(0, 1), (1, 2), (2, 4)]) == [0, 1, 2]  # each piece its own unit
+
+
+def test_each_target_word_gets_the_source_word_its_attention_picks_out_over_its_pieces():
+    from nmtcli.inference.terms import word_links
+
+    # target words A (pieces 0, 1) and B (piece 2); source words x (pieces 0, 1) and y (piece 2). B attends to x's pieces
+    # 0.4 in all, to y 0.6; A to x 0.8. Each source word's column divided by what it draws: A -> x, B -> y.
+    attention = torch.tensor([[0.5, 0.3, 0.2], [0.5, 0.3, 0.2], [0.3, 0.1, 0.6]])
+    links, matrix = word_links(attention, [0, 0, 1], [0, 0, 1])
+    assert links == [0, 1]
+    assert matrix.sum(0).tolist() == pytest.approx([1.0, 1.0])
+
+
+def test_terms_replace_their_words_keep_punctuation_and_insert_where_the_neighbours_meet():
+    from nmtcli.inference.glossary import Occurrence, Term
+    from nmtcli.inference.terms import placements, rewrite, unit_spans, units_of
+
+    source = "the house city river"
+    source_spans = [(0, 3), (4, 9), (10, 14), (15, 20)]
+    term = {w: Term(w, (t,), w) for w, t in (("house", "Hausboot"), ("city", "Kommune"), ("river", "Strom"))}
+    occurrences = [Occurrence(4, 9, term["house"]), Occurrence(10, 14, term["city"]), Occurrence(15, 20, term["river"])]
+    # the model wrote "Fluss, der (Haus)": river -> word 0, the -> 1, house -> 2; it left "city" out
+    target = "Fluss, der (Haus)"
+    spans = [(0, 6), (7, 10), (11, 17)]
+    units = units_of(target, spans)
+    links = [3, 0, 1]
+    matrix = torch.eye(4)[links]
+    chosen = placements(occurrences, source_spans, units_of(source, source_spans), links, matrix)
+    # city has no word: between its neighbours' translations (house -> 2, river -> 0 in reversed order), after the earlier
+    assert [(p.lo, p.hi, p.occurrence.term.source) for p in chosen] == [(0, 1, "river"), (1, 1, "city"), (2, 3, "house")]
+    assert rewrite(target, unit_spans(spans, units, target), chosen) == "Strom, Kommune der (Hausboot)"
+
+
+def test_an_alternative_is_chosen_by_the_ending_of_the_words_it_replaces():
+    from nmtcli.inference.terms import choose
+
+    assert choose(("Haus", "Hauses", "Häuser"), "Gebäudes") == "Hauses"
+    assert choose(("Haus", "Hauses", "Häusern"), "Gebäuden") == "Häusern"
+    assert choose(("Haus", "Hauses"), "Gebäude") == "Haus"  # a tie: the first
+
+
+def test_a_term_already_in_the_translation_is_not_put_in_twice():
+    from nmtcli.inference.glossary import Occurrence, Term
+    from nmtcli.inference.terms import Placement, unneeded
+
+    page, sample = Term("page", ("Seite",), "page"), Term("sample", ("Beispielseite",), "sample")
+    units = [(0, 7), (8, 18)]  # "Derzeit Unterseite"
+    text = "Derzeit Unterseite"
+    # page's alignment points at "Derzeit", but the model wrote the term (as a compound's head) elsewhere
+    assert unneeded(text, units, [Placement(0, 1, Occurrence(0, 4, page))]) == {0}
+    # ... unless that word is replaced by another term: then page is put in (here the other term holds it again)
+    chosen = [Placement(0, 1, Occurrence(0, 4, page)), Placement(1, 2, Occurrence(5, 11, sample))]
+    assert unneeded(text, units, chosen) == {0}
+    other = [Placement(0, 1, Occurrence(0, 4, page)), Placement(1, 2, Occurrence(5, 11, Term("sample", ("Muster",), "sample")))]
+    assert unneeded(text, units, other) == set()
 
 
 # --- through the translator, the Python API, `nmt translate` and `nmt serve` ----------------------------------
@@ -195,11 +209,90 @@ def test_every_translation_holds_its_terms_and_lines_without_terms_are_untouched
     assert "katze" in greedy.text
 
 
-def test_a_term_that_does_not_fit_is_warned_about_and_the_line_kept(translator, caplog):
-    with caplog.at_level("WARNING", logger="nmtcli"):
-        [t] = translator.translate(["the dog"], glossary={"dog": "katze hund katze hund katze hund"}, max_len_a=0.0, max_len_b=3)
-    assert t.text and "katze hund katze hund" not in t.text
-    assert any("line 1: the glossary term 'dog'" in r.getMessage() and "length limit" in r.getMessage() for r in caplog.records)
+def test_a_term_is_put_in_whatever_the_search_s_length_limit(translator):
+    # The search stops at max_len_b; the term is text put into its translation, not tokens the search must reach.
+    [t] = translator.translate(["the dog"], glossary={"dog": "katze hund katze hund katze hund"}, max_len_a=0.0, max_len_b=3)
+    assert "katze hund katze hund katze hund" in t.text
+
+
+# --- what a trained model's translation looks like with terms (tests/corpus.py's rule task) ------------------------
+
+SWAPPED = {"dog": "koeter", "house": "heim", "car": "auto"}  # DOMAIN_WORDS' targets: letters the vocabulary knows
+USUAL = {"dog": "hund", "house": "haus", "car": "wagen"}
+
+
+@pytest.fixture(scope="module")
+def trained(trained_model):
+    from nmtcli import Translator
+
+    return Translator.load(trained_model, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def termed_lines(corpus) -> list[str]:
+    lines = (corpus["test"].parent / "test.en").read_text(encoding="utf-8").splitlines()
+    return [line for line in lines if set(line.split()) & set(SWAPPED)][:40]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_terms_the_model_never_writes_take_the_place_of_the_words_they_cover(trained, termed_lines, beam):
+    # Issue 49: each occurrence's term present as a whole word, where the covered word's translation was, which is gone;
+    # every other word as the plain search wrote it.
+    plain = trained.translate(termed_lines, beam=beam)
+    termed = trained.translate(termed_lines, beam=beam, glossary=SWAPPED)
+    exact = 0
+    for line, p, t in zip(termed_lines, plain, termed):
+        words = t.text.split()
+        for source, target in SWAPPED.items():
+            assert words.count(target) == line.split().count(source), (line, p.text, t.text)
+            if p.text.split().count(USUAL[source]) == line.split().count(source):  # the model translated each as usual
+                assert USUAL[source] not in words, (line, p.text, t.text)
+        swapped = [{v: SWAPPED[k] for k, v in USUAL.items()}.get(w, w) for w in p.text.split()]
+        exact += words == swapped
+    assert exact >= 0.9 * len(termed_lines), exact
+    assert len(termed_lines) >= 30
+
+
+def test_terms_the_model_writes_itself_leave_the_translation_as_it_is(trained, termed_lines):
+    # The model's own words as terms: nothing to change, wherever the word sits among punctuation and capitals
+    # (before, a term counted as present only when its tokens matched the term encoded alone, and `(hund` was forced again).
+    lines = [f"({line})" if i % 3 == 0 else line.capitalize() if i % 3 == 1 else f"{line}." for i, line in enumerate(termed_lines)]
+    plain = [t.text for t in trained.translate(lines)]
+    same = 0
+    for line, p, t in zip(lines, plain, trained.translate(lines, glossary=USUAL)):
+        words = [w.strip("().") for w in line.lower().split()]
+        if all(p.count(target) >= words.count(source) for source, target in USUAL.items()):
+            assert t.text == p, (line, p, t.text)
+            same += 1
+        else:  # the model left a word out (it reads capitals worse): the term is put in
+            assert all(t.text.count(target) >= words.count(source) for source, target in USUAL.items()), (line, p, t.text)
+    assert same >= 0.6 * len(lines), same
+
+
+def test_a_glossary_keeps_scores_the_model_s_own_and_alignments_of_the_words_written(trained, termed_lines):
+    termed = trained.translate(termed_lines[:5], glossary=SWAPPED, alignment="words", nbest=2)
+    scored = trained.score(termed_lines[:5], [t.text for t in termed])
+    for t, s in zip(termed, scored):
+        assert t.score == pytest.approx(s.score, abs=1e-3) and t.log_prob == pytest.approx(s.log_prob, abs=1e-3)
+        assert t.alignment and max(int(link.split("-")[1]) for link in t.alignment.split()) == len(t.text.split()) - 1
+        assert len({h.text for h in t.nbest}) == len(t.nbest)  # no repeats after the terms are put in
+        assert [h.score for h in t.nbest] == sorted((h.score for h in t.nbest), reverse=True)
+
+
+def test_glossaries_of_every_request_leave_nothing_behind_in_the_engine(trained):
+    # A server translates with each request's glossary: nothing of them may stay in the engine (it grew forever before).
+    import sys
+
+    engine = trained.engine
+
+    def sizes() -> dict[str, int]:
+        return {k: sys.getsizeof(v) for k, v in vars(engine).items() if isinstance(v, (dict, list, set))}
+
+    trained.translate(["the dog sees a house"], glossary={"dog": "koeter"})
+    before = sizes()
+    for n in range(200):
+        trained.translate(["the dog sees a house"], glossary={"dog": f"koeter{n}", "house": f"heim{n}"})
+    assert sizes() == before
 
 
 def test_nmt_translate_takes_a_glossary_file_and_refuses_a_bad_one(random_model, nmt_main, tmp_path):
@@ -258,23 +351,6 @@ def test_nmt_serve_applies_its_glossary_and_each_requests_own(random_model):
     [(status, records)] = _post_all(app, "/nmt/translate", [{"lines": [line, "nothing"], "glossary": {"house": "haus"}, "nbest": 2}])
     assert status == 200 and records["settings"]["glossary_terms"] == 2
     assert all("katze" in h["translation"] and "haus" in h["translation"] for h in records["translations"][0]["nbest"])
-
-
-def test_a_constrained_step_never_reads_a_value_back_to_the_host(monkeypatch):
-    # As the plain step (tests/test_beam.py): tensor operations only, so a GPU runs it without waiting for the device.
-    from test_beam import NoReads
-
-    from nmtcli.inference.constrained import ConstrainedSearch
-
-    model = tiny_model(2, vocab_size=30)
-    constraints = [[[[11, 12]], [[13], [14, 15]]], [], [[[20, 21, 22]]]]
-    with torch.inference_mode():
-        search = ConstrainedSearch(model, batch([[5, 6, 7], [9], [10, 11, 12, 13]]), 4, 0.6, 1.0, 8, 2, "gnmt", 0, [[], [4], []],
-                                   constraints)
-        search.step()  # the first step decodes one row per sentence
-        with NoReads(monkeypatch):
-            for _ in range(3):
-                search.step()
 
 
 def test_random_glossaries_and_protected_spans_together_in_every_output_path(translator):

@@ -1,21 +1,22 @@
 """Glossaries: source terms and the target terms every translation of them must hold (docs/translating.md).
 
-A glossary file is UTF-8 text, one entry a line: the source term, a TAB, the target term. A target term may
-give alternatives separated by `|` (`Haus|Hauses`: any one satisfies it; `\\|` is a literal bar). Blank lines
-and lines starting with `#` are skipped. The same entries come from a mapping in the Python API and in a
-`nmt serve` request.
+A glossary file is UTF-8 text (a byte-order mark is read as one), one entry a line: the source term, a TAB, the
+target term. A target term may give alternatives separated by `|` (`Haus|Hauses`: the form the model's own
+translation has is taken; `\\|` is a literal bar). Blank lines and lines starting with `#` are skipped. The same
+entries come from a mapping in the Python API and in a `nmt serve` request.
 
-Where a source term occurs in a line, the line's translation holds its target term (in one of the forms given,
-exactly as written: a German case ending the model would add is not added; give the forms as alternatives).
-How source terms are found:
-- whole words only: a term starts and ends where a word does (`cat` is not found in `category`);
-- a term written all in lower case is found in any case (`house` in `House` and `HOUSE`); a term with a capital
+Where a source term occurs in a line, the line's translation holds its target term there, once for each
+occurrence (inference/terms.py puts it in). How source terms are found:
+- whole words only: a term starts and ends where a word does (`cat` is not found in `category`); but in scripts
+  written without spaces between words (Chinese, Japanese, Thai, Lao, Khmer, Myanmar) a term is found anywhere
+  (`北京` in `我爱北京天安门`), and a Korean (Hangul) term may end inside a word, where a particle follows it
+  (`서울` in `서울에서`);
+- a term written all in lower case is found in any case (`house` in `House` and `HOUSE`; case folded as Unicode
+  does, with Turkish `İ` and `ı` as `i`: `istanbul` in `İSTANBUL`, `straße` in `STRASSE`); a term with a capital
   letter is found only as written (`Apple` is not `apple`);
 - the longest term wins where terms overlap or nest (`New York` over `York`), read from the left; where two are
-  as long, the one written in the line's own case wins;
-- a target term is required once per line, however often its source term occurs.
-This module is torch-free: it reads and matches text; inference/translator.py turns the matches into token
-constraints for the search (inference/constrained.py).
+  as long, the one written in the line's own case wins.
+This module is torch-free: it reads and matches text; inference/terms.py places the matches in translations.
 """
 
 from __future__ import annotations
@@ -23,18 +24,39 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from nmtcli.errors import NmtError
 
-# Entries a glossary may have unless told otherwise (`--max-glossary`): matching a line costs the same for any size
-# (terms are found by their first word), but each term a line holds widens every step of its search.
+# Entries a glossary may have unless told otherwise (`--max-glossary`): matching a line costs about the same for any
+# size (terms are looked up by their first word, or first character).
 MAX_GLOSSARY = 10_000
-# Terms one line may require: each adds its alternatives to every hypothesis's candidates; more are left out, with a
-# warning naming the line.
+# Term occurrences one line may have put in; more are left out, with a warning naming the line.
 MAX_TERMS_PER_LINE = 32
 
 _WORD = re.compile(r"\w+")
+# Scripts written without spaces between words: a term in them is found anywhere, not only between word boundaries.
+_UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+             "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002fa1f")  # Thai, Lao, Myanmar, Khmer, kana, Han
+_HANGUL = "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"  # Korean: spaces between words, particles glued to nouns
+UNSPACED = re.compile(f"[{_UNSPACED}]")
+_GLUED = re.compile(f"[{_UNSPACED}{_HANGUL}]")
+# Case folding for terms written in lower case: Unicode's, with Turkish dotted and dotless i as plain i (`İSTANBUL`
+# folds to `i̇stanbul` otherwise: a combining dot no lower-case term holds).
+_FOLD = {"\u0130": "i", "\u0131": "i", "\u0307": ""}
+
+
+def fold(text: str) -> tuple[str, list[int]]:
+    """`text` case-folded, and for each folded character the index of the character of `text` it comes from
+    (folding may change the length: `ß` -> `ss`)."""
+    out, where = [], []
+    for i, c in enumerate(text):
+        f = _FOLD.get(c)
+        f = c.casefold() if f is None else f
+        out.append(f)
+        where.extend([i] * len(f))
+    return "".join(out), where
 
 
 @dataclass(frozen=True)
@@ -50,14 +72,29 @@ class Term:
     def any_case(self) -> bool:
         return self.source == self.source.lower()
 
+    @cached_property
+    def folded(self) -> str:
+        """Its source case-folded (what a term in lower case is found by)."""
+        return fold(self.source)[0]
+
     def __str__(self) -> str:
         return f"{self.source!r} -> {'|'.join(self.targets)!r}"
 
 
+@dataclass(frozen=True)
+class Occurrence:
+    """A term found in a line: the line's characters [start, end)."""
+
+    start: int
+    end: int
+    term: Term
+
+
 @dataclass(frozen=True, eq=False)
 class Glossary:
-    """The entries of one glossary, indexed by their first word for `matches`. Equal only to itself (a search's
-    settings hold it: requests with the same glossary object share a batch)."""
+    """The entries of one glossary, indexed for `occurrences` by their first word, case-folded (by their first
+    character where it is of a script without spaces, or Korean, or no word character). Equal only to itself (a
+    search's settings hold it: requests with the same glossary object share a batch)."""
 
     terms: tuple[Term, ...]
     name: str = "glossary"
@@ -66,48 +103,75 @@ class Glossary:
     def __post_init__(self) -> None:
         index: dict[str, list[Term]] = {}
         for term in self.terms:
-            index.setdefault(_key(term.source, 0), []).append(term)
-        for candidates in index.values():  # longest first; of equal length, the exactly-cased one first
-            candidates.sort(key=lambda t: (-len(t.source), t.any_case))
+            index.setdefault(_first(term.folded, 0), []).append(term)
+        for candidates in index.values():  # of equal length, the exactly-cased one first
+            candidates.sort(key=lambda t: t.any_case)
         object.__setattr__(self, "_index", index)
 
     def __len__(self) -> int:
         return len(self.terms)
 
     def matches(self, text: str) -> list[Term]:
-        """The terms found in `text` (see the module's rules), each once, in the order they first occur."""
-        found: dict[Term, None] = {}
+        """The terms found in `text`, each once, in the order they first occur."""
+        return list(dict.fromkeys(o.term for o in self.occurrences(text)))
+
+    def occurrences(self, text: str) -> list[Occurrence]:
+        """Every occurrence of a term in `text` (the module's rules), left to right, none overlapping another."""
+        folded, where = fold(text)
+        starts: dict[int, int] = {}  # original index -> where its folding starts in `folded`
+        for j, i in enumerate(where):
+            starts.setdefault(i, j)
+        found: list[Occurrence] = []
         i, n = 0, len(text)
         while i < n:
-            if i and _inside_word(text, i):
+            occurrence = self._longest_at(text, i, folded, where, starts.get(i)) if _may_start(text, i) else None
+            if occurrence is None:
                 i += 1
                 continue
-            term = self._longest_at(text, i)
-            if term is None:
-                i += 1
-                continue
-            found.setdefault(term)
-            i += len(term.source)
-        return list(found)
+            found.append(occurrence)
+            i = occurrence.end
+        return found
 
-    def _longest_at(self, text: str, i: int) -> Term | None:
-        for term in self._index.get(_key(text, i), ()):
-            end = i + len(term.source)
-            piece = text[i:end]
-            if (piece.lower() == term.source if term.any_case else piece == term.source) and (end == len(text) or not _inside_word(text, end)):
-                return term
-        return None
+    def _longest_at(self, text: str, i: int, folded: str, where: list[int], at: int | None) -> Occurrence | None:
+        """The longest term occurring at text[i] (`at`: where it starts in `folded`, None if it folds to nothing)."""
+        if at is None:
+            return None
+        best: Occurrence | None = None
+        for term in self._index.get(_first(folded, at), ()):
+            if term.any_case:
+                key = term.folded
+                if not folded.startswith(key, at):
+                    continue
+                end = where[at + len(key)] if at + len(key) < len(where) else len(text)
+            else:
+                if not text.startswith(term.source, i):
+                    continue
+                end = i + len(term.source)
+            if _may_end(text, end) and (best is None or end > best.end):
+                best = Occurrence(i, end, term)
+        return best
 
 
-def _key(text: str, i: int) -> str:
-    """What a term is indexed by and a position looked up with: the word starting at i, lower-cased, or its one
-    character where no word starts there."""
-    word = _WORD.match(text, i)
-    return (word.group() if word else text[i : i + 1]).lower()
+def _first(text: str, i: int) -> str:
+    """What a term is indexed by and a position looked up with: the word starting at i, or its one character where
+    it is of a script without spaces or Korean (a particle may follow a Korean term in its word) or no word character."""
+    word = None if _GLUED.match(text, i) else _WORD.match(text, i)
+    return word.group() if word else text[i : i + 1]
+
+
+def _may_start(text: str, i: int) -> bool:
+    """Whether a term may start at i: where a word starts, or next to a character of a script without spaces."""
+    return not _inside_word(text, i) or bool(UNSPACED.match(text[i]) or UNSPACED.match(text[i - 1]))
+
+
+def _may_end(text: str, end: int) -> bool:
+    """Whether a term may end at `end`: where a word ends, or next to a character of a script without spaces, or
+    after Korean (a particle follows)."""
+    return not _inside_word(text, end) or bool(_GLUED.match(text[end - 1]) or UNSPACED.match(text[end]))
 
 
 def _inside_word(text: str, i: int) -> bool:
-    """Whether position i lies between two word characters (no term may start or end there)."""
+    """Whether position i lies between two word characters."""
     return 0 < i < len(text) and _is_word(text[i - 1]) and _is_word(text[i])
 
 
@@ -125,7 +189,7 @@ def read_glossary(path: str | Path, max_terms: int = MAX_GLOSSARY) -> Glossary:
     `source TAB target`, an empty term, or more entries than `max_terms`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors write one) is no character of the first term
     except FileNotFoundError:
         raise NmtError(f"glossary {path} does not exist", "give a file of `source TAB target` lines", exit_code=2) from None
     except UnicodeDecodeError as e:

@@ -29,6 +29,7 @@ class Hypothesis:
     score: float  # log-probability divided by the length penalty: what the search ranks by
     log_prob: float
     alignment: str | None = None  # Pharaoh links to the source, when asked for (inference/alignment.py)
+    text: str | None = None  # its text where that is not its tokens decoded (a glossary term the vocabulary cannot spell)
 
 
 def never_produced(model: Transformer, device: torch.device, eos: bool = False) -> Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nmtcli.data.encoding import marian_ids
+from nmtcli.data.encoding import LANGUAGE_CODE, marian_ids
 from nmtcli.data.text import SPM_FILE, load_sentencepiece
 from nmtcli.data.vocabulary import read_piece_ids
 from nmtcli.errors import NmtError
@@ -44,6 +44,34 @@ class Tokenizer:
         """The vocabulary as strings, by id (what CTranslate2 stores)."""
         raise NotImplementedError
 
+    def spans(self, text: str) -> list[Span]:
+        """The characters [start, end) of `text` that each id of encode([text]) stands for (glossary terms are placed by them)."""
+        raise NotImplementedError
+
+    def target_spans(self, text: str) -> list[Span]:
+        """`spans` for target-language text, as encode_target reads it."""
+        return self.spans(text)
+
+
+Span = tuple[int, int]
+
+
+def piece_spans(sp, text: str) -> list[Span]:
+    """The characters [start, end) of `text` each sentencepiece piece of it stands for: sentencepiece's own offsets (of
+    the text before its normalisation), which count bytes. A piece standing for no character (a word's lone "▁", the
+    leading bytes of a character spelled in bytes) has an empty span where it is."""
+    try:
+        pieces = sp.encode(text, return_type="proto").pieces
+    except (TypeError, ValueError):  # sentencepiece 0.2.0 names it so
+        pieces = sp.encode(text, out_type="immutable_proto").pieces
+    char_at, at = [], 0
+    for i, c in enumerate(text):
+        width = len(c.encode("utf-8"))
+        char_at.extend([i] * width)
+        at += width
+    char_at.append(len(text))
+    return [(char_at[min(p.begin, at)], char_at[min(p.end, at)]) for p in pieces]
+
 
 class JointSentencePiece(Tokenizer):
     """One sentencepiece model for both languages; its piece ids are the model's ids."""
@@ -61,6 +89,9 @@ class JointSentencePiece(Tokenizer):
 
     def pieces(self) -> list[str]:
         return [self.sp.id_to_piece(i) for i in range(self.size)]
+
+    def spans(self, text: str) -> list[Span]:
+        return piece_spans(self.sp, text)
 
 
 class MarianVocabulary(Tokenizer):
@@ -92,6 +123,14 @@ class MarianVocabulary(Tokenizer):
     def decode(self, ids: list[int]) -> str:
         pieces = [self.id_to_piece[i] for i in ids if i not in self.special_ids and i in self.id_to_piece]
         return self.target.decode_pieces(pieces).replace(WORD_BOUNDARY, " ").strip()
+
+    def spans(self, text: str) -> list[Span]:
+        code = LANGUAGE_CODE.match(text)  # marian_ids reads a leading >>code<< as one id
+        start = code.end() if code else 0
+        return [(0, start)] * bool(code) + [(a + start, b + start) for a, b in piece_spans(self.source, text[start:])]
+
+    def target_spans(self, text: str) -> list[Span]:
+        return piece_spans(self.target, text)
 
     def pieces(self) -> list[str]:
         return [self.id_to_piece.get(i, f"<unused{i}>") for i in range(self.size)]
@@ -125,6 +164,9 @@ class MultilingualVocabulary(Tokenizer):
     def decode(self, ids: list[int]) -> str:
         pieces = [self.id_to_piece[i] for i in ids if i not in self.dropped and i in self.id_to_piece]
         return self.sp.decode_pieces(pieces).replace(WORD_BOUNDARY, " ").strip()
+
+    def spans(self, text: str) -> list[Span]:
+        return piece_spans(self.sp, text)
 
     def pieces(self) -> list[str]:
         return [self.id_to_piece.get(i, f"<unused{i}>") for i in range(self.size)]

@@ -32,12 +32,12 @@ from nmtcli.inference.beam import Brevity, Hypothesis, beam_search
 from nmtcli.inference.confidence import confidence
 from nmtcli.inference.engine import Engine
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
-from nmtcli.inference.constrained import Constraints, constrained_beam_search
 from nmtcli.inference.coverage import coverage_penalty
 from nmtcli.inference.forced import Scored, force_ids, scored
-from nmtcli.inference.glossary import MAX_TERMS_PER_LINE, Glossary, Term
+from nmtcli.inference.glossary import Glossary
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
+from nmtcli.inference.terms import put_terms
 from nmtcli.inference.memory import gpu_batch
 from nmtcli.inference.precision import HALF, to_half
 from nmtcli.inference.precision import autocast as half_autocast
@@ -71,7 +71,7 @@ class SearchSettings:
     temperature: float = 1.0  # sampling: softmax(logits / temperature)
     seed: int = DEFAULT_SEED  # sampling: with the line number, what every draw hashes
     alignment: str | None = None  # "words" or "pieces": each translation's alignment; HTML's "covering" (inference/alignment.py)
-    glossary: Glossary | None = None  # terms every translation holds where their source terms occur (inference/glossary.py)
+    glossary: Glossary | None = None  # target terms put in where their source terms occur (inference/glossary.py, terms.py)
     coverage_penalty: float = 0.0  # GNMT's coverage penalty beta: the beam's hypotheses reranked by it (inference/coverage.py); 0: off
     brevity_penalty: float | None = None  # the brevity penalty's weight (beam.Brevity); None: the model's own (`nmt average` calibrates it), else 0
     length_ratio: float | None = None  # target pieces per source piece the brevity penalty expects; None: the model's own, else 1.0
@@ -167,7 +167,6 @@ class Translator(Engine):
         self.languages: tuple[str, str] | None = None  # a multilingual model's (source, target) codes
         self._tags: tuple[int, int] | None = None  # and their tags' ids
         self.set_languages(*languages, model=str(model_dir))
-        self._term_cache: dict[Term, list[list[int]]] = {}
 
     def own_length(self, settings: SearchSettings) -> SearchSettings:
         """`settings` with the brevity penalty and length ratio they leave to the model (None) made the model's own: those
@@ -249,7 +248,7 @@ class Translator(Engine):
         return torch.get_num_threads() if self.device.type == "cpu" else None
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
-        text = one_line(self.tokenizer.decode(hyp.tokens))
+        text = self.decoded(hyp)
         shown = hyp.tokens[1:] if self._tags and hyp.tokens[:1] == [self._tags[1]] else hyp.tokens  # the target tag is no word of it
         return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in shown], hyp.alignment,
                            confidence(hyp.log_prob, len(hyp.tokens)))
@@ -280,66 +279,28 @@ class Translator(Engine):
         if self._tags is not None and settings.sampling is not None:
             raise NmtError("sampling from a multilingual model is not available yet (its target tag is forced like a prefix)",
                            "search with --beam instead", exit_code=2)
-        terms = None
-        if settings.glossary is not None:
-            if settings.sampling is not None:
-                raise NmtError("a glossary works with beam and greedy search, not with sampling",
-                               "drop the glossary, or search with --beam instead of --sampling", exit_code=2)
-            terms = [self._terms(number, line, settings.glossary) if ids else [] for (number, line), ids in zip(window, sentences)]
+        if settings.glossary is not None and settings.sampling is not None:
+            raise NmtError("a glossary works with beam and greedy search, not with sampling",
+                           "drop the glossary, or search with --beam instead of --sampling", exit_code=2)
         sentences, prefix_ids = self._tagged(sentences, prefix_ids)
-        constraints = None if terms is None else [[self._term_ids(term) for term in line_terms] for line_terms in terms]
-        # The coverage penalty reranks all of the beam's hypotheses; lines with glossary terms keep the constrained order.
-        covered = settings.coverage_penalty > 0 and settings.sampling is None and settings.beam > 1
+        covered = settings.coverage_penalty > 0 and settings.sampling is None and settings.beam > 1  # the penalty reranks all K
         results = translate_ids(self.model, sentences, replace(settings, nbest=settings.beam) if covered else settings, self.budget,
                                 self.device, autocast=lambda: half_autocast(self.device, self.precision), graphs=self.graphs,
-                                warn=self.warn, prefixes=prefix_ids, numbers=[number for number, _ in window], constraints=constraints)
+                                warn=self.warn, prefixes=prefix_ids, numbers=[number for number, _ in window])
         attention: dict[int, Tensor] = {}  # id(hypothesis) -> its attention, read once for the penalty and the alignments
         if covered:
-            attention = self._rerank(sentences, results, settings.coverage_penalty, [not terms or not terms[i] for i in range(len(window))])
+            attention = self._rerank(sentences, results, settings.coverage_penalty)
             results = [hyps[: settings.nbest] for hyps in results]
-        if terms is not None:
-            self._report_missing(window, terms, constraints, results)
+        if settings.glossary is not None:
+            put_terms(self, window, sentences, results, settings, prefixes, attention)
         units = [COVERING if covering is not None and covering[i] else settings.alignment for i in range(len(window))]
         if any(units):
             self._align(sentences, results, units, attention)
         return results
 
-    def _terms(self, number: int, line: str, glossary: Glossary) -> list[Term]:
-        """The glossary's terms line `number` holds, at most MAX_TERMS_PER_LINE of them (the rest: a warning)."""
-        terms = glossary.matches(line)
-        if len(terms) > MAX_TERMS_PER_LINE:
-            self.warn(f"line {number}: {len(terms)} glossary terms, only the first {MAX_TERMS_PER_LINE} are enforced "
-                      f"({', '.join(t.source for t in terms[MAX_TERMS_PER_LINE:])} are not)")
-        return terms[:MAX_TERMS_PER_LINE]
-
-    def _term_ids(self, term: Term) -> list[list[int]]:
-        """A term's target alternatives as target token ids (each as the tokenizer writes it after a space, as a word
-        inside a sentence is), encoded once a term. NmtError for one the vocabulary cannot write or the output cannot hold."""
-        ids = self._term_cache.get(term)
-        if ids is None:
-            ids = self.tokenizer.encode_target(list(term.targets))
-            limit = self.model.config.max_positions - 2
-            for text, alt in zip(term.targets, ids):
-                if self.tokenizer.unk_id is not None and self.tokenizer.unk_id in alt:
-                    raise NmtError(f"{term.origin}: the target term {text!r} holds characters the model's vocabulary lacks",
-                                   "write it with characters the model knows, or leave the entry out", exit_code=2)
-                if len(alt) > limit:
-                    raise NmtError(f"{term.origin}: the target term {text!r} is {len(alt)} tokens, longer than any output of the "
-                                   f"model ({limit})", "shorten it", exit_code=2)
-            self._term_cache[term] = ids
-        return ids
-
-    def _report_missing(self, window: list[tuple[int, str]], terms: list[list[Term]], constraints: list[Constraints],
-                        results: list[list[Hypothesis]]) -> None:
-        """A warning for each line whose best translation lacks a term: only where its length limit came first."""
-        for (number, _), line_terms, line_constraints, hyps in zip(window, terms, constraints, results):
-            if not hyps or not line_terms:
-                continue
-            missing = [t for t, alts in zip(line_terms, line_constraints) if not any(holds(hyps[0].tokens, alt) for alt in alts)]
-            if missing:
-                self.warn(f"line {number}: the glossary term{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not fit "
-                          "within the output's length limit; translated without "
-                          f"{'them' if len(missing) > 1 else 'it'} (raise --max-len-b)")
+    def decoded(self, hyp: Hypothesis) -> str:
+        """A hypothesis's text, as one line."""
+        return hyp.text if hyp.text is not None else one_line(self.tokenizer.decode(hyp.tokens))
 
     def _attention(self, sentences: list[list[int]], pairs: list[tuple[int, Hypothesis]]) -> list[Tensor]:
         """The encoder-decoder attention (DEFAULT_HEADS) of each (line, hypothesis) pair, from one teacher-forced pass."""
@@ -349,17 +310,16 @@ class Translator(Engine):
                            lambda: half_autocast(self.device, self.precision), DEFAULT_HEADS, self.warn, log_probs=False)
         return [f.attention for f in forced]
 
-    def _rerank(self, sentences: list[list[int]], results: list[list[Hypothesis]], beta: float, lines: Sequence[bool]) -> dict[int, Tensor]:
-        """In place: the hypotheses of each line marked in `lines` scored by s(Y, X) = score + cp(X; Y) (inference/coverage.py)
-        and sorted by it, best first. Returns their attention by id(), for the alignments to reuse."""
-        pairs = [(i, h) for i, hyps in enumerate(results) if lines[i] for h in hyps]
+    def _rerank(self, sentences: list[list[int]], results: list[list[Hypothesis]], beta: float) -> dict[int, Tensor]:
+        """In place: the hypotheses of each line scored by s(Y, X) = score + cp(X; Y) (inference/coverage.py) and sorted by
+        it, best first. Returns their attention by id(), for the alignments to reuse."""
+        pairs = [(i, h) for i, hyps in enumerate(results) for h in hyps]
         attention = self._attention(sentences, pairs)
         first = 1 if self._tags else 0  # a multilingual model's language tag is no source word to cover
         for (_, h), a in zip(pairs, attention):
             h.score += coverage_penalty(a, beta, first)
-        for i, hyps in enumerate(results):
-            if lines[i]:
-                hyps.sort(key=lambda h: h.score, reverse=True)
+        for hyps in results:
+            hyps.sort(key=lambda h: h.score, reverse=True)
         return {id(h): a for (_, h), a in zip(pairs, attention)}
 
     def _align(self, sentences: list[list[int]], results: list[list[Hypothesis]], units: Sequence[str | None],
@@ -393,12 +353,6 @@ class Translator(Engine):
                 if alignment:
                     result.alignment = alignment_text(f.attention, [self.pieces[t] for t in src], result.tokens, alignment)
                 yield result
-
-
-def holds(tokens: Sequence[int], term: Sequence[int]) -> bool:
-    """Whether `term`'s tokens occur in `tokens`, in a row."""
-    n = len(term)
-    return any(list(tokens[i : i + n]) == list(term) for i in range(len(tokens) - n + 1))
 
 
 def check_search(settings: SearchSettings) -> None:
@@ -506,7 +460,6 @@ def translate_ids(
     warn: Warn | None = None,
     prefixes: Sequence[list[int]] | None = None,
     numbers: Sequence[int] | None = None,
-    constraints: Sequence[Constraints] | None = None,
 ) -> list[list[Hypothesis]]:
     """The n-best lists of `sentences` (token ids, without EOS), in input order; [] for an empty one.
     `prefixes`: target ids each sentence's translations start with ([] for none; an empty sentence with a
@@ -516,25 +469,10 @@ def translate_ids(
     `budget.tokens` padded source tokens, padded, searched, and put back in input order. `nmt translate`,
     `nmt serve` and validation BLEU during training all translate through here. With `settings.sampling`,
     the n-best lists are samples, keyed by `numbers` (each sentence's line number; default 1, 2, ...).
-    `constraints`: each sentence's target terms (inference/constrained.py; [] for none). The sentences with terms
-    are searched in batches of their own, by the constrained search, without graphs; the others as without them.
     """
     warn = warn or (lambda message: None)
     numbers = numbers or range(1, len(sentences) + 1)
     results: list[list[Hypothesis]] = [[] for _ in sentences]
-    if constraints is not None and not any(constraints):
-        constraints = None
-    if constraints is not None and not all(constraints):  # some sentences have terms: two groups, searched apart
-        bound = [i for i, c in enumerate(constraints) if c]
-        free = [i for i, c in enumerate(constraints) if not c]
-        for part, terms in ((free, None), (bound, [constraints[i] for i in bound])):
-            found = translate_ids(model, [sentences[i] for i in part], settings, budget, device, autocast, graphs, warn,
-                                  None if prefixes is None else [prefixes[i] for i in part], [numbers[i] for i in part], terms)
-            for i, hyps in zip(part, found):
-                results[i] = hyps
-        return results
-    if constraints is not None:
-        graphs = None  # the constrained search has no step graphs
     if graphs is not None and graphs.enabled and settings.sampling is None and settings.beam > 1:
         # The window's batches are known before the first is searched: the Arena is sized once for all of them,
         # so its graphs are recorded once. (Not by searching the largest batch first: the roles peak in
@@ -545,8 +483,7 @@ def translate_ids(
         with on_device(device), autocast():
             graphs.reserve_window(model, plan, settings.beam, settings.nbest, settings.max_len_a, settings.max_len_b)
     for batch in length_sorted_batches(sentences, budget, prefixes):
-        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, numbers, prefixes,
-                                                 constraints)):
+        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, numbers, prefixes)):
             results[pos] = hyps
     return results
 
@@ -570,11 +507,9 @@ def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget,
 
 def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSettings, budget: BatchBudget, device: torch.device,
             autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn,
-            numbers: Sequence[int], prefixes: Sequence[list[int]] | None = None,
-            constraints: Sequence[Constraints] | None = None) -> list[list[Hypothesis]]:
+            numbers: Sequence[int], prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
     """Search one batch; out of memory, let go of the graphs and their Arena and search it in halves (and keep the
-    smaller batches from then on); a single line once more without graphs before it is given up. `constraints`
-    (by position, as `prefixes`): the batch's target terms, for the constrained search."""
+    smaller batches from then on); a single line once more without graphs before it is given up."""
     try:
         faults.point("translate-batch", lines=len(batch))
         src = _pad(model, [ids for _, ids in batch], device)
@@ -585,9 +520,6 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
             if s.sampling is not None:
                 return sample(model, src, parse_sampling(s.sampling), s.temperature, s.seed, torch.tensor([numbers[pos] for pos, _ in batch]),
                               s.nbest, s.max_len_a, s.max_len_b)
-            if constraints is not None:  # beam 1 included: greedy search cannot look for a term's tokens
-                return constrained_beam_search(model, src, [constraints[pos] for pos, _ in batch], s.beam, s.alpha, s.max_len_a,
-                                               s.max_len_b, s.nbest, s.length_penalty, prefixes=forced, brevity=s.brevity)
             if s.beam == 1:  # one hypothesis: nothing for a penalty to choose between
                 return greedy_search(model, src, s.max_len_a, s.max_len_b, prefixes=forced)
             return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs,
@@ -605,7 +537,7 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
     if len(batch) == 1:
         if graphed:  # a shape class pads the line's batch: once more as it is, without graphs
             warn(f"out of memory with CUDA graphs translating a single line of {len(batch[0][1])} tokens; searching it again without them")
-            return _search(model, batch, s, budget, device, autocast, None, warn, numbers, prefixes, constraints)
+            return _search(model, batch, s, budget, device, autocast, None, warn, numbers, prefixes)
         raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {device}",
                        "use a smaller --beam, or a device with more memory")
     longest = len(batch[-1][1]) + 1
@@ -614,8 +546,8 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
         budget.sentences = max(1, min(budget.sentences, len(batch)) // 2)
     warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {budget.tokens:,}")
     half = len(batch) // 2
-    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn, numbers, prefixes, constraints)
-            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn, numbers, prefixes, constraints))
+    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn, numbers, prefixes)
+            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn, numbers, prefixes))
 
 
 def _pad(model: Transformer, sentences: list[list[int]], device: torch.device) -> torch.Tensor:
