@@ -1,5 +1,5 @@
-"""Glossaries and protected spans (issue 35): how often the terms and spans come out, what it does to quality, and
-what it costs. Three measurements, each a subcommand:
+"""Glossaries and protected spans (issues 35, 49): how often the terms and spans come out, what it does to the whole
+translation, and what it costs. Three measurements, each a subcommand:
 
 spans   1,000 sentences are generated (seeded) from English words with placeholders ({{name}}, {0}, %s, %(name)s,
         ${var}, <x/>), URLs and e-mail addresses among them, between words, glued to punctuation and at either end.
@@ -9,20 +9,23 @@ spans   1,000 sentences are generated (seeded) from English words with placehold
         Printed for each: the share of sentences whose every span is in the translation exactly as often as in the
         source ("exact": the guarantee), the share of spans found at all, and lines per second.
 
-terms   A test set (--source, --reference) and a glossary taken from its references: each reference aligned to its
-        source under the model (forced decoding, word alignment), and a source word of 4+ letters that links to the
-        same reference word in at least half of its 2+ occurrences gets that word as its term. The set is
-        translated without and with the glossary: the share of the terms found in lines that hold them present in
-        the output, BLEU and chrF against the references, whether the lines without terms came out the same, and
+terms   A test set (--source, --reference) and a glossary (--glossary FILE, or one taken from its references: each
+        reference aligned to its source under the model, one source word a target word as glossaries are placed, and
+        a source word of 4+ letters that links to the same reference word in at least half of its 2+ occurrences gets
+        that word as its term). The set is translated without and with the glossary, at each of --beams; for each:
+        the share of source occurrences whose term is in the output as a whole word ("present"), how often the covered
+        word's usual translation (the references' word for it) is left over ("leftover"), the share of terms at the
+        word index, and in the form, the reference with the terms put in has them ("placed"), BLEU and chrF against
+        that reference ("*") and against the plain reference, whether lines without terms came out the same, and
         lines per second. --swap gives each source word another entry's target word instead (a derangement): terms
         the model would never write (a fine-tuning's changed words), where only the glossary puts them there.
 
-speed   The constrained search against the plain beam on the same batches: each line of --source gets k terms
-        (k = 1, 5, 20), words of its own reference (then of others'), as target token ids; lines per second.
+speed   What a glossary costs: lines/s of the plain search and with a glossary that gives each line of --source k terms
+        (k = 1, 5, 20: words of the line, each given a word of the references as its target).
 
 Usage:
   python benchmarks/glossary.py spans --model models/tiny-demo [--lines 1000] [--device cpu] [--threads 2] [--beam 4]
-  python benchmarks/glossary.py terms --model models/tiny-demo --source test.en --reference test.de [--swap]
+  python benchmarks/glossary.py terms --model models/tiny-demo --source test.en --reference test.de [--swap | --glossary FILE]
   python benchmarks/glossary.py speed --model models/tiny-demo --source test.en --reference test.de
 """
 
@@ -41,6 +44,7 @@ import torch
 from nmtcli import Translator
 from nmtcli.documents.protect import Protected, Protection, find_spans
 from nmtcli.inference.glossary import glossary_of, read_glossary
+from nmtcli.inference.terms import choose
 from nmtcli.scoring import score
 
 WORDS = ("the a this every small new old red big green house car book train dog cat child song city road "
@@ -138,13 +142,14 @@ def _count(word: str, text: str) -> int:
 
 
 def with_terms(reference: str, found: list, usual: dict[str, str]) -> str:
-    """The reference with each found term's usual translation (the word the references use for it) replaced by the
-    term, all at once (a term may be another's usual word)."""
-    swaps = {usual[o.term.source.lower()]: o.term.targets[0] for o in found if o.term.source.lower() in usual}
+    """The reference with each found term's usual translation (the word the references use for it), or a form of it
+    (the word and an ending of up to 3 letters), replaced by the term's alternative of that ending (inference/terms.py's
+    choose), all at once (a term may be another's usual word)."""
+    swaps = {usual[o.term.source.lower()]: o.term.targets for o in found if o.term.source.lower() in usual}
     if not swaps:
         return reference
     pattern = "|".join(re.escape(w) for w in sorted(swaps, key=len, reverse=True))
-    return re.sub(rf"(?<!\w)(?:{pattern})(?!\w)", lambda m: swaps[m.group()], reference)
+    return re.sub(rf"(?<!\w)({pattern})(\w{{0,3}})(?!\w)", lambda m: choose(swaps[m.group(1)], m.group()), reference)
 
 
 def term_report(sources: list[str], references: list[str], outputs: list[str], glossary, usual: dict[str, str]) -> dict:
@@ -165,9 +170,9 @@ def term_report(sources: list[str], references: list[str], outputs: list[str], g
             word = usual.get(term.source.lower())
             if word and _count(word, output) > _count(word, target):
                 leftover += _count(word, output) - _count(word, target)
-            at_out = [k for k, w in enumerate(out_words) if _word(w) in term.targets]
-            at_ref = [k for k, w in enumerate(ref_words) if _word(w) in term.targets]
-            placed += sum(a == b for a, b in zip(at_out, at_ref))
+            at_out = [(k, _word(w)) for k, w in enumerate(out_words) if _word(w) in term.targets]
+            at_ref = [(k, _word(w)) for k, w in enumerate(ref_words) if _word(w) in term.targets]
+            placed += sum(a == b for a, b in zip(at_out, at_ref))  # the same place, in the same form
     bleu, chrf = score(outputs, targets, ["bleu", "chrf"])
     return {"occurrences": occurrences, "present": present, "leftover": leftover, "placed": placed, "bleu": bleu.score, "chrf": chrf.score}
 
@@ -193,15 +198,16 @@ def terms(args: argparse.Namespace) -> None:
     print(f"{'beam':>4} {'search':<12} {'present':>9} {'leftover':>9} {'placed':>8} {'BLEU*':>6} {'chrF*':>6} {'BLEU':>6} "
           f"{'same':>9} {'lines/s':>8} {'x plain':>8}")
     print("  (present: occurrences with their term as a whole word; leftover: the covered word's usual translation still there;")
-    print("   placed: terms at the reference's word index; *: against the reference with the terms put in; same: lines without terms unchanged)")
+    print("   placed: terms at the reference's word index, in its form; *: against the reference with the terms put in;")
+    print("   same: lines without terms unchanged)")
     engine.translate_lines(sources[:20])  # warm up
     for beam in args.beams:
         plain_settings = dataclasses.replace(engine.settings, beam=beam)
         rows, plain, plain_rate = [], None, None
-        methods = [("plain", None)] + [(m, m) for m in args.methods]
+        methods = [("plain", None), ("glossary", glossary)]
         for _ in range(args.rounds):
-            for name, method in methods:
-                settings = plain_settings if method is None else dataclasses.replace(plain_settings, glossary=glossary, glossary_method=method)
+            for name, given in methods:
+                settings = dataclasses.replace(plain_settings, glossary=given)
                 started = time.perf_counter()
                 out = [hyps[0].text if hyps else "" for hyps in engine.translate_lines(sources, settings)]
                 rows.append((name, out, len(sources) / (time.perf_counter() - started)))
@@ -220,33 +226,29 @@ def terms(args: argparse.Namespace) -> None:
 
 
 def speed(args: argparse.Namespace) -> None:
-    from nmtcli.inference.translator import encode_lines, translate_ids
-
-    sources, references = _read(args.source), _read(args.reference)
+    """Lines/s of the plain search and with a glossary that gives every line k terms (k = 1, 5, 20): words of its own
+    source (then others'), each given a word of the references as its target; medians of alternating rounds."""
+    sources = _read(args.source)
     translator = Translator.load(args.model, device=args.device)
     engine = translator.engine
     rng = random.Random(args.seed)
-    sentences = encode_lines(engine.tokenizer.encode, sources, engine.max_source_tokens)
-    vocabulary = sorted({w for ref in references for w in ref.split()})
-    settings = dataclasses.replace(engine.settings, beam=args.beam)
+    vocabulary = sorted({_word(w) for ref in _read(args.reference) for w in ref.split() if _word(w).isalpha()})
     print(f"{len(sources):,} lines of {args.source}; model {args.model}; {args.device}, {torch.get_num_threads()} threads, beam {args.beam}")
     print(f"{'terms a line':<13} {'lines/s':>9} {'vs plain':>9}   (medians of {args.rounds} rounds, alternating)")
+    settings = dataclasses.replace(engine.settings, beam=args.beam)
     runs: dict[str, list[float]] = defaultdict(list)
-    constraints = {}
+    glossaries = {}
     for k in (1, 5, 20):
-        lines = []
-        for ref in references:
-            own = list(dict.fromkeys(ref.split()))
-            rng.shuffle(own)
-            words = (own + rng.sample(vocabulary, k))[:k]
-            lines.append([[ids] for ids in engine.tokenizer.encode_target(words)])
-        constraints[k] = lines
-    translate_ids(engine.model, sentences[:20], settings, engine.budget, engine.device, constraints=constraints[5][:20])  # warm up
-    translate_ids(engine.model, sentences[:20], settings, engine.budget, engine.device)
+        entries: dict[str, str] = {}
+        for line in sources:  # each line's first k words (a word of another line fills in)
+            words = [w for w in dict.fromkeys(_word(w).lower() for w in line.split()) if w.isalpha()][:k]
+            entries.update({w: rng.choice(vocabulary) for w in words if w not in entries})
+        glossaries[str(k)] = glossary_of(entries)
+    engine.translate_lines(sources[:20], settings)  # warm up
     for _ in range(args.rounds):
-        for name, given in (("plain", None), *((str(k), constraints[k]) for k in (1, 5, 20))):
+        for name, given in (("plain", None), *glossaries.items()):
             started = time.perf_counter()
-            translate_ids(engine.model, sentences, settings, engine.budget, engine.device, constraints=given)
+            engine.translate_lines(sources, dataclasses.replace(settings, glossary=given))
             runs[name].append(len(sources) / (time.perf_counter() - started))
     base = statistics.median(runs["plain"])
     for name, rates in runs.items():
@@ -277,7 +279,6 @@ def main() -> None:
             sub.add_argument("--glossary", help="a glossary file instead of one made from the references")
             sub.add_argument("--lines", type=int, default=None, help="the first N lines only")
             sub.add_argument("--beams", type=int, nargs="+", default=[1, 4])
-            sub.add_argument("--methods", nargs="+", default=["place", "constrained"])
             sub.add_argument("--rounds", type=int, default=1)
         if name == "speed":
             sub.add_argument("--rounds", type=int, default=3)

@@ -50,6 +50,7 @@ PROTECTION = Protection.of(True, [r"ACME-\d+"])
     ("See https://example.com/a?b=1&c=2. Or (www.example.org), or mail ann.lee+nmt@mail.example.co.uk.",
      ["https://example.com/a?b=1&c=2", "www.example.org", "ann.lee+nmt@mail.example.co.uk"]),
     ("50% off, 100 % sure, {not a placeholder}, a@b", []),
+    ("Eine 100%ige Lösung, 50%iger Rabatt und %i Stück", ["%i"]),  # German: a % after a digit is a percent sign
 ])
 def test_each_built_in_kind_is_found_and_ordinary_text_is_not(text, spans):
     assert [text[a:b] for a, b in find_spans(text, Protection.of())] == spans
@@ -60,6 +61,16 @@ def test_the_longest_match_at_the_leftmost_start_wins_and_a_users_regex_adds_spa
     assert [text[a:b] for a, b in find_spans(text, PROTECTION)] == ["https://x.org/{id}", "ACME-42", "{{x}}"]
     assert find_spans(text, Protection.of(False, [])) == [] and Protection.of(False) is None
     assert [text[a:b] for a, b in find_spans(text, Protection.of(False, [r"ACME-\d+"]))] == ["ACME-42"]
+
+
+def test_a_span_is_cut_out_of_the_model_s_own_words_only_where_it_is_not_part_of_a_longer_word():
+    # `--protect Excel`: the model's "Excellent" stays a word; an "Excel" it writes itself is cut, the span put back once.
+    protected = Protected.of("Open Excel, it is excellent", Protection.of(False, ["Excel"]))
+    assert protected.restore_text("Öffne es, es ist Excellent", None).split().count("Excellent") == 1
+    restored = protected.restore_text("Öffne Excel, es ist Excellent", None)
+    assert restored.count("Excel") == 2 and "Excellent" in restored  # the span once, and the model's word whole
+    percent = Protected.of("Use %s here", Protection.of())
+    assert "100%ige" in percent.restore_text("Nutze hier 100%ige", None)
 
 
 def test_a_span_between_words_goes_after_the_translation_of_the_word_before_it():

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import html
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -249,17 +250,25 @@ def _give_words(sentence: Sentence, kids: list[Node], span: dict[int, tuple[int,
         span[id(node)] = (x, x + 1)
 
 
+def _standalone(text: str) -> re.Pattern:
+    """Where the model's words hold a span's `text`: anywhere, but a span that is one word (`--protect Excel`) only as a
+    word of its own, never out of a longer one (`Excellent`). A span with other characters (a URL, a placeholder) the
+    model may glue to its words, and it is cut out of them too, so that it is in the output exactly once."""
+    return re.compile(rf"(?<!\w){re.escape(text)}(?!\w)" if re.fullmatch(r"\w+", text) else re.escape(text))
+
+
 def without(translation: str, alignment: str | None, texts: Sequence[str]) -> tuple[str, str | None]:
-    """The translation's words with every occurrence of `texts` (protected spans, which are put back on their own)
-    cut out of them, words left empty dropped, and the Pharaoh alignment's target words numbered again."""
+    """The translation's words with every occurrence of `texts` (protected spans, which are put back on their own; a span
+    of one word only where it is not part of a longer one) cut out of them, words left empty dropped, and the Pharaoh
+    alignment's target words numbered again."""
     words = translation.split()
-    texts = [t for t in texts if t.strip()]
-    if not any(t in " ".join(words) for t in texts):
+    patterns = {t: _standalone(t) for t in texts if t.strip()}
+    if not any(p.search(" ".join(words)) for p in patterns.values()):
         return " ".join(words), alignment
     while True:  # the first occurrence at a time: a cut can join the two sides into another one
         live = [i for i, w in enumerate(words) if w]
         joined = " ".join(words[i] for i in live)
-        hits = [(joined.find(t), t) for t in texts if t in joined]
+        hits = [(m.start(), t) for t, p in patterns.items() for m in [p.search(joined)] if m]
         if not hits:
             break
         at, text = min(hits)

@@ -40,7 +40,8 @@ KINDS: list[tuple[str, str]] = [
     ("mustache", r"\{\{[^{}\n]{0,200}\}\}"),  # {{name}}, {{ user.name }}
     ("brace", r"\{[\w.:!,-]{0,64}\}"),  # {0}, {name}, {0:.2f}
     ("dollar", r"\$\{[^{}\s]{1,64}\}"),  # ${var}
-    ("printf", r"%(?:\(\w+\))?(?:\d+\$)?[-+#0]?\d*(?:\.\d+)?[sdifxXcu]"),  # %s, %d, %(name)s, %1$s, %.2f (not "50% off")
+    # %s, %d, %(name)s, %1$s, %.2f; not "50% off" nor German "100%ige" (a % right after a digit is a percent sign)
+    ("printf", r"(?<!\d)%(?:\(\w+\))?(?:\d+\$)?[-+#0]?\d*(?:\.\d+)?[sdifxXcu]"),
     ("tag", r"</?[A-Za-z][\w:.-]*(?:\s[^<>]*)?/?>"),  # <x/>, <g id="1">, </g>: XLIFF's inline codes
 ]
 
