@@ -492,8 +492,8 @@ def stage_cli(args) -> dict:
 
 def stage_glossary(args) -> dict:
     """Glossaries on the device: the cli stage's model, its test set's first lines with a glossary taken from their
-    references (benchmarks/glossary.py terms: every term present?), and the constrained search against the plain
-    beam on the same batches (speed: 1, 5 and 20 terms a line)."""
+    references (benchmarks/glossary.py terms: every term present? the whole output's BLEU), and what placing the terms
+    costs against the plain search (speed: 1, 5 and 20 terms a line)."""
     model = args.out / "model"
     if not (model / "config.json").is_file():
         return {"error": "no model: run the cli stage first"}

@@ -108,8 +108,8 @@ class Translator:
         byte, once each, placed by the word alignment (docs/translating.md); `protect_regex`: more spans to keep, as
         regular expressions (`nmt translate --protect`). A text with such spans carries, where `alignment` is asked for,
         the alignment of the words the model read and wrote (its spans taken out). `glossary`: source term -> target
-        term (alternatives as a list, or separated by |), or a `Glossary` (`read_glossary(path)`): where a source term
-        occurs, its translation holds the target term (lexically constrained beam search; docs/translating.md).
+        term (alternatives as a list, or separated by |), or a `Glossary` (`read_glossary(path)`): each occurrence of a
+        source term gets its target term in place of the words the model translated it with (docs/translating.md).
         `coverage_penalty`: GNMT's beta (0: off): the beam's hypotheses reranked by how much of the text they attended
         to, longer and fuller translations from a model that ends sentences early (docs/translating.md).
         `brevity_penalty`: the weight of the penalty a translation shorter than the length its text predicts pays

@@ -248,3 +248,17 @@ def test_language_codes_resolve_iso_639_1_and_639_3_through_one_table():
     assert resolve("deutsch", NLLB_CODES) is None and resolve("xx", M2M100_CODES) is None
     assert nearest("deutsch", NLLB_CODES)[0] == "deu_Latn" and nearest("eng_Latm", NLLB_CODES)[0] == "eng_Latn"
     assert (iso_639_1("deu_Latn"), iso_639_1("de"), iso_639_1("arb_Arab"), iso_639_1("ast_Latn")) == ("de", "de", "ar", "ast")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_glossary_term_is_put_into_a_multilingual_model_s_translation(imported, kind):
+    # The language tags are no words: the term lands among the words, once, and the tag stays first (tokens, score).
+    from nmtcli import Translator
+
+    source, target = KINDS[kind][0]
+    translator = Translator.load(imported[kind], device="cpu", source_lang=source, target_lang=target)
+    [plain] = translator.translate([SENTENCES[0]], max_len_b=MAX_NEW_TOKENS - 1)
+    [termed] = translator.translate([SENTENCES[0]], glossary={"dog": "Köter"}, max_len_b=MAX_NEW_TOKENS - 1)
+    assert termed.text.count("Köter") == 1 and not termed.text.startswith(("__", "deu_"))
+    scored = translator.score([SENTENCES[0]], [termed.text])[0]
+    assert termed.log_prob == pytest.approx(scored.log_prob, abs=1e-3) and plain.text != termed.text

@@ -295,3 +295,35 @@ def test_an_import_killed_at_any_point_leaves_nothing_loadable_and_a_rerun_compl
         assert _files(out) == expected
     # Killed after each file was staged and after each was moved in; then it ran to the end.
     assert renames == 2 * len(expected) + 1
+
+
+def test_a_glossary_term_the_vocabulary_cannot_spell_comes_out_as_written(imported):
+    # target.spm has no "Ω" nor "€": the term is text put into the translation, never <unk> pieces, and nothing is
+    # refused halfway through (the check ran only when a line holding the term came, after earlier windows were written).
+    from nmtcli import Translator
+
+    translator = Translator.load(imported, device="cpu")
+    lines = ["the small dog sees a red ball", "a king helps the old woman"]
+    [plain_first, plain_second] = translator.translate(lines)
+    first, second = translator.translate(lines, glossary={"dog": "Ωmega€"})
+    assert first.text.count("Ωmega€") == 1 and "⁇" not in first.text and "<unk>" not in first.text
+    assert second.text == plain_second.text  # no term: as without a glossary
+    scored = translator.score([lines[0]], [first.text])[0]
+    assert first.score == pytest.approx(scored.score, abs=1e-3)  # the model's score of what was written (its <unk> included)
+
+
+def test_nmt_serve_puts_in_its_own_glossary_s_term_the_vocabulary_cannot_spell(imported):
+    # Before, every request batched with a line holding such a term failed (500) where docs/serving.md promised 400.
+    from test_prefix import _post_all
+
+    from nmtcli.inference.glossary import glossary_of
+    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.serve.app import ServeConfig, create_app
+    from nmtcli.serve.models import ServedModel
+
+    settings = SearchSettings(beam=2)
+    config = ServeConfig(search=settings, glossaries=(("en", "de", glossary_of({"dog": "Ωmega€"})),))
+    app = create_app([ServedModel("opus", "en", "de", Translator(imported, settings=settings))], config)
+    (s1, termed), (s2, other) = _post_all(app, "/translate", [{"q": SENTENCES[0], "source": "en", "target": "de"},
+                                                              {"q": SENTENCES[1], "source": "en", "target": "de"}])
+    assert (s1, s2) == (200, 200) and "Ωmega€" in termed["translatedText"] and "Ωmega€" not in other["translatedText"]

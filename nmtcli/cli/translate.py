@@ -71,7 +71,7 @@ def command(
     min_confidence: Annotated[Optional[float], typer.Option(help="Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get \"low_confidence\": true, and stderr counts them.", min=0.0, max=1.0)] = None,
     protect: Annotated[Optional[list[str]], typer.Option("--protect", metavar="REGEX", help="Also keep the spans this regular expression (Python's re) matches byte for byte, once each, placed by the word alignment; repeatable. Built in (unless --no-protect): {{name}}, {0}, %s, %(name)s, ${var}, <x/>-style tags, URLs, e-mail addresses (docs/translating.md).", rich_help_panel="Protected spans")] = None,
     no_protect: Annotated[bool, typer.Option("--no-protect", help="Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies).", rich_help_panel="Protected spans")] = False,
-    glossary: Annotated[Optional[Path], typer.Option(help="Terms every translation must hold: a UTF-8 file of `source TAB target` lines (# comments; target forms as alternatives: Haus|Hauses). Where a source term occurs (whole words; a lower-case term in any case; the longest match wins), its target term is in the translation, by lexically constrained beam search (docs/translating.md).", rich_help_panel="Glossary")] = None,
+    glossary: Annotated[Optional[Path], typer.Option(help="Terms to put into the translations: a UTF-8 file of `source TAB target` lines (# comments; target forms as alternatives: Haus|Hauses). Each occurrence of a source term (whole words, or anywhere in scripts without spaces; a lower-case term in any case; the longest match wins) gets its target term in place of the words the model translated it with (docs/translating.md).", rich_help_panel="Glossary")] = None,
     max_glossary: Annotated[int, typer.Option(help="The most entries --glossary may have.", min=1, rich_help_panel="Glossary")] = MAX_GLOSSARY,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
@@ -173,11 +173,11 @@ def _glossary(path: Path | None, max_terms: int, forced_decoding: bool, sampling
     if path is None:
         return None
     if engine != "native":
-        raise NmtError(f"--glossary needs the native engine: --engine {engine} has no lexically constrained search",
+        raise NmtError(f"--glossary needs the native engine: --engine {engine} gives no attention to place terms by",
                        "drop --engine, or drop --glossary", exit_code=2)
     if forced_decoding or sampling is not None:
         raise NmtError(f"--glossary does not go with {'--forced-decoding' if forced_decoding else '--sampling'}",
-                       "a glossary constrains the beam search: drop one of them", exit_code=2)
+                       "a glossary puts terms into searched translations: drop one of them", exit_code=2)
     return read_glossary(path, max_terms)
 
 

@@ -77,8 +77,9 @@ class CTranslate2Translator(Engine):
             raise NmtError("HTML is placed by word alignments, which --engine ctranslate2 does not give", "use the native engine for HTML")
         if settings.alignment is not None:
             raise NmtError("--engine ctranslate2 gives no word alignments", "use the native engine for --alignment")
-        if settings.glossary is not None:  # CTranslate2 has no lexically constrained search (its issue 739)
-            raise NmtError("--engine ctranslate2 cannot hold a glossary's terms", "use the native engine for --glossary")
+        if settings.glossary is not None:  # terms are placed by the attention of a forced pass (inference/terms.py)
+            raise NmtError("--engine ctranslate2 cannot place a glossary's terms (they are placed by the native model's attention)",
+                           "use the native engine for --glossary")
         if settings.sampling is None:
             # CTranslate2's own variant of GNMT's coverage penalty (one attention head, on the hypotheses finished when its
             # search stops; docs/translating.md), not nmt's rerank of the whole beam
