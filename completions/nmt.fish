@@ -276,7 +276,7 @@ complete -c nmt -n "__nmt_using 'translate'" -l source-lang -s s -x -d 'A multil
 complete -c nmt -n "__nmt_using 'translate'" -l min-confidence -x -d 'Flag translations whose confidence (0-1: the mean sentence chrF / 100 that held-out translations so rated reached; docs/python-api.md) is below this: they are still written, json records get "low_confidence": true, and stderr counts them'
 complete -c nmt -n "__nmt_using 'translate'" -l protect -x -d 'Also keep the spans this regular expression (Python\'s re) matches byte for byte, once each, placed by the word alignment; repeatable'
 complete -c nmt -n "__nmt_using 'translate'" -l no-protect -d 'Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies)'
-complete -c nmt -n "__nmt_using 'translate'" -l glossary -r -F -d 'Terms every translation must hold: a UTF-8 file of `source TAB target` lines (# comments; target forms as alternatives: Haus|Hauses)'
+complete -c nmt -n "__nmt_using 'translate'" -l glossary -r -F -d 'Terms to put into the translations: a UTF-8 file of `source TAB target` lines (# comments; target forms as alternatives: Haus|Hauses)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-glossary -x -d 'The most entries --glossary may have'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 

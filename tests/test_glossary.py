@@ -88,6 +88,23 @@ def test_terms_are_found_in_scripts_without_spaces_with_particles_and_under_unic
     assert found("STRASSE und Straße") == ["STRASSE", "Straße"]  # ß folds to ss
     assert found("izmir") == [] and found("İzmir") == ["İzmir"]  # a term with a capital: only as written
     assert found("category cats 猫cat") == ["cat"]  # still whole words in spaced scripts, but next to Han
+    latin = glossary_of({"python": "X", "api": "Z", "google": "Y", "cafe": "K", "house": "H", "ab": "AB", "a s": "AS"})
+    assert [[t[o.start:o.end] for o in latin.occurrences(t)] for t in ("使用Python开发", "Pythonで開発する", "Google에서 검색")] == [
+        ["Python"], ["Python"], ["Google"]]  # a Latin term against Han, kana, or a Korean particle
+    for text in ("cafe\u0301", "house\u00adboat", "house\u200dboat", "\u0227b", "a \u00df"):
+        assert latin.occurrences(text) == [], text  # an accent written apart, a soft hyphen, a joiner belong to the word
+
+
+def test_a_glossary_file_is_cut_into_lines_at_line_ends_only_and_terms_are_one_line_of_printable_text(tmp_path):
+    path = tmp_path / "terms.tsv"
+    path.write_bytes("house\tHaus\u2028boot\ncity\tKommune\n".encode())  # U+2028 inside a term: no line break of the file
+    with pytest.raises(NmtError, match=r"terms.tsv:1: a term holds the character U\+2028"):
+        read_glossary(path)
+    path.write_bytes(b"\xef\xbb\xbfhouse\tHaus\n\xef\xbb\xbfcity\tKommune\r\n")  # two files joined: a mark mid-file
+    assert [t.source for t in read_glossary(path).terms] == ["house", "city"]
+    for bad in ("Haus\nboot", "Haus\tboot", "Haus\x00", "\udc00"):
+        with pytest.raises(NmtError, match="a term holds the character"):
+            glossary_of({"house": bad})
 
 
 def test_every_occurrence_is_found_with_its_offsets():
@@ -142,6 +159,19 @@ def test_terms_replace_their_words_keep_punctuation_and_insert_where_the_neighbo
     # city has no word: between its neighbours' translations (house -> 2, river -> 0 in reversed order), after the earlier
     assert [(p.lo, p.hi, p.occurrence.term.source) for p in chosen] == [(0, 1, "river"), (1, 1, "city"), (2, 3, "house")]
     assert rewrite(target, unit_spans(spans, units, target), chosen) == "Strom, Kommune der (Hausboot)"
+
+
+def test_terms_put_into_an_empty_translation_are_apart_and_mixed_case_terms_keep_their_case():
+    from nmtcli.inference.glossary import Occurrence, Term
+    from nmtcli.inference.terms import Placement, rewrite
+
+    house, city = Term("house", ("Hausboot",), "house"), Term("city", ("Kommune",), "city")
+    both = [Placement(0, 0, Occurrence(0, 5, house)), Placement(0, 0, Occurrence(6, 10, city))]
+    assert rewrite("", [], both, "HOUSE CITY") == "Hausboot Kommune"
+    ebay = Term("house", ("eBay",), "house")
+    assert rewrite("Haus ist da", [(0, 4), (5, 8), (9, 11)], [Placement(0, 1, Occurrence(0, 5, ebay))], "House is there") == "eBay ist da"
+    datei = Term("file", ("datei",), "file")
+    assert rewrite("File ok", [(0, 4), (5, 7)], [Placement(0, 1, Occurrence(0, 4, datei))], "File ok") == "Datei ok"
 
 
 def test_an_alternative_is_chosen_by_the_ending_of_the_words_it_replaces():
@@ -277,6 +307,22 @@ def test_a_glossary_keeps_scores_the_model_s_own_and_alignments_of_the_words_wri
         assert t.alignment and max(int(link.split("-")[1]) for link in t.alignment.split()) == len(t.text.split()) - 1
         assert len({h.text for h in t.nbest}) == len(t.nbest)  # no repeats after the terms are put in
         assert [h.score for h in t.nbest] == sorted((h.score for h in t.nbest), reverse=True)
+
+
+def test_a_prefix_that_ends_inside_a_word_keeps_that_word(trained):
+    [t] = trained.translate(["the dog sees a red ball"], prefix="der hu", glossary=SWAPPED)
+    assert t.text.startswith("der hu") and "koeter" in t.text.split()
+
+
+def test_nmt_serve_answers_json_nested_too_deep_with_a_400():
+    import asyncio
+
+    from nmtcli.serve.requests import ApiError, parse_fields
+
+    body = b'{"q": "the dog", "glossary": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(ApiError) as e:
+        asyncio.run(parse_fields(body, "application/json", {}, 1 << 20))
+    assert e.value.status == 400 and "nested too deep" in str(e.value)
 
 
 def test_glossaries_of_every_request_leave_nothing_behind_in_the_engine(trained):

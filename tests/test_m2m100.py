@@ -143,7 +143,7 @@ def test_translations_equal_generate_with_the_target_tag_forced(imported, hf, ki
         mine, text = _nmt(imported[kind], source, target, beam, **({} if beam == 1 else {"alpha": 1.0, "length_penalty": "power"}))
         assert mine == theirs, f"{kind} {source}->{target}, beam {beam}"
         assert all(ids[0] == _tag_id(tokenizer, target) for ids in theirs)
-        assert len({tuple(t) for t in theirs}) >= 3  # outputs depend on the input
+        assert len({tuple(t) for t in theirs}) >= 2  # outputs depend on the input (NLLB's fixture at beam 4: 2 since the packages of Nov 2026)
         # The text is transformers' decoding without its special tokens (M2M100Tokenizer keeps the tag: dropped here).
         assert text == [tokenizer.decode(t[1:], skip_special_tokens=True) for t in theirs]
 

@@ -179,12 +179,30 @@ def test_pieces_only_the_source_model_knows_come_out_as_marian_tokenizer_writes_
     assert "\u2581" not in "".join(text)
 
 
+def _power_score(hf, i: int, ids: list[int], alpha: float) -> float:
+    """transformers' model's log P(ids + EOS | sentence i) / (|ids| + 1)^alpha: what both searches rank by."""
+    model, tokenizer = hf
+    enc = tokenizer(SENTENCES[i : i + 1], return_tensors="pt")
+    target = [*ids, model.config.eos_token_id]
+    with torch.no_grad():
+        log_probs = model(**enc, decoder_input_ids=torch.tensor([[model.config.decoder_start_token_id, *ids]])).logits.log_softmax(-1)[0]
+    return sum(log_probs[t, y].item() for t, y in enumerate(target)) / len(target) ** alpha
+
+
 @pytest.mark.parametrize("alpha", [1.0, 0.6])
 def test_beam_output_equals_generate_num_beams_4_with_power_penalty(imported, hf, alpha):
-    # transformers' default early stopping is a heuristic that can stop before the best hypothesis is
-    # found; "never" runs the exact search nmt runs. Its length penalty is |Y|^alpha with EOS counted.
+    # transformers' default early stopping is a heuristic that can stop before the best hypothesis is found; "never"
+    # is closer to the exact search nmt runs, but not exact either: where the two differ, nmt's translation must score
+    # at least as well as transformers' (sentencepiece 0.2.3's fixture model repeats itself on one sentence, where
+    # generate returned 28 tokens scoring -1.0331 and nmt 25 tokens scoring -1.0238). Its length penalty is |Y|^alpha
+    # with EOS counted.
     theirs = _generate(hf, num_beams=4, length_penalty=alpha, early_stopping="never")
-    assert _nmt_tokens(imported, hf, beam=4, alpha=alpha, length_penalty="power") == theirs
+    mine = _nmt_tokens(imported, hf, beam=4, alpha=alpha, length_penalty="power")
+    same = 0
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        same += a == b
+        assert a == b or _power_score(hf, i, a, alpha) >= _power_score(hf, i, b, alpha) - 1e-5, (i, a, b)
+    assert same >= len(SENTENCES) - 1, f"{same} of {len(SENTENCES)} the same: the searches differ more than at a tie"
 
 
 def test_import_of_an_incomplete_dir_is_a_one_line_error(marian_dir, tmp_path):

@@ -22,6 +22,7 @@ This module is torch-free: it reads and matches text; inference/terms.py places 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -42,9 +43,10 @@ _UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff\
 _HANGUL = "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"  # Korean: spaces between words, particles glued to nouns
 UNSPACED = re.compile(f"[{_UNSPACED}]")
 _GLUED = re.compile(f"[{_UNSPACED}{_HANGUL}]")
+_INDEX_WORD = re.compile(f"[^\\W{_UNSPACED}{_HANGUL}]+")  # a word as terms are indexed by: it ends where a glued script starts
 # Case folding for terms written in lower case: Unicode's, with Turkish dotted and dotless i as plain i (`İSTANBUL`
 # folds to `i̇stanbul` otherwise: a combining dot no lower-case term holds).
-_FOLD = {"\u0130": "i", "\u0131": "i", "\u0307": ""}
+_FOLD = {"\u0130": "i", "\u0131": "i"}
 
 
 def fold(text: str) -> tuple[str, list[int]]:
@@ -53,6 +55,8 @@ def fold(text: str) -> tuple[str, list[int]]:
     out, where = [], []
     for i, c in enumerate(text):
         f = _FOLD.get(c)
+        if c == "\u0307" and i and text[i - 1] in "iI":  # the dot of an `İ` lower-cased elsewhere (`i̇`)
+            f = ""
         f = c.casefold() if f is None else f
         out.append(f)
         where.extend([i] * len(f))
@@ -140,8 +144,8 @@ class Glossary:
         for term in self._index.get(_first(folded, at), ()):
             if term.any_case:
                 key = term.folded
-                if not folded.startswith(key, at):
-                    continue
+                if not folded.startswith(key, at) or 0 < at + len(key) < len(where) and where[at + len(key)] == where[at + len(key) - 1]:
+                    continue  # (nor may it end inside one character's folding: `a s` is not in `a ß`)
                 end = where[at + len(key)] if at + len(key) < len(where) else len(text)
             else:
                 if not text.startswith(term.source, i):
@@ -155,7 +159,7 @@ class Glossary:
 def _first(text: str, i: int) -> str:
     """What a term is indexed by and a position looked up with: the word starting at i, or its one character where
     it is of a script without spaces or Korean (a particle may follow a Korean term in its word) or no word character."""
-    word = None if _GLUED.match(text, i) else _WORD.match(text, i)
+    word = None if _GLUED.match(text, i) else _INDEX_WORD.match(text, i)
     return word.group() if word else text[i : i + 1]
 
 
@@ -165,9 +169,9 @@ def _may_start(text: str, i: int) -> bool:
 
 
 def _may_end(text: str, end: int) -> bool:
-    """Whether a term may end at `end`: where a word ends, or next to a character of a script without spaces, or
-    after Korean (a particle follows)."""
-    return not _inside_word(text, end) or bool(_GLUED.match(text[end - 1]) or UNSPACED.match(text[end]))
+    """Whether a term may end at `end`: where a word ends, or next to a character of a script without spaces or of
+    Korean (a particle follows: `Google에서`)."""
+    return not _inside_word(text, end) or bool(_GLUED.match(text[end - 1]) or _GLUED.match(text[end]))
 
 
 def _inside_word(text: str, i: int) -> bool:
@@ -176,7 +180,9 @@ def _inside_word(text: str, i: int) -> bool:
 
 
 def _is_word(c: str) -> bool:
-    return _WORD.match(c) is not None
+    """A character of a word: a letter, digit or `_`, a combining mark (a virama, an accent written apart) or an invisible
+    format character inside words (soft hyphen, zero-width joiner)."""
+    return _WORD.match(c) is not None or unicodedata.category(c)[0] == "M" or unicodedata.category(c) == "Cf"
 
 
 def _alternatives(target: str) -> tuple[str, ...]:
@@ -197,7 +203,7 @@ def read_glossary(path: str | Path, max_terms: int = MAX_GLOSSARY) -> Glossary:
     except OSError as e:
         raise NmtError(f"cannot read glossary {path}: {e.strerror or e}", "check the path and its permissions", exit_code=2) from None
     rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(re.split(r"\r\n|\r|\n", text), start=1):  # not str.splitlines: U+2028 is no line break here
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         fields = line.split("\t")
@@ -235,8 +241,12 @@ def _strings(value: object) -> bool:
 def _glossary(rows: Iterable[tuple[str, str, str]], max_terms: int, name: str, limit: str) -> Glossary:
     terms: dict[str, Term] = {}
     for source, target, where in rows:
-        source = source.strip()
-        targets = _alternatives(target)
+        source = source.replace("\ufeff", "").strip()  # a byte-order mark where files were joined
+        targets = tuple(t.replace("\ufeff", "") for t in _alternatives(target))
+        bad = next((c for c in source + "".join(targets) if unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp")), None)
+        if bad is not None:
+            raise NmtError(f"{where}: a term holds the character U+{ord(bad):04X} (a line break, tab, control or lone surrogate)",
+                           "write each term on one line, with printable characters", exit_code=2)
         if not source or not all(targets):
             raise NmtError(f"{where}: an empty {'source' if not source else 'target'} term", "give both terms, or delete the line",
                            exit_code=2)

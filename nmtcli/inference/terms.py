@@ -49,10 +49,12 @@ if TYPE_CHECKING:
 Span = tuple[int, int]
 
 
-def units_of(text: str, spans: Sequence[Span]) -> list[int]:
+def units_of(text: str, spans: Sequence[Span], cuts: Sequence[Span] = ()) -> list[int]:
     """The unit (word, or a piece of a script without spaces) each piece of `text` belongs to, from the pieces'
     character spans. A piece whose span holds nothing but whitespace (a lone "▁", the leading bytes of a character
-    spelled in bytes) belongs to the unit of the piece after it (of the one before, at the end)."""
+    spelled in bytes) belongs to the unit of the piece after it (of the one before, at the end). `cuts`: spans that
+    are units of their own within a word (a line's term occurrences: `file` and `folder` in `file/folder`)."""
+    edges = {x for span in cuts for x in span}
     unit: list[int | None] = [None] * len(spans)
     last_end, count, glued = None, -1, False
     for k, (a, b) in enumerate(spans):
@@ -61,7 +63,8 @@ def units_of(text: str, spans: Sequence[Span]) -> list[int]:
             continue
         lo = a + len(content) - len(content.lstrip())  # a piece's span may start with the space before its word ("▁city")
         now_glued = bool(UNSPACED.match(text[lo]))
-        if last_end is None or any(c.isspace() for c in text[last_end:lo]) or glued or now_glued:
+        if last_end is None or any(c.isspace() for c in text[last_end:lo]) or glued or now_glued or \
+                any(last_end <= x <= lo for x in edges):
             count += 1
         unit[k] = count
         last_end, glued = b, bool(UNSPACED.match(content.rstrip()[-1]))
@@ -240,7 +243,7 @@ def rewrite(text: str, units: Sequence[Span], chosen: Sequence[Placement], sourc
             ca, cb = _core(text[a:b])
             a, b = a + ca, a + cb
             term = choose(targets, text[a:b])
-            if capitalised(p.occurrence, source) and a == len(text) - len(text.lstrip()) and text[a:a + 1].isupper():
+            if capitalised(p.occurrence, source) and a == len(text) - len(text.lstrip()) and text[a:a + 1].isupper() and term == term.lower():
                 term = term[:1].upper() + term[1:]
             out.append(text[at:a])
             out.append(term)
@@ -254,7 +257,8 @@ def rewrite(text: str, units: Sequence[Span], chosen: Sequence[Placement], sourc
         else:
             a = len(text.rstrip())
             out.append(text[at:a])
-            out.append(("" if not text[:a].strip() or _glued(text[a - 1:a], term[:1]) else " ") + term)
+            written = "".join(out)
+            out.append(("" if not written.strip() or _glued(written[-1:], term[:1]) else " ") + term)
         at = a
     out.append(text[at:])
     return "".join(out)
@@ -348,9 +352,9 @@ def _placed(translator: Translator, item: _Line, attention: Tensor, tag: int) ->
     """The text of `item`'s translation with its terms put in. `attention`: its (target pieces, source pieces), tags left out."""
     spans = translator.tokenizer.target_spans(item.text)
     target_units = units_of(item.text, spans)
-    source_units = units_of(item.line, item.source_spans)
+    source_units = units_of(item.line, item.source_spans, [(o.start, o.end) for o in item.occurrences])
     units = unit_spans(spans, target_units, item.text)
-    fixed = sum(1 for _, b in units if b <= item.fixed) if item.fixed else 0
+    fixed = sum(1 for a, _ in units if a < item.fixed) if item.fixed else 0  # a word the prefix starts is the prefix's
     if spans and item.source_spans:
         links, matrix = word_links(attention, source_units, target_units)
     else:

@@ -69,6 +69,8 @@ async def parse_fields(body: bytes, content_type: str, query: dict[str, str], li
             fields = json.loads(text) if text.strip() else None
         except ValueError as e:
             raise ApiError(400, f"Invalid request: malformed JSON ({e})") from None
+        except RecursionError:  # arrays or objects nested thousands deep: Python's parser recurses once a level
+            raise ApiError(400, "Invalid request: JSON nested too deep (send a flat object of fields)") from None
         if not isinstance(fields, dict):
             raise ApiError(400, "Invalid JSON format (send a JSON object, e.g. {\"q\": \"Hello\", \"source\": \"en\", \"target\": \"de\"})")
         return fields
