@@ -104,7 +104,7 @@ def string_lines(keyword: str, value: str, newline: str) -> list[str]:
     return out
 
 
-def read(data: bytes, format: str = "po") -> Document:
+def read(data: bytes, format: str = "po", budget=None) -> Document:
     text = decoded(data, "gettext catalog")
     lines = [line for line in _LINE.findall(text) if line]
     parts: list = []

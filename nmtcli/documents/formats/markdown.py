@@ -60,7 +60,7 @@ class Share:
         return self.lines.share(self.k) if self.lines.block.translation is not None else self.original
 
 
-def read(data: bytes, format: str = "md") -> Document:
+def read(data: bytes, format: str = "md", budget=None) -> Document:
     from markdown_it import MarkdownIt
 
     text = decoded(data, "Markdown file")

@@ -50,7 +50,7 @@ class Cue:
         return self.result if self.result is not None else self.newline.join(self.lines)
 
 
-def read(data: bytes, format: str) -> Document:
+def read(data: bytes, format: str, budget=None) -> Document:
     vtt = format == "vtt"
     text = decoded(data, "subtitle file")
     lines = _LINE.findall(text)
