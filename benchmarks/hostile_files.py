@@ -7,7 +7,8 @@ and an external entity (XLIFF); and one file within the CLI's limits that costs 
 elements). Each goes through
 
 - the CLI: `python -m nmtcli translate -i FILE -o OUT -m MODEL` as a process of its own: its exit code, the last line
-  of its stderr, its wall time and its peak RSS (wait4's ru_maxrss), and whether OUT was left behind;
+  of its stderr, its wall time and its peak RSS (wait4's ru_maxrss, through a small launcher: `measured`), and whether
+  OUT was left behind;
 - the server: one `nmt serve -m MODEL` for all cases, each case one upload to /translate_file: the HTTP status, the
   error, the time, the server's peak RSS during the request (VmHWM of /proc/PID/status, reset before each case by
   writing 5 to /proc/PID/clear_refs), and whether the server then translates a normal /translate request.
@@ -38,6 +39,7 @@ import time
 import uuid
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 from serve_throughput import build_model, free_port
 
@@ -58,14 +60,14 @@ def docx(document: str | bytes, image: bytes = b"\x89PNG\r\n\x1a\n" + bytes(rang
     return out.getvalue()
 
 
-def bomb(path: Path) -> None:
-    """word/document.xml: `<w:p/>` 60 million times (360 MB), written a MB at a time."""
+def bomb(path: Path | BinaryIO, paragraphs: int = 60_000_000) -> None:
+    """word/document.xml: `<w:p/>` 60 million times (360 MB; ~1,000:1), written a million at a time."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("[Content_Types].xml", CONTENT_TYPES)
         with z.open("word/document.xml", "w") as part:
             part.write(f'<?xml version="1.0" encoding="UTF-8"?><w:document {WORD_NS}><w:body>'.encode())
-            for _ in range(60):
-                part.write(b"<w:p/>" * 1_000_000)
+            for done in range(0, paragraphs, 1_000_000):
+                part.write(b"<w:p/>" * min(1_000_000, paragraphs - done))
             part.write(b"</w:body></w:document>")
 
 
@@ -168,30 +170,60 @@ def status_kb(pid: int, field: str) -> int:
     return 0
 
 
+# Starts a command and writes its peak RSS (wait4's ru_maxrss, kB) to argv[1]. Linux keeps a process's high-water mark
+# across exec, so a child forked by a big process (this benchmark once it has built a model: torch; pytest) starts at
+# the parent's RSS; this launcher is small when it forks, so the number is the command's own.
+LAUNCHER = """import os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as report:
+    report.write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def measured(command: list[str], report: Path, cap_seconds: float = 600, cap_mb: float = 1e9, **popen) -> tuple[int, float, str]:
+    """(exit code, peak RSS in MB, "" or how it was killed) of `command`, killed (its process group) past `cap_seconds`
+    or `cap_mb` of RSS (polled every 50 ms). A command killed by signal N exits 128 + N."""
+    report.unlink(missing_ok=True)
+    process = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(report), *command], start_new_session=True, **popen)
+    started, killed, polled = time.perf_counter(), "", 0.0
+    while process.poll() is None:
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        try:
+            pids = children.read_text().split()
+        except OSError:
+            pids = []
+        rss = sum(status_kb(int(pid), "VmRSS") for pid in pids) / 1024
+        polled = max(polled, sum(status_kb(int(pid), "VmHWM") for pid in pids) / 1024)
+        if not killed and (time.perf_counter() - started > cap_seconds or rss > cap_mb):
+            killed = f"killed at {time.perf_counter() - started:.0f} s, {rss:,.0f} MB"
+            os.killpg(process.pid, 9)
+        time.sleep(0.05)
+    peak = int(report.read_text()) / 1024 if report.exists() else polled
+    return process.returncode, peak, killed
+
+
 def run_cli(path: Path, model: Path, work: Path, cap_seconds: float, cap_mb: float) -> dict:
     out = work / f"out{path.suffix}"
     out.unlink(missing_ok=True)
     err = work / "stderr.txt"
     started = time.perf_counter()
     with open(err, "w") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "nmtcli", "translate", "-i", str(path), "-o", str(out), "-m", str(model),
-                                    "--device", "cpu"], stdout=subprocess.DEVNULL, stderr=stderr, cwd=work)  # -m puts the cwd first on the path
-    killed = ""
-    while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            break
-        rss = status_kb(process.pid, "VmRSS") / 1024
-        if time.perf_counter() - started > cap_seconds or rss > cap_mb:
-            killed = f"killed at {time.perf_counter() - started:.0f} s, {rss:,.0f} MB"
-            process.kill()
-        time.sleep(0.05)
+        code, peak, killed = measured([sys.executable, "-m", "nmtcli", "translate", "-i", str(path), "-o", str(out), "-m", str(model),
+                                       "--device", "cpu"], work / "peak.txt", cap_seconds, cap_mb,
+                                      stdout=subprocess.DEVNULL, stderr=stderr, cwd=work)  # -m puts the cwd first on the path
     seconds = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
     lines = err.read_text(errors="replace").strip().splitlines()
-    return {"code": str(process.returncode), "error": killed or (lines[-1] if lines else ""), "seconds": seconds,
-            "peak_mb": usage.ru_maxrss / 1024, "traceback": any(line.startswith("Traceback") for line in lines),
-            "left": process.returncode != 0 and (out.exists() or any(p.name.startswith(".out") for p in work.iterdir()))}
+    return {"code": str(code), "error": killed or (lines[-1] if lines else ""), "seconds": seconds, "peak_mb": peak,
+            "traceback": any(line.startswith("Traceback") for line in lines),
+            "left": code != 0 and (out.exists() or any(p.name.startswith(".out") for p in work.iterdir()))}
 
 
 class Server:

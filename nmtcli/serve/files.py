@@ -52,9 +52,10 @@ class FileLimits:
     keep: float = 600.0  # seconds a translated file may be downloaded
 
     def reading(self) -> ReadLimits:
-        """What reading an upload may cost: `chars` characters of text, and what a file of `bytes` bytes and `chars`
-        characters needs, with room (office XML packs ~10:1; Word spends ~1 element and ~20 bytes of XML per
-        character in the heaviest formatting), within the least of `nmt translate`'s: one read holds ~0.5 GB at most."""
+        """What reading an upload may cost (documents/formats/limits.py): `chars` characters of text, and what a file of
+        `bytes` bytes and `chars` characters needs, with room (office XML packs ~10:1; Word's heaviest formatting
+        spends ~1 element and ~20 bytes of XML a character), at least 100 MB unpacked, 50 MB of parts with text and
+        1,000,000 elements: with the defaults a read holds ~0.3 GB at most (docs/serving.md)."""
         return ReadLimits(chars=self.chars, unpacked=max(100_000_000, 10 * self.bytes), part_bytes=max(50_000_000, 100 * self.chars),
                           elements=max(1_000_000, 2 * self.chars))
 

@@ -42,12 +42,13 @@ class Cue:
     lines: list[str]  # the cue's text lines as written (without their line ends)
     newline: str
     vtt: bool
+    source: str = ""  # the cue's text as written, its line ends (a stray CR too) inside it
     head: list[Token] = field(default_factory=list)  # standalone tags that start the cue, kept at its start
     tokens: list[Token] = field(default_factory=list)  # the rest, its lines joined by spaces
     result: str | None = None
 
     def render(self) -> str:
-        return self.result if self.result is not None else self.newline.join(self.lines)
+        return self.result if self.result is not None else self.source
 
 
 def read(data: bytes, format: str, budget=None) -> Document:
@@ -80,7 +81,8 @@ def read(data: bytes, format: str, budget=None) -> Document:
                 last = block[-1]
                 ending = last[len(last.rstrip("\r\n")):]
                 newline = ending or ("\r\n" if "\r\n" in block[timing] else "\n")
-                cue = Cue(text_lines, newline, vtt)
+                written = "".join(block[timing + 1:])
+                cue = Cue(text_lines, newline, vtt, written[:len(written) - len(ending)])
                 cues.append(cue)
                 parts += [cue, ending]
         i = end

@@ -28,6 +28,8 @@ _STATE_12 = (("state", "needs-review-translation"), ("state-qualifier", "mt-sugg
 
 
 def read(data: bytes, format: str = "xliff", budget: Budget | None = None) -> Document:
+    budget = budget or Budget()
+    budget.what = "XLIFF file"
     root, data = parse(data, budget, attributes=frozenset(("version", "translate")))
     if root.name != "xliff":
         raise NmtError(f"the file is not XLIFF: its root element is <{root.name}>", "check that it is the format its extension says", exit_code=2)

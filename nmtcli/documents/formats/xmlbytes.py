@@ -50,7 +50,7 @@ def parse(source: bytes | Iterable[bytes], budget: Budget | None = None, attribu
     budget = budget or Budget()
     whole = isinstance(source, bytes)
     data = source if whole else bytearray()
-    parser = expat.ParserCreate("UTF-8")  # whatever the bytes look like: UTF-16 is not well-formed, not read as such
+    parser = expat.ParserCreate("UTF-8")  # whatever the declaration says (another encoding is refused: `declaration`)
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
     stack: list[Element] = []
     root: list[Element] = []
