@@ -45,7 +45,8 @@ FRAGMENTS = [b"<", b">", b"/>", b"</", b"&", b"&amp;", b"&#0;", b"&#x110000;", b
              b"<?x ?>", b"<!DOCTYPE x [<!ENTITY a 'b'>]>", b"\x00", b"\xff", b"\xc3", b"\xef\xbb\xbf", b"\r", b"\n\n", b"\t",
              b"<w:p>", b"</w:p>", b"<w:r><w:t>", b"</w:t></w:r>", b"<w:hyperlink>", b"<a:r><a:t>", b"<text:p>", b"<text:span>",
              b'<g id="1">', b"</g>", b"<x/>", b'translate="no"', b"<target>", b"<source>", b"</source>", b"<segment>",
-             b'msgid "', b'msgstr ""', b'msgid_plural "a"', b"#, fuzzy", b'"\\', b"00:00:01,000 --> 00:00:02,000", b"WEBVTT",
+             b'msgid "', b'msgstr ""', b'msgid_plural "a"', b"#, fuzzy", b'"\\', b"\\x", b"\\xD800", b"\\xFFFFFFFF", b"\\777",
+             b"00:00:01,000 --> 00:00:02,000", b"WEBVTT",
              b"NOTE", b"<i>", b"</i>", b"{\\an8}", b"`", b"**", b"_", b"[", b"](", b"![", b"---", b"> ", b"<b>", b"<br>", b"<script>",
              b"<pre>", b"\xe2\x80\xa8", b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"]
 

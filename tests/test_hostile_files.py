@@ -175,3 +175,18 @@ def test_xml_that_is_utf16_without_a_byte_order_mark_is_refused_not_read_as_utf8
                  for codec in ("utf-16-le", "utf-16-be")):
         with pytest.raises(NmtError, match="the XML file is UTF-16"):
             read(data, "xliff")
+
+
+def test_a_text_document_longer_than_twice_its_text_limit_is_refused_before_it_is_parsed():
+    # parsed, a line of "[" cost time quadratic in its length (markdown-it's link labels): 1 MB took minutes
+    with pytest.raises(OverLimit, match="the file holds 1,001 characters, markup included: more than twice the limit of 500"):
+        read(b"[" * 1_001, "md", ReadLimits(chars=500))
+    document = read(b"`the_code()` " * 76, "md", ReadLimits(chars=500))  # 988 characters, 76 of them text: read
+    assert [block.characters for block in document.blocks] == [75]
+
+
+def test_a_gettext_escape_that_is_no_character_is_an_error_not_a_crash():
+    for escape in (b"\\xFFFFFFFF", b"\\xD800"):
+        with pytest.raises(NmtError, match="the file is not a gettext catalog: .* is no character"):
+            read(b'msgid "the dog' + escape + b'"\nmsgstr ""\n', "po")
+    assert read(b'msgid "the dog\\x41"\nmsgstr ""\n', "po").blocks[0].tokens == ["the dogA"]

@@ -60,6 +60,8 @@ def read(data: bytes, format: str, limits: ReadLimits | None = None) -> Document
     here) within `limits` (default: `nmt translate`'s); NmtError (exit 2) for bytes that are not that format,
     OverLimit (an NmtError) for a file past a limit."""
     budget = Budget(limits)
+    if format in PARSED_TEXT:
+        _check_length(data, budget.limits)
     if format == "html":
         document = Document([Block([decoded(data, "HTML file")], html=True)])
     else:
@@ -68,6 +70,18 @@ def read(data: bytes, format: str, limits: ReadLimits | None = None) -> Document
     if chars > budget.limits.chars:
         raise OverLimit(f"the file holds {chars:,} characters of text, the limit is {budget.limits.chars:,}")
     return document
+
+
+# Text formats parsed as they are read (in time linear in their length, at up to ~10 us a character for a Markdown
+# table's cells): their length, markup included, is held to twice the limit on their text before they are parsed.
+PARSED_TEXT = frozenset(("txt", "srt", "vtt", "po", "md"))
+
+
+def _check_length(data: bytes, limits: ReadLimits) -> None:
+    length = len(data.decode("utf-8", "replace")) if len(data) > 2 * limits.chars else 0  # none has more characters than bytes
+    if length > 2 * limits.chars:
+        raise OverLimit(f"the file holds {length:,} characters, markup included: more than twice the limit of {limits.chars:,} "
+                        "characters of text")
 
 
 def translate_file(translator: Translator, data: bytes, format: str, options: dict | None = None,

@@ -160,19 +160,23 @@ def _tokens(text: str, vtt: bool, number: int) -> tuple[list[Token], list[Token]
         pieces.append(("text", text[at:]))
     partner: dict[int, int] = {}
     stack: list[tuple[str, int]] = []
+    open_names: dict[str, int] = {}  # how many of each name the stack holds: an end tag with none open is not looked for
     for k, (kind, s) in enumerate(pieces):
         name = _NAME.match(s) if kind == "tag" else None
         if name is None:
             continue
-        if s.startswith("</"):
+        if s.startswith("</") and open_names.get(name[1].lower()):
             for depth in range(len(stack) - 1, -1, -1):
                 if stack[depth][0] == name[1].lower():
                     partner[stack[depth][1]] = k
                     partner[k] = stack[depth][1]
+                    for closed, _ in stack[depth:]:
+                        open_names[closed] -= 1
                     del stack[depth:]
                     break
-        else:
+        elif not s.startswith("</"):
             stack.append((name[1].lower(), k))
+            open_names[name[1].lower()] = open_names.get(name[1].lower(), 0) + 1
     tokens: list[Token] = []
     ids: dict[int, int] = {}
     for k, (kind, s) in enumerate(pieces):
@@ -187,7 +191,5 @@ def _tokens(text: str, vtt: bool, number: int) -> tuple[list[Token], list[Token]
             number += 1
         else:
             tokens.append(Tag("close", s, ids[partner[k]]))
-    head = []
-    while tokens and isinstance(tokens[0], Tag) and tokens[0].kind == "void":
-        head.append(tokens.pop(0))
-    return head, tokens, number
+    leading = next((k for k, t in enumerate(tokens) if not (isinstance(t, Tag) and t.kind == "void")), len(tokens))
+    return tokens[:leading], tokens[leading:], number
