@@ -1,17 +1,18 @@
 """Hostile documents through `nmt translate -i FILE` and a real `nmt serve`'s /translate_file: time, peak memory, answer.
 
 Each case of issue 50 is built here: a zip bomb (a .docx whose word/document.xml is `<w:p/>` 60 million times: 360 MB
-unpacked, ~0.35 MB packed), a broken deflate stream in word/document.xml, a bad CRC in word/media/image1.png, 5,000
-levels of nesting (nested `<w:sdt>` in a .docx, `<text:section>` in an .odt, `<group>` in an .xliff), the billion laughs
-and an external entity (XLIFF); and one file within the CLI's limits that costs the most they allow (2 million XML
-elements). Each goes through
+unpacked, ~0.35 MB packed; and one of 18 MB, under the server's 100 MB, so that the server unpacks it too), a broken
+deflate stream in word/document.xml, a bad CRC in word/media/image1.png, 5,000 levels of nesting (nested `<w:sdt>` in a
+.docx, `<text:section>` in an .odt, `<group>` in an .xliff), the billion laughs and an external entity (XLIFF); and one
+file within the CLI's limits that costs the most they allow (2 million XML elements). Each goes through
 
 - the CLI: `python -m nmtcli translate -i FILE -o OUT -m MODEL` as a process of its own: its exit code, the last line
   of its stderr, its wall time and its peak RSS (wait4's ru_maxrss, through a small launcher: `measured`), and whether
   OUT was left behind;
-- the server: one `nmt serve -m MODEL` for all cases, each case one upload to /translate_file: the HTTP status, the
-  error, the time, the server's peak RSS during the request (VmHWM of /proc/PID/status, reset before each case by
-  writing 5 to /proc/PID/clear_refs), and whether the server then translates a normal /translate request.
+- the server: `nmt serve -m MODEL`, started for each case (--one-server: one for all), the case one upload to
+  /translate_file: the HTTP status, the error, the time, the server's peak RSS during the request (VmHWM of
+  /proc/PID/status, reset before the upload by writing 5 to /proc/PID/clear_refs), and whether the server then
+  translates a normal /translate request. (tests/test_hostile_files.py sends every case to one server in a row.)
 
 A process past --cap-seconds or --cap-mb (polled every 50 ms) is killed, and its row says so ("killed"): a case that
 blows up is a row too. The server is started again after such a case. Done (issue 50) means every row within 60 s and
@@ -135,6 +136,8 @@ EXTERNAL = '<!DOCTYPE xliff [<!ENTITY secret SYSTEM "file:///etc/passwd">]>\n'
 # name -> (file name, how it is built: bytes, or a function writing the path)
 CASES = {
     "bomb": ("bomb.docx", bomb),
+    # 3 million `<w:p/>` (18 MB): under the server's 100 MB, so the server reads it, and stops it at its ratio
+    "bomb-18mb": ("bomb-18mb.docx", lambda path: bomb(path, 3_000_000)),
     "deflate": ("broken-deflate.docx", broken_deflate),
     "crc": ("bad-crc.docx", bad_crc),
     "deep-docx": ("deep.docx", deep_docx),
@@ -150,7 +153,7 @@ def build(name: str, directory: Path) -> Path:
     file_name, make = CASES[name]
     path = directory / file_name
     if not path.exists():
-        if make is bomb:
+        if name.startswith("bomb"):
             make(path)
         else:
             path.write_bytes(make())
@@ -319,6 +322,9 @@ def main() -> None:
     parser.add_argument("--paths", default="cli,serve")
     parser.add_argument("--cap-seconds", type=float, default=60, help="a process running longer is killed (its row says so)")
     parser.add_argument("--cap-mb", type=float, default=4000, help="a process holding more RSS is killed (its row says so)")
+    parser.add_argument("--one-server", action="store_true",
+                        help="every case to one server (a peak then includes what the cases before left: Python keeps the memory it "
+                             "freed); by default each case gets a server of its own, and the next request goes to that server")
     parser.add_argument("--work", type=Path, default=None, help="where the cases and the model go (default: a temporary dir)")
     args = parser.parse_args()
 
@@ -350,7 +356,7 @@ def main() -> None:
             r.update(case=name, path="serve")
             rows.append(r)
             print_row(r)
-            if r["killed"] or server.process.poll() is not None:
+            if r["killed"] or server.process.poll() is not None or not args.one_server:
                 server.stop()
                 server = Server(model, work)
         server.stop()
