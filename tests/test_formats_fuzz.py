@@ -6,8 +6,9 @@ entries). No model is loaded: reading needs none.
 The mutations: bytes flipped, inserted (random, or fragments each format gives meaning to: `<`, `&#0;`, `]]>`, a
 timing line, a `msgid`), deleted, cut off, a stretch repeated (deeper nesting, longer runs); for a zip package also
 one entry mutated so and the package zipped again, so that the XML parsers inside get the damage and not only zip's
-CRC check. The tests here run a few dozen examples a format, derandomized (the same ones every run: a few seconds);
-`NMT_FUZZ_EXAMPLES=N pytest -m slow tests/test_formats_fuzz.py` runs N random ones a format (the slow test).
+CRC check. The suite runs 20 examples a format, derandomized (the same ones every run: ~6 s in all);
+`NMT_FUZZ_EXAMPLES=N pytest -m slow tests/test_formats_fuzz.py` runs N random ones a format (the slow test, skipped
+without it: 2,500 a format took 9 minutes on 2 cores; such a run found a cue's stray CR written back as LF).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def test_every_seed_reads_and_is_written_back_as_it_was():
 
 @pytest.mark.parametrize("name", sorted(SEEDS))
 def test_a_damaged_document_is_one_nmt_error_or_read_and_written_as_it_was(name):
-    @settings(max_examples=30, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=20, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(damaged(name))
     def run(data):
         check(data, name.split("-")[0])
@@ -136,9 +137,10 @@ def test_a_damaged_document_is_one_nmt_error_or_read_and_written_as_it_was(name)
 
 
 @pytest.mark.slow
+@pytest.mark.skipif("NMT_FUZZ_EXAMPLES" not in os.environ, reason="a long fuzz run: NMT_FUZZ_EXAMPLES=N runs N examples a format")
 @pytest.mark.parametrize("name", sorted(SEEDS))
 def test_many_random_damaged_documents(name):
-    @settings(max_examples=int(os.environ.get("NMT_FUZZ_EXAMPLES", "500")), deadline=None, database=None,
+    @settings(max_examples=int(os.environ.get("NMT_FUZZ_EXAMPLES", "0")), deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(damaged(name))
     def run(data):
