@@ -24,5 +24,5 @@ DRAWING = Dialect("a", "<a:t>", frozenset(), frozenset(), frozenset(), last=froz
 
 
 def read(data: bytes, format: str = "pptx", budget: Budget | None = None) -> Document:
-    return read_package(data, "PowerPoint presentation", "ppt/presentation.xml", TEXT_PARTS, lambda part, budget: read_part(part, DRAWING, budget),
-                        budget)
+    return read_package(data, "PowerPoint presentation", "ppt/presentation.xml", TEXT_PARTS,
+                        lambda part, budget: read_part(part, DRAWING, budget), budget)
