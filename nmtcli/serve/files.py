@@ -4,10 +4,14 @@
     GET  /download_file/NAME   the translated file, as an attachment named as it was uploaded
 
 A file is read by its extension's format (documents/formats/: .txt, .srt, .vtt, .po, .pot, .xliff, .xlf, .md, .html),
-checked (a file not of its format: 400), counted (more than `FileLimits.chars` characters of text, or an upload over
-`FileLimits.bytes`: 413, LibreTranslate's error shape) and translated through the model's Python API Translator in a
-worker thread, each of its calls on the batcher's translation thread between the batches of /translate (so the event
-loop and the other requests go on). The result is kept under a random name in a directory of the server's own for
+read within `FileLimits.reading()` (documents/formats/limits.py: what reading may cost is counted as it reads, and a
+file is refused where it passes a limit: its characters of text, a zip's bytes unpacked and compression ratio, XML's
+elements and depth), every entry of a package read through before any translation (a damaged one: 400), one file at
+a time on a thread of its own (reading is pure Python, so two at once would not go faster, and one bounds the memory
+reads hold to one read's limits), and translated through the model's Python API Translator in a worker thread, each
+of its calls on the batcher's translation thread between the batches of /translate (so the event loop and the other
+requests go on). A file not of its format or damaged is a 400, one past a limit (or an upload over `FileLimits.bytes`)
+a 413, in LibreTranslate's error shape; the server goes on serving. The result is kept under a random name in a directory of the server's own for
 `FileLimits.keep` seconds, then deleted; a download name is checked against that shape and resolved inside the
 directory, so that no name reaches another file.
 """
@@ -23,6 +27,7 @@ import tempfile
 import time
 import uuid
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from nmtcli.documents.formats import EXTENSIONS, read, translate_document, written
-from nmtcli.documents.formats.core import text_of
+from nmtcli.documents.formats.limits import OverLimit, ReadLimits
 from nmtcli.errors import NmtError
 from nmtcli.serve.requests import ApiError, multipart_form, read_body
 
@@ -46,6 +51,14 @@ class FileLimits:
     chars: int = 500_000  # characters of text in a file at most
     keep: float = 600.0  # seconds a translated file may be downloaded
 
+    def reading(self) -> ReadLimits:
+        """What reading an upload may cost (documents/formats/limits.py): `chars` characters of text, and what a file of
+        `bytes` bytes and `chars` characters needs, with room (office XML packs ~10:1; Word's heaviest formatting
+        spends ~1 element and ~20 bytes of XML a character), at least 100 MB unpacked, 50 MB of parts with text and
+        1,000,000 elements: with the defaults a read holds ~0.3 GB at most (docs/serving.md)."""
+        return ReadLimits(chars=self.chars, unpacked=max(100_000_000, 10 * self.bytes), part_bytes=max(50_000_000, 100 * self.chars),
+                          elements=max(1_000_000, 2 * self.chars))
+
 
 class FileService:
     """The two routes, for a Service (serve/app.py): its models, API keys, batcher and metrics."""
@@ -53,7 +66,9 @@ class FileService:
     def __init__(self, service, limits: FileLimits):
         self.service, self.limits = service, limits
         self.directory = Path(tempfile.mkdtemp(prefix="nmt-serve-files-"))
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="nmt-read-file")  # one read at a time
         weakref.finalize(self, shutil.rmtree, self.directory, True)
+        weakref.finalize(self, self.reader.shutdown, False)
 
     def routes(self, counted) -> list[Route]:
         return [Route("/translate_file", counted("/translate_file", self.translate_file), methods=["POST"]),
@@ -77,12 +92,11 @@ class FileService:
         data = await upload.read()
         loop = asyncio.get_running_loop()
         try:
-            document = await loop.run_in_executor(None, read, data, EXTENSIONS[suffix])
+            document = await loop.run_in_executor(self.reader, read, data, EXTENSIONS[suffix], self.limits.reading())
+        except OverLimit as e:
+            raise ApiError(413, f"Invalid request: {e}") from None
         except NmtError as e:
             raise ApiError(400, f"Invalid request: {upload.filename}: {e}") from None
-        chars = sum(_characters(block) for block in document.blocks)
-        if chars > self.limits.chars:
-            raise ApiError(413, f"Invalid request: the file holds {chars:,} characters of text, the limit is {self.limits.chars:,}")
         translator = _OnTranslationThread(model.translator, self.service.batcher, loop)
         config = self.service.config
         options = dict(beam=config.search.beam, alpha=config.search.alpha, length_penalty=config.search.length_penalty,
@@ -166,11 +180,6 @@ class _OnTranslationThread:
 
     def translate_html(self, document, **options):
         return self._run(self.translator.translate_html, document, **options)
-
-
-def _characters(block) -> int:
-    """The characters of text a block holds (an HTML document's: outside its tags)."""
-    return len(re.sub(r"<[^>]*>", "", text_of(block.tokens))) if block.html else len(text_of(block.tokens))
 
 
 def _translated(translator, document, options) -> bytes:

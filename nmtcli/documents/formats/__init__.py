@@ -15,6 +15,11 @@ and `nmt serve`'s /translate_file call.
     odt, odp   odf.py        OpenDocument text and presentations: paragraphs, headings; spans and links placed
     pptx       pptx.py       PowerPoint: slides and notes; runs placed by the alignment (runs.py, as Word's)
     epub       epub.py       EPUB: each XHTML chapter through Translator.translate_html
+
+Every reader is `read(data, format, budget)`: what reading may cost is counted against the budget's ReadLimits as it
+reads (limits.py: a zip's bytes as they unpack, its compression ratio, XML's elements, depth and characters as they are
+parsed) and refused as soon as a limit is passed; the text formats' work is linear in their bytes, and `read` counts
+their characters once they are read.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Callable
 from pathlib import PurePath
 
 from nmtcli.documents.formats.core import Block, Document, Translator, decoded, translate_document
+from nmtcli.documents.formats.limits import Budget, OverLimit, ReadLimits
 from nmtcli.errors import NmtError
 
 # Format name -> the module that reads it (html: none, the Python API's translate_html reads it whole).
@@ -49,18 +55,40 @@ def format_of(name: str | PurePath, forced: str | None = None) -> str:
     return EXTENSIONS[suffix]
 
 
-def read(data: bytes, format: str) -> Document:
-    """The file `data` of `format` as a Document; NmtError (exit 2) for bytes that are not that format."""
+def read(data: bytes, format: str, limits: ReadLimits | None = None) -> Document:
+    """The file `data` of `format` as a Document, read whole (every entry of a package, so a damaged one is found
+    here) within `limits` (default: `nmt translate`'s); NmtError (exit 2) for bytes that are not that format,
+    OverLimit (an NmtError) for a file past a limit."""
+    budget = Budget(limits)
+    if format in PARSED_TEXT:
+        _check_length(data, budget.limits)
     if format == "html":
-        return Document([Block([decoded(data, "HTML file")], html=True)])
-    return importlib.import_module(f"nmtcli.documents.formats.{READERS[format]}").read(data, format)
+        document = Document([Block([decoded(data, "HTML file")], html=True)])
+    else:
+        document = importlib.import_module(f"nmtcli.documents.formats.{READERS[format]}").read(data, format, budget)
+    chars = sum(block.characters for block in document.blocks)
+    if chars > budget.limits.chars:
+        raise OverLimit(f"the file holds {chars:,} characters of text, the limit is {budget.limits.chars:,}")
+    return document
+
+
+# Text formats parsed as they are read (in time linear in their length, at up to ~10 us a character for a Markdown
+# table's cells): their length, markup included, is held to twice the limit on their text before they are parsed.
+PARSED_TEXT = frozenset(("txt", "srt", "vtt", "po", "md"))
+
+
+def _check_length(data: bytes, limits: ReadLimits) -> None:
+    length = len(data.decode("utf-8", "replace")) if len(data) > 2 * limits.chars else 0  # none has more characters than bytes
+    if length > 2 * limits.chars:
+        raise OverLimit(f"the file holds {length:,} characters, markup included: more than twice the limit of {limits.chars:,} "
+                        "characters of text")
 
 
 def translate_file(translator: Translator, data: bytes, format: str, options: dict | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> tuple[bytes, int]:
+                   progress: Callable[[int, int], None] | None = None, limits: ReadLimits | None = None) -> tuple[bytes, int]:
     """The file `data` of `format` translated, as bytes, and how many blocks (paragraphs, cues, messages, units)
-    it translated. A file that is not of its format raises NmtError before any translation."""
-    document = read(data, format)
+    it translated. A file that is not of its format, or past `limits`, raises NmtError before any translation."""
+    document = read(data, format, limits)
     translate_document(translator, document, options, progress)
     return written(document), translated_blocks(document)
 

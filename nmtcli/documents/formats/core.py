@@ -66,6 +66,11 @@ class Block:
     html: bool = False  # its one token is an HTML document, translated whole by Translator.translate_html
 
     @property
+    def characters(self) -> int:
+        """The characters of text it holds (an HTML document's: outside its tags): what a read's `chars` limit counts."""
+        return len(re.sub(r"<[^>]*>", "", text_of(self.tokens))) if self.html else len(text_of(self.tokens))
+
+    @property
     def translatable(self) -> bool:
         """Text with a letter or digit in it: a block of spaces, numbers-free punctuation or tags alone is kept."""
         return bool(_LETTER.search(text_of(self.tokens)))

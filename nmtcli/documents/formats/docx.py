@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from nmtcli.documents.formats.core import Document
+from nmtcli.documents.formats.limits import Budget
 from nmtcli.documents.formats.package import read_package
 from nmtcli.documents.formats.runs import Dialect, read_part
 
@@ -30,5 +31,5 @@ RUN_CONTENT = frozenset(("tab", "br", "cr", "noBreakHyphen", "softHyphen", "last
 WORD = Dialect("w", '<w:t xml:space="preserve">', CONTAINERS, KEPT_RUN_CHILDREN, RUN_CONTENT)
 
 
-def read(data: bytes, format: str = "docx") -> Document:
-    return read_package(data, "Word document", "word/document.xml", TEXT_PARTS, lambda part: read_part(part, WORD))
+def read(data: bytes, format: str = "docx", budget: Budget | None = None) -> Document:
+    return read_package(data, "Word document", "word/document.xml", TEXT_PARTS, lambda part, budget: read_part(part, WORD, budget), budget)

@@ -35,7 +35,10 @@ WIDTH = 79
 def unescape(s: str) -> str:
     def one(m: re.Match) -> str:
         e = m[1]
-        if e[0] == "x":
+        if e[0] == "x" and len(e) > 1:
+            if int(e[1:], 16) > 0x10FFFF or 0xD800 <= int(e[1:], 16) <= 0xDFFF:  # past Unicode, or half a UTF-16 pair
+                raise NmtError(f"the file is not a gettext catalog: \\{e[:12]} is no character", "repair it (msgcat checks a catalog)",
+                               exit_code=2)
             return chr(int(e[1:], 16))
         if e[0] in "01234567":
             return chr(int(e, 8))
@@ -104,7 +107,7 @@ def string_lines(keyword: str, value: str, newline: str) -> list[str]:
     return out
 
 
-def read(data: bytes, format: str = "po") -> Document:
+def read(data: bytes, format: str = "po", budget=None) -> Document:
     text = decoded(data, "gettext catalog")
     lines = [line for line in _LINE.findall(text) if line]
     parts: list = []
@@ -150,6 +153,7 @@ def read(data: bytes, format: str = "po") -> Document:
 def _entry(lines: list[str], number: int) -> Entry:
     entry = Entry(lines)
     name = None
+    pieces: dict[str, list[str]] = {}  # each field's strings, joined at the end (a string grown a line at a time is quadratic)
     for k, line in enumerate(lines):
         body = line.rstrip("\r\n")
         if body.startswith("#"):
@@ -158,11 +162,13 @@ def _entry(lines: list[str], number: int) -> Entry:
         keyword, string = _KEYWORD.match(body), _STRING.match(body)
         if keyword:
             name = keyword[1]
-            entry.fields[name] = (k, k + 1, unescape(keyword[3]))
+            entry.fields[name], pieces[name] = (k, k + 1, ""), [unescape(keyword[3])]
         elif string and name is not None:
-            start, _, value = entry.fields[name]
-            entry.fields[name] = (start, k + 1, value + unescape(string[1]))
+            entry.fields[name] = (entry.fields[name][0], k + 1, "")
+            pieces[name].append(unescape(string[1]))
         else:
             raise NmtError(f"the file is not a gettext catalog: {body[:60]!r} is neither a comment, a keyword nor a string",
                            "check that it is the format its extension says, or repair it (msgcat checks a catalog)", exit_code=2)
+    for name, (start, end, _) in entry.fields.items():
+        entry.fields[name] = (start, end, "".join(pieces[name]))
     return entry

@@ -31,6 +31,7 @@ _INLINE = re.compile(r"(?P<code>(`+)(?:.+?)(?<!`)\2(?!`))"
                      r"|(?P<escape>\\[!-/:-@\[-`{-~])"
                      r"|(?P<open>\[)"
                      r"|(?P<emph>\*\*|__|~~|\*|_)")
+MAX_LINK_DEPTH = 32  # links open in one another at most (as HTML's inline elements: markup.py's MAX_INLINE_DEPTH)
 _LINK_END = re.compile(r"\]\((?:[^()\s]|\([^()\s]*\))*(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)|\]\[[^\]]*\]|\]")
 
 
@@ -60,7 +61,7 @@ class Share:
         return self.lines.share(self.k) if self.lines.block.translation is not None else self.original
 
 
-def read(data: bytes, format: str = "md") -> Document:
+def read(data: bytes, format: str = "md", budget=None) -> Document:
     from markdown_it import MarkdownIt
 
     text = decoded(data, "Markdown file")
@@ -75,7 +76,9 @@ def read(data: bytes, format: str = "md") -> Document:
     spans: list[tuple[int, int, int, object]] = []  # (line, start, end, part) replacing lines[line][start:end]
     blocks: list[Block] = []
     cursor: dict[int, int] = {}  # per line: where the next inline run on it may start (table cells)
-    for token in MarkdownIt("commonmark").enable("table").parse("".join(lines[skip:])):
+    # Blocks only: the inline text is read here (_inline), and markdown-it's own inline parse of it (its link labels
+    # take quadratic time on a line of "[") is not run.
+    for token in MarkdownIt("commonmark").enable("table").disable("inline").parse("".join(lines[skip:])):
         if token.type != "inline" or token.map is None or not token.content.strip():
             continue
         first = token.map[0] + skip
@@ -120,10 +123,16 @@ def _inline(content: str) -> list[Token]:
     pieces: list[list] = []  # [kind, raw]: text, void, open (a link's "["), close (its "](...)"), emph
     at = 0
     opened: list[int] = []  # the pieces of links still open
+    # The next end of a link from `at`: a search from an earlier place whose match starts at or after `at` is still the
+    # first (a match depends on nothing before its start), so each is searched once, not once a "[" (a line of
+    # 100,000 "[" took minutes so).
+    end_link: re.Match | None = None
+    searched = False
     while at < len(content):
         found = _INLINE.search(content, at)
-        end_link = _LINK_END.search(content, at) if opened else None
-        if end_link and (found is None or end_link.start() < found.start()):
+        if opened and (not searched or (end_link is not None and end_link.start() < at)):
+            end_link, searched = _LINK_END.search(content, at), True
+        if opened and end_link and (found is None or end_link.start() < found.start()):
             found, kind = end_link, "close"
         elif found is None:
             break
@@ -138,9 +147,11 @@ def _inline(content: str) -> list[Token]:
                 pieces[start:] = [["void", "".join(p[1] for p in pieces[start:]) + raw]]
             else:
                 pieces.append(["close", raw, opened.pop()])
-        elif kind == "open":
+        elif kind == "open" and len(opened) < MAX_LINK_DEPTH:
             opened.append(len(pieces))
             pieces.append(["open", raw])
+        elif kind == "open":  # links in links that deep are text: a shortcut's close joins what each holds again
+            pieces.append(["text", raw])
         else:
             pieces.append([{"code": "void", "void": "void", "escape": "text", "emph": "emph"}[kind], raw])
         at = found.end()
@@ -149,15 +160,15 @@ def _inline(content: str) -> list[Token]:
     for k in opened:
         pieces[k][0] = "text"
     _pair_emphasis(pieces)
-    tokens: list[Token] = []
+    tokens: list[Token | list[str]] = []  # a run of text pieces as a list, joined once: adding to a string is quadratic
     ids: dict[int, int] = {}
     for k, piece in enumerate(pieces):
         kind, raw = piece[0], piece[1]
         if kind == "text":
-            if tokens and isinstance(tokens[-1], str):
-                tokens[-1] += raw
+            if tokens and isinstance(tokens[-1], list):
+                tokens[-1].append(raw)
             else:
-                tokens.append(raw)
+                tokens.append([raw])
         elif kind == "void":
             tokens.append(Tag("void", raw, k))
         elif kind == "open":
@@ -165,7 +176,7 @@ def _inline(content: str) -> list[Token]:
             tokens.append(Tag("open", raw, k))
         else:
             tokens.append(Tag("close", raw, ids[piece[2]]))
-    return tokens
+    return ["".join(t) if isinstance(t, list) else t for t in tokens]
 
 
 def _pair_emphasis(pieces: list[list]) -> None:

@@ -15,8 +15,10 @@ with the element that holds it, not translated yet.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 
 from nmtcli.documents.formats.core import Block, Document
+from nmtcli.documents.formats.limits import Budget
 from nmtcli.documents.formats.package import read_package
 from nmtcli.documents.formats.xmlbytes import Edit, Element, inline_tokens, parse, spliced, text, xml_text
 
@@ -26,12 +28,12 @@ TEXT_PARTS = re.compile(r"content\.xml|styles\.xml")
 NAMES = {"odt": "OpenDocument text", "odp": "OpenDocument presentation"}
 
 
-def read(data: bytes, format: str = "odt") -> Document:
-    return read_package(data, NAMES.get(format, "OpenDocument"), "content.xml", TEXT_PARTS, _part)
+def read(data: bytes, format: str = "odt", budget: Budget | None = None) -> Document:
+    return read_package(data, NAMES.get(format, "OpenDocument"), "content.xml", TEXT_PARTS, _part, budget)
 
 
-def _part(data: bytes) -> Document:
-    root = parse(data)
+def _part(source: bytes | Iterable[bytes], budget: Budget | None = None) -> Document:
+    root, data = parse(source, budget)
     edits: list[tuple[int, int, Edit]] = []
     blocks: list[Block] = []
     for paragraph in _paragraphs(root):
@@ -43,10 +45,15 @@ def _part(data: bytes) -> Document:
     return Document(spliced(data, edits), blocks)
 
 
-def _paragraphs(element: Element):
-    """The paragraphs and headings not inside another (a note's or an anchored text box's are kept with it)."""
-    for child in element.children:
-        if child.name in ("p", "h"):
+def _paragraphs(element: Element) -> Iterator[Element]:
+    """The paragraphs and headings not inside another (a note's or an anchored text box's are kept with it), in order;
+    a walk with a stack of its own, as deep as elements nest."""
+    walk = [iter(element.children)]
+    while walk:
+        child = next(walk[-1], None)
+        if child is None:
+            walk.pop()
+        elif child.name in ("p", "h"):
             yield child
         else:
-            yield from _paragraphs(child)
+            walk.append(iter(child.children))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from nmtcli.documents.formats.core import Document
+from nmtcli.documents.formats.limits import Budget
 from nmtcli.documents.formats.package import read_package
 from nmtcli.documents.formats.runs import Dialect, read_part
 
@@ -22,5 +23,6 @@ TEXT_PARTS = re.compile(r"ppt/(slides/slide|notesSlides/notesSlide)\d+\.xml")
 DRAWING = Dialect("a", "<a:t>", frozenset(), frozenset(), frozenset(), last=frozenset(("endParaRPr",)))
 
 
-def read(data: bytes, format: str = "pptx") -> Document:
-    return read_package(data, "PowerPoint presentation", "ppt/presentation.xml", TEXT_PARTS, lambda part: read_part(part, DRAWING))
+def read(data: bytes, format: str = "pptx", budget: Budget | None = None) -> Document:
+    return read_package(data, "PowerPoint presentation", "ppt/presentation.xml", TEXT_PARTS,
+                        lambda part, budget: read_part(part, DRAWING, budget), budget)

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from nmtcli.documents.formats.core import Block, Document, Tag, Token
+from nmtcli.documents.formats.limits import Budget
 from nmtcli.documents.formats.xmlbytes import Edit, Element, parse, spliced, text, unescaped
 
 
@@ -38,9 +39,9 @@ class Dialect:
     breaks: frozenset[str] = frozenset(("br", "cr"))  # line breaks: the sentence before one ends there
 
 
-def read_part(data: bytes, dialect: Dialect) -> Document:
-    """A part's paragraphs as blocks, every other byte kept."""
-    root = parse(data)
+def read_part(source: bytes | Iterable[bytes], dialect: Dialect, budget: Budget | None = None) -> Document:
+    """A part's paragraphs as blocks, every other byte kept (`source`: its bytes, or its chunks as they unpack)."""
+    root, data = parse(source, budget)
     edits: list[tuple[int, int, Edit]] = []
     blocks: list[Block] = []
     for paragraph in _paragraphs(root):
@@ -62,14 +63,18 @@ def read_part(data: bytes, dialect: Dialect) -> Document:
     return Document(spliced(data, edits), blocks)
 
 
-def _paragraphs(element: Element):
+def _paragraphs(element: Element) -> Iterator[Element]:
     """The paragraphs not inside another (a Word text box's sit in a drawing in a run of another paragraph: that run
-    is kept whole, the text box's paragraphs with it)."""
-    for child in element.children:
-        if child.name == "p":
+    is kept whole, the text box's paragraphs with it), in order; a walk with a stack of its own, as deep as elements nest."""
+    walk = [iter(element.children)]
+    while walk:
+        child = next(walk[-1], None)
+        if child is None:
+            walk.pop()
+        elif child.name == "p":
             yield child
         else:
-            yield from _paragraphs(child)
+            walk.append(iter(child.children))
 
 
 def _base_run(tokens: Sequence[Token], kinds: dict[int, str]) -> str | None:
@@ -106,33 +111,43 @@ def _formatting(opening: str) -> str:
 
 
 def _tokens(data: bytes, children: list[Element], kinds: dict[int, str], dialect: Dialect) -> list[Token]:
-    """A paragraph's (or a container's) children as text and tags; `kinds` gets each element's kind by its id ("run",
-    "container", "in-run": a tab or break of a run, "void": a whole element kept)."""
+    """A paragraph's children as text and tags, a container's (a hyperlink's) inside its own; `kinds` gets each
+    element's kind by its id ("run", "container", "in-run": a tab or break of a run, "void": a whole element kept).
+    Containers nest as deep as elements do: a walk with a stack of its own."""
     out: list[Token] = []
-    for child in children:
-        raw = text(data, child.start, child.end_end)
-        if child.name == "r" and any(c.name == "t" for c in child.children) and not any(c.name in dialect.kept_run_children for c in child.children):
-            n = len(kinds)
-            kinds[n] = "run"
-            properties = next((c for c in child.children if c.name == "rPr"), None)
-            opening = text(data, child.start, properties.end_end if properties else child.start_end)
-            out.append(Tag("open", opening, n))
-            for part in child.children:
-                if part.name == "t":
-                    out.append(unescaped(text(data, part.start_end, part.end)))
-                elif part.name != "rPr":
-                    kinds[len(kinds)] = "in-run" if part.name in dialect.run_content else "void"
-                    out.append(Tag("break" if part.name in dialect.breaks else "void", text(data, part.start, part.end_end), len(kinds) - 1))
-            out.append(Tag("close", text(data, child.end, child.end_end), n))
+    opened: list[tuple[Iterator[Element], Element | None, int]] = [(iter(children), None, -1)]  # (children left, container, id)
+    while opened:
+        siblings, container, n = opened[-1]
+        child = next(siblings, None)
+        if child is None:
+            opened.pop()
+            if container is not None:
+                out.append(Tag("close", text(data, container.end, container.end_end), n))
+        elif child.name == "r" and any(c.name == "t" for c in child.children) and not any(c.name in dialect.kept_run_children for c in child.children):
+            out += _run(data, child, kinds, dialect)
         elif child.name in dialect.containers and child.end_end > child.end:
-            n = len(kinds)
-            kinds[n] = "container"
-            out.append(Tag("open", text(data, child.start, child.start_end), n))
-            out += _tokens(data, child.children, kinds, dialect)
-            out.append(Tag("close", text(data, child.end, child.end_end), n))
+            kinds[len(kinds)] = "container"
+            out.append(Tag("open", text(data, child.start, child.start_end), len(kinds) - 1))
+            opened.append((iter(child.children), child, len(kinds) - 1))
         else:
             kinds[len(kinds)] = "void"
-            out.append(Tag("break" if child.name in dialect.breaks else "void", raw, len(kinds) - 1))
+            out.append(Tag("break" if child.name in dialect.breaks else "void", text(data, child.start, child.end_end), len(kinds) - 1))
+    return out
+
+
+def _run(data: bytes, run: Element, kinds: dict[int, str], dialect: Dialect) -> list[Token]:
+    """A run of text: its formatting (the run start and its properties) around its text, tabs and breaks."""
+    n = len(kinds)
+    kinds[n] = "run"
+    properties = next((c for c in run.children if c.name == "rPr"), None)
+    out: list[Token] = [Tag("open", text(data, run.start, properties.end_end if properties else run.start_end), n)]
+    for part in run.children:
+        if part.name == "t":
+            out.append(unescaped(text(data, part.start_end, part.end)))
+        elif part.name != "rPr":
+            kinds[len(kinds)] = "in-run" if part.name in dialect.run_content else "void"
+            out.append(Tag("break" if part.name in dialect.breaks else "void", text(data, part.start, part.end_end), len(kinds) - 1))
+    out.append(Tag("close", text(data, run.end, run.end_end), n))
     return out
 
 

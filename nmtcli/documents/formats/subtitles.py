@@ -42,15 +42,16 @@ class Cue:
     lines: list[str]  # the cue's text lines as written (without their line ends)
     newline: str
     vtt: bool
+    source: str = ""  # the cue's text as written, its line ends (a stray CR too) inside it
     head: list[Token] = field(default_factory=list)  # standalone tags that start the cue, kept at its start
     tokens: list[Token] = field(default_factory=list)  # the rest, its lines joined by spaces
     result: str | None = None
 
     def render(self) -> str:
-        return self.result if self.result is not None else self.newline.join(self.lines)
+        return self.result if self.result is not None else self.source
 
 
-def read(data: bytes, format: str) -> Document:
+def read(data: bytes, format: str, budget=None) -> Document:
     vtt = format == "vtt"
     text = decoded(data, "subtitle file")
     lines = _LINE.findall(text)
@@ -80,7 +81,8 @@ def read(data: bytes, format: str) -> Document:
                 last = block[-1]
                 ending = last[len(last.rstrip("\r\n")):]
                 newline = ending or ("\r\n" if "\r\n" in block[timing] else "\n")
-                cue = Cue(text_lines, newline, vtt)
+                written = "".join(block[timing + 1:])
+                cue = Cue(text_lines, newline, vtt, written[:len(written) - len(ending)])
                 cues.append(cue)
                 parts += [cue, ending]
         i = end
@@ -158,19 +160,23 @@ def _tokens(text: str, vtt: bool, number: int) -> tuple[list[Token], list[Token]
         pieces.append(("text", text[at:]))
     partner: dict[int, int] = {}
     stack: list[tuple[str, int]] = []
+    open_names: dict[str, int] = {}  # how many of each name the stack holds: an end tag with none open is not looked for
     for k, (kind, s) in enumerate(pieces):
         name = _NAME.match(s) if kind == "tag" else None
         if name is None:
             continue
-        if s.startswith("</"):
+        if s.startswith("</") and open_names.get(name[1].lower()):
             for depth in range(len(stack) - 1, -1, -1):
                 if stack[depth][0] == name[1].lower():
                     partner[stack[depth][1]] = k
                     partner[k] = stack[depth][1]
+                    for closed, _ in stack[depth:]:
+                        open_names[closed] -= 1
                     del stack[depth:]
                     break
-        else:
+        elif not s.startswith("</"):
             stack.append((name[1].lower(), k))
+            open_names[name[1].lower()] = open_names.get(name[1].lower(), 0) + 1
     tokens: list[Token] = []
     ids: dict[int, int] = {}
     for k, (kind, s) in enumerate(pieces):
@@ -185,7 +191,5 @@ def _tokens(text: str, vtt: bool, number: int) -> tuple[list[Token], list[Token]
             number += 1
         else:
             tokens.append(Tag("close", s, ids[partner[k]]))
-    head = []
-    while tokens and isinstance(tokens[0], Tag) and tokens[0].kind == "void":
-        head.append(tokens.pop(0))
-    return head, tokens, number
+    leading = next((k for k, t in enumerate(tokens) if not (isinstance(t, Tag) and t.kind == "void")), len(tokens))
+    return tokens[:leading], tokens[leading:], number

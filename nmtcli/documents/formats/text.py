@@ -11,7 +11,7 @@ from nmtcli.errors import NmtError
 _LINE = re.compile(r"([ \t]*)(.*?)([ \t]*)(\r\n|\n|\r|$)")
 
 
-def read(data: bytes, format: str = "txt") -> Document:
+def read(data: bytes, format: str = "txt", budget=None) -> Document:
     text = decoded(data, "text file")
     if "\x00" in text:
         raise NmtError("the text file holds NUL bytes: it is binary, not text", "check that it is the format its extension says", exit_code=2)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from nmtcli.documents.formats.core import Block, Document
+from nmtcli.documents.formats.limits import Budget
 from nmtcli.documents.formats.xmlbytes import Edit, Element, inline_tokens, parse, spliced, text as _text, xml_text
 from nmtcli.errors import NmtError
 
@@ -26,8 +27,10 @@ PAIRED = frozenset(("g", "mrk", "pc"))  # inline codes with translatable content
 _STATE_12 = (("state", "needs-review-translation"), ("state-qualifier", "mt-suggestion"))
 
 
-def read(data: bytes, format: str = "xliff") -> Document:
-    root = parse(data)
+def read(data: bytes, format: str = "xliff", budget: Budget | None = None) -> Document:
+    budget = budget or Budget()
+    budget.what = "XLIFF file"
+    root, data = parse(data, budget, attributes=frozenset(("version", "translate")))
     if root.name != "xliff":
         raise NmtError(f"the file is not XLIFF: its root element is <{root.name}>", "check that it is the format its extension says", exit_code=2)
     version = root.attrs.get("version", "1.2")
@@ -62,17 +65,19 @@ def read(data: bytes, format: str = "xliff") -> Document:
 def _units(data: bytes, root: Element, version: str):
     """(the unit, its source, its target or None, the segment whose state is set (2.x) or None) of each unit to
     translate: not marked translate="no" (itself or an element around it), its target missing or empty."""
-    def walk(element: Element, skip: bool):
-        skip = skip or element.attrs.get("translate") == "no"
-        if version[0] == "1" and element.name == "trans-unit":
-            yield element, skip, None
-        elif version[0] == "2" and element.name == "segment":
-            yield element, skip, element
-        else:
-            for child in element.children:
-                yield from walk(child, skip)
+    def walk(root: Element):  # in document order, with a stack of its own: elements nest as deep as the read's limit
+        stack = [(root, False)]
+        while stack:
+            element, skip = stack.pop()
+            skip = skip or element.attrs.get("translate") == "no"
+            if version[0] == "1" and element.name == "trans-unit":
+                yield element, skip, None
+            elif version[0] == "2" and element.name == "segment":
+                yield element, skip, element
+            else:
+                stack += [(child, skip) for child in reversed(element.children)]
 
-    for unit, skip, segment in walk(root, False):
+    for unit, skip, segment in walk(root):
         source = next((c for c in unit.children if c.name == "source"), None)
         target = next((c for c in unit.children if c.name == "target"), None)
         filled = target is not None and (target.children or _text(data, target.start_end, max(target.end, target.start_end)).strip())

@@ -4,24 +4,34 @@ its own bytes with only what is translated changed (xliff.py, docx.py).
 expat is set up as defusedxml sets it up: parameter entities are never parsed, and a document that declares an entity
 (the billion laughs, an external entity pointing at /etc/passwd or a URL) or refers to an external one is refused
 before anything is read from it, so no entity is ever resolved. Only UTF-8 (and ASCII) files are read.
+
+The bytes may come a chunk at a time (a zip entry as it unpacks: package.py), and every element and every character of
+text is counted against the read's limits as expat reports it (limits.py: elements, depth, characters), so parsing
+stops where a limit is passed and what the tree holds is bounded by the limits, not by the input: an element keeps
+its tag's offsets, its children, and only the attributes its reader asks for (~270 bytes an element, whatever its
+attributes; everything else is in the bytes).
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from xml.parsers import expat
 
 from nmtcli.documents.formats.core import Block, Tag, Token
+from nmtcli.documents.formats.limits import Budget
 from nmtcli.errors import NmtError
 
+_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})  # shared by the elements without any
 
-@dataclass
+
+@dataclass(slots=True)
 class Element:
     name: str  # local name (a prefix dropped)
-    attrs: dict[str, str]
+    attrs: Mapping[str, str]  # those of the attributes parse() was asked to keep that it has
     start: int  # the start tag: data[start:start_end]
     start_end: int = -1
     end: int = -1  # the end tag: data[end:end_end] (empty for <x/>)
@@ -33,28 +43,37 @@ class _Refused(Exception):
     pass
 
 
-def parse(data: bytes) -> Element:
-    """The element tree with each tag's byte offsets; NmtError for XML that is not well-formed, declares entities,
-    or is not UTF-8."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise NmtError("the XML file is UTF-16: nmt reads UTF-8", "save it as UTF-8", exit_code=2)
-    parser = expat.ParserCreate()
+def parse(source: bytes | Iterable[bytes], budget: Budget | None = None, attributes: frozenset[str] = frozenset()) -> tuple[Element, bytes]:
+    """The element tree with each tag's byte offsets and the `attributes` named (by their qualified names), and the
+    bytes they are offsets into (`source` whole, or its chunks joined); NmtError for XML that is not well-formed,
+    declares entities, or is not UTF-8, OverLimit (an NmtError) as soon as it passes one of `budget`'s limits."""
+    budget = budget or Budget()
+    whole = isinstance(source, bytes)
+    data = source if whole else bytearray()
+    parser = expat.ParserCreate("UTF-8")  # whatever the declaration says (another encoding is refused: `declaration`)
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
-    marks: list[int] = []  # the byte offset of every event: where the previous one's bytes end
     stack: list[Element] = []
     root: list[Element] = []
     pending: list[tuple[Element, str]] = []  # (element, "start" or "end") whose end offset is the next event's
+    local_names: dict[str, str] = {}  # qualified name -> local name, one string each
 
     def mark() -> None:
+        if not pending:
+            return
         at = parser.CurrentByteIndex
         for element, which in pending:
-            setattr(element, "start_end" if which == "start" else "end_end", at)
+            if which == "start":
+                element.start_end = at
+            else:
+                element.end_end = at
         pending.clear()
-        marks.append(at)
 
     def start(name, attrs):
         mark()
-        element = Element(name.rpartition(":")[2], attrs, parser.CurrentByteIndex)
+        budget.count_element(len(stack) + 1)
+        local = local_names.get(name) or local_names.setdefault(name, name.rpartition(":")[2])
+        kept = {a: attrs[a] for a in attributes if a in attrs} if attributes and attrs else _NO_ATTRIBUTES
+        element = Element(local, kept or _NO_ATTRIBUTES, parser.CurrentByteIndex)
         (stack[-1].children if stack else root).append(element)
         stack.append(element)
         pending.append((element, "start"))
@@ -62,13 +81,18 @@ def parse(data: bytes) -> Element:
     def end(name):
         element = stack.pop()
         at = parser.CurrentByteIndex
-        if pending and pending[-1] == (element, "start") and data[at - 2:at] == b"/>":  # <x/>: no end tag
+        if pending and pending[-1] == (element, "start") and data[at - 1] == 62 and data[at - 2] == 47:  # "/>" ends <x/>: no end tag
             mark()
             element.end = element.end_end = element.start_end
             return
         mark()
         element.end = parser.CurrentByteIndex
         pending.append((element, "end"))
+
+    def characters(text):
+        mark()
+        if not text.isspace():  # the whitespace between elements is not text
+            budget.count_chars(len(text))
 
     def refuse(*args):
         raise _Refused()
@@ -77,13 +101,22 @@ def parse(data: bytes) -> Element:
         if encoding and encoding.lower().replace("-", "").replace("_", "") not in ("utf8", "ascii", "usascii"):
             raise _Refused(f"the XML file is encoded in {encoding}: nmt reads UTF-8")
 
-    parser.StartElementHandler, parser.EndElementHandler = start, end
-    parser.CharacterDataHandler = parser.CommentHandler = lambda data: mark()
+    parser.StartElementHandler, parser.EndElementHandler, parser.CharacterDataHandler = start, end, characters
+    parser.CommentHandler = lambda data: mark()
     parser.ProcessingInstructionHandler = lambda target, data: mark()
     parser.EntityDeclHandler = parser.UnparsedEntityDeclHandler = parser.ExternalEntityRefHandler = refuse
     parser.XmlDeclHandler = declaration
     try:
-        parser.Parse(data, True)
+        if whole:
+            _check_utf8(data)
+            parser.Parse(data, True)
+        else:
+            for chunk in source:
+                if not data:
+                    _check_utf8(chunk)
+                data += chunk  # before expat reads it: a handler looks back at the bytes of its event
+                parser.Parse(chunk, False)
+            parser.Parse(b"", True)
     except _Refused as e:
         if e.args:
             raise NmtError(e.args[0], "save it as UTF-8", exit_code=2) from None
@@ -94,7 +127,14 @@ def parse(data: bytes) -> Element:
                        "check that it is the format its extension says, or repair it", exit_code=2) from None
     for element, which in pending:
         setattr(element, "start_end" if which == "start" else "end_end", len(data))
-    return root[0]
+    return root[0], data if whole else bytes(data)
+
+
+def _check_utf8(first: bytes) -> None:
+    """UTF-16 refused: a byte-order mark, or a zero byte among the first two, which expat takes for UTF-16 whatever
+    it is told (and XML holds no zero byte)."""
+    if first.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in first[:2]:
+        raise NmtError("the XML file is UTF-16 (or not text): nmt reads UTF-8", "save it as UTF-8", exit_code=2)
 
 
 _MARKUP = re.compile(r"<!--.*?-->|<\?.*?\?>|<!\[CDATA\[(.*?)\]\]>", re.S)
@@ -131,29 +171,36 @@ def spliced(data: bytes, edits: Sequence[tuple[int, int, Edit]]) -> list:
     return parts
 
 
-def inline_tokens(data: bytes, element: Element, paired: frozenset[str], number: list[int] | None = None,
-                  breaks: frozenset[str] = frozenset()) -> list[Token]:
+def inline_tokens(data: bytes, element: Element, paired: frozenset[str], breaks: frozenset[str] = frozenset()) -> list[Token]:
     """The content of `element` as text and tags: children named in `paired` open and close around their own content
     (one with no content is standalone), those in `breaks` line breaks, every other child element whole as one
-    standalone tag."""
-    number = [0] if number is None else number
+    standalone tag. A walk with a stack of its own, not a call a level: elements nest as deep as the read's limit."""
     out: list[Token] = []
-    at = element.start_end
-    for child in element.children:
+    number = 0
+    # The elements open around the walk: (element, its children still to read, its tag's number; None for `element`).
+    opened: list[tuple[Element, Iterator[Element], int | None]] = [(element, iter(element.children), None)]
+    at = element.start_end  # where the text not read yet starts
+    while opened:
+        parent, children, n = opened[-1]
+        child = next(children, None)
+        if child is None:  # the end of `parent`'s content
+            opened.pop()
+            if parent.end > at:
+                out.append(unescaped(text(data, at, parent.end)))
+            if n is not None:
+                out.append(Tag("close", text(data, parent.end, parent.end_end), n))
+                at = parent.end_end
+            continue
         if child.start > at:
             out.append(unescaped(text(data, at, child.start)))
         if child.name in paired and child.end > child.start_end:
-            n = number[0]
-            number[0] += 1
-            out.append(Tag("open", text(data, child.start, child.start_end), n))
-            out += inline_tokens(data, child, paired, number, breaks)
-            out.append(Tag("close", text(data, child.end, child.end_end), n))
+            out.append(Tag("open", text(data, child.start, child.start_end), number))
+            opened.append((child, iter(child.children), number))
+            at = child.start_end
         else:
-            out.append(Tag("break" if child.name in breaks else "void", text(data, child.start, child.end_end), number[0]))
-            number[0] += 1
-        at = child.end_end
-    if element.end > at:
-        out.append(unescaped(text(data, at, element.end)))
+            out.append(Tag("break" if child.name in breaks else "void", text(data, child.start, child.end_end), number))
+            at = child.end_end
+        number += 1
     return out
 
 
