@@ -43,7 +43,6 @@ _UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff\
 _HANGUL = "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"  # Korean: spaces between words, particles glued to nouns
 UNSPACED = re.compile(f"[{_UNSPACED}]")
 _GLUED = re.compile(f"[{_UNSPACED}{_HANGUL}]")
-_INDEX_WORD = re.compile(f"[^\\W{_UNSPACED}{_HANGUL}]+")  # a word as terms are indexed by: it ends where a glued script starts
 # Case folding for terms written in lower case: Unicode's, with Turkish dotted and dotless i as plain i (`İSTANBUL`
 # folds to `i̇stanbul` otherwise: a combining dot no lower-case term holds).
 _FOLD = {"\u0130": "i", "\u0131": "i"}
@@ -96,21 +95,19 @@ class Occurrence:
 
 @dataclass(frozen=True, eq=False)
 class Glossary:
-    """The entries of one glossary, indexed for `occurrences` by their first word, case-folded (by their first
-    character where it is of a script without spaces, or Korean, or no word character). Equal only to itself (a
+    """The entries of one glossary, in two tries for `occurrences`: the terms found in any case by their folded source,
+    the others by their source as written. Looking a position up walks the line as far as some term goes, so it costs
+    the length of the longest term there, however many terms share their first letters. Equal only to itself (a
     search's settings hold it: requests with the same glossary object share a batch)."""
 
     terms: tuple[Term, ...]
     name: str = "glossary"
-    _index: dict[str, list[Term]] = field(init=False, repr=False, compare=False)
+    _exact: dict = field(init=False, repr=False, compare=False)
+    _folded: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        index: dict[str, list[Term]] = {}
-        for term in self.terms:
-            index.setdefault(_first(term.folded, 0), []).append(term)
-        for candidates in index.values():  # of equal length, the exactly-cased one first
-            candidates.sort(key=lambda t: t.any_case)
-        object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_exact", _trie((t.source, t) for t in self.terms if not t.any_case))
+        object.__setattr__(self, "_folded", _trie((t.folded, t) for t in self.terms if t.any_case))
 
     def __len__(self) -> int:
         return len(self.terms)
@@ -137,30 +134,34 @@ class Glossary:
         return found
 
     def _longest_at(self, text: str, i: int, folded: str, where: list[int], at: int | None) -> Occurrence | None:
-        """The longest term occurring at text[i] (`at`: where it starts in `folded`, None if it folds to nothing)."""
-        if at is None:
-            return None
+        """The longest term occurring at text[i] (`at`: where it starts in `folded`, None if it folds to nothing); of two
+        as long, the one written in the line's own case (the exact trie is walked first)."""
         best: Occurrence | None = None
-        for term in self._index.get(_first(folded, at), ()):
-            if term.any_case:
-                key = term.folded
-                if not folded.startswith(key, at) or 0 < at + len(key) < len(where) and where[at + len(key)] == where[at + len(key) - 1]:
-                    continue  # (nor may it end inside one character's folding: `a s` is not in `a ß`)
-                end = where[at + len(key)] if at + len(key) < len(where) else len(text)
-            else:
-                if not text.startswith(term.source, i):
-                    continue
-                end = i + len(term.source)
-            if _may_end(text, end) and (best is None or end > best.end):
-                best = Occurrence(i, end, term)
+        for trie, line, start, exact in ((self._exact, text, i, True), (self._folded, folded, at, False)):
+            node, k = trie, start
+            while node is not None and k is not None:
+                for term in node.get(_END, ()):
+                    inside = not exact and 0 < k < len(where) and where[k] == where[k - 1]  # `a s` is not in `a ß`
+                    end = k if exact else where[k] if k < len(where) else len(text)
+                    if not inside and _may_end(text, end) and (best is None or end > best.end):
+                        best = Occurrence(i, end, term)
+                        break
+                node, k = (node.get(line[k]), k + 1) if k < len(line) else (None, None)
         return best
 
 
-def _first(text: str, i: int) -> str:
-    """What a term is indexed by and a position looked up with: the word starting at i, or its one character where
-    it is of a script without spaces or Korean (a particle may follow a Korean term in its word) or no word character."""
-    word = None if _GLUED.match(text, i) else _INDEX_WORD.match(text, i)
-    return word.group() if word else text[i : i + 1]
+_END = None  # a trie node's key for the terms that end there (every other key is one character)
+
+
+def _trie(keys) -> dict:
+    """A trie of (key, term) pairs: a node per character, the terms ending at a node under _END, in the order given."""
+    root: dict = {}
+    for key, term in keys:
+        node = root
+        for c in key:
+            node = node.setdefault(c, {})
+        node.setdefault(_END, []).append(term)
+    return root
 
 
 def _may_start(text: str, i: int) -> bool:
