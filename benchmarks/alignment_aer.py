@@ -64,6 +64,7 @@ from nmtcli.documents.markup import parse
 from nmtcli.inference.alignment import DEFAULT_HEADS, agreed_links, pharaoh, piece_links, with_every_source_word, word_of_piece
 from nmtcli.inference.forced import AttentionHeads, force_ids
 from nmtcli.inference.tokenizer import load_tokenizer
+from nmtcli.inference.terms import word_links
 from nmtcli.model.checkpoint import load_model
 
 GOLD = Path(__file__).parent / "data" / "demo_alignment_gold.tsv"
@@ -162,7 +163,14 @@ READINGS = {
     "grow-diag-final-and": lambda att: grow_diag(_core(att), "and"),
     "column+gdfa": lambda att: grow_diag(_column_normalised(_core(att)), "and"),
 }
-NOTES = {"argmax": "`--alignment words` and COVERING before", "column": "`--alignment words` now", "intersection": "COVERING now"}
+# Readings made over words, not pieces: (attention, source word of each piece, target word of each piece) -> word links.
+WORD_READINGS = {
+    # one link a target word: its pieces' attention (averaged) on each source word's pieces (summed), each source word's
+    # column divided by its sum, argmax (inference/terms.py word_links: what glossary terms are placed by)
+    "word-column": lambda att, sw, tw: {(s, t) for t, s in enumerate(word_links(att, sw, tw)[0])},
+}
+NOTES = {"argmax": "`--alignment words` and COVERING before", "column": "`--alignment words` now", "intersection": "COVERING now",
+         "word-column": "glossary terms' placement"}
 
 
 def placed(source: str, target: str, word: int, alignment: str) -> set[int] | None:
@@ -179,7 +187,7 @@ def placed(source: str, target: str, word: int, alignment: str) -> set[int] | No
 
 def readings_table(pairs: list[tuple[Path, Path]]) -> None:
     """One table: a row per reading, for each (model, gold) pair its AER and where tags land (module docstring)."""
-    cells: dict[str, list[str]] = {name: [] for name in READINGS}
+    cells: dict[str, list[str]] = {name: [] for name in (*READINGS, *WORD_READINGS)}
     heads = []
     for model_dir, gold_path in pairs:
         rows = read_gold(gold_path)
@@ -190,11 +198,14 @@ def readings_table(pairs: list[tuple[Path, Path]]) -> None:
         targets = tokenizer.encode_target([t for _, t, _ in rows])
         forced = force_ids(model, sources, targets, 4096, torch.device("cpu"), heads=DEFAULT_HEADS)
         heads.append(chr(ord("A") + len(heads)))
-        for name, reading in READINGS.items():
+        for name, reading in (*READINGS.items(), *WORD_READINGS.items()):
             found, right, words, right_last, lasts, skipped = [], 0, 0, 0, 0, 0
             for f, s, t, (source, target, gold) in zip(forced, sources, targets, rows):
                 src_word, tgt_word = word_of_piece([pieces[i] for i in s]), word_of_piece([pieces[i] for i in t])
-                linked = {(src_word[a], tgt_word[b]) for a, b in reading(f.attention)}
+                if name in WORD_READINGS:
+                    linked = reading(f.attention, src_word, tgt_word)
+                else:
+                    linked = {(src_word[a], tgt_word[b]) for a, b in reading(f.attention)}
                 found.append(linked)
                 alignment = " ".join(f"{a}-{b}" for a, b in with_every_source_word(linked, f.attention, src_word, tgt_word))
                 last = len(source.split()) - 1
