@@ -131,7 +131,7 @@ class Translator:
         input (a file, a queue) is translated in bounded memory. `nmt translate` writes its output from here."""
         settings = self._settings(beam=beam, alpha=alpha, nbest=nbest, alignment=alignment, batch_tokens=batch_tokens,
                                   length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                                  glossary=None if glossary is None else glossary_of(glossary), coverage_penalty=coverage_penalty,
+                                  glossary=_glossary(glossary), coverage_penalty=coverage_penalty,
                                   brevity_penalty=brevity_penalty)
         if split_sentences and prefix is not None:
             raise NmtError("split_sentences does not go with prefix", "a prefix belongs to a whole text: split the texts first",
@@ -171,7 +171,7 @@ class Translator:
         if not isinstance(document, str):
             raise TypeError(f"document must be a str, not {type(document).__name__}")
         settings = self._settings(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                                  glossary=None if glossary is None else glossary_of(glossary), coverage_penalty=coverage_penalty,
+                                  glossary=_glossary(glossary), coverage_penalty=coverage_penalty,
                                   brevity_penalty=brevity_penalty)
         return self.html_with(settings, document, protection(protect, protect_regex))[0]
 
@@ -351,6 +351,20 @@ def open_engine(model: str | os.PathLike[str], *, device: str = "auto", precisio
     path = hub.resolve_model(model, revision)
     return Native(path, resolve_device(str(device)), settings or SearchSettings(), precision=precision or "fp32", warn=warn or log.warning,
                   languages=languages)
+
+
+def _glossary(glossary: GlossaryLike | None) -> Glossary | None:
+    """The `glossary=` argument as a Glossary; TypeError for one of another type, or a term that is not a str (a
+    mistake in the program: the API's rule), NmtError for a bad term (an empty one, a line break in one)."""
+    if glossary is None or isinstance(glossary, Glossary):
+        return glossary
+    if not isinstance(glossary, Mapping):
+        raise TypeError(f"glossary must be a mapping of source term -> target term (or a Glossary), not {type(glossary).__name__}")
+    for source, target in glossary.items():
+        if not isinstance(source, str) or not (isinstance(target, str) or isinstance(target, (list, tuple)) and all(isinstance(t, str) for t in target)):
+            raise TypeError(f"glossary[{source!r}]: terms must be str (a target may be a list of str alternatives), "
+                            f"not {type(source if not isinstance(source, str) else target).__name__}")
+    return glossary_of(glossary)
 
 
 def checked(items: Iterable[str], name: str) -> Iterator[str]:

@@ -423,3 +423,13 @@ def test_random_glossaries_and_protected_spans_together_in_every_output_path(tra
                 assert holds_terms(read, out, glossary) and spans_kept(line, out, PROTECTION), (line, entries, out)
         html = translator.translate_html(f"<p>{lines[0].replace('<', '&lt;')}</p>", glossary=entries, **search)
         assert holds_terms(Protected.of(lines[0], PROTECTION).text, html, glossary)
+
+
+def test_the_api_s_glossary_of_a_wrong_type_is_a_type_error(translator):
+    # docs/python-api.md: a wrong type is a TypeError (a mistake in the program); a bad term an NmtError (bad input).
+    with pytest.raises(TypeError, match="glossary must be a mapping"):
+        translator.translate(["the dog"], glossary=["dog"])
+    with pytest.raises(TypeError, match=r"glossary\['dog'\]: terms must be str"):
+        translator.translate(["the dog"], glossary={"dog": 3})
+    with pytest.raises(NmtError, match="an empty target term"):
+        translator.translate(["the dog"], glossary={"dog": ""})

@@ -107,3 +107,21 @@ def test_two_multilingual_models_are_refused_before_loading(models):
         load_models([("a", models["nllb"]), ("b", models["nllb"])], "cpu", SearchSettings())
     documented = doc_rows()["serve-two-multilingual-models"]
     assert matches(documented.message, f"nmt: error: {refused.value}") and refused.value.exit_code == documented.exit_code
+
+
+def test_a_server_glossary_names_a_pair_whose_codes_hold_hyphens(models, tmp_path):
+    # `--glossary zh-Hans-en=FILE` was cut at its first hyphen (zh | Hans-en): the served models decide where the pair is cut.
+    from nmtcli.cli.serve import _glossaries, _glossary_pairs
+    from nmtcli.errors import NmtError
+    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.serve.models import load_models
+
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("house\tHaus\n", encoding="utf-8")
+    served = load_models([("nllb", models["nllb"])], "cpu", SearchSettings())
+    [(source, target, glossary)] = _glossary_pairs(_glossaries([f"zh-Hans-en={terms}", ], 10), served)
+    assert (source, target) == ("zh", "en") and glossary.terms[0].targets == ("Haus",)
+    [(source, target, _)] = _glossary_pairs(_glossaries([f"en-zh-Hans={terms}"], 10), served)
+    assert (source, target) == ("en", "zh")
+    with pytest.raises(NmtError, match="no model served translates xx -> yy-zz or xx-yy -> zz"):
+        _glossary_pairs(_glossaries([f"xx-yy-zz={terms}"], 10), served)

@@ -119,13 +119,14 @@ def _glossaries(specs: list[str], max_terms: int) -> list:
     read, seen = [], set()
     for spec in specs:
         pair, _, path = spec.partition("=")
-        source, _, target = pair.partition("-")
-        if not (source and target and path):
+        # every place the pair may be cut at a hyphen (`zh-Hant-en`: zh | Hant-en, or zh-Hant | en): the served models decide
+        splits = [(pair[:i], pair[i + 1:]) for i, c in enumerate(pair) if c == "-" and 0 < i < len(pair) - 1]
+        if not (splits and path):
             raise NmtError(f"--glossary {spec!r} is not SOURCE-TARGET=FILE", "e.g. --glossary en-de=terms.tsv", exit_code=2)
-        if (source, target) in seen:
+        if pair in seen:
             raise NmtError(f"--glossary {pair} is given twice", "give one file per pair (merge the terms into it)", exit_code=2)
-        seen.add((source, target))
-        read.append((source, target, read_glossary(path, max_terms)))
+        seen.add(pair)
+        read.append((splits, read_glossary(path, max_terms)))
     return read
 
 
@@ -137,13 +138,14 @@ def _glossary_pairs(glossaries: list, served: list) -> list:
 
     models = ServedModels(served)
     named = []
-    for source, target, glossary in glossaries:
-        model = models.find(source, target)
-        if model is None:
+    for splits, glossary in glossaries:
+        found = [model for model in (models.find(source, target) for source, target in splits) if model is not None]
+        if not found:
+            pair = f"{splits[0][0]}-{splits[0][1]}"
             pairs = ", ".join(m.pair for m in served)
-            raise NmtError(f"--glossary {source}-{target}: no model served translates {source} -> {target}",
+            raise NmtError(f"--glossary {pair}: no model served translates {' or '.join(f'{s} -> {t}' for s, t in splits)}",
                            f"name a pair of the models served ({pairs})", exit_code=2)
-        named.append((model.source, model.target, glossary))
+        named.append((found[0].source, found[0].target, glossary))
     return named
 
 
