@@ -258,10 +258,10 @@ class Translator:
             raise NmtError(f"unknown alignment {changes['alignment']!r}", "choose words or pieces", exit_code=2)
         if brevity is None:  # the engine's own: the model's, or what the settings it was loaded with say
             changes.pop("brevity_penalty", None)
-        if changes.get("batch_tokens") is not None:
-            self._engine.budget.tokens = changes["batch_tokens"]
         settings = dataclasses.replace(self._engine.settings, **{"sampling": None, "alignment": None, **changes})
         check_search(settings)
+        if changes.get("batch_tokens") is not None:  # the engine's own budget: changed only once the call's settings hold
+            self._engine.budget.tokens = changes["batch_tokens"]
         return settings
 
     def _stream(self, texts: Iterator[str], settings: SearchSettings, prefix: str | Iterable[str] | None,

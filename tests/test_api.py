@@ -188,3 +188,15 @@ def test_the_api_rows_of_docs_errors_md(translator, trained_model, tmp_path, mon
         with pytest.raises(kind) as caught:
             eval(code, namespace)
         assert type(caught.value) is kind and matches(expected, str(caught.value)), f"{what}\n   docs: {expected}\n actual: {caught.value}"
+
+
+def test_a_call_s_bad_numbers_are_refused_and_change_nothing(translator):
+    # issue 51: alpha and max_len_a were not checked (NaN made every score NaN), and batch_tokens= changed the engine's
+    # budget before the call's other settings were checked.
+    budget = translator.engine.budget.tokens
+    for bad in ({"alpha": float("nan")}, {"alpha": float("inf")}, {"max_len_a": float("nan")}, {"max_len_a": -1.0}):
+        with pytest.raises(NmtError, match=f"{next(iter(bad))} .* is out of range"):
+            translator.translate(["Insert image"], **bad)
+    with pytest.raises(NmtError, match="nbest 8 exceeds beam 4"):
+        translator.translate(["Insert image"], nbest=8, batch_tokens=budget + 17)
+    assert translator.engine.budget.tokens == budget

@@ -243,7 +243,11 @@ def test_language_codes_resolve_iso_639_1_and_639_3_through_one_table():
     assert len(M2M100_CODES) == 100 and len(NLLB_CODES) == 202
     for typed, nllb, m2m100 in [("de", "deu_Latn", "de"), ("deu", "deu_Latn", "de"), ("DE", "deu_Latn", "de"), ("deu_Latn", "deu_Latn", "de"),
                                 ("zh", "zho_Hans", "zh"), ("ar", "arb_Arab", "ar"), ("fa", "pes_Arab", "fa"), ("ceb", "ceb_Latn", "ceb"),
-                                ("zho_Hant", "zho_Hant", "zh")]:
+                                # BCP 47 (issue 51): a region dropped or naming a script; a script asked for never given another
+                                ("pt-BR", "por_Latn", "pt"), ("en-US", "eng_Latn", "en"), ("es-419", "spa_Latn", "es"),
+                                ("zh-TW", "zho_Hant", None), ("zh-HK", "zho_Hant", None), ("zh-CN", "zho_Hans", "zh"),
+                                ("zh-Hans", "zho_Hans", "zh"), ("zh-Hant", "zho_Hant", None), ("zho_Hant", "zho_Hant", None),
+                                ("sr-Latn", None, None)]:
         assert (resolve(typed, NLLB_CODES), resolve(typed, M2M100_CODES)) == (nllb, m2m100), typed
     assert resolve("deutsch", NLLB_CODES) is None and resolve("xx", M2M100_CODES) is None
     assert nearest("deutsch", NLLB_CODES)[0] == "deu_Latn" and nearest("eng_Latm", NLLB_CODES)[0] == "eng_Latn"

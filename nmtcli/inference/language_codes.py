@@ -84,9 +84,15 @@ ISO_639_1_TO_NLLB = {
 }
 
 
+# BCP 47 regions that say which script a language is written in (`zh-TW`: Traditional Chinese).
+REGION_SCRIPTS = {"zh": {"tw": "hant", "hk": "hant", "mo": "hant", "cn": "hans", "sg": "hans", "my": "hans"}}
+
+
 def resolve(code: str, available: Iterable[str]) -> str | None:
     """The model's code for `code`: itself, its NLLB code or M2M code through the table, or (ISO 639-3) the one
-    model code of that language; None where the model has none."""
+    model code of that language; None where the model has none. A BCP 47 tag's region is dropped (`pt-BR` is `pt`)
+    but may name a script (`zh-TW`: `zho_Hant`); a script asked for is never given another (`zh-Hant` is not M2M-100's
+    `zh`, whose script is Hans)."""
     codes = list(available)
     if code in codes:
         return code
@@ -94,14 +100,22 @@ def resolve(code: str, available: Iterable[str]) -> str | None:
     key = code.lower().replace("-", "_")
     if key in folded:
         return folded[key]
+    three, *rest = key.split("_")
+    script = next((p for p in rest if len(p) == 4 and p.isalpha()), None)
+    region = next((p for p in rest if len(p) == 2 and p.isalpha() or len(p) == 3 and p.isdigit()), None)
+    if script is None and region is not None:
+        script = REGION_SCRIPTS.get(three, {}).get(region)
+    if rest and script is None and region is None:  # `eng_Latm`: no subtag nmt knows
+        return None
+    own = ISO_639_1_TO_NLLB.get(three)  # "de" -> "deu_Latn"
     candidates = []
-    if key in ISO_639_1_TO_NLLB:  # "de" -> "deu_Latn"
-        candidates.append(ISO_639_1_TO_NLLB[key])
-    three, _, script = key.partition("_")
-    if script and three in ISO_639_1_TO_NLLB:  # BCP 47's language-Script, as LibreTranslate names them: "zh-Hant" -> "zho_Hant"
-        candidates.append(f"{ISO_639_1_TO_NLLB[three].split('_')[0]}_{script}")
-    candidates += [c for c in codes if c.lower().split("_")[0] == three]  # "deu" -> "deu_Latn"; "zho" -> the first of its scripts
-    candidates += [two for two, nllb in ISO_639_1_TO_NLLB.items() if nllb.lower() == key or nllb.lower().split("_")[0] == three]  # -> M2M's "de"
+    if own is not None:
+        candidates.append(own if script is None else f"{own.split('_')[0]}_{script}")
+    candidates += [c for c in codes if c.lower().split("_")[0] == three and (script is None or c.lower().endswith("_" + script))]
+    # -> M2M's "de": a two-letter code whose language (and script, where one is asked for) is the one asked for
+    candidates += [two for two, nllb in ISO_639_1_TO_NLLB.items()
+                   if nllb.lower().split("_")[0] in (three, (own or "").lower().split("_")[0])
+                   and (script is None or nllb.lower().endswith("_" + script))]
     for candidate in candidates:
         if candidate.lower() in folded:
             return folded[candidate.lower()]

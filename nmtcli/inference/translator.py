@@ -362,6 +362,10 @@ def check_search(settings: SearchSettings) -> None:
         raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
     check_coverage(settings, "coverage_penalty")
     check_brevity(settings, "brevity_penalty")
+    for name, value, low in (("alpha", settings.alpha, None), ("max_len_a", settings.max_len_a, 0.0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or low is not None and value < low:
+            raise NmtError(f"{name} {value!r} is out of range", "give a finite number" + (f" of at least {low:g}" if low is not None else "")
+                           + " (a NaN or an infinity makes every score NaN)", exit_code=2)
 
 
 def check_brevity(settings: SearchSettings, name: str) -> None:
