@@ -192,6 +192,20 @@ class Translator:
     # `nmt translate` and `nmt serve` check their flags and request fields themselves (their own messages), then
     # translate through these, the code behind the public methods above. Not part of the API: they may change.
 
+    def close(self) -> None:
+        """Let go of the model: its weights, CUDA graphs and cached GPU memory, at once rather than when the Translator is
+        garbage-collected (a server loading models in turn, a notebook). A closed Translator raises NmtError if used;
+        closing twice does nothing. `with Translator.load(...) as translator:` closes it at the block's end."""
+        if not isinstance(self._engine, _Closed):
+            self._engine.close()
+            self._engine = _Closed()
+
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     @property
     def engine(self) -> Engine:
         """The engine underneath (inference/engine.py): the native one's windows, batches, devices and graphs, or CTranslate2's."""
@@ -351,6 +365,13 @@ def open_engine(model: str | os.PathLike[str], *, device: str = "auto", precisio
     path = hub.resolve_model(model, revision)
     return Native(path, resolve_device(str(device)), settings or SearchSettings(), precision=precision or "fp32", warn=warn or log.warning,
                   languages=languages)
+
+
+class _Closed:
+    """What a closed Translator holds instead of its engine: every use is an NmtError."""
+
+    def __getattr__(self, name: str):
+        raise NmtError("this Translator is closed", "load the model again with Translator.load")
 
 
 def _glossary(glossary: GlossaryLike | None) -> Glossary | None:

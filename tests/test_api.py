@@ -200,3 +200,19 @@ def test_a_call_s_bad_numbers_are_refused_and_change_nothing(translator):
     with pytest.raises(NmtError, match="nbest 8 exceeds beam 4"):
         translator.translate(["Insert image"], nbest=8, batch_tokens=budget + 17)
     assert translator.engine.budget.tokens == budget
+
+
+def test_a_translator_closes_and_lets_go_of_its_model(trained_model):
+    # issue 51: no close() nor context manager; a notebook or a server loading models in turn kept every model's weights.
+    import gc
+    import weakref
+
+    with Translator.load(trained_model, device="cpu") as translator:
+        [t] = translator.translate(["the dog sees a house"])
+        weights = weakref.ref(translator.engine.model)
+    assert t.text
+    gc.collect()
+    assert weights() is None, "the model is still held after close()"
+    with pytest.raises(NmtError, match="this Translator is closed"):
+        translator.translate(["the dog"])
+    translator.close()  # twice: nothing

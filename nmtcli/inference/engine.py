@@ -48,6 +48,9 @@ class Engine(ABC):
     def cpu_threads(self) -> int | None:
         """The CPU threads a search runs on, or None on a GPU."""
 
+    def close(self) -> None:
+        """Let go of what the engine holds (its weights, graphs, cached device memory): the Python API's `close()`."""
+
     @abstractmethod
     def translate_nbest(self, lines: Iterable[str], prefixes: Iterable[str] | None = None, settings: SearchSettings | None = None,
                         covering: Callable[[int], bool] | None = None) -> Iterator[list[Translation]]:

@@ -247,6 +247,15 @@ class Translator(Engine):
         """The CPU threads a search runs on, or None on a GPU."""
         return torch.get_num_threads() if self.device.type == "cpu" else None
 
+    def close(self) -> None:
+        """The weights and the step graphs let go (with the GPU's cached memory): the engine translates no more."""
+        if self.graphs is not None:
+            self.graphs.release()
+            self.graphs = None
+        self.model = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         text = self.decoded(hyp)
         shown = hyp.tokens[1:] if self._tags and hyp.tokens[:1] == [self._tags[1]] else hyp.tokens  # the target tag is no word of it

@@ -63,6 +63,9 @@ class CTranslate2Translator(Engine):
     def cpu_threads(self) -> int | None:
         return self._threads
 
+    def close(self) -> None:
+        self.translator = None  # CTranslate2 frees the model's memory when its Translator goes
+
     def _search(self, settings: SearchSettings) -> dict:
         """CTranslate2's arguments for `settings`; NmtError for what it does not do, naming the engine that does."""
         check_sampling(settings.sampling, settings.temperature, settings.seed)
