@@ -163,3 +163,33 @@ def test_the_cli_the_api_and_the_server_take_a_weight_and_refuse_a_bad_one(held_
         assert status == 400 and "brevity_penalty" in answer["error"], answer
     finally:
         server.stop()
+
+
+def test_calibration_is_bounded_by_its_budget_counts_its_translations_and_never_fails_nmt_average(trained_model, trained_run, prepared,
+                                                                                                 nmt_main, tmp_path):
+    # issue 51: up to seven translations of 1,000 lines (base on a CPU: 2 to 20 minutes) behind a bar of "5/?", and an
+    # OSError from a missing train shard after the model was written.
+    from nmtcli.data.prepare import read_manifest
+    from nmtcli.training.brevity import MAX_TRIALS, MIN_LINES, calibrate
+
+    manifest = read_manifest(prepared)
+    ticks = iter(range(0, 10**9, 10))  # a clock where every reading is 10 s later: the 50 probe lines took 10 s
+    calls = []
+    found = calibrate(trained_model, prepared, manifest, "cpu", lambda task, done, total: calls.append((done, total)),
+                      budget=120.0, clock=lambda: next(ticks))
+    assert found.lines == MIN_LINES  # 120 s for 6 translations at 0.2 s a line: 100 lines, raised to the floor
+    assert calls[0] == (0, MAX_TRIALS) and calls[-1] == (MAX_TRIALS, MAX_TRIALS) and all(total == MAX_TRIALS for _, total in calls)
+    fast = calibrate(trained_model, prepared, manifest, "cpu", budget=120.0, clock=iter([0.0, 0.001]).__next__)
+    assert fast.lines == len((prepared / "valid.en").read_text(encoding="utf-8").splitlines())  # all of them (fewer than 1,000)
+
+    data = tmp_path / "data"
+    shutil.copytree(prepared, data)
+    (data / "train.de.idx").write_bytes((data / "train.de.idx").read_bytes()[:-12])  # cut short
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    config = json.loads((run / "config.json").read_text())
+    config["data"]["dir"] = str(data)
+    (run / "config.json").write_text(json.dumps(config))
+    out = nmt_main("average", str(run), "-o", str(tmp_path / "model"), "--last", "1")
+    assert out.returncode == 0 and (tmp_path / "model" / "model.safetensors").is_file()
+    assert "brevity penalty not calibrated" in out.stderr and "cannot read the training split's lengths" in out.stderr, out.stderr

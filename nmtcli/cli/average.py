@@ -97,6 +97,9 @@ def calibrate_length(model_dir: Path, values: dict, device: torch.device) -> Non
     except NmtError as e:
         say(f"{skipped}: {e.message}")
         return
+    except (OSError, UnicodeError) as e:  # the model is written: a data file that cannot be read only skips the calibration
+        say(f"{skipped}: cannot read {data_dir}'s validation split: {e}")
+        return
     record = record_search(model_dir, found.record())["search"]
     before, after = found.trial(0.0), found.trial(found.weight)
     if found.weight == 0:

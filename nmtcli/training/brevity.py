@@ -14,6 +14,8 @@ paper's search, unchanged. The weight and the ratio go into the model dir's conf
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,14 @@ import numpy as np
 
 TARGET_BP = 0.96  # BLEU's brevity penalty the validation translations must reach: some 4% shorter than their references
 WEIGHTS = (*(i / 2 for i in range(21)), 12.0, 15.0, 20.0)  # the weights tried: 0 to 10 by 0.5, then 12, 15, 20
-VALID_LINES = 1000  # the validation lines translated for each weight tried (the first ones)
+MAX_TRIALS = 1 + math.ceil(math.log2(len(WEIGHTS) - 1))  # weight 0, then the bisection over WEIGHTS: 6 translations at most
+VALID_LINES = 1000  # the validation lines translated for each weight tried (the first ones), at most
+# The cost's bound: the lines are as many of VALID_LINES as MAX_TRIALS translations of them take BUDGET_SECONDS, at the
+# pace the first PROBE_LINES were translated, but never fewer than MIN_LINES (a BP of fewer lines is noise): tiny on a
+# CPU keeps all 1,000 lines; base on a 2-core CPU (5-45 lines/s) 200-1,000 of them, 2 minutes, or 4 where 6 x 200 lines
+# take longer.
+BUDGET_SECONDS = 120.0
+PROBE_LINES, MIN_LINES = 50, 200
 TASK = "calibrating the length on the validation split"  # the progress bar's
 
 
@@ -66,16 +75,26 @@ def training_length_ratio(data_dir: Path, source_lang: str, target_lang: str, vo
     ratio the same brevity costs 0.2-0.5 BLEU more: docs/translating.md, "Length")."""
     from nmtcli.data.shards import Shard
 
-    source = Shard(Path(data_dir) / f"train.{source_lang}", vocab_size).lengths
-    target = Shard(Path(data_dir) / f"train.{target_lang}", vocab_size).lengths
+    from nmtcli.errors import NmtError
+
+    try:
+        source = Shard(Path(data_dir) / f"train.{source_lang}", vocab_size).lengths
+        target = Shard(Path(data_dir) / f"train.{target_lang}", vocab_size).lengths
+    except (OSError, ValueError) as e:  # a shard missing or cut short: said, never a failure after the model is written
+        raise NmtError(f"cannot read the training split's lengths in {data_dir}: {e}", "prepare the data again") from None
+    if len(source) != len(target):
+        raise NmtError(f"{data_dir}'s training split has {len(source):,} {source_lang} lines but {len(target):,} {target_lang} ones",
+                       "prepare the data again")
     kept = source > 0
     return float(np.median(target[kept] / source[kept])) if kept.any() else 1.0
 
 
 def calibrate(model_dir: Path, data_dir: Path, manifest: dict[str, Any], device: str,
-              progress: Callable[[str, int, int | None], None] | None = None) -> Calibration:
+              progress: Callable[[str, int, int | None], None] | None = None, budget: float = BUDGET_SECONDS,
+              clock: Callable[[], float] = time.perf_counter) -> Calibration:
     """The brevity penalty weight for the model in `model_dir`, found on the validation split of `data_dir` (its
-    prepared data, `manifest` its manifest.json) as the module says."""
+    prepared data, `manifest` its manifest.json) as the module says, in about `budget` seconds (see BUDGET_SECONDS).
+    `progress(task, done, total)` hears of each translation of the split (total: MAX_TRIALS)."""
     import sacrebleu
 
     from nmtcli.data.prepare import reference_lines
@@ -94,23 +113,35 @@ def calibrate(model_dir: Path, data_dir: Path, manifest: dict[str, Any], device:
     languages = (tags["source"], tags["target"]) if tags else (None, None)
     translator = Translator(model_dir, device, languages=languages)
     ratio = training_length_ratio(data_dir, source_lang, target_lang, translator.model.config.vocab_size)
+    if progress:
+        progress(TASK, 0, MAX_TRIALS)
+
+    def translated(lines: list[str], weight: float) -> list[str]:
+        settings = SearchSettings(brevity_penalty=weight, length_ratio=ratio)
+        return [hyps[0].text if hyps else "" for hyps in translator.translate_lines(lines, settings)]
+
+    # The first lines at weight 0, timed: how many lines MAX_TRIALS translations may take within the budget.
+    started = clock()
+    first = translated(sources[:PROBE_LINES], 0.0)
+    pace = (clock() - started) / max(1, len(first))  # seconds a line
+    lines = max(MIN_LINES, int(budget / (MAX_TRIALS * pace))) if pace > 0 else len(sources)
+    sources, references = sources[:lines], references[:lines]
     calibration = Calibration(0.0, ratio, len(sources))
     tried: dict[float, Trial] = {}
-    if progress:
-        progress(TASK, 0, None)
 
     def at(weight: float) -> Trial:
         if weight not in tried:
-            settings = SearchSettings(brevity_penalty=weight, length_ratio=ratio)
-            hypotheses = [hyps[0].text if hyps else "" for hyps in translator.translate_lines(sources, settings)]
+            hypotheses = first + translated(sources[len(first):], 0.0) if weight == 0.0 else translated(sources, weight)
             bleu = sacrebleu.corpus_bleu(hypotheses, [references])
             tried[weight] = Trial(weight, bleu.score, bleu.bp, bleu.sys_len / max(1, bleu.ref_len))
             calibration.trials.append(tried[weight])
             if progress:
-                progress(TASK, len(tried), None)
+                progress(TASK, len(tried), MAX_TRIALS)
         return tried[weight]
 
     if at(0.0).bp >= TARGET_BP:
+        if progress:
+            progress(TASK, MAX_TRIALS, MAX_TRIALS)  # no bisection: the bar is full
         return calibration
     # The smallest weight that reaches TARGET_BP (the largest if none does): bisection over WEIGHTS.
     low, high = 0, len(WEIGHTS) - 1  # WEIGHTS[low] falls short; WEIGHTS[high] reaches it, or is the last
@@ -123,5 +154,7 @@ def calibrate(model_dir: Path, data_dir: Path, manifest: dict[str, Any], device:
     calibration.weight = WEIGHTS[high]
     at(calibration.weight)
     calibration.trials.sort(key=lambda t: t.weight)
+    if progress:
+        progress(TASK, MAX_TRIALS, MAX_TRIALS)
     return calibration
 
