@@ -119,7 +119,7 @@ def _signature() -> inspect.Signature:
     own = [
         option("data", Optional[Path], help="Prepared data dir. Default: the newest under data/."),
         option("init", Optional[str], "--init", metavar="MODEL", help="Start from this model's config and weights (a model dir or Hub id, nmt's own or from `nmt import marian|m2m100|nllb`): fine-tuning, or continued training. The data must be prepared with `nmt prepare --vocab-from MODEL`; the recipe is the fine-tuning one (docs/training.md)."),
-        option("preset", Optional[str], help="Model and recipe: tiny (a CPU, up to ~50k pairs), small (fairseq's IWSLT model: 100k-1M pairs, one GPU or a few CPU hours), base or big (Table 3: WMT-sized data, GPUs). Default: base."),
+        option("preset", Optional[str], help="Model and recipe: tiny (a CPU, up to ~50k pairs), small (fairseq's IWSLT model: 100k-1M pairs, one GPU or a few CPU hours), base or big (Table 3: WMT-sized data, GPUs). Default: the one that fits the training pairs and the device (tiny up to 50k pairs, small up to 1M or on a CPU, else base), said in one line."),
         option("output", Optional[Path], "--output", "-o", help="Run dir. Default: runs/PRESET-DATA."),
         option("norm", Optional[str], help="post: LayerNorm after each residual sum, the paper's (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs. Default: the preset's (tiny pre, the others post); a resumed run keeps the norm it was started with."),
         option("config", Optional[Path], "--config", help="JSON or TOML file of settings (flag names as keys; a run dir's config.json works). Flags override it.", rich_help_panel="Run"),
@@ -152,18 +152,30 @@ def _resolve(values: dict[str, Any], restart: bool = False) -> tuple[Path, Path,
         data_dir = Path(data) if data else default_data_dir()
         return _resolve_init(values, data_dir, read_manifest(data_dir))
     values.pop("init", None)
-    preset = values.pop("preset", None) or "base"
+    preset = values.pop("preset", None)
     output = values.pop("output", None)
     norm = values.pop("norm", None)
-    model_config, settings = settings_from_flags(preset, values, norm)  # the settings' own checks, before any data is read
     data_dir = Path(data) if data else default_data_dir()
     manifest = read_manifest(data_dir)
+    if preset is None:  # the preset that fits the data and the device, said in one line
+        from nmtcli.training.settings import preset_for
+
+        preset, why = preset_for(((manifest.get("splits") or {}).get("train") or {}).get("pairs"), _on_gpu(values.get("device")))
+        say(f"preset {preset}: {why}; --preset chooses another")
+    model_config, settings = settings_from_flags(preset, values, norm)
     run_dir = Path(output) if output else RUNS_ROOT / f"{preset}-{manifest['name']}"
     if norm is None and not restart and (run_dir / CONFIG_FILE).is_file():  # resuming: the run's own norm
         started = (read_run_config(run_dir).get("model") or {}).get("norm")
         if started in NORMS and started != model_config.norm:  # another value: the resume's shape check names it
             model_config = model_config.replace(norm=started)
     return run_dir, data_dir, model_config, settings, None
+
+
+def _on_gpu(device: str | None) -> bool:
+    """Whether --device (auto when not given) trains on a GPU."""
+    import torch
+
+    return device not in (None, "auto") and device.startswith("cuda") or device in (None, "auto") and torch.cuda.is_available()
 
 
 def _resolve_init(values: dict[str, Any], data_dir: Path, manifest: dict[str, Any]) -> tuple[Path, Path, ModelConfig, TrainSettings, InitModel]:

@@ -243,6 +243,24 @@ TRAIN_PRESETS: dict[str, TrainSettings] = {
 FIXED_ON_RESUME = ("preset", "batch_tokens", "tokens_per_step", "update_freq", "seed", "label_smoothing", "warmup", "lr_scale", "lr")
 
 
+# The preset `nmt train` takes when none is given, by the training pairs (the presets' help: tiny for a CPU and up to
+# ~50k pairs, small for fairseq's IWSLT-sized 100k-1M, base for WMT-sized data on GPUs; on a CPU, never base).
+TINY_PAIRS, SMALL_PAIRS = 50_000, 1_000_000
+
+
+def preset_for(pairs: int | None, gpu: bool) -> tuple[str, str]:
+    """The preset for `pairs` training pairs on a GPU or a CPU, and why, in words for the line `nmt train` says."""
+    where = "a GPU" if gpu else "a CPU"
+    if pairs is None:
+        return "base", "the data's manifest does not count its training pairs: the paper's base"
+    if pairs <= TINY_PAIRS:
+        return "tiny", f"{pairs:,} training pairs on {where} (tiny: up to ~{TINY_PAIRS // 1000}k pairs)"
+    if pairs <= SMALL_PAIRS or not gpu:
+        size = f"{TINY_PAIRS // 1000}k-{SMALL_PAIRS // 1_000_000}M pairs" if pairs <= SMALL_PAIRS else "the most a CPU trains in hours"
+        return "small", f"{pairs:,} training pairs on {where} (small: {size})"
+    return "base", f"{pairs:,} training pairs on {where} (base: WMT-sized data, the paper's)"
+
+
 def train_settings_for(preset: str, **overrides: Any) -> tuple[ModelConfig, TrainSettings]:
     """The preset's model and recipe with `overrides` (None: keep the preset's value) applied (with_overrides)."""
     if preset not in PRESETS:

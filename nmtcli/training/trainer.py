@@ -46,6 +46,8 @@ OnEvent = Callable[[str, dict[str, Any]], None]
 # In a run of several ranks, rank 0's clock (--max-time, --save-every in minutes) is shared every this
 # many steps: the all-reduce that shares it waits for the device, so not every step.
 CLOCK_EVERY = 10
+# Where steps are slow (base on a CPU: a minute a step), a log line at least this often, so that a run shows its pace.
+LOG_SECONDS = 30.0
 
 
 @dataclass
@@ -517,6 +519,7 @@ class Trainer:
         last: dict[str, Any] = {}
         stop = False
         started = time.perf_counter()
+        first_step = self.step + 1  # logged whatever log_every says: a run shows it is training at once
         out_of_time = False
         while self.step < s.max_steps and not stop and not out_of_time:
             m = self._next_step(loader)
@@ -533,9 +536,13 @@ class Trainer:
                 out_of_time, save_due = self._read_clock(started, last_save, save_minutes)
             last_step = self.step == s.max_steps or out_of_time
             due = save_due if save_minutes else self.step % save_steps == 0
-            if last_step or due or self.step % s.log_every == 0 or self.step % s.valid_every == 0:
+            # A log line every log_every steps, and at the run's first step and LOG_SECONDS after the last line where steps
+            # are slow (one process: ranks would disagree on the clock, and a line reads the losses of all of them).
+            log_due = self.step % s.log_every == 0 or last_step or self.step == first_step or (
+                not self.ranks.distributed and time.perf_counter() - window.start >= LOG_SECONDS)
+            if last_step or due or log_due or self.step % s.valid_every == 0:
                 self._check_loss()  # the host waits for the device here anyway
-            if self.step % s.log_every == 0 or last_step:
+            if log_due:
                 last = self._log(m, window, metrics)
             if self.step % s.valid_every == 0 or last_step:
                 self._collect_save(wait=True)  # a failed save stops the run before it validates (and writes best/)
