@@ -266,3 +266,14 @@ def test_a_glossary_term_is_put_into_a_multilingual_model_s_translation(imported
     assert termed.text.count("Köter") == 1 and not termed.text.startswith(("__", "deu_"))
     scored = translator.score([SENTENCES[0]], [termed.text])[0]
     assert termed.log_prob == pytest.approx(scored.log_prob, abs=1e-3) and plain.text != termed.text
+
+
+def test_a_multilingual_translation_has_one_confidence_whole_or_split_into_sentences(imported):
+    # issue 51: the language tag was counted as a token of the whole text's confidence but not of a split one's.
+    from nmtcli import Translator
+
+    translator = Translator.load(imported["nllb"], device="cpu", source_lang="eng_Latn", target_lang="deu_Latn")
+    [whole] = translator.translate([SENTENCES[0]], max_len_b=MAX_NEW_TOKENS - 1)
+    [split] = translator.translate([SENTENCES[0]], split_sentences=True, max_len_b=MAX_NEW_TOKENS - 1)
+    assert len(split.sentences) == 1 and split.text == whole.text
+    assert split.confidence == pytest.approx(whole.confidence, abs=1e-9)

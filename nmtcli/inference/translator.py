@@ -260,7 +260,7 @@ class Translator(Engine):
         text = self.decoded(hyp)
         shown = hyp.tokens[1:] if self._tags and hyp.tokens[:1] == [self._tags[1]] else hyp.tokens  # the target tag is no word of it
         return Translation(text, hyp.score, hyp.log_prob, [self.pieces[t] for t in shown], hyp.alignment,
-                           confidence(hyp.log_prob, len(hyp.tokens)))
+                           confidence(hyp.log_prob, len(shown)))  # the tag's log-probability is 0: it counts as no token
 
     def _tagged(self, sentences: list[list[int]], prefixes: list[list[int]] | None) -> tuple[list[list[int]], list[list[int]] | None]:
         """A multilingual model's input: each source `SOURCE_TAG ids` (EOS follows), each output forced to start with the
