@@ -25,12 +25,12 @@ import numpy as np
 
 TARGET_BP = 0.96  # BLEU's brevity penalty the validation translations must reach: some 4% shorter than their references
 WEIGHTS = (*(i / 2 for i in range(21)), 12.0, 15.0, 20.0)  # the weights tried: 0 to 10 by 0.5, then 12, 15, 20
-MAX_TRIALS = 1 + math.ceil(math.log2(len(WEIGHTS) - 1))  # weight 0, then the bisection over WEIGHTS: 6 translations at most
+# weight 0, the bisection's probes over WEIGHTS, and the largest weight where every probe fell short: 7 translations at most
+MAX_TRIALS = 2 + math.ceil(math.log2(len(WEIGHTS) - 1))
 VALID_LINES = 1000  # the validation lines translated for each weight tried (the first ones), at most
-# The cost's bound: the lines are as many of VALID_LINES as MAX_TRIALS translations of them take BUDGET_SECONDS, at the
-# pace the first PROBE_LINES were translated, but never fewer than MIN_LINES (a BP of fewer lines is noise): tiny on a
-# CPU keeps all 1,000 lines; base on a 2-core CPU (5-45 lines/s) 200-1,000 of them, 2 minutes, or 4 where 6 x 200 lines
-# take longer.
+# The cost's bound: each translation takes as many of VALID_LINES as the translations left may take in what is left of
+# BUDGET_SECONDS, at the slowest pace seen (the first PROBE_LINES timed first), but never fewer than MIN_LINES (a BP of
+# fewer lines is noise): at most about BUDGET_SECONDS, or MAX_TRIALS translations of MIN_LINES lines where those take longer.
 BUDGET_SECONDS = 120.0
 PROBE_LINES, MIN_LINES = 50, 200
 TASK = "calibrating the length on the validation split"  # the progress bar's
@@ -44,6 +44,7 @@ class Trial:
     bleu: float
     bp: float
     ratio: float
+    lines: int = 0  # the validation lines it translated (the first ones)
 
 
 @dataclass
@@ -120,25 +121,33 @@ def calibrate(model_dir: Path, data_dir: Path, manifest: dict[str, Any], device:
         settings = SearchSettings(brevity_penalty=weight, length_ratio=ratio)
         return [hyps[0].text if hyps else "" for hyps in translator.translate_lines(lines, settings)]
 
-    # The first lines at weight 0, timed: how many lines MAX_TRIALS translations may take within the budget.
+    # The first lines at weight 0, timed; then before each translation, as many lines as the trials left may take in
+    # what is left of the budget at the slowest pace seen so far (a larger weight makes longer, slower translations).
     started = clock()
     first = translated(sources[:PROBE_LINES], 0.0)
-    pace = (clock() - started) / max(1, len(first))  # seconds a line
-    lines = max(MIN_LINES, int(budget / (MAX_TRIALS * pace))) if pace > 0 else len(sources)
-    sources, references = sources[:lines], references[:lines]
+    pace = max(1e-9, (clock() - started) / max(1, len(first)))  # seconds a line
     calibration = Calibration(0.0, ratio, len(sources))
     tried: dict[float, Trial] = {}
 
     def at(weight: float) -> Trial:
+        nonlocal pace
         if weight not in tried:
-            hypotheses = first + translated(sources[len(first):], 0.0) if weight == 0.0 else translated(sources, weight)
-            bleu = sacrebleu.corpus_bleu(hypotheses, [references])
-            tried[weight] = Trial(weight, bleu.score, bleu.bp, bleu.sys_len / max(1, bleu.ref_len))
+            left = budget - (clock() - started)
+            lines = min(len(sources), max(MIN_LINES, int(left / (max(1, MAX_TRIALS - len(tried)) * pace))))
+            begun = clock()
+            if weight == 0.0:
+                hypotheses = first[:lines] + translated(sources[len(first):lines], 0.0)
+            else:
+                hypotheses = translated(sources[:lines], weight)
+            pace = max(pace, (clock() - begun) / max(1, lines - (len(first) if weight == 0.0 else 0)))
+            bleu = sacrebleu.corpus_bleu(hypotheses, [references[:lines]])
+            tried[weight] = Trial(weight, bleu.score, bleu.bp, bleu.sys_len / max(1, bleu.ref_len), len(hypotheses))
             calibration.trials.append(tried[weight])
             if progress:
                 progress(TASK, len(tried), MAX_TRIALS)
         return tried[weight]
 
+    calibration.lines = at(0.0).lines
     if at(0.0).bp >= TARGET_BP:
         if progress:
             progress(TASK, MAX_TRIALS, MAX_TRIALS)  # no bisection: the bar is full
@@ -152,7 +161,7 @@ def calibrate(model_dir: Path, data_dir: Path, manifest: dict[str, Any], device:
         else:
             low = middle
     calibration.weight = WEIGHTS[high]
-    at(calibration.weight)
+    calibration.lines = at(calibration.weight).lines
     calibration.trials.sort(key=lambda t: t.weight)
     if progress:
         progress(TASK, MAX_TRIALS, MAX_TRIALS)
