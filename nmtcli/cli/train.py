@@ -155,6 +155,7 @@ def _resolve(values: dict[str, Any], restart: bool = False) -> tuple[Path, Path,
     preset = values.pop("preset", None)
     output = values.pop("output", None)
     norm = values.pop("norm", None)
+    settings_from_flags(preset or "base", dict(values), norm)  # the settings' own checks, before any data is read
     data_dir = Path(data) if data else default_data_dir()
     manifest = read_manifest(data_dir)
     if preset is None:  # the preset that fits the data and the device, said in one line
