@@ -102,11 +102,10 @@ def word_alignments(engine, sources: list[str], targets: list[str]) -> list[list
     """(source word, target word) links of each pair, one a target word: the reading glossary terms are placed by
     (inference/terms.py's word_links over whitespace words), from one teacher-forced pass."""
     from nmtcli.inference.alignment import DEFAULT_HEADS
-    from nmtcli.inference.forced import force_ids
     from nmtcli.inference.terms import units_of, word_links
 
     source_ids, target_ids = engine.tokenizer.encode(sources), engine.tokenizer.encode_target(targets)
-    forced = force_ids(engine.model, source_ids, target_ids, engine.budget.tokens, engine.device, heads=DEFAULT_HEADS, log_probs=False)
+    forced = engine.forced(source_ids, target_ids, DEFAULT_HEADS, log_probs=False)
     out = []
     for source, target, s, t, f in zip(sources, targets, source_ids, target_ids, forced):
         if not s or not t:

@@ -361,7 +361,7 @@ def main() -> None:
                 server = Server(model, work)
         server.stop()
     print()
-    print(f"| case | path | exit / HTTP | error | seconds | peak MB | next request |")
+    print("| case | path | exit / HTTP | error | seconds | peak MB | next request |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         nxt = {"": "", True: "200", False: "failed"}[r["next"]]

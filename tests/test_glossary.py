@@ -4,7 +4,6 @@ in place of the covered word's translation, the rest of the sentence the model's
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 

@@ -173,10 +173,10 @@ def _resolve(values: dict[str, Any], restart: bool = False) -> tuple[Path, Path,
 
 
 def _on_gpu(device: str | None) -> bool:
-    """Whether --device (auto when not given) trains on a GPU."""
-    import torch
+    """Whether --device (auto when not given) trains on a GPU (NmtError for one that is not there, as training says it)."""
+    from nmtcli.device import resolve_device
 
-    return device not in (None, "auto") and device.startswith("cuda") or device in (None, "auto") and torch.cuda.is_available()
+    return resolve_device(device or "auto").type == "cuda"
 
 
 def _resolve_init(values: dict[str, Any], data_dir: Path, manifest: dict[str, Any]) -> tuple[Path, Path, ModelConfig, TrainSettings, InitModel]:

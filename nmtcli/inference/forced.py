@@ -64,10 +64,15 @@ class Forced:
         return sum(self.log_probs)
 
 
-def scored(forced: Forced, tokens: list[str], alpha: float, length_penalty: str, brevity: float = 0.0) -> Scored:
+def search_score(forced: Forced, alpha: float, length_penalty: str, brevity: float = 0.0) -> float:
     """`forced`'s score as beam search ranks a hypothesis: log P(y | x) / lp(|y| + 1), plus its `brevity` penalty
     (beam.Brevity.of)."""
-    return Scored(tokens, forced.log_probs, forced.log_prob / lp(len(forced.log_probs), alpha, length_penalty) + brevity,
+    return forced.log_prob / lp(len(forced.log_probs), alpha, length_penalty) + brevity
+
+
+def scored(forced: Forced, tokens: list[str], alpha: float, length_penalty: str, brevity: float = 0.0) -> Scored:
+    """`forced` as a Scored: its search_score, and its confidence."""
+    return Scored(tokens, forced.log_probs, search_score(forced, alpha, length_penalty, brevity),
                   confidence=confidence(forced.log_prob, len(tokens)))
 
 

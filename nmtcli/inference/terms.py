@@ -20,8 +20,9 @@ log-probability, confidence and alignment are the model's for the words written)
 
 Alternatives of a target term (`Haus|Hauses`): the one ending most like the words it replaces (the model's own
 inflection there), the first on a tie. A term written in lower case that starts its line with a capital
-(`House is ...`) starts the translation with one where it replaces a capitalised first word. Units are whitespace-separated words, but in scripts written without spaces (Chinese, Japanese,
-Thai, ...) each sentencepiece piece, so a term replaces a piece there, not a whole sentence.
+(`House is ...`) starts the translation with one where it replaces a capitalised first word. Units are
+whitespace-separated words, but in scripts written without spaces (Chinese, Japanese, Thai, ...) each sentencepiece
+piece, so a term replaces a piece there, not a whole sentence.
 """
 
 from __future__ import annotations
@@ -31,17 +32,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-
 import torch
 from torch import Tensor
 
 from nmtcli.inference.alignment import DEFAULT_HEADS
-from nmtcli.inference.beam import lp
 from nmtcli.inference.coverage import coverage_penalty
-from nmtcli.inference.forced import force_ids
+from nmtcli.inference.forced import search_score
 from nmtcli.inference.glossary import MAX_TERMS_PER_LINE, UNSPACED, Occurrence
 from nmtcli.inference.outputs import Hypothesis
-from nmtcli.inference.precision import autocast as half_autocast
 
 if TYPE_CHECKING:
     from nmtcli.inference.translator import SearchSettings, Translator
@@ -78,7 +76,7 @@ def units_of(text: str, spans: Sequence[Span], cuts: Sequence[Span] = ()) -> lis
         if unit[k] is None:
             unit[k] = previous
         previous = unit[k]
-    return [u if u is not None else 0 for u in unit]
+    return unit
 
 
 def unit_spans(spans: Sequence[Span], units: Sequence[int], text: str) -> list[Span]:
@@ -290,24 +288,24 @@ def put_terms(translator: Translator, window: Sequence[tuple[int, str]], sentenc
     docstring), its tokens, score and log-probability the model's for the new text (its attention in `attention`, by
     id, for the alignments), each line's list sorted again and without repeats. `sentences`: the ids the model read (a
     multilingual model's with its tag); `prefixes`: the target prefixes given, or None."""
-    tag = 1 if translator._tags else 0
+    tag = [translator._tags[1]] if translator._tags else []  # a multilingual model's target tag: first of every output
     lines = []
     for i, ((number, line), hyps) in enumerate(zip(window, results)):
-        found = translator_occurrences(translator, number, line, settings) if hyps else []
+        found = _occurrences(translator, number, line, settings) if hyps else []
         if not found:
             continue
-        source_spans = translator.tokenizer.spans(line)[: len(sentences[i]) - tag]
+        source_spans = translator.tokenizer.spans(line)[: len(sentences[i]) - len(tag)]
         fixed = len(prefixes[i].strip()) if prefixes is not None and prefixes[i] else 0
         lines.extend(_Line(i, line, h, found, source_spans, fixed) for h in hyps)
     if not lines:
         return
     for item in lines:
         item.text = translator.decoded(item.hyp)
-    targets = [([translator._tags[1]] if tag else []) + ids for ids in translator.tokenizer.encode_target([x.text for x in lines])]
-    read = _forced(translator, [sentences[x.index] for x in lines], targets, log_probs=False)
+    targets = [tag + ids for ids in translator.tokenizer.encode_target([x.text for x in lines])]
+    read = translator.forced([sentences[x.index] for x in lines], targets, DEFAULT_HEADS, log_probs=False)
     changed = []
     for item, ids, forced in zip(lines, targets, read):
-        new = _placed(translator, item, forced.attention[tag : len(ids), tag : len(sentences[item.index])], tag)
+        new = _placed(translator, item, forced.attention[len(tag) : len(ids), len(tag) : len(sentences[item.index])])
         if new != item.text:
             item.text = new
             changed.append(item)
@@ -315,26 +313,27 @@ def put_terms(translator: Translator, window: Sequence[tuple[int, str]], sentenc
         return
     limit = translator.model.config.max_positions - 2
     for item, ids in zip(changed, translator.tokenizer.encode_target([x.text for x in changed])):
-        item.ids = ([translator._tags[1]] if tag else []) + ids
+        item.ids = tag + ids
     fits = [x for x in changed if len(x.ids) <= limit]
     for item in changed:
         if len(item.ids) > limit:
             translator.warn(f"line {window[item.index][0]}: with its glossary terms the translation is longer than the model's "
                             f"{limit} tokens; translated without them")
-    for item, forced in zip(fits, _forced(translator, [sentences[x.index] for x in fits], [x.ids for x in fits], log_probs=True)):
+    for item, forced in zip(fits, translator.forced([sentences[x.index] for x in fits], [x.ids for x in fits], DEFAULT_HEADS)):
         h, source = item.hyp, sentences[item.index]
         h.tokens, h.text, h.log_prob = item.ids, item.text, forced.log_prob
-        h.score = forced.log_prob / lp(len(h.tokens) + 1, settings.alpha, settings.length_penalty) + settings.brevity.of(len(source), len(h.tokens))
+        h.score = search_score(forced, settings.alpha, settings.length_penalty, settings.brevity.of(len(source), len(h.tokens)))
         if settings.coverage_penalty > 0:
-            h.score += coverage_penalty(forced.attention, settings.coverage_penalty, tag)
+            h.score += coverage_penalty(forced.attention, settings.coverage_penalty, len(tag))
         attention[id(h)] = forced.attention
-    for i in {x.index for x in fits}:
-        seen: set[str] = set()
-        hyps = sorted(results[i], key=lambda h: h.score, reverse=True)
-        results[i] = [h for h in hyps if not (translator.decoded(h) in seen or seen.add(translator.decoded(h)))]
+    for i in {x.index for x in fits}:  # sorted again by the new scores; a text twice (two hypotheses differed in a term) once
+        best: dict[str, Hypothesis] = {}
+        for h in sorted(results[i], key=lambda h: h.score, reverse=True):
+            best.setdefault(translator.decoded(h), h)
+        results[i] = list(best.values())
 
 
-def translator_occurrences(translator: Translator, number: int, line: str, settings: SearchSettings) -> list[Occurrence]:
+def _occurrences(translator: Translator, number: int, line: str, settings: SearchSettings) -> list[Occurrence]:
     """The occurrences of the glossary's terms in line `number`, at most MAX_TERMS_PER_LINE (the rest: a warning)."""
     found = settings.glossary.occurrences(line)
     if len(found) > MAX_TERMS_PER_LINE:
@@ -343,12 +342,7 @@ def translator_occurrences(translator: Translator, number: int, line: str, setti
     return found[:MAX_TERMS_PER_LINE]
 
 
-def _forced(translator: Translator, sources: list[list[int]], targets: list[list[int]], log_probs: bool):
-    return force_ids(translator.model, sources, targets, translator.budget.tokens, translator.device,
-                     lambda: half_autocast(translator.device, translator.precision), DEFAULT_HEADS, translator.warn, log_probs=log_probs)
-
-
-def _placed(translator: Translator, item: _Line, attention: Tensor, tag: int) -> str:
+def _placed(translator: Translator, item: _Line, attention: Tensor) -> str:
     """The text of `item`'s translation with its terms put in. `attention`: its (target pieces, source pieces), tags left out."""
     spans = translator.tokenizer.target_spans(item.text)
     target_units = units_of(item.text, spans)

@@ -33,7 +33,7 @@ from nmtcli.inference.confidence import confidence
 from nmtcli.inference.engine import Engine
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.coverage import coverage_penalty
-from nmtcli.inference.forced import Scored, force_ids, scored
+from nmtcli.inference.forced import AttentionHeads, Forced, Scored, force_ids, scored
 from nmtcli.inference.glossary import Glossary
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
@@ -315,9 +315,14 @@ class Translator(Engine):
         """The encoder-decoder attention (DEFAULT_HEADS) of each (line, hypothesis) pair, from one teacher-forced pass."""
         if not pairs:
             return []
-        forced = force_ids(self.model, [sentences[i] for i, _ in pairs], [h.tokens for _, h in pairs], self.budget.tokens, self.device,
-                           lambda: half_autocast(self.device, self.precision), DEFAULT_HEADS, self.warn, log_probs=False)
-        return [f.attention for f in forced]
+        return [f.attention for f in self.forced([sentences[i] for i, _ in pairs], [h.tokens for _, h in pairs], DEFAULT_HEADS, log_probs=False)]
+
+    def forced(self, sources: Sequence[list[int]], targets: Sequence[list[int]], heads: AttentionHeads | None = None,
+               log_probs: bool = True) -> list[Forced]:
+        """One teacher-forced pass over (source, target) id pairs (inference/forced.py) on this engine's device, batch
+        budget and precision: the alignments', the coverage penalty's, the glossary's and forced scores' pass."""
+        return force_ids(self.model, sources, targets, self.budget.tokens, self.device, lambda: half_autocast(self.device, self.precision),
+                         heads, self.warn, log_probs=log_probs)
 
     def _rerank(self, sentences: list[list[int]], results: list[list[Hypothesis]], beta: float) -> dict[int, Tensor]:
         """In place: the hypotheses of each line scored by s(Y, X) = score + cp(X; Y) (inference/coverage.py) and sorted by
@@ -355,8 +360,7 @@ class Translator(Engine):
             sources = encode_lines(self.tokenizer.encode, [line for _, line in window], self.max_source_tokens - tag, truncated("source"))
             given = encode_lines(self.tokenizer.encode_target, texts, self.max_source_tokens - tag, truncated("target"))
             sources, given = self._tagged(sources, given)
-            forced = force_ids(self.model, sources, given, self.budget.tokens, self.device, lambda: half_autocast(self.device, self.precision),
-                               DEFAULT_HEADS if alignment else None, self.warn)
+            forced = self.forced(sources, given, DEFAULT_HEADS if alignment else None)
             for src, tgt, f in zip(sources, given, forced):
                 result = scored(f, [self.pieces[t] for t in tgt], s.alpha, s.length_penalty, s.brevity.of(len(src), len(tgt)))
                 if alignment:
