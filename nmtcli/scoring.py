@@ -51,6 +51,14 @@ def score(hypotheses: list[str], references: list[str], metrics: list[str], widt
     return results
 
 
+def closest(hypotheses: list[str], reference: str) -> int:
+    """The index of the hypothesis with the best sentence chrF against `reference` (the first of equals): what
+    distillation keeps of a teacher's n-best list for a training pair (mozilla/translations' extract_best)."""
+    metric = CHRF()
+    scores = [metric.sentence_score(h, [reference]).score for h in hypotheses]
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))
+
+
 def _check_aligned(hypotheses: list[str], references: list[str]) -> None:
     if len(hypotheses) != len(references):
         raise NmtError(

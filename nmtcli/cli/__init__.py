@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from nmtcli import __version__, threads
-from nmtcli.cli import average, export, import_model, info, prepare, pull, push, quickstart, score, serve, train, translate
+from nmtcli.cli import average, distill, export, import_model, info, prepare, pull, push, quickstart, score, serve, train, translate
 from nmtcli.cli.common import notice
 from nmtcli.cli.renamed import current_args
 from nmtcli.errors import NmtError
@@ -61,7 +61,7 @@ def _root(
     _debug["on"] = _debug["on"] or debug
 
 
-for module in (quickstart, prepare, train, average, translate, serve, score, info, push, pull):
+for module in (quickstart, prepare, train, average, translate, serve, score, info, push, pull, distill):
     app.command(module.NAME, help=module.command.__doc__)(module.command)
 for group in (import_model, export):
     app.add_typer(group.app, name=group.NAME)

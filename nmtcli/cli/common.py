@@ -48,12 +48,14 @@ def warn(message: str) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar() -> Iterator[Callable[[str, int, int | None], None]]:
-    """Yield progress(task, done, total): one bar per task name, on stderr."""
+def progress_bar(unit: str | None = None) -> Iterator[Callable[[str, int, int | None], None]]:
+    """Yield progress(task, done, total): one bar per task name, on stderr; with `unit`, the pace in units/s."""
+    pace = [TextColumn("{task.fields[pace]}")] if unit else []
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        *pace,
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=console,
@@ -63,8 +65,11 @@ def progress_bar() -> Iterator[Callable[[str, int, int | None], None]]:
 
         def update(task: str, done: int, total: int | None) -> None:
             if task not in tasks:
-                tasks[task] = bars.add_task(task, total=total)
+                tasks[task] = bars.add_task(task, total=total, pace="")
             bars.update(tasks[task], completed=done, total=total)
+            if unit:
+                speed = next(t.speed for t in bars.tasks if t.id == tasks[task])  # rich's estimate over the last updates
+                bars.update(tasks[task], pace="" if speed is None else f"{speed:,.1f} {unit}/s")
 
         yield update
 

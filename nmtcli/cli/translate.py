@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO, Optional
 
 import typer
 
-from nmtcli.cli import options
+from nmtcli.cli import chunked, options
 from nmtcli.cli.common import resolve_model, say, warn
+from nmtcli.bulk import CHUNK_LINES
 from nmtcli.inference.glossary import MAX_GLOSSARY
 
 if TYPE_CHECKING:
@@ -24,15 +25,10 @@ NAME = "translate"
 
 def read_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
     """Lines split on LF only (CRLF accepted); invalid UTF-8 is replaced, reported, and still translated."""
+    from nmtcli.bulk import decode_line
+
     for number, raw in enumerate(stream, start=1):
-        raw = raw.rstrip(b"\n").rstrip(b"\r")
-        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError:
-            warn(f"{name}, line {number}: invalid UTF-8 replaced with U+FFFD")
-            yield raw.decode("utf-8", errors="replace")
+        yield decode_line(raw, number, name, warn)
 
 
 def command(
@@ -73,6 +69,9 @@ def command(
     no_protect: Annotated[bool, typer.Option("--no-protect", help="Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies).", rich_help_panel="Protected spans")] = False,
     glossary: Annotated[Optional[Path], typer.Option(help="Terms to put into the translations: a UTF-8 file of `source TAB target` lines (# comments; target forms as alternatives: Haus|Hauses). Each occurrence of a source term (whole words, or anywhere in scripts without spaces; a lower-case term in any case; the longest match wins) gets its target term in place of the words the model translated it with (docs/translating.md).", rich_help_panel="Glossary")] = None,
     max_glossary: Annotated[int, typer.Option(help="The most entries --glossary may have.", min=1, rich_help_panel="Glossary")] = MAX_GLOSSARY,
+    closest_to: Annotated[Optional[Path], typer.Option(help="With --nbest N: write, of each line's N translations, the one of the best sentence chrF against this file's line (its reference): a teacher's translations for distillation (mozilla/translations' extract_best). Text output.", rich_help_panel="Large files")] = None,
+    chunk_lines: Annotated[int, typer.Option(help="With -i FILE -o OUT: lines translated per chunk, each written to OUT.parts/ as it finishes; running the same command again resumes from the chunks done (a kill loses one chunk at most).", min=1, rich_help_panel="Large files")] = CHUNK_LINES,
+    gpus: Annotated[Optional[int], typer.Option(help="With -i FILE -o OUT: start this many ranks on this node through torchrun (one a GPU; with --device cpu, CPU processes), each translating its share of the chunks; several nodes: run torchrun yourself (docs/translating.md).", rich_help_panel="Large files")] = None,
 ) -> None:
     """Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens.
 
@@ -81,13 +80,14 @@ def command(
     With --prefix-file, each translation starts with its line's target prefix (docs/translating.md).
     With --sampling, each line's translation is drawn from the model instead (back-translation).
     With --split-sentences, each line is a paragraph translated sentence by sentence.
+    With -i FILE -o OUT, the file is translated in chunks that a second run resumes, on --gpus N ranks if asked.
     """
     started = time.perf_counter()
     from nmtcli.errors import NmtError, check_readable
     from nmtcli.inference.alignment import COVERING
     from nmtcli.inference.translator import SearchSettings
 
-    _check_flags(output_format, nbest, engine, length_penalty)
+    _check_flags(output_format, nbest, engine, length_penalty, closest_to)
     from nmtcli.api import protection as protection_of
 
     protection = None if forced_decoding else protection_of(not no_protect, protect or [], "--protect")
@@ -123,6 +123,20 @@ def command(
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
+    in_chunks = output is not None and input is not None and input.is_file() and format == "text"
+    world = chunked.ranks()[1]
+    if (gpus is not None or world > 1) and not in_chunks:
+        raise NmtError("ranks share the chunks of a file translated into another file", "give -i FILE and -o OUT (a regular file), "
+                       "or drop --gpus", exit_code=2)
+    if gpus is not None and world == 1:
+        return chunked.launch(gpus, device)
+    if in_chunks:
+        return _translate_in_chunks(
+            input, output, chunk_lines, settings, output_format, forced_decoding, target_file, prefix_file, closest_to, alignment,
+            protection, split_sentences, min_confidence, open_translator=lambda device, threads, warn: _translator(
+                engine, model, revision, device, precision, threads, output_format, settings, warn, (source_lang, target_lang)),
+            device=device, threads=threads, what={"engine": engine, "precision": precision, "glossary": _digest(glossary),
+                                                  "languages": [source_lang, target_lang]})
     if format not in ("text", "html"):  # a document: documents/formats/ through the Python API
         from nmtcli.cli.documents import translate_document_file
 
@@ -149,7 +163,9 @@ def command(
     if forced_decoding:
         results = _scores(translator, settings, lines, target_file, output_format, alignment)
     else:
-        rated = _translations(translator, settings, lines, prefixes, output_format, protection, split_sentences, sentence_numbers)
+        references = read_text_lines(open(closest_to, "rb"), str(closest_to)) if closest_to is not None else None
+        rated = _translations(translator, settings, lines, prefixes, output_format, protection, split_sentences, sentence_numbers,
+                              references)
         results = _flagged(rated, min_confidence, below)
     try:
         count, first = _write(results, output)
@@ -163,6 +179,52 @@ def command(
     say(f"{'scored' if forced_decoding else 'translated'} {count:,} {'pair' if forced_decoding else 'line'}(s){timing}{_on_cpu(translator)}")
     if min_confidence is not None:
         say(f"{below[0]:,} of {below[1]:,} translated line(s) below --min-confidence {min_confidence:g}")
+
+
+def _translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: SearchSettings, output_format: str,
+                         forced_decoding: bool, target_file: Path | None, prefix_file: Path | None, closest_to: Path | None,
+                         alignment: str | None, protection, split_sentences: bool, min_confidence: float | None,
+                         open_translator, device: str, threads: int | None, what: dict) -> None:
+    """-i FILE -o OUT: FILE (with the files read beside it) translated a chunk at a time into OUT.parts/, joined into OUT
+    (cli/chunked.py, nmtcli/bulk.py); this rank's share when torchrun started several."""
+    from nmtcli.bulk import decoded, renumbered
+
+    _, world, local_rank, local_world = chunked.ranks()
+    if world > 1:
+        device, threads = chunked.rank_device(device, local_rank), chunked.rank_threads(threads, local_world)
+    first = [1]  # the chunk in flight's first line, for the warnings about its lines
+    numbers: dict[int, tuple[int, int]] = {}
+    translator = open_translator(device, threads, renumbered(_sentence_warn(numbers) if split_sentences else warn, lambda: first[0]))
+    beside = [(path, name) for path, name in ((target_file if forced_decoding else None, "targets"), (prefix_file, "prefixes"),
+                                              (closest_to, "references")) if path is not None]
+    below = [0, 0]
+
+    def lines_of(start: int, columns: list[list[bytes]]) -> Iterator[str]:
+        first[0] = start
+        read = {name: iter(decoded(column, str(path), start, warn)) for (path, name), column in zip(beside, columns[1:])}
+        lines = iter(decoded(columns[0], str(input), start, warn))
+        if forced_decoding:
+            return _scored(translator, settings, lines, read["targets"], output_format, alignment)
+        rated = _translations(translator, settings, lines, read.get("prefixes"), output_format, protection, split_sentences, numbers,
+                              read.get("references"), first=start)
+        return _flagged(rated, min_confidence, below)
+
+    model = Path(str(translator.name))
+    weights = [p.stat() for p in sorted(model.glob("*.safetensors"))] if model.is_dir() else []
+    what = {**what, "model": str(model.resolve()) if model.exists() else str(model), "weights": [[w.st_size, w.st_mtime_ns] for w in weights],
+            "search": {k: str(v) for k, v in dataclasses.asdict(settings).items() if k not in ("glossary", "batch_tokens", "window", "cuda_graphs")},
+            "output_format": output_format, "forced_decoding": forced_decoding, "split_sentences": split_sentences,
+            "protection": repr(protection), "min_confidence": min_confidence, "alignment": alignment}
+    chunked.translate_file([input, *(path for path, _ in beside)], output, chunk_lines, what, lines_of,
+                           "scored" if forced_decoding else "translated")
+    if min_confidence is not None and chunked.ranks()[0] == 0:
+        say(f"{below[0]:,} of {below[1]:,} line(s) this rank translated below --min-confidence {min_confidence:g}")
+
+
+def _digest(path: Path | None) -> str | None:
+    from nmtcli.checksums import file_sha256
+
+    return None if path is None else file_sha256(path)
 
 
 def _glossary(path: Path | None, max_terms: int, forced_decoding: bool, sampling: str | None, engine: str):
@@ -181,12 +243,18 @@ def _glossary(path: Path | None, max_terms: int, forced_decoding: bool, sampling
     return read_glossary(path, max_terms)
 
 
-def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: str) -> None:
-    from nmtcli.errors import NmtError
+def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: str, closest_to: Path | None = None) -> None:
+    from nmtcli.errors import NmtError, check_readable
 
     options.check_length_penalty(length_penalty)
     if output_format not in ("text", "json"):
         raise NmtError(f"unknown --output-format {output_format!r}", "choose text or json", exit_code=2)
+    if closest_to is not None:
+        check_readable(closest_to, "check the path given to --closest-to")
+        if nbest < 2 or output_format != "text" or engine != "native":
+            raise NmtError("--closest-to picks one of --nbest N translations as text, on the native engine",
+                           "give --nbest 2 or more (e.g. --beam 8 --nbest 8), and no --output-format json or --engine", exit_code=2)
+        return
     if nbest > 1 and output_format == "text":
         raise NmtError("--nbest above 1 needs --output-format json", "text output has exactly one line per input line", exit_code=2)
     if engine not in ("native", "ctranslate2"):
@@ -308,8 +376,13 @@ def _scores(translator, settings: SearchSettings, lines: Iterator[str], target_f
             alignment: str | None) -> Iterator[str]:
     """--forced-decoding: each pair's score (text) or record (json), a line each."""
     with open(target_file, "rb") as f:
-        for result in translator.score_with(settings, lines, read_text_lines(f, str(target_file)), alignment):
-            yield f"{result.score:.6f}" if output_format == "text" else json.dumps(result.record(), ensure_ascii=False)
+        yield from _scored(translator, settings, lines, read_text_lines(f, str(target_file)), output_format, alignment)
+
+
+def _scored(translator, settings: SearchSettings, lines: Iterator[str], targets: Iterator[str], output_format: str,
+            alignment: str | None) -> Iterator[str]:
+    for result in translator.score_with(settings, lines, targets, alignment):
+        yield f"{result.score:.6f}" if output_format == "text" else json.dumps(result.record(), ensure_ascii=False)
 
 
 def _translator(engine: str, model: str | None, revision: str | None, device: str, precision: str, threads: int | None,
@@ -345,14 +418,27 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
 
 def _translations(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None, output_format: str,
                   protection=None, split_sentences: bool = False, numbers: dict[int, tuple[int, int]] | None = None,
-                  ) -> Iterator[tuple[str | dict, float | None]]:
+                  references: Iterator[str] | None = None, first: int = 1) -> Iterator[tuple[str | dict, float | None]]:
     """Each line's translation (text) or JSON record (json: nbest_record; --split-sentences: the joined record of
     documents/pipeline.Translated, with each sentence's), with its confidence. --split-sentences: each line cut into
     sentences in the model's source language, the sentences of all lines streamed through the engine (windows of
-    --window sentences) and joined back into one output line; `numbers` maps the sentences in flight to their lines."""
+    --window sentences) and joined back into one output line; `numbers` maps the sentences in flight to their lines.
+    `references` (--closest-to): one a line, the n-best translation of the best sentence chrF against it is the text.
+    `first`: the first line's number in the file (a chunk's), which keys a sampled line's draws."""
+    from nmtcli.scoring import closest
+
     pair = getattr(translator.engine, "languages", None)  # a multilingual model's: each record says which direction
-    for done in translator.translate_with(settings, lines, prefixes, split_sentences, protection, numbers if split_sentences else None):
+    for done in _translated(translator, settings, lines, prefixes, split_sentences, protection, numbers, first):
         t = done.translation
+        if references is not None:
+            hyps = t.nbest or [t]
+            reference = next(references, None)
+            if reference is None:
+                from nmtcli.errors import NmtError
+
+                raise NmtError("--closest-to has fewer lines than the input", "give one reference per input line", exit_code=2)
+            yield hyps[closest([h.text for h in hyps], reference)].text, t.confidence
+            continue
         if output_format == "text":
             yield t.text, t.confidence
             continue
@@ -360,6 +446,20 @@ def _translations(translator, settings: SearchSettings, lines: Iterator[str], pr
         if pair:
             record = {**record, "source_lang": pair[0], "target_lang": pair[1]}
         yield record, record["confidence"] if split_sentences else t.confidence
+
+
+def _translated(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None, split_sentences: bool,
+                protection, numbers: dict[int, tuple[int, int]] | None, first: int):
+    """The API's translate_with; a chunk of sampled lines (whole) through translate_lines, each keyed by its number in
+    the file, so that its draws are those of the same line translated in one piece."""
+    if settings.sampling is None or split_sentences or first == 1:
+        return translator.translate_with(settings, lines, prefixes, split_sentences, protection, numbers if split_sentences else None)
+    from nmtcli.documents.pipeline import Translated
+
+    lines = list(lines)
+    prefixes = None if prefixes is None else list(prefixes)
+    numbers_in_file = list(range(first, first + len(lines)))
+    return (Translated(line, t) for line, t in zip(lines, translator.translate_lines(settings, lines, prefixes, numbers_in_file, protection)))
 
 
 def _flagged(rated: Iterator[tuple[str | dict, float | None]], min_confidence: float | None, below: list[int]) -> Iterator[str]:

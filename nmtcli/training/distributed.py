@@ -160,9 +160,9 @@ def agreed_fingerprints(model: torch.nn.Module, step: int) -> list[str]:
 # --- `nmt train --gpus N`: torchrun on the user's behalf ------------------------------------------
 
 
-def launch(nproc: int, argv: list[str], debug: bool = False) -> None:
-    """Run `python -m nmtcli train ARGV` as `nproc` ranks on this node, like torchrun --standalone
-    (`nproc` at least 1 and at most the node's GPUs: `nmt train --gpus` checks it).
+def launch(nproc: int, argv: list[str], debug: bool = False, command: str = "train") -> None:
+    """Run `python -m nmtcli COMMAND ARGV` as `nproc` ranks on this node, like torchrun --standalone
+    (`nproc` at least 1 and at most the node's GPUs: `nmt train --gpus` and `nmt translate --gpus` check it).
 
     Each rank prints its own `nmt: error:` line; this returns normally when all ranks succeed and
     raises SystemExit with the failing rank's exit code otherwise (or an NmtError when a rank died
@@ -174,7 +174,7 @@ def launch(nproc: int, argv: list[str], debug: bool = False) -> None:
     # torchrun's agent logs every worker's exit in detail; the ranks' own messages say it better.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
     args = get_args_parser().parse_args(
-        ["--standalone", "--nproc-per-node", str(nproc), "--module", "nmtcli", *(["--debug"] if debug else []), "train", *argv]
+        ["--standalone", "--nproc-per-node", str(nproc), "--module", "nmtcli", *(["--debug"] if debug else []), command, *argv]
     )
     try:
         run(args)

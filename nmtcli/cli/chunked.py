@@ -1,0 +1,100 @@
+"""`nmt translate -i FILE -o OUT`: the file translated in chunks (nmtcli/bulk.py), resumed when run again, shared among
+`--gpus N` ranks (torchrun) or the ranks of several nodes; the progress bar and the summary line."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from nmtcli.cli.common import progress_bar, say
+from nmtcli.errors import NmtError
+
+
+def ranks() -> tuple[int, int, int, int]:
+    """(rank, world size, local rank, ranks on this node) as torchrun set them; (0, 1, 0, 1) alone."""
+    from nmtcli.training.distributed import from_environment
+
+    here = from_environment()
+    try:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(here.world_size)))
+    except ValueError:
+        local_world = here.world_size
+    return here.rank, here.world_size, here.local_rank, max(local_world, 1)
+
+
+def launch(gpus: int, device: str) -> None:
+    """--gpus N: this very command again as N ranks through torchrun, each translating its share of the chunks."""
+    import torch
+
+    from nmtcli.cli import debug_enabled
+    from nmtcli.training import distributed
+
+    if gpus < 1:
+        raise NmtError(f"--gpus must be at least 1, not {gpus}", "pass the number of GPUs of this node", exit_code=2)
+    if device != "cpu" and not torch.cuda.is_available():
+        raise NmtError(f"--gpus {gpus} but no CUDA GPU is available", "pass --device cpu to run the ranks on the CPU", exit_code=2)
+    if device != "cpu" and gpus > torch.cuda.device_count():
+        raise NmtError(f"--gpus {gpus} but this node has {torch.cuda.device_count()} GPUs", "pass at most that many", exit_code=2)
+    say(f"starting {gpus} ranks with torchrun")
+    distributed.launch(gpus, _without_gpus(sys.argv[sys.argv.index("translate") + 1:]), debug=debug_enabled(), command="translate")
+
+
+def _without_gpus(argv: list[str]) -> list[str]:
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--gpus":
+            skip = True
+        elif not arg.startswith("--gpus="):
+            kept.append(arg)
+    return kept
+
+
+def rank_device(device: str, local_rank: int) -> str:
+    """A rank's device: its own GPU (cuda:LOCAL_RANK) where --device is auto or cuda and there are GPUs, else --device."""
+    import torch
+
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        return f"cuda:{local_rank}"
+    return device
+
+
+def rank_threads(threads: int | None, local_world: int) -> int | None:
+    """On a CPU, the node's cores shared among its ranks (unless --threads says)."""
+    if threads is not None or local_world == 1:
+        return threads
+    from nmtcli.threads import usable_cpus
+
+    return max(1, usable_cpus() // local_world)
+
+
+def translate_file(inputs: list[Path], output: Path, chunk_lines: int, what: dict[str, Any],
+                   translate: Callable[[int, list[list[bytes]]], Iterator[str]], verb: str = "translated") -> None:
+    """The job run on this rank: a progress bar (lines, lines/s, time left) on rank 0, a summary line at the end.
+    `translate(first, columns)`: a chunk's output lines, its first line numbered `first` in the file."""
+    from nmtcli.bulk import Job
+
+    rank, world, _, _ = ranks()
+    started = time.perf_counter()
+    job = Job(inputs, output, what, chunk_lines, rank, world)
+    done_before = job.lines - sum(c.lines for c in job.chunks if not job.is_done(c))
+    if done_before and rank == 0:
+        say(f"resuming {job.parts}: {done_before:,} of {job.lines:,} lines already {verb}")
+    if rank == 0:
+        with progress_bar(unit="lines") as bar:
+            outcome = job.run(lambda chunk, columns: translate(chunk.first, columns), lambda done, total: bar(verb, done, total))
+    else:
+        outcome = job.run(lambda chunk, columns: translate(chunk.first, columns))
+    if outcome is None:
+        return
+    elapsed = time.perf_counter() - started
+    translated = outcome.lines - done_before  # by every rank
+    pace = f" ({translated / elapsed:,.1f} lines/s)" if translated and elapsed > 0 else ""
+    ranks_said = f" by {world} ranks" if world > 1 else ""
+    say(f"{verb} {translated:,} line(s){ranks_said} in {elapsed:.1f} s{pace}; {output}: {outcome.lines:,} lines, "
+        f"sha256 {outcome.sha256[:16]}")

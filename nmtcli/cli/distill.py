@@ -1,0 +1,267 @@
+"""`nmt distill`: a small, fast student from any teacher (sequence-level knowledge distillation, Kim & Rush 2016).
+
+The teacher translates the training sources (and any more source text), the pairs it is least sure of are dropped,
+and a student learns from the rest: the recipe of Bergamot/Firefox Translations (browsermt/students), as one command.
+Each stage is a real `nmt` command, shown before it runs (as `nmt quickstart` shows its own), so that any stage can be
+run again or changed by hand. A stage that finished is recorded in OUT/stages.json and skipped when the command runs
+again; one that was cut short resumes (translation by its chunks, training from its checkpoints).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from nmtcli.cli.common import console, say
+from nmtcli.errors import NmtError
+
+NAME = "distill"
+
+STAGES = "stages.json"
+REPORT = "report.json"
+TEACHER, STUDENT = "teacher", "student"
+
+
+def command(
+    model: Annotated[str, typer.Option("--model", "-m", help="The teacher: a model dir or Hub id (nmt's own, or from `nmt import marian|m2m100|nllb`).", show_default=False)],
+    train: Annotated[str, typer.Option(help="Parallel training data PREFIX.SRC / PREFIX.TGT: the teacher translates its sources (--beam, --nbest), keeping of each line's n-best the translation closest to its reference (sentence chrF).", metavar="PREFIX", show_default=False)],
+    valid: Annotated[str, typer.Option(help="Validation files PREFIX.SRC / PREFIX.TGT, real references: the student stops early on their BLEU.", metavar="PREFIX", show_default=False)],
+    test: Annotated[str, typer.Option(help="Test files PREFIX.SRC / PREFIX.TGT: the report's teacher and student scores and speeds.", metavar="PREFIX", show_default=False)],
+    mono: Annotated[Optional[list[Path]], typer.Option(help="More source-language text, one sentence a line: translated by the teacher (its best translation) and learnt from too. Repeatable.", show_default=False)] = None,
+    source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="Source language code (the file suffix). Default: the teacher's.", show_default=False)] = None,
+    target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="Target language code (the file suffix). Default: the teacher's.", show_default=False)] = None,
+    preset: Annotated[str, typer.Option(help="The student's model and recipe (`nmt info --preset NAME`): student-tiny (6+2 layers, 256 wide; Bergamot's tiny11) or student-base (6+2, 512).")] = "student-tiny",
+    beam: Annotated[int, typer.Option(help="The teacher's beam.", min=1)] = 8,
+    nbest: Annotated[int, typer.Option(help="Translations of a training source the teacher offers; the closest to the reference is kept (1: the best).", min=1)] = 8,
+    drop_worst: Annotated[float, typer.Option(help="Percent of the distilled pairs dropped: those of the lowest per-token log-probability under the teacher (Bergamot: 5).", min=0.0, max=99.0)] = 5.0,
+    max_steps: Annotated[Optional[int], typer.Option(help="The student's training steps at most (default: the preset's epochs, stopping early on validation BLEU).", min=1)] = None,
+    max_time: Annotated[Optional[str], typer.Option(help="The student's training time at most, e.g. 30m or 2h.")] = None,
+    seed: Annotated[int, typer.Option(help="The student's seed (weights, data order, dropout): the same seed, the same student.")] = 1,
+    export_ctranslate2: Annotated[bool, typer.Option("--export-ctranslate2", help="Also write OUT/ctranslate2, the student for CTranslate2 in int8 (needs the ctranslate2 extra).")] = False,
+    chunk_lines: Annotated[int, typer.Option(help="Lines the teacher translates per resumable chunk.", min=1)] = 5_000,
+    gpus: Annotated[Optional[int], typer.Option(help="The teacher's translations on this many ranks of this node (torchrun; one a GPU, or CPU processes with --device cpu).", min=1)] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Work dir: the teacher's translations, the student's data, run and model, report.json. Default: distill/TEACHER-PRESET.", show_default=False)] = None,
+) -> None:
+    """Distill a teacher into a small, fast student: translate, filter, prepare, train, average, report.
+
+    The teacher translates the training sources (beam 8, the n-best translation closest to each reference kept)
+    and any --mono text; the worst --drop-worst percent of the pairs by the teacher's own per-token score go; the
+    student (student-tiny: 6 encoder and 2 decoder layers, 256 wide) is trained on the rest with the teacher's
+    vocabulary and stops early on validation BLEU against real references; its checkpoints are averaged. The
+    report compares teacher and student on the test split: BLEU, chrF, lines/s on one CPU thread and on all
+    (fp32 and int8), size on disk. Running the command again skips the stages done and resumes the one cut short.
+    """
+    from nmtcli.cli.common import resolve_model
+
+    teacher = resolve_model(model)
+    languages = _languages(teacher, source_lang, target_lang)
+    src, tgt = languages
+    for prefix, what in ((train, "--train"), (valid, "--valid"), (test, "--test")):
+        _check_pair(prefix, languages, what)
+    for path in mono or []:
+        _check_text(path, "--mono")
+    work = output or Path("distill") / f"{teacher.name}-{preset}"
+    stages = Stages(work)
+    on = ["--device", device] + (["--gpus", str(gpus)] if gpus is not None else [])
+    chunks = ["--chunk-lines", str(chunk_lines)]
+    picked = ["--nbest", str(nbest), "--closest-to", f"{train}.{tgt}"] if nbest > 1 else []
+    translated = work / "teacher" / f"train.{tgt}"
+    stages.run("translate", f"the teacher translates the training sources (beam {beam}"
+               + (f", of {nbest} translations the closest to the reference)" if nbest > 1 else ")"),
+               ["translate", "-m", str(teacher), "-i", f"{train}.{src}", "-o", str(translated), "--beam", str(beam), *picked, *chunks, *on])
+    sources, targets = [Path(f"{train}.{src}")], [translated]
+    for k, path in enumerate(mono or [], start=1):
+        out = work / "teacher" / f"mono{k}.{tgt}"
+        stages.run(f"translate-mono{k}", f"the teacher translates {path} (beam {beam}, its best)",
+                   ["translate", "-m", str(teacher), "-i", str(path), "-o", str(out), "--beam", str(beam), *chunks, *on])
+        sources.append(path)
+        targets.append(out)
+    distilled = work / "distilled"
+    stages.step("join", "the sources and the teacher's translations joined into one corpus",
+                lambda: _join(sources, targets, distilled, languages), key=[str(p) for p in sources + targets])
+    scores = work / "teacher" / "scores.txt"
+    stages.run("score", "the teacher scores each distilled pair: its per-token log-probability (forced decoding)",
+               ["translate", "--forced-decoding", "-m", str(teacher), "-i", f"{distilled}.{src}", "--target-file", f"{distilled}.{tgt}",
+                "--length-penalty", "power", "--alpha", "1", "-o", str(scores), *chunks, *on])
+    kept = work / "kept"
+    stages.step("filter", f"the worst {drop_worst:g}% of the pairs by that score dropped (the teacher is least sure of them)",
+                lambda: _filter(distilled, scores, kept, languages, drop_worst, work / "dropped.tsv"), key=[f"{drop_worst:g}"])
+    data, run, student = work / "data", work / "run", work / "model"
+    stages.run("prepare", "the student's data: the kept pairs, the real validation and test splits, the teacher's vocabulary",
+               ["prepare", "--train", str(kept), "--valid", valid, "--test", test, "-s", src, "-t", tgt, "--vocab-from", str(teacher),
+                "-o", str(data)])
+    limits = (["--max-steps", str(max_steps)] if max_steps else []) + (["--max-time", max_time] if max_time else [])
+    stages.run("train", f"the student ({preset}) learns from the kept pairs, stopping early on validation BLEU",
+               ["train", "--data", str(data), "--preset", preset, "-o", str(run), "--seed", str(seed), *limits, "--device", device,
+                *(["--restart"] if "train" in stages.invalidated else [])])
+    stages.run("average", "the student's checkpoints averaged into a model dir (sec. 6.1)",
+               ["average", str(run), "-o", str(student), "--device", device])
+    if export_ctranslate2:
+        stages.run("export", "the student for CTranslate2, int8",
+                   ["export", "ctranslate2", str(student), str(work / "ctranslate2"), "--quantization", "int8", "--force"])
+    stages.step("report", "teacher and student on the test split: quality, speed, size",
+                lambda: _report(work, teacher, student, test, languages, stages, device), key=[str(teacher)])
+    _show(json.loads((work / REPORT).read_text(encoding="utf-8")))
+
+
+class Stages:
+    """The stages done, with their wall time, in OUT/stages.json: a stage done is skipped when the command runs again."""
+
+    def __init__(self, work: Path):
+        self.work, self.path = work, work / STAGES
+        self.number = 0
+        self.invalidated: set[str] = set()  # stages done before on what an earlier stage, run again, has replaced
+        try:
+            self.done = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.done = {}
+        except ValueError:
+            raise NmtError(f"{self.path} is not JSON", f"delete it to run every stage of {work} again") from None
+
+    def run(self, name: str, what: str, args: list[str]) -> None:
+        """A stage that is an `nmt` command: shown, then run as if typed (the same parsing, checks and messages)."""
+        self.step(name, what, lambda: _nmt(args), args)
+
+    def step(self, name: str, what: str, do, args: list[str] | None = None, key: list[str] | None = None) -> None:
+        """Stage `name`: skipped if done with the same command `args` (a stage of no command: the same `key`); else
+        run, and every stage after it done again too."""
+        self.number += 1
+        console.print()
+        console.rule(f"[bold]{self.number}[/bold] {what}", align="left")
+        if args is not None:
+            console.print(f"[bold cyan]$ nmt {' '.join(shlex.quote(a) for a in args)}[/bold cyan]", highlight=False, soft_wrap=True)
+        done = self.done.get(name)
+        args = args if args is not None else key
+        if done is not None and done.get("args") == args:
+            say(f"done already ({done['seconds']:.0f} s); delete {self.path} to run every stage again")
+            return
+        names = list(self.done)
+        if name in names:  # run again with other flags: what came after it was made from its old output
+            self.invalidated |= set(names[names.index(name) + 1:])
+            self.done = {k: self.done[k] for k in names[:names.index(name)]}
+        started = time.perf_counter()
+        do()
+        self.done[name] = {"seconds": round(time.perf_counter() - started, 1), "args": args}
+        from nmtcli.files import atomic_path
+
+        with atomic_path(self.path) as tmp:
+            tmp.write_text(json.dumps(self.done, indent=2) + "\n", encoding="utf-8")
+
+
+def _nmt(args: list[str]) -> None:
+    """Run `nmt ARGS` in this process. sys.argv is the command's for the while: `--gpus` starts its ranks with it."""
+    from nmtcli.cli import app
+
+    saved = sys.argv
+    sys.argv = ["nmt", *args]
+    try:
+        app(args=args, prog_name="nmt", standalone_mode=False)
+    finally:
+        sys.argv = saved
+
+
+def _languages(teacher: Path, source: str | None, target: str | None) -> tuple[str, str]:
+    """The pair distilled: the teacher's own; -s/-t must agree with it (a multilingual teacher: they choose)."""
+    from nmtcli.files import read_json
+
+    config = read_json(teacher / "config.json", (f"{teacher} is not a model dir (no config.json)", "give the teacher's model dir or Hub id"),
+                       "the teacher's model dir is damaged: write it again (nmt average, import or pull)")
+    own = config.get("languages") or {}
+    if own.get("source") and own.get("target"):
+        for given, lang, flag in ((source, own["source"], "--source-lang"), (target, own["target"], "--target-lang")):
+            if given is not None and given != lang:
+                raise NmtError(f"{flag} {given} but the teacher {teacher} translates {own['source']}->{own['target']}",
+                               "give data in the teacher's languages, or another teacher", exit_code=2)
+        return own["source"], own["target"]
+    if source is None or target is None:
+        raise NmtError(f"the teacher {teacher} does not say its languages", "pass --source-lang and --target-lang", exit_code=2)
+    return source, target
+
+
+def _check_pair(prefix: str, languages: tuple[str, str], flag: str) -> None:
+    counts = [_check_text(Path(f"{prefix}.{lang}"), flag) for lang in languages]
+    if counts[0] != counts[1]:
+        raise NmtError(f"{flag} {prefix}: {prefix}.{languages[0]} has {counts[0]:,} lines but {prefix}.{languages[1]} has {counts[1]:,}",
+                       "give aligned files, one sentence a line", exit_code=2)
+
+
+def _check_text(path: Path, flag: str) -> int:
+    from nmtcli.errors import check_readable
+
+    check_readable(path, f"check the path given to {flag} (PREFIX.LANG: the language codes are the teacher's or -s/-t)")
+    with open(path, "rb") as f:
+        lines = sum(1 for _ in f)
+    if lines == 0:
+        raise NmtError(f"{path} is empty", f"give {flag} text to distill from", exit_code=2)
+    return lines
+
+
+def _join(sources: list[Path], targets: list[Path], out: Path, languages: tuple[str, str]) -> None:
+    """The distilled corpus OUT.SRC / OUT.TGT: each source file's lines beside the teacher's, in order."""
+    from nmtcli.files import atomic_path
+
+    for files, lang in ((sources, languages[0]), (targets, languages[1])):
+        with atomic_path(Path(f"{out}.{lang}")) as tmp, open(tmp, "wb") as f:
+            for path in files:
+                with open(path, "rb") as part:
+                    for line in part:
+                        f.write(line if line.endswith(b"\n") else line + b"\n")
+
+
+def _filter(distilled: Path, scores: Path, kept: Path, languages: tuple[str, str], percent: float, dropped_file: Path) -> None:
+    """OUT/kept.SRC / .TGT: the pairs above the `percent` quantile of the teacher's per-token log-probability;
+    OUT/dropped.tsv: the ones dropped (score, source, translation), worst first."""
+    from nmtcli.files import atomic_path
+
+    values = [float(line) for line in scores.read_text(encoding="utf-8").split("\n") if line]
+    drop = int(len(values) * percent / 100)
+    order = sorted(range(len(values)), key=lambda i: (values[i], i))
+    dropped = set(order[:drop])
+    src, tgt = (Path(f"{distilled}.{lang}").read_bytes().split(b"\n")[:len(values)] for lang in languages)
+    for lines, lang in ((src, languages[0]), (tgt, languages[1])):
+        with atomic_path(Path(f"{kept}.{lang}")) as tmp, open(tmp, "wb") as f:
+            f.writelines(line + b"\n" for i, line in enumerate(lines) if i not in dropped)
+    with atomic_path(dropped_file) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write("score\tsource\ttranslation\n")
+        for i in order[:drop]:
+            f.write(f"{values[i]:.4f}\t{src[i].decode('utf-8', 'replace')}\t{tgt[i].decode('utf-8', 'replace')}\n")
+    threshold = f"; per-token log-probability below {values[order[drop]]:.3f}" if drop and drop < len(values) else ""
+    say(f"kept {len(values) - drop:,} of {len(values):,} pairs, dropped {drop:,}{threshold} ({dropped_file})")
+
+
+def _report(work: Path, teacher: Path, student: Path, test: str, languages: tuple[str, str], stages: Stages, device: str) -> None:
+    """OUT/report.json: each model's test BLEU and chrF, its lines/s and words/s, its size on disk; the stages."""
+    from nmtcli.cli.distill_report import measure
+
+    report = measure(teacher, student, Path(f"{test}.{languages[0]}"), Path(f"{test}.{languages[1]}"), device)
+    report["stages"] = stages.done
+    for name, path in (("translated", work / "distilled"), ("kept", work / "kept")):
+        with open(f"{path}.{languages[0]}", "rb") as f:
+            report[f"lines_{name}"] = sum(1 for _ in f)
+    run = json.loads((work / "run" / "config.json").read_text(encoding="utf-8")) if (work / "run" / "config.json").exists() else {}
+    report["student_preset"] = (run.get("training") or {}).get("preset")
+    from nmtcli.files import atomic_path
+
+    with atomic_path(work / REPORT) as tmp:
+        tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def _show(report: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title="teacher and student on the test split")
+    for column in ("model", "precision", "BLEU", "chrF", "lines/s, 1 thread", "lines/s, all threads", "MB on disk"):
+        table.add_column(column, justify="right" if column != "model" else "left")
+    for row in report["models"]:
+        table.add_row(row["model"], row["precision"], f"{row['bleu']:.1f}", f"{row['chrf']:.1f}", f"{row['lines_per_s_1']:,.1f}",
+                      f"{row['lines_per_s_all']:,.1f}", f"{row['mb']:.1f}")
+    console.print(table)
+    say(f"distilled {report['lines_translated']:,} pairs, kept {report['lines_kept']:,}; "
+        + ", ".join(f"{name} {v['seconds']:.0f} s" for name, v in report["stages"].items()))

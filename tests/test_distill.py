@@ -1,0 +1,208 @@
+"""Large files translated in chunks (nmtcli/bulk.py: resumable, shared among ranks), `--closest-to`, and `nmt distill`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import NMT, nmt_in_process, run_nmt
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+@pytest.fixture(scope="module")
+def sources(corpus, tmp_path_factory) -> Path:
+    """230 test sources, with an empty line, a CRLF line and one of invalid UTF-8 among them."""
+    path = tmp_path_factory.mktemp("bulk") / "in.en"
+    lines = Path(f"{corpus['test']}.en").read_bytes().split(b"\n")[:200]
+    lines[7], lines[60], lines[133] = b"", lines[60] + b"\r", b"bad \xff byte"
+    path.write_bytes(b"\n".join(lines + lines[:30]) + b"\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def whole(trained_model, sources) -> str:
+    """The same file translated in one piece (stdin to stdout)."""
+    return run_nmt("translate", "-m", str(trained_model), "--threads", "1", input=sources.read_bytes()).stdout.decode("utf-8")
+
+
+def test_chunked_translation_writes_what_one_piece_writes(trained_model, sources, whole, tmp_path):
+    out = tmp_path / "out.de"
+    result = nmt_in_process("translate", "-m", str(trained_model), "-i", str(sources), "-o", str(out), "--chunk-lines", "64", "--threads", "1")
+    assert out.read_text(encoding="utf-8") == whole
+    assert len(lines_of(out)) == 230 and lines_of(out)[7] == ""
+    assert not (tmp_path / "out.de.parts").exists()
+    assert "line 134: invalid UTF-8 replaced" in result.stderr  # numbered in the file, not in its chunk
+    assert "230 lines, sha256" in result.stderr
+
+
+def test_a_killed_translation_resumes_from_its_chunks(trained_model, sources, whole, tmp_path):
+    out = tmp_path / "out.de"
+    args = ("translate", "-m", str(trained_model), "-i", str(sources), "-o", str(out), "--chunk-lines", "50", "--threads", "1")
+    # Renames: job.json, then each chunk's text and record; the 4th is chunk 1's text, killed before its record.
+    killed = run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-rename:4"}, check=False)
+    assert killed.returncode == -9 and not out.exists()
+    parts = sorted(p.name for p in (tmp_path / "out.de.parts").iterdir())
+    assert parts == ["000000.json", "000000.txt", "000001.txt", "job.json"]
+    again = run_nmt(*args)
+    assert "resuming" in again.stderr and "50 of 230 lines already translated" in again.stderr
+    assert "translated 180 line(s)" in again.stderr
+    assert out.read_text(encoding="utf-8") == whole
+
+
+def test_a_chunk_cut_short_or_damaged_is_translated_again(trained_model, sources, whole, tmp_path):
+    out = tmp_path / "out.de"
+    args = ("translate", "-m", str(trained_model), "-i", str(sources), "-o", str(out), "--chunk-lines", "100", "--threads", "1")
+    run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-rename:6"}, check=False)  # chunks 0 and 1 done
+    parts = tmp_path / "out.de.parts"
+    (parts / "000001.txt").write_text("cut\n")  # a text that is not its record's (a disk that lost it)
+    record = json.loads((parts / "000000.json").read_text())
+    (parts / "000000.txt").write_bytes(b"x" * record["bytes"])  # the size right, the contents wrong: found when joining
+    failed = run_nmt(*args, check=False)
+    assert failed.returncode == 1 and "chunk 0" in failed.stderr and "damaged" in failed.stderr
+    assert "Traceback" not in failed.stderr and not out.exists()
+    run_nmt(*args)
+    assert out.read_text(encoding="utf-8") == whole
+
+
+def test_a_resumed_translation_refuses_other_settings(trained_model, sources, tmp_path):
+    out = tmp_path / "out.de"
+    args = ("translate", "-m", str(trained_model), "-i", str(sources), "-o", str(out), "--chunk-lines", "50", "--threads", "1")
+    run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-rename:3"}, check=False)
+    other = run_nmt(*args, "--beam", "2", check=False)
+    assert other.returncode == 2
+    assert other.stderr.strip().splitlines()[-1].startswith("nmt: error: ") and "another translation" in other.stderr
+    assert (tmp_path / "out.de.parts" / "000000.txt").exists()  # nothing lost
+
+
+def test_two_ranks_write_what_one_process_writes(trained_model, sources, whole, tmp_path):
+    out = tmp_path / "out.de"
+    result = subprocess.run([NMT, "translate", "-m", str(trained_model), "-i", str(sources), "-o", str(out), "--chunk-lines", "40",
+                             "--gpus", "2", "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "starting 2 ranks" in result.stderr and "by 2 ranks" in result.stderr
+    assert out.read_text(encoding="utf-8") == whole
+
+
+def test_forced_scores_in_chunks_are_the_scores_in_one_piece(trained_model, corpus, tmp_path):
+    src, tgt = f"{corpus['test']}.en", f"{corpus['test']}.de"
+    args = ("translate", "-m", str(trained_model), "--forced-decoding", "-i", src, "--target-file", tgt, "--threads", "1")
+    one = nmt_in_process(*args).stdout
+    nmt_in_process(*args, "-o", str(tmp_path / "scores"), "--chunk-lines", "32")
+    assert (tmp_path / "scores").read_text() == one and len(one.splitlines()) == 200
+
+
+def test_closest_to_keeps_the_nbest_translation_of_best_chrf(trained_model, corpus, tmp_path):
+    from sacrebleu.metrics import CHRF
+
+    src, ref = tmp_path / "in.en", tmp_path / "ref.de"
+    src.write_text("".join(lines_of(Path(f"{corpus['test']}.en"))[i] + "\n" for i in range(40)), encoding="utf-8")
+    # References that are not the model's best: each line's words reversed, so the closest is often another of the n-best.
+    ref.write_text("".join(" ".join(reversed(line.split())) + "\n" for line in lines_of(Path(f"{corpus['test']}.de"))[:40]), encoding="utf-8")
+    nbest = [json.loads(line)["nbest"] for line in nmt_in_process(
+        "translate", "-m", str(trained_model), "-i", str(src), "--beam", "4", "--nbest", "4", "--output-format", "json").stdout.splitlines()]
+    picked = lines_of(tmp_path / "out.de") if nmt_in_process(
+        "translate", "-m", str(trained_model), "-i", str(src), "-o", str(tmp_path / "out.de"), "--beam", "4", "--nbest", "4",
+        "--closest-to", str(ref)) else None
+    chrf = CHRF()
+    for hyps, reference, chosen in zip(nbest, lines_of(ref), picked):
+        scores = [chrf.sentence_score(h["translation"], [reference]).score for h in hyps]
+        assert chosen == hyps[scores.index(max(scores))]["translation"]
+    assert sum(chosen != hyps[0]["translation"] for hyps, chosen in zip(nbest, picked)) > 0  # not merely the best
+    refused = nmt_in_process("translate", "-m", str(trained_model), "-i", str(src), "--closest-to", str(ref), check=False)
+    assert refused.returncode == 2 and "--nbest" in refused.stderr
+
+
+# --- nmt distill ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_corpus(corpus, tmp_path_factory) -> Path:
+    """300 training pairs, 30 validation and 30 test pairs of the session's corpus: a distillation in seconds."""
+    root = tmp_path_factory.mktemp("distill-corpus")
+    for split, count in (("train", 300), ("valid", 30), ("test", 30)):
+        for lang in ("en", "de"):
+            lines = lines_of(Path(f"{corpus[split]}.{lang}"))[:count]
+            (root / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return root
+
+
+def distill_args(teacher: Path, corpus: Path, out: Path, *more: str) -> list[str]:
+    return ["distill", "-m", str(teacher), "--train", str(corpus / "train"), "--valid", str(corpus / "valid"), "--test",
+            str(corpus / "test"), "--preset", "tiny", "--max-steps", "6", "--beam", "4", "--nbest", "4", "--chunk-lines", "128",
+            "--device", "cpu", "-o", str(out), *more]
+
+
+@pytest.fixture(scope="module")
+def distilled(trained_model, small_corpus, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("distill") / "work"
+    return out, nmt_in_process(*distill_args(trained_model, small_corpus, out))
+
+
+def test_distill_runs_every_stage_and_reports(distilled, trained_model):
+    out, result = distilled
+    for command in ("$ nmt translate -m", "--closest-to", "$ nmt translate --forced-decoding", "$ nmt prepare --train",
+                    "--vocab-from", "$ nmt train --data", "$ nmt average"):
+        assert command in result.stdout + result.stderr
+    assert len(lines_of(out / "teacher" / "train.de")) == 300
+    assert len(lines_of(out / "kept.en")) == len(lines_of(out / "kept.de")) == 285  # 5% of 300 dropped
+    dropped = (out / "dropped.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    scores = [float(line.split("\t")[0]) for line in dropped]
+    kept_scores = sorted(float(s) for s in lines_of(out / "teacher" / "scores.txt"))[15:]
+    assert len(dropped) == 15 and scores == sorted(scores) and max(scores) <= min(kept_scores)
+    report = json.loads((out / "report.json").read_text())
+    assert [(r["model"], r["precision"]) for r in report["models"]] == [("teacher", "fp32"), ("student", "fp32"), ("student", "int8")]
+    assert report["models"][0]["bleu"] > 50  # the teacher, on its own task
+    assert report["lines_translated"] == 300 and report["lines_kept"] == 285
+    assert all(r["lines_per_s_1"] > 0 and r["mb"] > 0 for r in report["models"])
+    assert set(report["stages"]) == {"translate", "join", "score", "filter", "prepare", "train", "average"}  # those before it
+    manifest = json.loads((out / "data" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["input_pairs"] == 285 and manifest["vocab_from"]["model"] == str(trained_model)
+    assert json.loads((out / "model" / "config.json").read_text())["model"]["vocab_size"] == \
+        json.loads((trained_model / "config.json").read_text())["model"]["vocab_size"]
+
+
+def test_distill_again_skips_what_is_done_and_redoes_what_changed(distilled, trained_model, small_corpus):
+    out, _ = distilled
+    again = nmt_in_process(*distill_args(trained_model, small_corpus, out))
+    assert again.stderr.count("done already") == 8
+    changed = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10"))
+    assert changed.stderr.count("done already") == 3  # translate, join, score; the filter onwards again
+    assert len(lines_of(out / "kept.en")) == 270
+    assert "--restart" in changed.stdout + changed.stderr  # the student learns from the new data from scratch
+
+
+def test_distill_refuses_bad_input_in_one_line(trained_model, small_corpus, tmp_path):
+    def refused(*args: str) -> str:
+        result = nmt_in_process(*args, check=False)
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        return result.stderr.strip().splitlines()[-1]
+
+    assert "translates en->de" in refused(*distill_args(trained_model, small_corpus, tmp_path / "a"), "-s", "fr")
+    (tmp_path / "empty.en").write_text("")
+    (tmp_path / "empty.de").write_text("")
+    empty = distill_args(trained_model, small_corpus, tmp_path / "b")
+    empty[empty.index("--train") + 1] = str(tmp_path / "empty")
+    assert "is empty" in refused(*empty)
+    assert "not a model dir" in refused(*distill_args(small_corpus, small_corpus, tmp_path / "c"))
+    (tmp_path / "short.en").write_text("a\nb\n")
+    (tmp_path / "short.de").write_text("a\n")
+    short = distill_args(trained_model, small_corpus, tmp_path / "d")
+    short[short.index("--valid") + 1] = str(tmp_path / "short")
+    assert "has 2 lines but" in refused(*short)
+
+
+@pytest.mark.slow
+def test_distill_from_an_imported_opus_mt_teacher(marian_dir, small_corpus, tmp_path):
+    """An OPUS-MT-shaped teacher (random weights, transformers' layout) through every stage."""
+    nmt_in_process("import", "marian", str(marian_dir), "-o", str(tmp_path / "teacher"))
+    result = nmt_in_process(*distill_args(tmp_path / "teacher", small_corpus, tmp_path / "work"), "--drop-worst", "0")
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
+    assert report["lines_kept"] == 300 and "teacher and student on the test split" in result.stderr
+    manifest = json.loads((tmp_path / "work" / "data" / "manifest.json").read_text())
+    assert manifest["vocab_from"]["kind"] == "marian"  # the teacher's own per-side tokenizers encoded the student's data
+    assert json.loads((tmp_path / "work" / "model" / "config.json").read_text())["model"]["final_logits_bias"] is True
