@@ -253,8 +253,8 @@ def main() -> None:
     targets = tokenizer.encode_target([t for _, t, _ in rows])
     gold = [g for _, _, g in rows]
     cfg = model.config
-    choices = [AttentionHeads(None, None)] + [AttentionHeads(layer, None) for layer in range(cfg.layers)]
-    choices += [AttentionHeads(layer, head) for layer in range(cfg.layers) for head in range(cfg.heads)]
+    choices = [AttentionHeads(None, None)] + [AttentionHeads(layer, None) for layer in range(cfg.decoder_layers)]
+    choices += [AttentionHeads(layer, head) for layer in range(cfg.decoder_layers) for head in range(cfg.heads)]
 
     def name(c: AttentionHeads) -> str:
         layer = "all layers" if c.layer is None else f"layer {c.layer}"
@@ -268,7 +268,7 @@ def main() -> None:
             found = [links(pharaoh(read(f.attention), [pieces[i] for i in s], [pieces[i] for i in t]))
                      for f, s, t in zip(forced, sources, targets)]
             results.append((name(choice) + (" (the default)" if choice == DEFAULT_HEADS else ""), reading, aer(found, gold)))
-    print(f"# {len(rows)} pairs, {sum(map(len, gold))} gold links; model {args.model} ({cfg.layers} layers x {cfg.heads} heads), "
+    print(f"# {len(rows)} pairs, {sum(map(len, gold))} gold links; model {args.model} ({cfg.decoder_layers} decoder layers x {cfg.heads} heads), "
           f"gold targets' perplexity {perplexity(model, sources, targets):.1f}")
     print("| attention | AER, offset 0 (the default) | offset 1 | plain argmax, offset 0 (before) |")
     print("|---|---|---|---|")

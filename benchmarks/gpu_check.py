@@ -170,7 +170,7 @@ def stage_check(args) -> dict:
             packed_attention.VARLEN_ATTENTION = kernel
     (used, a, ga), (unpacked_calls, b, gb) = results
     assert unpacked_calls == 0, "the varlen kernel ran where packed attention was off"
-    out["packed_attention"] = {"varlen_kernel_calls": used, "used_packed_kernel": used == 2 * config.layers,
+    out["packed_attention"] = {"varlen_kernel_calls": used, "used_packed_kernel": used == config.layers + config.decoder_layers,
                                "hidden": relative_error(a, b), "grad_qkv_layer0": relative_error(ga, gb)}
     return out
 

@@ -43,7 +43,7 @@ __nmt_option_value() {
     case "$1 $2" in
         'quickstart --minutes') REPLY='text' ;;
         'quickstart --max-steps') REPLY='text' ;;
-        'quickstart --preset') REPLY='choices tiny small base big' ;;
+        'quickstart --preset') REPLY='choices tiny small base big student-tiny student-base' ;;
         'quickstart --device') REPLY='choices auto cpu cuda' ;;
         'quickstart --examples') REPLY='text' ;;
         'quickstart --dir'|'quickstart -C') REPLY='files' ;;
@@ -65,7 +65,7 @@ __nmt_option_value() {
         'prepare --output'|'prepare -o') REPLY='files' ;;
         'train --data') REPLY='files' ;;
         'train --init') REPLY='text' ;;
-        'train --preset') REPLY='choices tiny small base big' ;;
+        'train --preset') REPLY='choices tiny small base big student-tiny student-base' ;;
         'train --output'|'train -o') REPLY='files' ;;
         'train --norm') REPLY='text' ;;
         'train --config') REPLY='files' ;;
@@ -171,7 +171,7 @@ __nmt_option_value() {
         'score --split') REPLY='choices test valid' ;;
         'score --device') REPLY='choices auto cpu cuda' ;;
         'info --revision') REPLY='text' ;;
-        'info --preset') REPLY='choices tiny small base big' ;;
+        'info --preset') REPLY='choices tiny small base big student-tiny student-base' ;;
         'info --vocab-size') REPLY='text' ;;
         'push --revision') REPLY='text' ;;
         'push --message'|'push -M') REPLY='text' ;;

@@ -89,7 +89,7 @@ function __nmt_at_argument
 end
 
 function __nmt_values_preset
-    printf '%s\n' tiny small base big
+    printf '%s\n' tiny small base big student-tiny student-base
 end
 
 function __nmt_values_device
@@ -191,13 +191,13 @@ complete -c nmt -n "__nmt_at_argument 'prepare' 0" -f -a '(__nmt_values_prepare_
 # nmt train
 complete -c nmt -n "__nmt_using 'train'" -l data -r -F -d 'Prepared data dir'
 complete -c nmt -n "__nmt_using 'train'" -l init -x -d 'Start from this model\'s config and weights (a model dir or Hub id, nmt\'s own or from `nmt import marian|m2m100|nllb`): fine-tuning, or continued training'
-complete -c nmt -n "__nmt_using 'train'" -l preset -x -a '(__nmt_values_preset)' -d 'Model and recipe: tiny (a CPU, up to ~50k pairs), small (fairseq\'s IWSLT model: 100k-1M pairs, one GPU or a few CPU hours), base or big (Table 3: WMT-sized data, GPUs)'
+complete -c nmt -n "__nmt_using 'train'" -l preset -x -a '(__nmt_values_preset)' -d 'Model and recipe: tiny (a CPU, up to ~50k pairs), small (fairseq\'s IWSLT model: 100k-1M pairs, one GPU or a few CPU hours), base or big (Table 3: WMT-sized data, GPUs); student-tiny, student-base (6+2 layers, fast to translate: for pairs a teacher model translated, sequence-level distillation)'
 complete -c nmt -n "__nmt_using 'train'" -l output -s o -r -F -d 'Run dir'
 complete -c nmt -n "__nmt_using 'train'" -l norm -x -d 'post: LayerNorm after each residual sum, the paper\'s (sec. 3.1); pre: before each sublayer, which leaves the early plateau sooner on small data and short runs'
 complete -c nmt -n "__nmt_using 'train'" -l config -r -F -d 'JSON or TOML file of settings (flag names as keys; a run dir\'s config.json works)'
 complete -c nmt -n "__nmt_using 'train'" -l gpus -x -d 'Start this many ranks on this node through torchrun (one per GPU)'
-complete -c nmt -n "__nmt_using 'train'" -l max-steps -x -d 'Optimizer steps (sec. 5.2: base 100k, big 300k). tiny and small count --epochs instead; with --max-steps they run exactly that many steps, without BLEU validation or early stopping unless --valid-bleu / --patience ask for them'
-complete -c nmt -n "__nmt_using 'train'" -l epochs -x -d 'Passes over the training data, when --max-steps is not given (tiny and small: 50, a ceiling: early stopping on validation BLEU is the real stop)'
+complete -c nmt -n "__nmt_using 'train'" -l max-steps -x -d 'Optimizer steps (sec. 5.2: base 100k, big 300k). tiny, small and the students count --epochs instead; with --max-steps they run exactly that many steps, without BLEU validation or early stopping unless --valid-bleu / --patience ask for them'
+complete -c nmt -n "__nmt_using 'train'" -l epochs -x -d 'Passes over the training data, when --max-steps is not given (tiny, small and the students: 50, a ceiling: early stopping on validation BLEU is the real stop)'
 complete -c nmt -n "__nmt_using 'train'" -l min-steps -x -d 'With --epochs: never fewer steps than this (a small corpus needs many passes; tiny 4,000), nor than twice --warmup'
 complete -c nmt -n "__nmt_using 'train'" -l max-time -x -d 'Also stop after this much training time, e.g. 90s, 5m, 2h (validates and saves a checkpoint first)'
 complete -c nmt -n "__nmt_using 'train'" -l batch-tokens -x -d 'Padded tokens per batch per GPU on the longer side (base/big 25,000, small 4,096, tiny 2,048)'
@@ -214,8 +214,8 @@ complete -c nmt -n "__nmt_using 'train'" -l seed -x -d 'Seed for weights, data o
 complete -c nmt -n "__nmt_using 'train'" -l save-every -x -d 'Checkpoint every N steps (e.g. 1000) or a time (e.g. 10m or 30s; base/big: 10m as in the paper; tiny 50 and small 200 steps: five a validation, what `nmt average` takes)'
 complete -c nmt -n "__nmt_using 'train'" -l keep-last -x -d 'Checkpoints kept (sec. 6.1: base 5, big 20, what averaging uses); the best one is kept apart'
 complete -c nmt -n "__nmt_using 'train'" -l valid-every -x -d 'Steps between validations (perplexity, and BLEU with --valid-bleu)'
-complete -c nmt -n "__nmt_using 'train'" -l valid-bleu -x -d 'BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines; tiny and small 500 when counting --epochs)'
-complete -c nmt -n "__nmt_using 'train'" -l patience -x -d 'Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny and small 5 when counting --epochs)'
+complete -c nmt -n "__nmt_using 'train'" -l valid-bleu -x -d 'BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU as `nmt score` (0: off, -1: all lines; tiny, small and the students 500 when counting --epochs)'
+complete -c nmt -n "__nmt_using 'train'" -l patience -x -d 'Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny, small and the students 5 when counting --epochs)'
 complete -c nmt -n "__nmt_using 'train'" -l min-delta -x -d 'Early stopping\'s minimum improvement: a validation resets --patience only where it beats the one that last did by more than this many BLEU points (or lowers perplexity by more than this many percent)'
 complete -c nmt -n "__nmt_using 'train'" -l log-every -x -d 'Steps between log lines'
 complete -c nmt -n "__nmt_using 'train'" -l device -x -a '(__nmt_values_device)' -d 'auto (each rank\'s GPU, else CPU), cpu, cuda or cuda:N'
@@ -232,7 +232,7 @@ complete -c nmt -n "__nmt_using 'train'" -l help -s h -d 'Show this message and 
 
 # nmt average
 complete -c nmt -n "__nmt_using 'average'" -l last -x -d 'How many of the run\'s checkpoints to average (sec. 6.1: 5 for base, 20 for big)'
-complete -c nmt -n "__nmt_using 'average'" -l at -x -d 'Which checkpoints of a run: the newest (last), those up to its best validation (best), or auto: best for a run that validated BLEU (tiny and small, which stop early on it), else last'
+complete -c nmt -n "__nmt_using 'average'" -l at -x -d 'Which checkpoints of a run: the newest (last), those up to its best validation (best), or auto: best for a run that validated BLEU (tiny, small and the students, which stop early on it), else last'
 complete -c nmt -n "__nmt_using 'average'" -l output -s o -r -F -d 'Model dir to write'
 complete -c nmt -n "__nmt_using 'average'" -l calibrate -d 'Calibrate the model\'s brevity penalty on the run\'s validation split: the smallest weight whose translations reach BLEU\'s brevity penalty 0.96 (as long as their references within some 4%); 0, the paper\'s search, for a model already that long. --no-calibrate: 0 without translating'
 complete -c nmt -n "__nmt_using 'average'" -l no-calibrate -d 'The opposite of --calibrate'
@@ -334,7 +334,7 @@ complete -c nmt -n "__nmt_at_argument 'score' 0" -F  # HYP
 
 # nmt info
 complete -c nmt -n "__nmt_using 'info'" -l revision -x -d 'Branch, tag or commit when describing a Hub id'
-complete -c nmt -n "__nmt_using 'info'" -l preset -x -a '(__nmt_values_preset)' -d 'Describe a preset (model and training recipe) instead: tiny, small, base or big'
+complete -c nmt -n "__nmt_using 'info'" -l preset -x -a '(__nmt_values_preset)' -d 'Describe a preset (model and training recipe) instead: tiny, small, base, big, student-tiny or student-base'
 complete -c nmt -n "__nmt_using 'info'" -l vocab-size -x -d 'Vocabulary size assumed with --preset (sec. 5.1: 37,000)'
 complete -c nmt -n "__nmt_using 'info'" -l json -d 'Print JSON: the dir\'s config.json plus `kind`, `parameters`, `files` (name: bytes), `sha256`, and per kind `scores`, `steps`, `checkpoints`, `validation`, `resume`, `average`, `hub`'
 complete -c nmt -n "__nmt_using 'info'" -l help -s h -d 'Show this message and exit'

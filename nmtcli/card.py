@@ -18,7 +18,8 @@ from nmtcli.model.transformer import count_parameters
 def local_card(values: dict[str, Any]) -> str:
     """README.md of a model dir written by `nmt average`."""
     m, t, lang = values["model"], values["training"], values["languages"]
-    params = count_parameters(ModelConfig.from_dict(m))
+    config = ModelConfig.from_dict(m)
+    params = count_parameters(config)
     steps = ", ".join(str(s) for s in t["averaged_checkpoints"])
     base = _base_model(t)
     vocabulary = (f"Marian's source and target sentencepiece models over one {m['vocab_size']:,}-piece vocabulary"
@@ -35,7 +36,7 @@ A Transformer translation model ("Attention Is All You Need", Vaswani et al., 20
 [nmt](https://pypi.org/project/nmtcli/).
 
 - Languages: {languages}
-- Architecture: {m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads,
+- Architecture: {config.depth} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads,
   {m['norm']}-norm, {m['activation']}, {vocabulary}; {params:,} parameters
 - Training data: {t['data']} ({t['train_pairs']:,} sentence pairs after cleaning)
 - Training: {t['steps']} steps; this model averages the checkpoints of steps {steps}{start}{_search(values.get("search"))}
@@ -189,14 +190,15 @@ def _model_index_results(src: str, tgt: str, scores: dict[str, Any]) -> list[str
 
 
 def _architecture(m: dict[str, Any]) -> str:
-    params = count_parameters(ModelConfig.from_dict(m))
+    config = ModelConfig.from_dict(m)
+    params = count_parameters(config)
     variants = []
     if m.get("positions", "interleaved") != "interleaved":
         variants.append(f"{m['positions']} positional encodings")
     if m.get("final_logits_bias"):
         variants.append("a final logits bias")
     return (
-        f"{m['layers']}+{m['layers']} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads, "
+        f"{config.depth} layers, d_model {m['d_model']}, d_ff {m['d_ff']}, {m['heads']} heads, "
         f"{m['norm']}-norm, {m['activation']}, dropout {m['dropout']}, vocabulary {m['vocab_size']:,} "
         f"(one matrix for source, target and output); {params:,} parameters"
         + (f"; {', '.join(variants)}" if variants else "")

@@ -371,3 +371,22 @@ def random_model(prepared, tmp_path_factory) -> Path:
                              "chrF2": {"score": 40.1, "signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"}}}
     (out / "scores.json").write_text(json.dumps(scores))
     return out
+
+
+@pytest.fixture(scope="session")
+def random_student(prepared, tmp_path_factory) -> Path:
+    """An untrained model dir (seeded) of a distilled student's shape: 3 encoder layers, 1 decoder layer."""
+    import torch
+
+    from nmtcli.card import local_card
+    from nmtcli.model.checkpoint import model_dir_config, write_model_dir
+    from nmtcli.model.config import PRESETS
+    from nmtcli.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    config = PRESETS["student-tiny"].replace(vocab_size=1000, d_model=64, d_ff=128, heads=2, layers=3, decoder_layers=1, max_positions=256)
+    values = model_dir_config(config, "en", "de", training={"run": "student-tiny-en-de", "preset": "student-tiny", "steps": 0,
+                                                            "averaged_checkpoints": [0], "data": "synthetic", "train_pairs": 0})
+    out = tmp_path_factory.mktemp("random") / "student-tiny-en-de"
+    write_model_dir(out, Transformer(config).state_dict(), values, {"sentencepiece.model": prepared / "sentencepiece.model"}, local_card(values))
+    return out

@@ -16,9 +16,10 @@ from nmtcli.model.transformer import Transformer
 WORDS = (1, 4, 5)
 
 
-def tiny_model(seed: int, vocab_size: int = 6) -> Transformer:
+def tiny_model(seed: int, vocab_size: int = 6, layers: int = 2, decoder_layers: int | None = None) -> Transformer:
     torch.manual_seed(seed)
-    model = Transformer(ModelConfig(vocab_size=vocab_size, d_model=16, d_ff=32, heads=2, layers=2, dropout=0.0)).eval()
+    config = ModelConfig(vocab_size=vocab_size, d_model=16, d_ff=32, heads=2, layers=layers, decoder_layers=decoder_layers, dropout=0.0)
+    model = Transformer(config).eval()
     with torch.no_grad():  # sharpen the distributions so that different choices really differ
         model.embedding.tokens.weight.mul_(4)
     return model
@@ -135,6 +136,20 @@ def test_gnmt_length_penalty_formula():
     assert lp(10, 0.6) == pytest.approx(((5 + 10) / 6) ** 0.6)
     assert lp(10, 0.6, "power") == pytest.approx(10**0.6)
     assert lp(7, 0.0) == 1.0
+
+
+def test_a_student_with_a_shallower_decoder_searches_its_own_scores():
+    # 3 encoder layers, 1 decoder layer: what the incremental search finds and scores is what the whole model computes.
+    src = torch.tensor([[4, 5, 4, EOS_ID]])
+    for seed in range(3):
+        model = tiny_model(seed, layers=3, decoder_layers=1)
+        assert len(model.decoder.layers) == 1
+        tokens, score = exhaustive_best(model, src, 3, 0.6, "gnmt")
+        hyp = beam_search(model, src, beam=27, alpha=0.6, max_len_a=0.0, max_len_b=3)[0][0]
+        assert hyp.tokens == tokens and hyp.score == pytest.approx(score, abs=1e-4)
+    model = tiny_model(5, vocab_size=30, layers=3, decoder_layers=1)
+    for hyp in beam_search(model, torch.tensor([[5, 6, 7, 8, EOS_ID]]), beam=4, alpha=0.6, nbest=4)[0]:
+        assert hyp.log_prob == pytest.approx(sequence_log_prob(model, torch.tensor([[5, 6, 7, 8, EOS_ID]]), tuple(hyp.tokens)), abs=1e-4)
 
 
 def test_reported_scores_equal_a_full_recomputation():

@@ -87,6 +87,26 @@ def test_model_dir_shows_parameters_vocabulary_and_recorded_bleu(random_model, m
     assert f"{report['parameters']:,}" in table and "BLEU 12.30, chrF2 40.10" in table
 
 
+def test_a_student_shows_its_encoder_and_decoder_depths_in_info_and_both_cards(random_student):
+    from nmtcli.card import hub_card
+
+    report = info(str(random_student))
+    assert (report["model"]["layers"], report["model"]["decoder_layers"]) == (3, 1)
+    assert report["parameters"] == count_parameters(ModelConfig.from_dict(report["model"]))
+    assert "3+1 layers, d_model 64" in nmt_in_process("info", str(random_student)).stdout
+    assert "- Architecture: 3+1 layers, d_model 64" in (random_student / "README.md").read_text()
+    values = json.loads((random_student / "config.json").read_text())
+    assert "3+1 layers, d_model 64" in hub_card(values, "alice/student-tiny-en-de", {})
+
+
+def test_a_student_preset_is_described_with_its_depths_and_recipe():
+    preset = info("--preset", "student-tiny", "--vocab-size", "32000")
+    assert preset["preset"] == "student-tiny" and preset["parameters"] == 17_138_688
+    assert preset["recipe"]["epochs"] == 50 and preset["recipe"]["patience"] == 5 and preset["recipe"]["valid_bleu"] == 500
+    table = nmt_in_process("info", "--preset", "student-base").stdout
+    assert "6+2 layers, d_model 512, d_ff 2048, 8 heads, post-norm" in table and "early stop after 5 validations" in table
+
+
 def test_hashing_streams_in_1_mib_pieces_and_matches_git(tmp_path):
     from nmtcli.checksums import file_digests
 

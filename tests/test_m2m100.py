@@ -100,6 +100,30 @@ def test_import_records_the_fairseq_switches_languages_and_licence(imported, ori
     assert f'license: "{licence}"' in (imported[kind] / "README.md").read_text()
 
 
+def test_a_model_with_a_shallower_decoder_imports_with_both_depths(originals, hf, tmp_path):
+    # The fixture's M2M-100 with its decoder cut to one layer: each stack at its own depth, the same logits as transformers.
+    from nmtcli.model.checkpoint import load_model
+
+    _, tokenizer = hf["m2m100"]
+    shallow = transformers.M2M100ForConditionalGeneration.from_pretrained(originals["m2m100"]).eval()
+    shallow.model.decoder.layers = shallow.model.decoder.layers[:1]
+    shallow.config.decoder_layers = 1
+    shutil.copytree(originals["m2m100"], tmp_path / "shallow")
+    shallow.save_pretrained(tmp_path / "shallow")
+    done = nmt_in_process("import", "m2m100", str(tmp_path / "shallow"), "-o", str(tmp_path / "model"))
+    ours, values = load_model(tmp_path / "model")
+    assert (values["model"]["layers"], values["model"]["decoder_layers"]) == (2, 1) and "2+1 layers" in done.stderr
+    assert (len(ours.encoder.layers), len(ours.decoder.layers)) == (2, 1)
+    tokenizer.src_lang = "en"
+    enc = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    decoder_in = torch.cat([torch.full((len(SENTENCES), 1), 2), torch.full((len(SENTENCES), 1), _tag_id(tokenizer, "de")),
+                            enc.input_ids[:, 1:6]], dim=1)
+    with torch.no_grad():
+        theirs = shallow(input_ids=enc.input_ids, attention_mask=enc.attention_mask, decoder_input_ids=decoder_in).logits
+        mine = ours(enc.input_ids, decoder_in)
+    assert (theirs - mine).abs().max().item() < 1e-5 and theirs.abs().max().item() > 1.0
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_tokenizer_matches_transformers(imported, hf, kind):
     from nmtcli.inference.tokenizer import load_tokenizer

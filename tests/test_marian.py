@@ -205,6 +205,24 @@ def test_beam_output_equals_generate_num_beams_4_with_power_penalty(imported, hf
     assert same >= len(SENTENCES) - 1, f"{same} of {len(SENTENCES)} the same: the searches differ more than at a tie"
 
 
+def test_a_marian_model_with_a_shallower_decoder_imports_with_both_depths(marian_dir, tmp_path):
+    # A distilled student's shape (Bergamot's are deeper in the encoder): the fixture's model with its decoder cut to one
+    # layer. Before decoder_layers the import refused it (encoder_layers differs from decoder_layers).
+    model = transformers.MarianMTModel.from_pretrained(marian_dir).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(marian_dir)
+    model.model.decoder.layers = model.model.decoder.layers[:1]
+    model.config.decoder_layers = 1
+    shallow = tmp_path / "shallow"
+    shutil.copytree(marian_dir, shallow)
+    model.save_pretrained(shallow)
+    done = nmt_in_process("import", "marian", str(shallow), "-o", str(tmp_path / "model"))
+    m = json.loads((tmp_path / "model" / "config.json").read_text())["model"]
+    assert (m["layers"], m["decoder_layers"]) == (2, 1) and "2+1 layers" in done.stderr
+    theirs = _generate((model, tokenizer), num_beams=1)
+    assert len({tuple(t) for t in theirs}) >= 3  # outputs depend on the input: the comparison means something
+    assert _nmt_tokens(tmp_path / "model", (model, tokenizer), beam=1) == theirs
+
+
 def test_import_of_an_incomplete_dir_is_a_one_line_error(marian_dir, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(marian_dir, broken)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,9 @@ from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer, count_parameters, sinusoidal_positions
 
 SMALL = ModelConfig(vocab_size=50, d_model=32, d_ff=64, heads=4, layers=2, dropout=0.0)
+STUDENT = SMALL.replace(layers=3, decoder_layers=1)  # a distilled student's shape: a deep encoder, a shallow decoder
+# A run dir's config.json written before decoder_layers existed (tests/test_names.py's OLD_RUN_CONFIG).
+OLD_CONFIG = Path(__file__).parent / "data" / "run-config-2f24993.json"
 
 
 def test_base_and_big_have_the_papers_parameter_counts():
@@ -52,6 +57,17 @@ def test_small_is_fairseqs_transformer_iwslt_de_en():
     assert shapes["decoder.layers.0.cross_attn.kv_proj.weight"] == (2 * 512, 512)
     assert "encoder.layers.6.ffn.linear1.weight" not in shapes and "decoder.layers.6.ffn.linear1.weight" not in shapes
     assert config.d_k == 128  # 4 heads of 128
+
+
+def test_the_student_presets_are_bergamots_tiny11_and_base_width_with_a_6_plus_2_depth():
+    # tiny11 (Firefox Translations' en-de student, 32k vocabulary): d_model 256, FFN 1536, 8 heads, 6+2, every embedding tied.
+    tiny, base = PRESETS["student-tiny"], PRESETS["student-base"]
+    assert (tiny.d_model, tiny.d_ff, tiny.heads, tiny.layers, tiny.decoder_layers, tiny.norm) == (256, 1536, 8, 6, 2, "post")
+    assert (base.d_model, base.d_ff, base.heads, base.layers, base.decoder_layers, base.norm) == (512, 2048, 8, 6, 2, "post")
+    d, f, v = 256, 1536, 32000
+    attention, ffn, norm = 4 * (d * d + d), d * f + f + f * d + d, 2 * d
+    expected = v * d + 6 * (attention + ffn + 2 * norm) + 2 * (2 * attention + ffn + 3 * norm)  # one matrix: source, target, output
+    assert count_parameters(tiny.replace(vocab_size=v)) == expected == 17_138_688
 
 
 def test_parameter_count_matches_the_allocated_model_and_shares_one_embedding():
@@ -118,6 +134,40 @@ def test_incremental_decoding_equals_full_recomputation():
         assert torch.allclose(step, full[:, t], atol=1e-5)
 
 
+def test_a_student_has_a_deep_encoder_and_a_shallow_decoder_that_decodes_incrementally_as_a_whole():
+    torch.manual_seed(0)
+    model = Transformer(STUDENT).eval()
+    assert (len(model.encoder.layers), len(model.decoder.layers)) == (3, 1)
+    decoder_layer = sum(p.numel() for p in model.decoder.layers[0].parameters())
+    assert model.num_parameters() == count_parameters(STUDENT) == count_parameters(SMALL.replace(layers=3)) - 2 * decoder_layer
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    tgt = torch.tensor([[2, 10, 11, 12], [2, 13, 14, 15]])
+    full = model(src, tgt)
+    memory, mask = model.encode(src)
+    state = start_decoding(model, memory, mask, beam=1)
+    assert len(state.cache.keys) == len(state.memory_kv) == 1  # one decoder layer's keys and values, not the encoder's 3
+    for t in range(tgt.size(1)):
+        assert torch.allclose(decode_step(model, tgt[:, t], state), full[:, t], atol=1e-5)
+
+
+def test_a_decoder_as_deep_as_the_encoder_writes_config_json_as_before_decoder_layers_existed():
+    old = json.loads(OLD_CONFIG.read_text())["model"]
+    config = ModelConfig.from_dict(old)  # no decoder_layers key: the decoder has `layers`
+    assert (config.layers, config.decoder_layers) == (2, 2) and config.depth == "2+2"
+    assert json.dumps(config.to_dict(), indent=2) == json.dumps(old, indent=2)  # byte for byte, so earlier versions read it
+    assert config.replace(decoder_layers=2) == config == ModelConfig.from_dict({**old, "decoder_layers": None})
+    assert config.replace(layers=4).decoder_layers == 4  # the decoder follows `layers` unless it was given its own
+
+
+def test_a_students_decoder_depth_round_trips_and_stays_its_own():
+    student = PRESETS["student-tiny"]
+    assert (student.layers, student.decoder_layers, student.depth) == (6, 2, "6+2")
+    assert student.to_dict()["decoder_layers"] == 2
+    assert ModelConfig.from_dict(json.loads(json.dumps(student.to_dict()))) == student
+    assert student.replace(layers=4).depth == "4+2"
+    assert student.replace(decoder_layers=None).depth == "6+6"
+
+
 def test_pre_norm_variant_is_a_switch_with_a_final_norm():
     post, pre = Transformer(SMALL), Transformer(SMALL.replace(norm="pre"))
     assert post.encoder.final_norm is None
@@ -131,7 +181,7 @@ def test_config_round_trips_through_json(tmp_path):
     assert ModelConfig.load(tmp_path / "config.json") == config
 
 
-@pytest.mark.parametrize("change", [{"d_model": 30}, {"activation": "tanh"}, {"norm": "sandwich"}, {"layers": 0}])
+@pytest.mark.parametrize("change", [{"d_model": 30}, {"activation": "tanh"}, {"norm": "sandwich"}, {"layers": 0}, {"decoder_layers": 0}])
 def test_invalid_configs_are_refused(change):
     with pytest.raises(ValueError):
         SMALL.replace(**change)

@@ -228,6 +228,9 @@ def test_resuming_with_another_model_shape_is_refused(prepared, tmp_path):
     _, other_batch = small_settings(max_steps=3, batch_tokens=500)
     with pytest.raises(NmtError, match="batch_tokens=300, not 500"):
         Trainer(tmp_path / "run", prepared, config, other_batch)
+    # A decoder of another depth is another shape, though config.json wrote no decoder_layers for the run's own.
+    with pytest.raises(NmtError, match="different model shape \\(decoder_layers 2 there; decoder_layers 1 now\\)"):
+        Trainer(tmp_path / "run", prepared, config.replace(decoder_layers=1), settings)
     # --restart discards the run instead.
     assert Trainer(tmp_path / "run", prepared, big_config, settings, restart=True).step == 0
 
@@ -346,17 +349,18 @@ def test_flop_count_matches_pytorchs_flop_counter():
     from nmtcli.model.transformer import Transformer
     from nmtcli.training.flops import LengthStats, forward_flops, mfu, peak_flops, training_flops
 
-    config = PRESETS["tiny"].replace(vocab_size=1000, dropout=0.0)
-    model = Transformer(config)
-    src_len, tgt_len, n = 9, 7, 3  # lengths with EOS / BOS: no padding, so model FLOPs = executed FLOPs
-    src = torch.randint(4, 1000, (n, src_len))
-    tgt = torch.randint(4, 1000, (n, tgt_len))
-    lengths = LengthStats.of(torch.full((n,), src_len - 1).numpy(), torch.full((n,), tgt_len - 1).numpy())
-    # The math backend runs attention as plain matmuls, which the counter sees (fused kernels it may not).
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        model(src, tgt).sum().backward()
-    assert forward_flops(config, lengths) * 3 == counter.get_total_flops()
-    assert training_flops(config, lengths) == counter.get_total_flops()
+    tiny = PRESETS["tiny"].replace(vocab_size=1000, dropout=0.0)
+    for config in (tiny, tiny.replace(layers=3, decoder_layers=1)):  # the paper's N + N, and a student's deeper encoder
+        model = Transformer(config)
+        src_len, tgt_len, n = 9, 7, 3  # lengths with EOS / BOS: no padding, so model FLOPs = executed FLOPs
+        src = torch.randint(4, 1000, (n, src_len))
+        tgt = torch.randint(4, 1000, (n, tgt_len))
+        lengths = LengthStats.of(torch.full((n,), src_len - 1).numpy(), torch.full((n,), tgt_len - 1).numpy())
+        # The math backend runs attention as plain matmuls, which the counter sees (fused kernels it may not).
+        with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+            model(src, tgt).sum().backward()
+        assert forward_flops(config, lengths) * 3 == counter.get_total_flops()
+        assert training_flops(config, lengths) == counter.get_total_flops()
     assert peak_flops("NVIDIA H100 80GB HBM3", "bf16") == 989.4e12
     assert peak_flops("NVIDIA H100 PCIe", "bf16") == 756.0e12
     assert peak_flops("Some Other GPU", "bf16") is None
@@ -939,6 +943,29 @@ def test_the_preset_left_out_fits_the_training_pairs_and_the_device(pairs, gpu, 
 
     chosen, why = preset_for(pairs, gpu)
     assert chosen == preset and ("a GPU" if gpu else "a CPU") in why or pairs is None
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_preset_left_out_is_never_a_student(gpu):
+    # A student learns from a teacher's translations: `nmt train` cannot tell such data from any other, so asks for it by name.
+    from nmtcli.training.settings import preset_for
+
+    assert all(not preset_for(pairs, gpu)[0].startswith("student") for pairs in (None, 1, 10_000, 50_001, 10**6, 10**6 + 1, 10**8))
+
+
+def test_nmt_train_preset_student_tiny_trains_on_a_cpu_into_runs_student_tiny_and_averages(prepared, nmt_main, tmp_path):
+    """The 6+2 student by its hyphenated name: the default run dir, a few small steps, the averaged model's depths."""
+    nmt_main("train", "--data", str(prepared), "--preset", "student-tiny", "--max-steps", "2", "--batch-tokens", "256",
+             "--save-every", "2", "--log-every", "1", "--device", "cpu", cwd=tmp_path)
+    run = tmp_path / "runs" / f"student-tiny-{json.loads((prepared / 'manifest.json').read_text())['name']}"
+    values = json.loads((run / "config.json").read_text())
+    assert values["training"]["preset"] == "student-tiny" and values["training"]["max_steps"] == 2
+    assert (values["model"]["layers"], values["model"]["decoder_layers"], values["model"]["d_model"], values["model"]["norm"]) == (6, 2, 256, "post")
+    assert [c.name for c in checkpoint_dirs(run)] == ["2"]
+    nmt_main("average", str(run), "-o", str(tmp_path / "model"), "--no-calibrate", "--device", "cpu")
+    assert "6+2 layers, d_model 256, d_ff 1536, 8 heads" in nmt_main("info", str(tmp_path / "model")).stdout
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert card.startswith("# Transformer en-de (student-tiny)") and "- Architecture: 6+2 layers, d_model 256" in card
 
 
 def test_nmt_train_without_a_preset_on_a_cpu_trains_tiny_and_says_why(prepared, nmt_main, tmp_path):

@@ -19,7 +19,7 @@ NAME = "average"
 def command(
     paths: Annotated[Optional[list[Path]], typer.Argument(help="A run dir (--last of its checkpoints are averaged, as --at says) or checkpoint dirs. Default: the newest run under runs/.", show_default=False)] = None,
     last: Annotated[Optional[int], typer.Option(help="How many of the run's checkpoints to average (sec. 6.1: 5 for base, 20 for big). Default: 5; for a fine-tuning run (`nmt train --init`) 1, its best checkpoint alone.", min=1, show_default=False)] = None,
-    at: Annotated[str, typer.Option(help="Which checkpoints of a run: the newest (last), those up to its best validation (best), or auto: best for a run that validated BLEU (tiny and small, which stop early on it), else last.")] = "auto",
+    at: Annotated[str, typer.Option(help="Which checkpoints of a run: the newest (last), those up to its best validation (best), or auto: best for a run that validated BLEU (tiny, small and the students, which stop early on it), else last.")] = "auto",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Model dir to write. Default: models/RUN.")] = None,
     calibrate: Annotated[bool, typer.Option(help="Calibrate the model's brevity penalty on the run's validation split: the smallest weight whose "
                                                  "translations reach BLEU's brevity penalty 0.96 (as long as their references within some 4%); 0, the paper's "
@@ -30,7 +30,7 @@ def command(
 
     The model dir holds config.json, model.safetensors, sentencepiece.model and a README.md model card:
     everything `nmt translate -m DIR` needs. Averaging one checkpoint exports it. A run that validated
-    BLEU (tiny and small, which stop early on it) is averaged over the checkpoints up to its best
+    BLEU (tiny, small and the students, which stop early on it) is averaged over the checkpoints up to its best
     validation, which `nmt train` keeps; other runs over their newest, as the paper's. A fine-tuning
     run gives its best checkpoint alone: averaging in the less adapted ones before it undoes part of
     the adaptation.

@@ -23,7 +23,7 @@ PROGRESS_MIN_BYTES = 32 << 20
 def command(
     target: Annotated[Optional[str], typer.Argument(metavar="DIR|OWNER/NAME", help="A model dir, a run dir, or a Hub id OWNER/NAME. Default: $NMT_MODEL, else the newest model dir under models/ (as for `nmt translate`).", show_default=False)] = None,
     revision: Annotated[Optional[str], typer.Option(help="Branch, tag or commit when describing a Hub id.")] = None,
-    preset: Annotated[Optional[str], typer.Option(help="Describe a preset (model and training recipe) instead: tiny, small, base or big.")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="Describe a preset (model and training recipe) instead: tiny, small, base, big, student-tiny or student-base.")] = None,
     vocab_size: Annotated[int, typer.Option(help="Vocabulary size assumed with --preset (sec. 5.1: 37,000).", min=1)] = 37000,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON: the dir's config.json plus `kind`, `parameters`, `files` (name: bytes), `sha256`, and per kind `scores`, `steps`, `checkpoints`, `validation`, `resume`, `average`, `hub`.")] = False,
 ) -> None:
@@ -152,7 +152,7 @@ def _overview(report: dict[str, Any]):
     table.add_column()
     row = table.add_row
     row("parameters", f"{report['parameters']:,}")
-    row("architecture", f"{config.layers}+{config.layers} layers, d_model {config.d_model}, d_ff {config.d_ff}, "
+    row("architecture", f"{config.depth} layers, d_model {config.d_model}, d_ff {config.d_ff}, "
         f"{config.heads} heads, {config.norm}-norm, {config.activation}, dropout {config.dropout}")
     pieces = f"; sentencepiece model of {report['sentencepiece_pieces']:,} pieces" if "sentencepiece_pieces" in report else ""
     row("vocabulary", f"{config.vocab_size:,} (shared source/target/output){pieces}")

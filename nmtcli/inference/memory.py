@@ -4,9 +4,9 @@ A batch of n sentences of at most L tokens decodes n * beam rows for up to a * L
 largest parts, all computed below from the shapes the search allocates (tests/test_gpu_paths.py
 checks them against the real tensors, built on the `meta` device):
 
-- self-attention keys/values: rows x positions x layers x 2 x d_model, twice (the decoder cache and
+- self-attention keys/values: rows x positions x decoder_layers x 2 x d_model, twice (the decoder cache and
   the spare set that reordering and dropping decided sentences copy into: incremental.py);
-- encoder-decoder keys/values: n x (L + 1) x layers x 2 x d_model;
+- encoder-decoder keys/values: n x (L + 1) x decoder_layers x 2 x d_model (each decoder layer projects the source);
 - the logits of a step: rows x vocabulary, as the projection gives them, and the float32 log-softmax of the
   few rows at a time that normalise them (outputs.log_normalizer); a captured step (CUDA graphs) holds its own
   in the graphs' pool;
@@ -49,10 +49,10 @@ def search_bytes(config: ModelConfig, sentences: int, longest: int, beam: int = 
                  bucket: int = 16) -> dict[str, int]:
     """The bytes a beam search of `sentences` sentences of at most `longest` tokens holds at its peak, by
     part (dtype_bytes: 4 for fp32, 2 for bf16/fp16)."""
-    d, layers, vocab = config.d_model, config.layers, config.vocab_size
+    d, layers, vocab = config.d_model, config.decoder_layers, config.vocab_size  # the decoder's: it holds the keys/values
     rows = sentences * beam
     capacity = positions(config, longest, max_len_a, max_len_b)
-    per_position = layers * 2 * d * dtype_bytes  # keys and values of every layer, one row
+    per_position = layers * 2 * d * dtype_bytes  # keys and values of every decoder layer, one row
     # The projection's output, and the float32 log-softmax of a chunk of its rows (from half precision with the
     # chunk's float32 copy) that outputs.log_normalizer holds at once.
     chunk = min(rows, max(1, NORMALIZER_CHUNK_BYTES["cuda"] // (4 * vocab)))
@@ -114,10 +114,10 @@ def arena_bytes(config: ModelConfig, sentences: int, source: int, capacity: int,
     the cache is read through slots (model/beam_attention.py): one set of keys/values and the slots."""
     rows, d = sentences * beam, config.d_model
     parts = {f"cache.{s}.{kv}.{i}": rows * capacity * d * dtype_bytes
-             for s in ((0,) if slots else (0, 1)) for kv in ("keys", "values") for i in range(config.layers)}
+             for s in ((0,) if slots else (0, 1)) for kv in ("keys", "values") for i in range(config.decoder_layers)}
     if slots:
         parts["cache.slots"] = 4 * rows * capacity
-    parts |= {f"memory.{kv}.{i}": sentences * source * d * dtype_bytes for kv in ("keys", "values") for i in range(config.layers)}
+    parts |= {f"memory.{kv}.{i}": sentences * source * d * dtype_bytes for kv in ("keys", "values") for i in range(config.decoder_layers)}
     parts |= {"memory_mask": sentences * source * dtype_bytes, "position": 8, "min_len": 8, "banned": 16,
               "last": 8 * rows, "tokens": 8 * rows * capacity, "parents": 8 * rows * capacity, "scores": 4 * rows, "done": sentences,
               "max_len": 8 * sentences, "max_penalty": 4 * sentences, "expected_len": 4 * sentences, "finished_score": 4 * sentences * nbest,

@@ -48,7 +48,9 @@ def export_ctranslate2(model_dir: Path, out_dir: Path, quantization: str | None 
                        "translate it with the native engine: `nmt translate -m MODEL --target-lang CODE`")
     tokenizer = load_tokenizer(Path(model_dir), values)
     activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU, "swish": common_spec.Activation.SWISH}[cfg.activation]
-    spec = transformer_spec.TransformerSpec.from_config(cfg.layers, cfg.heads, pre_norm=cfg.norm == "pre", activation=activation)
+    # (encoder, decoder) layers: CTranslate2 builds stacks of different depths, a student's deep encoder and shallow decoder
+    spec = transformer_spec.TransformerSpec.from_config((cfg.layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm == "pre",
+                                                        activation=activation)
     _set_weights(spec, model)
     _set_vocabulary(spec, tokenizer.pieces(), cfg, model_dir)
     spec.validate()

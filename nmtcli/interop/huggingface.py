@@ -38,15 +38,17 @@ Say = Callable[[str], None]
 
 def shape_fields(hf: dict, need) -> dict:
     """The ModelConfig fields a BART-family config.json (Marian, M2M-100, NLLB) states alike: the shape, dropouts
-    and activation. Refuses an encoder and a decoder of different shapes and an activation nmt does not have.
-    `need(key)`: hf[key], or the importer's error naming its architecture."""
-    for enc, dec in [("encoder_layers", "decoder_layers"), ("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]:
+    and activation. The stacks may differ in depth (a distilled student's shallow decoder), not in their layers'
+    shape; refuses an activation nmt does not have. `need(key)`: hf[key], or the importer's error naming its
+    architecture."""
+    for enc, dec in [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]:
         if need(enc) != hf.get(dec, hf[enc]):
-            raise NmtError(f"{enc} ({hf[enc]}) differs from {dec} ({hf[dec]})", "nmt's encoder and decoder have the same shape")
+            raise NmtError(f"{enc} ({hf[enc]}) differs from {dec} ({hf[dec]})", "nmt's encoder and decoder layers have the same shape")
     activation = ACTIVATIONS.get(str(need("activation_function")))
     if activation is None:
         raise NmtError(f"unsupported activation {hf['activation_function']!r}", f"nmt implements {', '.join(sorted(ACTIVATIONS))}")
-    return dict(d_model=need("d_model"), d_ff=hf["encoder_ffn_dim"], heads=hf["encoder_attention_heads"], layers=hf["encoder_layers"],
+    return dict(d_model=need("d_model"), d_ff=hf["encoder_ffn_dim"], heads=hf["encoder_attention_heads"], layers=need("encoder_layers"),
+                decoder_layers=hf.get("decoder_layers", hf["encoder_layers"]),
                 dropout=float(hf.get("dropout", 0.1)), attention_dropout=float(hf.get("attention_dropout", 0.0)),
                 activation_dropout=float(hf.get("activation_dropout", 0.0)), activation=activation,
                 max_positions=need("max_position_embeddings"), scale_embedding=bool(hf.get("scale_embedding", True)))
@@ -113,8 +115,8 @@ def convert_layers(w: dict[str, torch.Tensor], config: ModelConfig, what: str) -
         return w[key]
 
     out = {}
-    for part in ("encoder", "decoder"):
-        for i in range(config.layers):
+    for part, layers in (("encoder", config.layers), ("decoder", config.decoder_layers)):
+        for i in range(layers):
             src = dst = f"{part}.layers.{i}"
             norms = ["self_attn_layer_norm", "final_layer_norm"] if part == "encoder" else ["self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"]
             for name in ("weight", "bias"):

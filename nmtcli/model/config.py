@@ -25,7 +25,7 @@ class ModelConfig:
     d_model: int = 512
     d_ff: int = 2048
     heads: int = 8
-    layers: int = 6  # N: identical layers in the encoder and in the decoder
+    layers: int = 6  # N: identical layers in the encoder (sec. 3.1), and in the decoder unless decoder_layers says otherwise
     dropout: float = 0.1  # P_drop: on every sub-layer output and on embeddings + positions (sec. 5.4)
     attention_dropout: float = 0.0  # on attention weights; 0 in the paper, 0.1 in fairseq's big recipe
     activation_dropout: float = 0.0  # inside the FFN, after the activation; 0 in the paper
@@ -45,8 +45,14 @@ class ModelConfig:
     unk_id: int = UNK_ID
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID  # the decoder starts from bos_id; Marian models start from their pad token
+    # The decoder's N where it differs from the encoder's: a distilled student's deep encoder runs once a sentence, its
+    # shallow decoder once a token (Kasai et al., 2021, "Deep Encoder, Shallow Decoder"). None: `layers`, as in the
+    # paper. Resolved to a number when the config is made, so every reader takes `decoder_layers` as it is.
+    decoder_layers: int | None = None
 
     def __post_init__(self) -> None:
+        if self.decoder_layers is None:  # frozen: the one field set after the fact
+            object.__setattr__(self, "decoder_layers", self.layers)
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.d_model % 2:
@@ -59,7 +65,7 @@ class ModelConfig:
             raise ValueError(f"norm must be 'post' or 'pre', not {self.norm!r}")
         if self.position_offset < 0:
             raise ValueError(f"position_offset must not be negative, not {self.position_offset}")
-        for name in ("vocab_size", "d_ff", "layers", "max_positions"):
+        for name in ("vocab_size", "d_ff", "layers", "decoder_layers", "max_positions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
 
@@ -69,10 +75,22 @@ class ModelConfig:
         return self.d_model // self.heads
 
     def replace(self, **changes: Any) -> ModelConfig:
+        if self.decoder_layers == self.layers:  # a decoder as deep as the encoder follows a change of `layers`
+            changes.setdefault("decoder_layers", None)
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config.json "model" object. `decoder_layers` only where it differs from `layers`: a model of the
+        paper's shape writes the bytes it wrote before the key existed, so earlier versions still read it."""
+        values = dataclasses.asdict(self)
+        if values["decoder_layers"] == values["layers"]:
+            del values["decoder_layers"]
+        return values
+
+    @property
+    def depth(self) -> str:
+        """The layers of the encoder and of the decoder, as `nmt info` and the model cards show them: "6+2"."""
+        return f"{self.layers}+{self.decoder_layers}"
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
@@ -99,9 +117,21 @@ NORMS = ("post", "pre")
 # (demo corpus, 5 seeds: 21.4 +- 0.6 test BLEU pre-norm, 17.7 +- 5.8 post-norm; docs/training.md, "tiny: pre-norm").
 # `small` is fairseq's transformer_iwslt_de_en, the field's reference for 100k-1M pairs (IWSLT14 de-en:
 # about 34.7 tokenized BLEU): base's width with half its FFN, 4 heads and base-big's dropout 0.3.
+#
+# The students learn from a teacher's translations (sequence-level distillation, Kim and Rush, 2016) and are shaped
+# to translate fast: a decoder step runs once a token, the encoder once a sentence, so the depth goes to the encoder
+# (6 layers) and the decoder keeps 2 (Kasai et al., 2021). `student-tiny` is Bergamot's tiny11 (Firefox Translations'
+# en-de student: d_model 256, FFN 1536, 8 heads, 6+2 layers, every embedding tied, as nmt always ties them, sec. 3.4)
+# with a self-attention decoder where tiny11 has an SSRU; `student-base` is base's width on the same 6+2 depth.
+# Post-norm, as Bergamot's Marian students (`transformer-postprocess: dan`) and the paper: tiny's pre-norm answers a
+# plateau of short runs on a few thousand pairs, and a student trains long on all the teacher translated.
+# Dropout 0.1, the paper's: Bergamot's students keep Marian's default of none on tens of millions of distilled lines;
+# nmt's may learn from far fewer, and early stopping on validation BLEU stops them either way.
 PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(d_model=128, d_ff=512, heads=4, layers=2, dropout=0.1, norm="pre"),
     "small": ModelConfig(d_model=512, d_ff=1024, heads=4, layers=6, dropout=0.3),
     "base": ModelConfig(d_model=512, d_ff=2048, heads=8, layers=6, dropout=0.1),
     "big": ModelConfig(d_model=1024, d_ff=4096, heads=16, layers=6, dropout=0.3),
+    "student-tiny": ModelConfig(d_model=256, d_ff=1536, heads=8, layers=6, decoder_layers=2, dropout=0.1),
+    "student-base": ModelConfig(d_model=512, d_ff=2048, heads=8, layers=6, decoder_layers=2, dropout=0.1),
 }

@@ -244,7 +244,7 @@ def start_decoding(model: Transformer, memory: Tensor, src_mask: Tensor, beam: i
     # An additive mask, made once: -inf at source padding.
     memory_mask = own("memory_mask", torch.zeros(src_mask.shape, dtype=dtype, device=memory.device).masked_fill_(~src_mask, float("-inf")))
     slots = beam if reorders and reads_slots(memory.device, beam, dtype, cfg.d_k) else None
-    cache = DecoderCache(cfg.layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device, alloc, slots)
+    cache = DecoderCache(cfg.decoder_layers, memory.size(0) * beam, cfg.heads, capacity, cfg.d_k, dtype, memory.device, alloc, slots)
     return DecoderState(memory_kv, memory_mask, beam, cache)
 
 

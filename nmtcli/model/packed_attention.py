@@ -9,7 +9,7 @@ and values are gathered into one packed tensor instead and attended through PyTo
 Training swaps it in where the attention runs: `MultiHeadAttention` (transformer.py) asks `applies` and
 hands its source mask to `attend`, so the Figure-1 classes pass the one boolean mask, as in inference.
 Where to gather from is worked out from that mask in each call, on the device, so nothing waits for the
-GPU: a few B x S operations, 2 x layers of them a forward (the attention itself is B x h x T x S).
+GPU: a few B x S operations, layers + decoder_layers of them a forward (the attention itself is B x h x T x S).
 The CPU, fp32 and inference keep the masked kernel.
 """
 

@@ -205,12 +205,12 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """A stack of N = `layers` decoder layers over the embedded target, attending to the encoder output
-    (sec. 3.1; Figure 1, right)."""
+    """A stack of N = `decoder_layers` decoder layers over the embedded target, attending to the encoder output
+    (sec. 3.1; Figure 1, right). The paper's N is the encoder's; a student's decoder is shallower."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:

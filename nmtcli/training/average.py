@@ -40,7 +40,7 @@ def checkpoints_to_average(run_dir: Path, last: int, at: str = "auto") -> tuple[
 
     at "last": the newest (sec. 6.1: the paper's runs end at a fixed step). "best": those up to the best
     validation, which a run that stopped early left `patience` validations behind it. "auto": "best" for
-    a run that validated BLEU (tiny and small, which stop on it; fine-tuning) and still has that
+    a run that validated BLEU (tiny, small and the students, which stop on it; fine-tuning) and still has that
     checkpoint, else "last".
     """
     found = checkpoint_dirs(run_dir)

@@ -127,7 +127,7 @@ def finetune_settings(init: InitModel, manifest: dict[str, Any], preset: str | N
     """The recipe of `nmt train --init`: FINETUNE sized to the data, or with --preset (which must be the
     model's shape) that preset's recipe; the flags' `values` override either."""
     if preset is not None:
-        shape = ("d_model", "d_ff", "heads", "layers")
+        shape = ("d_model", "d_ff", "heads", "layers", "decoder_layers")
         theirs, recipe = train_settings_for(preset, **values)
         if any(getattr(theirs, k) != getattr(init.config, k) for k in shape):
             there = ", ".join(f"{k} {getattr(init.config, k)}" for k in shape)

@@ -1,16 +1,17 @@
 """Model FLOPs of a training step and model-FLOPs utilization (MFU), counted from the real sentence lengths.
 
 How we count (matrix multiplications only; 2 FLOPs per multiply-add; d = d_model, V = vocabulary,
-N = layers; S and T are a sentence's source and target lengths, EOS and BOS included):
+N = layers, M = decoder_layers (N unless a student's decoder is shallower); S and T are a sentence's source and
+target lengths, EOS and BOS included):
 
-    forward, encoder, per layer:  8 d^2 S  (Q, K, V, O projections)  + 4 d d_ff S  (FFN)
-                                  + 4 d S^2  (Q K^T and attention x V)
-    forward, decoder, per layer:  8 d^2 T  (self-attention projections)
-                                  + 4 d^2 T + 4 d^2 S  (cross-attention: Q, O on the target; K, V on the source)
-                                  + 4 d d_ff T  (FFN)
-                                  + 4 d T^2  (self-attention, the causal square counted in full)
-                                  + 4 d S T  (cross-attention)
-    forward, output projection:   2 d V T
+    forward, encoder, each of N layers:  8 d^2 S  (Q, K, V, O projections)  + 4 d d_ff S  (FFN)
+                                         + 4 d S^2  (Q K^T and attention x V)
+    forward, decoder, each of M layers:  8 d^2 T  (self-attention projections)
+                                         + 4 d^2 T + 4 d^2 S  (cross-attention: Q, O on the target; K, V on the source)
+                                         + 4 d d_ff T  (FFN)
+                                         + 4 d T^2  (self-attention, the causal square counted in full)
+                                         + 4 d S T  (cross-attention)
+    forward, output projection:          2 d V T
     training step = 3 x forward   (the backward pass costs twice the forward)
 
 Without the attention terms this is the usual "6 x parameters x tokens" (each encoder weight meets
@@ -52,9 +53,9 @@ class LengthStats:
 
 
 def forward_flops(config: ModelConfig, n: LengthStats) -> float:
-    d, f, L, V = config.d_model, config.d_ff, config.layers, config.vocab_size
-    encoder = L * ((8 * d * d + 4 * d * f) * n.src + 4 * d * n.src_sq)
-    decoder = L * ((12 * d * d + 4 * d * f) * n.tgt + 4 * d * d * n.src + 4 * d * n.tgt_sq + 4 * d * n.src_tgt)
+    d, f, V = config.d_model, config.d_ff, config.vocab_size
+    encoder = config.layers * ((8 * d * d + 4 * d * f) * n.src + 4 * d * n.src_sq)
+    decoder = config.decoder_layers * ((12 * d * d + 4 * d * f) * n.tgt + 4 * d * d * n.src + 4 * d * n.tgt_sq + 4 * d * n.src_tgt)
     output = 2 * d * V * n.tgt
     return float(encoder + decoder + output)
 

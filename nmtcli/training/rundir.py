@@ -128,10 +128,12 @@ def check_resumable(run_dir: Path, previous: dict[str, Any], now: dict[str, Any]
         raise NmtError(f"{run_dir} was {started}, not {'--init ' + after['model'] if after else 'from scratch'}",
                        (f"resume it with --init {before['model']}, or " if before else "") + hint)
     if previous.get("model") != config.to_dict():
-        before = previous.get("model", {})
-        changed = sorted(k for k, v in config.to_dict().items() if before.get(k) != v)
+        # decoder_layers is written only where it differs from layers (ModelConfig.to_dict): compared resolved
+        before = {"decoder_layers": previous.get("model", {}).get("layers"), **previous.get("model", {})}
+        after = {"decoder_layers": config.decoder_layers, **config.to_dict()}
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         there = ", ".join(f"{k} {before.get(k)}" for k in changed)
-        shape = ", ".join(f"{k} {getattr(config, k)}" for k in changed)
+        shape = ", ".join(f"{k} {after.get(k)}" for k in changed)
         preset = previous.get("training", {}).get("preset")
         raise NmtError(f"{run_dir} was trained with a different model shape ({there} there; {shape} now)",
                        (f"resume it with --preset {preset}, " if preset else "") + hint)

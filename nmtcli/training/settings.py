@@ -96,10 +96,10 @@ class TrainSettings:
     """Everything about a run but the model's shape. Defaults come from the preset (TRAIN_PRESETS)."""
 
     preset: str = "base"  # chosen by `nmt train --preset` (with the model shape), not a flag of its own here
-    max_steps: int = setting(100_000, "Optimizer steps (sec. 5.2: base 100k, big 300k). tiny and small count --epochs instead; "
+    max_steps: int = setting(100_000, "Optimizer steps (sec. 5.2: base 100k, big 300k). tiny, small and the students count --epochs instead; "
                              "with --max-steps they run exactly that many steps, without BLEU validation or early stopping unless "
                              "--valid-bleu / --patience ask for them.", check=at_least(0))
-    epochs: int = setting(0, "Passes over the training data, when --max-steps is not given (tiny and small: 50, a ceiling: early "
+    epochs: int = setting(0, "Passes over the training data, when --max-steps is not given (tiny, small and the students: 50, a ceiling: early "
                           "stopping on validation BLEU is the real stop). At least twice --warmup steps.", check=at_least(0))
     min_steps: int = setting(0, "With --epochs: never fewer steps than this (a small corpus needs many passes; tiny 4,000), nor than "
                              "twice --warmup.", check=at_least(0))
@@ -132,9 +132,9 @@ class TrainSettings:
                              CHECKPOINTS, check=at_least(1))
     valid_every: int = setting(1000, "Steps between validations (perplexity, and BLEU with --valid-bleu).", CHECKPOINTS, check=at_least(1))
     valid_bleu: int = setting(0, "BLEU on the first N lines of the valid split at each validation, through beam search and sacreBLEU "
-                              "as `nmt score` (0: off, -1: all lines; tiny and small 500 when counting --epochs).", CHECKPOINTS,
+                              "as `nmt score` (0: off, -1: all lines; tiny, small and the students 500 when counting --epochs).", CHECKPOINTS,
                               check=at_least(-1))
-    patience: int = setting(0, "Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny and small 5 "
+    patience: int = setting(0, "Stop after this many validations without a better BLEU (or perplexity) (0: never; tiny, small and the students 5 "
                             "when counting --epochs).", CHECKPOINTS, check=at_least(0))
     min_delta: float = setting(MIN_DELTA, "Early stopping's minimum improvement: a validation resets --patience only where "
                                "it beats the one that last did by more than this many BLEU points (or lowers perplexity by "
@@ -219,7 +219,7 @@ def current_names(values: dict[str, Any], on_rename: Callable[[str, str], None] 
 # batches of 4,096 tokens on one GPU. Equation 3 with d_model 512 peaks at 512^-0.5 * 4000^-0.5 = 7.0e-4.
 FAIRSEQ_IWSLT_LR_SCALE = 5e-4 / (512 ** -0.5 * 4000 ** -0.5)
 
-# tiny and small train for a number of epochs, not steps: what a corpus needs grows with it. The epochs are a
+# tiny, small and the students train for a number of epochs, not steps: what a corpus needs grows with it. The epochs are a
 # ceiling; the stop is early stopping on validation BLEU. A --max-steps given instead runs to its end, with no BLEU
 # validation unless asked for (with_overrides). A small corpus needs more passes than a large one, so tiny's
 # ceiling is never under TINY_MIN_STEPS; docs/training.md ("Epochs") has the measurements that set both numbers.
@@ -238,6 +238,13 @@ TRAIN_PRESETS: dict[str, TrainSettings] = {
     "base": TrainSettings(preset="base", save_every="10m"),  # sec. 6.1: "checkpoints written at 10-minute intervals"
     "big": TrainSettings(preset="big", max_steps=300_000, keep_last=20, save_every="10m"),
 }
+# The students (model/config.py) learn from a teacher's translations of a corpus: as many pairs as the corpus, clean,
+# so small's recipe: up to 50 epochs of 4,096-token batches, equation 3 x 0.716 (student-base's peak is fairseq's
+# 5e-4, student-tiny's 7.1e-4: d_model^-0.5), and early stopping on BLEU of 500 validation lines (patience 5), which
+# stops a student where its BLEU stops rising rather than at a step count chosen for one size of data. No floor of
+# steps as tiny's: a distilled corpus is the teacher's whole training data, not a few thousand pairs.
+for _student in ("student-tiny", "student-base"):
+    TRAIN_PRESETS[_student] = replace(TRAIN_PRESETS["small"], preset=_student)
 
 # Settings that fix what a run is; resuming with a different value would silently train something else.
 FIXED_ON_RESUME = ("preset", "batch_tokens", "tokens_per_step", "update_freq", "seed", "label_smoothing", "warmup", "lr_scale", "lr")
