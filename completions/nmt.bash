@@ -6,7 +6,7 @@
 # The subcommands of a command path ("", "import").
 __nmt_subcommands() {
     case $1 in
-        '') REPLY='quickstart prepare train average translate serve score info push pull import export' ;;
+        '') REPLY='quickstart prepare train average translate serve score info push pull distill import export' ;;
         'import') REPLY='marian m2m100 nllb' ;;
         'export') REPLY='ctranslate2' ;;
         *) REPLY='' ;;
@@ -21,12 +21,13 @@ __nmt_options() {
         'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --revision --workers --chunk-pairs --output -o --help -h' ;;
         'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --compile --no-compile --shape-classes --no-shape-classes --cuda-graphs --no-cuda-graphs --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --at --output -o --calibrate --no-calibrate --device --help -h' ;;
-        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --forced-decoding --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --help -h' ;;
+        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --forced-decoding --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --closest-to --chunk-lines --gpus --help -h' ;;
         'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --access-log --no-access-log --protect --no-protect --glossary --max-glossary --max-request-glossary --help -h' ;;
         'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
         'pull') REPLY='--revision --output -o --help -h' ;;
+        'distill') REPLY='--model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --max-steps --max-time --seed --export-ctranslate2 --chunk-lines --gpus --device --output -o --help -h' ;;
         'import') REPLY='--help -h' ;;
         'import marian') REPLY='--output -o --revision --source-lang -s --target-lang -t --help -h' ;;
         'import m2m100') REPLY='--output -o --revision --help -h' ;;
@@ -131,6 +132,9 @@ __nmt_option_value() {
         'translate --protect') REPLY='text' ;;
         'translate --glossary') REPLY='files' ;;
         'translate --max-glossary') REPLY='text' ;;
+        'translate --closest-to') REPLY='files' ;;
+        'translate --chunk-lines') REPLY='text' ;;
+        'translate --gpus') REPLY='text' ;;
         'serve --model'|'serve -m') REPLY='files' ;;
         'serve --host') REPLY='text' ;;
         'serve --port') REPLY='text' ;;
@@ -178,6 +182,24 @@ __nmt_option_value() {
         'push --license') REPLY='text' ;;
         'pull --revision') REPLY='text' ;;
         'pull --output'|'pull -o') REPLY='files' ;;
+        'distill --model'|'distill -m') REPLY='files' ;;
+        'distill --train') REPLY='text' ;;
+        'distill --valid') REPLY='text' ;;
+        'distill --test') REPLY='text' ;;
+        'distill --mono') REPLY='files' ;;
+        'distill --source-lang'|'distill -s') REPLY='text' ;;
+        'distill --target-lang'|'distill -t') REPLY='text' ;;
+        'distill --preset') REPLY='choices tiny small base big student-tiny student-base' ;;
+        'distill --beam') REPLY='text' ;;
+        'distill --nbest') REPLY='text' ;;
+        'distill --drop-worst') REPLY='text' ;;
+        'distill --max-steps') REPLY='text' ;;
+        'distill --max-time') REPLY='text' ;;
+        'distill --seed') REPLY='text' ;;
+        'distill --chunk-lines') REPLY='text' ;;
+        'distill --gpus') REPLY='text' ;;
+        'distill --device') REPLY='choices auto cpu cuda' ;;
+        'distill --output'|'distill -o') REPLY='files' ;;
         'import marian --output'|'import marian -o') REPLY='files' ;;
         'import marian --revision') REPLY='text' ;;
         'import marian --source-lang'|'import marian -s') REPLY='text' ;;

@@ -6,7 +6,7 @@
 function __nmt_subcommands
     switch "$argv"
         case ''
-            printf '%s\n' quickstart prepare train average translate serve score info push pull import export
+            printf '%s\n' quickstart prepare train average translate serve score info push pull distill import export
         case 'import'
             printf '%s\n' marian m2m100 nllb
         case 'export'
@@ -26,7 +26,7 @@ function __nmt_value_options
         case 'average'
             printf '%s\n' --last --at --output -o --device
         case 'translate'
-            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary
+            printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary --closest-to --chunk-lines --gpus
         case 'serve'
             printf '%s\n' --model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --protect --glossary --max-glossary --max-request-glossary
         case 'score'
@@ -37,6 +37,8 @@ function __nmt_value_options
             printf '%s\n' --revision --message -M --license
         case 'pull'
             printf '%s\n' --revision --output -o
+        case 'distill'
+            printf '%s\n' --model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --max-steps --max-time --seed --chunk-lines --gpus --device --output -o
         case 'import marian'
             printf '%s\n' --output -o --revision --source-lang -s --target-lang -t
         case 'import m2m100'
@@ -148,6 +150,7 @@ complete -c nmt -n "__nmt_using ''" -a score -d 'Score translations with sacreBL
 complete -c nmt -n "__nmt_using ''" -a info -d 'Show what a model, a training run or a Hub model is: architecture, parameters, vocabulary, data, steps, BLEU, files'
 complete -c nmt -n "__nmt_using ''" -a push -d 'Upload a model dir to the Hugging Face Hub with a generated model card'
 complete -c nmt -n "__nmt_using ''" -a pull -d 'Download an nmt model from the Hugging Face Hub and print the model dir it is in'
+complete -c nmt -n "__nmt_using ''" -a distill -d 'Distill a teacher into a small, fast student: translate, filter, prepare, train, average, report'
 complete -c nmt -n "__nmt_using ''" -a import -d 'Convert a model trained with another toolkit into an nmt model dir'
 complete -c nmt -n "__nmt_using ''" -a export -d 'Convert an nmt model dir for another inference engine'
 complete -c nmt -n "__nmt_using ''" -l debug -d 'Show full tracebacks for errors'
@@ -278,6 +281,9 @@ complete -c nmt -n "__nmt_using 'translate'" -l protect -x -d 'Also keep the spa
 complete -c nmt -n "__nmt_using 'translate'" -l no-protect -d 'Translate placeholders, URLs, e-mail addresses and tags like any text (the built-in protected kinds off; --protect still applies)'
 complete -c nmt -n "__nmt_using 'translate'" -l glossary -r -F -d 'Terms to put into the translations: a UTF-8 file of `source TAB target` lines (# comments; target forms as alternatives: Haus|Hauses)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-glossary -x -d 'The most entries --glossary may have'
+complete -c nmt -n "__nmt_using 'translate'" -l closest-to -r -F -d 'With --nbest N: write, of each line\'s N translations, the one of the best sentence chrF against this file\'s line (its reference): a teacher\'s translations for distillation (mozilla/translations\' extract_best)'
+complete -c nmt -n "__nmt_using 'translate'" -l chunk-lines -x -d 'With -i FILE -o OUT: lines translated per chunk, each written to OUT.parts/ as it finishes; running the same command again resumes from the chunks done (a kill loses one chunk at most)'
+complete -c nmt -n "__nmt_using 'translate'" -l gpus -x -d 'With -i FILE -o OUT: start this many ranks on this node through torchrun (one a GPU; with --device cpu, CPU processes), each translating its share of the chunks; several nodes: run torchrun yourself (docs/translating.md)'
 complete -c nmt -n "__nmt_using 'translate'" -l help -s h -d 'Show this message and exit'
 
 # nmt serve
@@ -351,6 +357,28 @@ complete -c nmt -n "__nmt_at_argument 'push' 0" -F  # MODEL_DIR
 complete -c nmt -n "__nmt_using 'pull'" -l revision -x -d 'Branch, tag or commit to pin'
 complete -c nmt -n "__nmt_using 'pull'" -l output -s o -r -F -d 'Copy the model into this dir'
 complete -c nmt -n "__nmt_using 'pull'" -l help -s h -d 'Show this message and exit'
+
+# nmt distill
+complete -c nmt -n "__nmt_using 'distill'" -l model -s m -r -F -d 'The teacher: a model dir or Hub id (nmt\'s own, or from `nmt import marian|m2m100|nllb`)'
+complete -c nmt -n "__nmt_using 'distill'" -l train -x -d 'Parallel training data PREFIX.SRC / PREFIX.TGT: the teacher translates its sources (--beam, --nbest), keeping of each line\'s n-best the translation closest to its reference (sentence chrF)'
+complete -c nmt -n "__nmt_using 'distill'" -l valid -x -d 'Validation files PREFIX.SRC / PREFIX.TGT, real references: the student stops early on their BLEU'
+complete -c nmt -n "__nmt_using 'distill'" -l test -x -d 'Test files PREFIX.SRC / PREFIX.TGT: the report\'s teacher and student scores and speeds'
+complete -c nmt -n "__nmt_using 'distill'" -l mono -r -F -d 'More source-language text, one sentence a line: translated by the teacher (its best translation) and learnt from too'
+complete -c nmt -n "__nmt_using 'distill'" -l source-lang -s s -x -d 'Source language code (the file suffix)'
+complete -c nmt -n "__nmt_using 'distill'" -l target-lang -s t -x -d 'Target language code (the file suffix)'
+complete -c nmt -n "__nmt_using 'distill'" -l preset -x -a '(__nmt_values_preset)' -d 'The student\'s model and recipe (`nmt info --preset NAME`): student-tiny (6+2 layers, 256 wide; Bergamot\'s tiny11) or student-base (6+2, 512)'
+complete -c nmt -n "__nmt_using 'distill'" -l beam -x -d 'The teacher\'s beam'
+complete -c nmt -n "__nmt_using 'distill'" -l nbest -x -d 'Translations of a training source the teacher offers; the closest to the reference is kept (1: the best)'
+complete -c nmt -n "__nmt_using 'distill'" -l drop-worst -x -d 'Percent of the distilled pairs dropped: those of the lowest per-token log-probability under the teacher (Bergamot: 5)'
+complete -c nmt -n "__nmt_using 'distill'" -l max-steps -x -d 'The student\'s training steps at most (default: the preset\'s epochs, stopping early on validation BLEU)'
+complete -c nmt -n "__nmt_using 'distill'" -l max-time -x -d 'The student\'s training time at most, e.g. 30m or 2h'
+complete -c nmt -n "__nmt_using 'distill'" -l seed -x -d 'The student\'s seed (weights, data order, dropout): the same seed, the same student'
+complete -c nmt -n "__nmt_using 'distill'" -l export-ctranslate2 -d 'Also write OUT/ctranslate2, the student for CTranslate2 in int8 (needs the ctranslate2 extra)'
+complete -c nmt -n "__nmt_using 'distill'" -l chunk-lines -x -d 'Lines the teacher translates per resumable chunk'
+complete -c nmt -n "__nmt_using 'distill'" -l gpus -x -d 'The teacher\'s translations on this many ranks of this node (torchrun; one a GPU, or CPU processes with --device cpu)'
+complete -c nmt -n "__nmt_using 'distill'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
+complete -c nmt -n "__nmt_using 'distill'" -l output -s o -r -F -d 'Work dir: the teacher\'s translations, the student\'s data, run and model, report.json'
+complete -c nmt -n "__nmt_using 'distill'" -l help -s h -d 'Show this message and exit'
 
 # nmt import
 complete -c nmt -n "__nmt_using 'import'" -a marian -d 'Import a Hugging Face MarianMTModel (the OPUS-MT models) as an nmt model dir'

@@ -21,7 +21,7 @@ LAYERS = [
     {"training"},
     {"hub"},
     {"interop", "describe", "documents"},
-    {"api"},
+    {"api", "bulk"},
     {"serve"},
     {"cli", "__main__"},
 ]

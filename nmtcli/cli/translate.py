@@ -131,7 +131,7 @@ def command(
     if gpus is not None and world == 1:
         return chunked.launch(gpus, device)
     if in_chunks:
-        return _translate_in_chunks(
+        return chunked.translate_in_chunks(
             input, output, chunk_lines, settings, output_format, forced_decoding, target_file, prefix_file, closest_to, alignment,
             protection, split_sentences, min_confidence, open_translator=lambda device, threads, warn: _translator(
                 engine, model, revision, device, precision, threads, output_format, settings, warn, (source_lang, target_lang)),
@@ -179,46 +179,6 @@ def command(
     say(f"{'scored' if forced_decoding else 'translated'} {count:,} {'pair' if forced_decoding else 'line'}(s){timing}{_on_cpu(translator)}")
     if min_confidence is not None:
         say(f"{below[0]:,} of {below[1]:,} translated line(s) below --min-confidence {min_confidence:g}")
-
-
-def _translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: SearchSettings, output_format: str,
-                         forced_decoding: bool, target_file: Path | None, prefix_file: Path | None, closest_to: Path | None,
-                         alignment: str | None, protection, split_sentences: bool, min_confidence: float | None,
-                         open_translator, device: str, threads: int | None, what: dict) -> None:
-    """-i FILE -o OUT: FILE (with the files read beside it) translated a chunk at a time into OUT.parts/, joined into OUT
-    (cli/chunked.py, nmtcli/bulk.py); this rank's share when torchrun started several."""
-    from nmtcli.bulk import decoded, renumbered
-
-    _, world, local_rank, local_world = chunked.ranks()
-    if world > 1:
-        device, threads = chunked.rank_device(device, local_rank), chunked.rank_threads(threads, local_world)
-    first = [1]  # the chunk in flight's first line, for the warnings about its lines
-    numbers: dict[int, tuple[int, int]] = {}
-    translator = open_translator(device, threads, renumbered(_sentence_warn(numbers) if split_sentences else warn, lambda: first[0]))
-    beside = [(path, name) for path, name in ((target_file if forced_decoding else None, "targets"), (prefix_file, "prefixes"),
-                                              (closest_to, "references")) if path is not None]
-    below = [0, 0]
-
-    def lines_of(start: int, columns: list[list[bytes]]) -> Iterator[str]:
-        first[0] = start
-        read = {name: iter(decoded(column, str(path), start, warn)) for (path, name), column in zip(beside, columns[1:])}
-        lines = iter(decoded(columns[0], str(input), start, warn))
-        if forced_decoding:
-            return _scored(translator, settings, lines, read["targets"], output_format, alignment)
-        rated = _translations(translator, settings, lines, read.get("prefixes"), output_format, protection, split_sentences, numbers,
-                              read.get("references"), first=start)
-        return _flagged(rated, min_confidence, below)
-
-    model = Path(str(translator.name))
-    weights = [p.stat() for p in sorted(model.glob("*.safetensors"))] if model.is_dir() else []
-    what = {**what, "model": str(model.resolve()) if model.exists() else str(model), "weights": [[w.st_size, w.st_mtime_ns] for w in weights],
-            "search": {k: str(v) for k, v in dataclasses.asdict(settings).items() if k not in ("glossary", "batch_tokens", "window", "cuda_graphs")},
-            "output_format": output_format, "forced_decoding": forced_decoding, "split_sentences": split_sentences,
-            "protection": repr(protection), "min_confidence": min_confidence, "alignment": alignment}
-    chunked.translate_file([input, *(path for path, _ in beside)], output, chunk_lines, what, lines_of,
-                           "scored" if forced_decoding else "translated")
-    if min_confidence is not None and chunked.ranks()[0] == 0:
-        say(f"{below[0]:,} of {below[1]:,} line(s) this rank translated below --min-confidence {min_confidence:g}")
 
 
 def _digest(path: Path | None) -> str | None:
