@@ -205,4 +205,7 @@ def test_distill_from_an_imported_opus_mt_teacher(marian_dir, small_corpus, tmp_
     assert report["lines_kept"] == 300 and "teacher and student on the test split" in result.stderr
     manifest = json.loads((tmp_path / "work" / "data" / "manifest.json").read_text())
     assert manifest["vocab_from"]["kind"] == "marian"  # the teacher's own per-side tokenizers encoded the student's data
-    assert json.loads((tmp_path / "work" / "model" / "config.json").read_text())["model"]["final_logits_bias"] is True
+    tokenizer = [name for name in ("source.spm", "target.spm", "vocab.json") if (tmp_path / "teacher" / name).exists()]
+    assert tokenizer == ["source.spm", "target.spm", "vocab.json"]
+    for name in tokenizer:  # the student reads and writes text as its teacher does
+        assert (tmp_path / "work" / "model" / name).read_bytes() == (tmp_path / "teacher" / name).read_bytes()
