@@ -15,6 +15,8 @@ chunks. Any number of ranks writes the same bytes as one process, and a run may 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import shutil
@@ -24,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nmtcli.errors import NmtError
+from nmtcli.errors import FileSystemError, NmtError, file_system_error
 from nmtcli.files import atomic_path, file_system_errors
 
 PARTS = ".parts"  # OUT's chunks are built in OUT.parts/
 JOB = "job.json"
+LOCK = "lock"  # held by rank 0 while a job runs: a second command writing the same OUT is refused
 CHUNK_LINES = 5_000  # a kill loses at most one chunk per rank: ~2 min of a tiny model on one CPU thread
 POLL_S = 1.0  # rank 0 looks for the other ranks' chunks this often
 
@@ -98,13 +101,24 @@ class Job:
         self._begin()
 
     def _begin(self) -> None:
-        """Start OUT.parts/ (rank 0), or join the one there if it holds this very job."""
+        """Start OUT.parts/ (rank 0, which holds its lock while the job runs), or join the one there if it holds
+        this very job."""
         job = self.parts / JOB
-        if self.rank == 0 and not job.exists():
-            with file_system_errors(self.parts):
+        if self.rank == 0:
+            with self._writing():
                 self.parts.mkdir(parents=True, exist_ok=True)
-            with atomic_path(job) as tmp:
-                tmp.write_text(json.dumps(self.description, indent=2) + "\n", encoding="utf-8")
+                self._lock = open(self.parts / LOCK, "a")
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise NmtError(f"another command is writing {self.output} ({self.parts} is locked)",
+                               "wait for it to finish, or write to another -o", exit_code=2) from None
+            if not job.exists():
+                if any(p.name[:1].isdigit() for p in self.parts.iterdir()):
+                    raise NmtError(f"{self.parts} holds chunks but no {JOB} saying what they translate",
+                                   f"delete {self.parts} to start over", exit_code=2)
+                with self._writing(job), atomic_path(job) as tmp:
+                    tmp.write_text(json.dumps(self.description, indent=2) + "\n", encoding="utf-8")
         while not job.exists():  # another rank: rank 0 writes it first
             time.sleep(POLL_S / 10)
         try:
@@ -113,7 +127,21 @@ class Job:
             recorded = None
         if recorded != self.description:
             raise NmtError(f"{self.parts} holds the chunks of another translation (other input, model or settings)",
-                           f"run the command that started it again to finish it, or delete {self.parts} to start over", exit_code=2)
+                           f"finish it with the command and input that started it, or delete {self.parts} to start over", exit_code=2)
+
+    @contextlib.contextmanager
+    def _writing(self, path: Path | None = None) -> Iterator[None]:
+        """A write into OUT.parts/ that fails for want of space or rights: one line that says what is kept."""
+        try:
+            yield
+        except (FileSystemError, OSError) as e:
+            cause = e.__cause__ if isinstance(e, FileSystemError) else e
+            intact = (f"the previous {self.output.name} is unchanged" if self.output.exists() else
+                      f"the chunks done stay in {self.parts.name} and the same command resumes from them")
+            error = file_system_error(cause, getattr(cause, "filename", None) or path or self.parts, intact=intact) if cause is not None else None
+            if error is None:
+                raise
+            raise error from cause
 
     # --- the chunks ---------------------------------------------------------------------------------
 
@@ -146,7 +174,7 @@ class Job:
         """The chunk's output lines written (exactly its line count, or a bug), then its record."""
         text, record = self._paths(chunk)
         digest, count, size = hashlib.sha256(), 0, 0
-        with atomic_path(text) as tmp, open(tmp, "wb") as f:
+        with self._writing(text), atomic_path(text) as tmp, open(tmp, "wb") as f:
             for line in lines:
                 data = (line + "\n").encode("utf-8")
                 f.write(data)
@@ -154,7 +182,7 @@ class Job:
                 count, size = count + 1, size + len(data)
             if count != chunk.lines:
                 raise RuntimeError(f"chunk {chunk.index}: {count} lines out for {chunk.lines} in")
-        with atomic_path(record) as tmp:
+        with self._writing(record), atomic_path(record) as tmp:
             tmp.write_text(json.dumps({"first": chunk.first, "lines": count, "bytes": size, "sha256": digest.hexdigest()}),
                            encoding="utf-8")
         return count
@@ -193,7 +221,7 @@ class Job:
         """Every chunk checked against its record and written, in order, into the output (one rename); the parts go.
         A chunk that fails its check is deleted, so that the next run translates it again."""
         digest = hashlib.sha256()
-        with atomic_path(self.output) as tmp, open(tmp, "wb") as out:
+        with self._writing(self.output), atomic_path(self.output) as tmp, open(tmp, "wb") as out:
             for chunk in self.chunks:
                 text, record = self._paths(chunk)
                 data = text.read_bytes()
@@ -213,6 +241,9 @@ def decode_line(raw: bytes, number: int, name: str, warn: Callable[[str], None] 
     """One line as `nmt translate` reads it (CRLF accepted, a BOM at the file's start dropped, invalid UTF-8 replaced
     and reported by the line's number in the file)."""
     raw = raw.rstrip(b"\n").rstrip(b"\r")
+    if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise NmtError(f"{name} is UTF-16 (it starts with a UTF-16 byte order mark)",
+                       "convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8", exit_code=2)
     if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:

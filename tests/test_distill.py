@@ -47,7 +47,7 @@ def test_a_killed_translation_resumes_from_its_chunks(trained_model, sources, wh
     killed = run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-rename:4"}, check=False)
     assert killed.returncode == -9 and not out.exists()
     parts = sorted(p.name for p in (tmp_path / "out.de.parts").iterdir())
-    assert parts == ["000000.json", "000000.txt", "000001.txt", "job.json"]
+    assert parts == ["000000.json", "000000.txt", "000001.txt", "job.json", "lock"]
     again = run_nmt(*args)
     assert "resuming" in again.stderr and "50 of 230 lines already translated" in again.stderr
     assert "translated 180 line(s)" in again.stderr
@@ -209,3 +209,58 @@ def test_distill_from_an_imported_opus_mt_teacher(marian_dir, small_corpus, tmp_
     assert tokenizer == ["source.spm", "target.spm", "vocab.json"]
     for name in tokenizer:  # the student reads and writes text as its teacher does
         assert (tmp_path / "work" / "model" / name).read_bytes() == (tmp_path / "teacher" / name).read_bytes()
+
+
+def test_what_would_lose_or_mix_lines_is_refused_in_one_line(trained_model, sources, tmp_path):
+    from nmtcli.bulk import Job
+    from nmtcli.errors import NmtError
+
+    def refused(*args: str) -> str:
+        result = nmt_in_process("translate", "-m", str(trained_model), *args, check=False)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        return result.stderr.strip().splitlines()[-1]
+
+    copy = tmp_path / "same.en"
+    copy.write_bytes(sources.read_bytes())
+    assert "is a file this command reads" in refused("-i", str(copy), "-o", str(copy))
+    assert copy.read_bytes() == sources.read_bytes()
+    utf16 = tmp_path / "utf16.en"
+    utf16.write_bytes("the dog\nthe cat\n".encode("utf-16"))
+    assert "is UTF-16" in refused("-i", str(utf16), "-o", str(tmp_path / "u.de"))
+    stdin = nmt_in_process("translate", "-m", str(trained_model), input=utf16.read_bytes(), check=False)
+    assert stdin.returncode == 2 and "is UTF-16" in stdin.stderr.decode()
+    (tmp_path / "r.de").write_text("one\n")
+    assert "--closest-to" in refused("-i", str(sources), "--nbest", "2", "--closest-to", str(tmp_path / "r.de"))
+    stray = tmp_path / "x.de.parts"
+    stray.mkdir()
+    (stray / "000000.txt").write_text("from another job\n")
+    assert "no job.json" in refused("-i", str(sources), "-o", str(tmp_path / "x.de"))
+    held = Job([sources], tmp_path / "y.de", {"model": "a"}, 50)  # holds y.de.parts' lock, as a running command does
+    with pytest.raises(NmtError, match="another command is writing"):
+        Job([sources], tmp_path / "y.de", {"model": "a"}, 50)
+    assert held.mine()
+
+
+def test_distill_reruns_a_stage_whose_input_changed_and_refuses_a_foreign_record(trained_model, small_corpus, tmp_path):
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(small_corpus, corpus)
+    out = tmp_path / "work"
+    args = distill_args(trained_model, corpus, out, "--max-steps", "2")
+    nmt_in_process(*args)
+    lines = lines_of(corpus / "train.en")
+    lines[0] = "der hund sieht die katze"  # the training sources edited
+    (corpus / "train.en").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    again = nmt_in_process(*args)
+    assert again.stderr.count("done already") == 0 and lines_of(out / "distilled.en")[0] == lines[0]
+    (out / "stages.json").write_text("[1, 2]")
+    result = nmt_in_process(*args, check=False)
+    assert result.returncode == 1 and "is not the record of nmt distill's stages" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_dropped_pairs_are_one_tsv_row_each():
+    from nmtcli.cli.distill import _cell
+
+    row = "\t".join(["-1.0", _cell("a\tb\\c\r".encode()), _cell("x\u2028y\x0cz".encode())])
+    assert row.split("\t") == ["-1.0", "a\\tb\\\\c\\r", "x\\u2028y\\fz"] and len(row.splitlines()) == 1

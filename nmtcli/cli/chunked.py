@@ -136,7 +136,7 @@ def translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: S
     model = Path(str(translator.name))
     weights = [p.stat() for p in sorted(model.glob("*.safetensors"))] if model.is_dir() else []
     what = {**what, "model": str(model.resolve()) if model.exists() else str(model), "weights": [[w.st_size, w.st_mtime_ns] for w in weights],
-            "search": {k: str(v) for k, v in dataclasses.asdict(settings).items() if k not in ("glossary", "batch_tokens", "window", "cuda_graphs")},
+            "search": {k: str(v) for k, v in dataclasses.asdict(settings).items() if k not in ("glossary", "cuda_graphs")},
             "output_format": output_format, "forced_decoding": forced_decoding, "split_sentences": split_sentences,
             "protection": repr(protection), "min_confidence": min_confidence, "alignment": alignment}
     translate_file([input, *(path for path, _ in beside)], output, chunk_lines, what, lines_of,

@@ -75,12 +75,13 @@ def command(
     translated = work / "teacher" / f"train.{tgt}"
     stages.run("translate", f"the teacher translates the training sources (beam {beam}"
                + (f", of {nbest} translations the closest to the reference)" if nbest > 1 else ")"),
-               ["translate", "-m", str(teacher), "-i", f"{train}.{src}", "-o", str(translated), "--beam", str(beam), *picked, *chunks, *on])
+               ["translate", "-m", str(teacher), "-i", f"{train}.{src}", "-o", str(translated), "--beam", str(beam), *picked, *chunks, *on],
+               [teacher, Path(f"{train}.{src}"), Path(f"{train}.{tgt}")])
     sources, targets = [Path(f"{train}.{src}")], [translated]
     for k, path in enumerate(mono or [], start=1):
         out = work / "teacher" / f"mono{k}.{tgt}"
         stages.run(f"translate-mono{k}", f"the teacher translates {path} (beam {beam}, its best)",
-                   ["translate", "-m", str(teacher), "-i", str(path), "-o", str(out), "--beam", str(beam), *chunks, *on])
+                   ["translate", "-m", str(teacher), "-i", str(path), "-o", str(out), "--beam", str(beam), *chunks, *on], [teacher, path])
         sources.append(path)
         targets.append(out)
     distilled = work / "distilled"
@@ -89,25 +90,26 @@ def command(
     scores = work / "teacher" / "scores.txt"
     stages.run("score", "the teacher scores each distilled pair: its per-token log-probability (forced decoding)",
                ["translate", "--forced-decoding", "-m", str(teacher), "-i", f"{distilled}.{src}", "--target-file", f"{distilled}.{tgt}",
-                "--length-penalty", "power", "--alpha", "1", "-o", str(scores), *chunks, *on])
+                "--length-penalty", "power", "--alpha", "1", "-o", str(scores), *chunks, *on], [teacher])
     kept = work / "kept"
     stages.step("filter", f"the worst {drop_worst:g}% of the pairs by that score dropped (the teacher is least sure of them)",
                 lambda: _filter(distilled, scores, kept, languages, drop_worst, work / "dropped.tsv"), key=[f"{drop_worst:g}"])
     data, run, student = work / "data", work / "run", work / "model"
     stages.run("prepare", "the student's data: the kept pairs, the real validation and test splits, the teacher's vocabulary",
                ["prepare", "--train", str(kept), "--valid", valid, "--test", test, "-s", src, "-t", tgt, "--vocab-from", str(teacher),
-                "-o", str(data)])
+                "-o", str(data)], [teacher, *(Path(f"{p}.{lang}") for p in (valid, test) for lang in languages)])
     limits = (["--max-steps", str(max_steps)] if max_steps else []) + (["--max-time", max_time] if max_time else [])
-    stages.run("train", f"the student ({preset}) learns from the kept pairs, stopping early on validation BLEU",
-               ["train", "--data", str(data), "--preset", preset, "-o", str(run), "--seed", str(seed), *limits, "--device", device,
-                *(["--restart"] if "train" in stages.invalidated else [])])
+    training = ["train", "--data", str(data), "--preset", preset, "-o", str(run), "--seed", str(seed), *limits, "--device", device]
+    if "train" in stages.invalidated or stages.changed("train", training, ("--max-steps", "--max-time")):
+        training.append("--restart")  # its data changed, or its preset or seed: a run resumed would mix two students
+    stages.run("train", f"the student ({preset}) learns from the kept pairs, stopping early on validation BLEU", training)
     stages.run("average", "the student's checkpoints averaged into a model dir (sec. 6.1)",
                ["average", str(run), "-o", str(student), "--device", device])
     if export_ctranslate2:
         stages.run("export", "the student for CTranslate2, int8",
                    ["export", "ctranslate2", str(student), str(work / "ctranslate2"), "--quantization", "int8", "--force"])
     stages.step("report", "teacher and student on the test split: quality, speed, size",
-                lambda: _report(work, teacher, student, test, languages, stages, device), key=[str(teacher)])
+                lambda: _report(work, teacher, student, test, languages, stages, device), key=stamps([teacher, Path(f"{test}.{src}"), Path(f"{test}.{tgt}")]))
     _show(json.loads((work / REPORT).read_text(encoding="utf-8")))
 
 
@@ -122,12 +124,25 @@ class Stages:
             self.done = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             self.done = {}
-        except ValueError:
-            raise NmtError(f"{self.path} is not JSON", f"delete it to run every stage of {work} again") from None
+        except (ValueError, OSError):
+            self.done = None
+        if not isinstance(self.done, dict) or not all(isinstance(v, dict) and "seconds" in v for v in self.done.values()):
+            raise NmtError(f"{self.path} is not the record of nmt distill's stages", f"delete it to run every stage of {work} again, "
+                           "or give another -o")
 
-    def run(self, name: str, what: str, args: list[str]) -> None:
-        """A stage that is an `nmt` command: shown, then run as if typed (the same parsing, checks and messages)."""
-        self.step(name, what, lambda: _nmt(args), args)
+    def changed(self, name: str, args: list[str], limits: tuple[str, ...]) -> bool:
+        """Whether stage `name` was done before with other `args` than these, `limits` aside (a training's length, which
+        a resumed run can change; another preset or seed must start again)."""
+        def kept(args: list[str]) -> list[str]:
+            return [a for i, a in enumerate(args) if a not in limits and (i == 0 or args[i - 1] not in limits) and a != "--restart"]
+
+        before = (self.done.get(name) or {}).get("args")
+        return before is not None and kept(before) != kept(args)
+
+    def run(self, name: str, what: str, args: list[str], reads: list[Path] = ()) -> None:
+        """A stage that is an `nmt` command: shown, then run as if typed (the same parsing, checks and messages).
+        `reads`: the files it reads beside the earlier stages' output; changed, the stage runs again."""
+        self.step(name, what, lambda: _nmt(args), args, stamps(reads))
 
     def step(self, name: str, what: str, do, args: list[str] | None = None, key: list[str] | None = None) -> None:
         """Stage `name`: skipped if done with the same command `args` (a stage of no command: the same `key`); else
@@ -138,7 +153,7 @@ class Stages:
         if args is not None:
             console.print(f"[bold cyan]$ nmt {' '.join(shlex.quote(a) for a in args)}[/bold cyan]", highlight=False, soft_wrap=True)
         done = self.done.get(name)
-        args = args if args is not None else key
+        args = (args or []) + (key or [])
         if done is not None and done.get("args") == args:
             say(f"done already ({done['seconds']:.0f} s); delete {self.path} to run every stage again")
             return
@@ -155,6 +170,15 @@ class Stages:
             tmp.write_text(json.dumps(self.done, indent=2) + "\n", encoding="utf-8")
 
 
+def stamps(paths) -> list[str]:
+    """Each file's path, size and modification time (a model dir: its files'): what a stage read, to see it changed."""
+    found = []
+    for path in map(Path, paths):
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        found += [f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files if p.exists()]
+    return found
+
+
 def _nmt(args: list[str]) -> None:
     """Run `nmt ARGS` in this process. sys.argv is the command's for the while: `--gpus` starts its ranks with it."""
     from nmtcli.cli import app
@@ -162,9 +186,13 @@ def _nmt(args: list[str]) -> None:
     saved = sys.argv
     sys.argv = ["nmt", *args]
     try:
-        app(args=args, prog_name="nmt", standalone_mode=False)
+        code = app(args=args, prog_name="nmt", standalone_mode=False)
     finally:
         sys.argv = saved
+    if code == 130:  # Ctrl-C, which the command returned as its exit code: the stage is not done
+        raise KeyboardInterrupt
+    if isinstance(code, int) and code != 0:
+        raise SystemExit(code)
 
 
 def _languages(teacher: Path, source: str | None, target: str | None) -> tuple[str, str]:
@@ -231,9 +259,16 @@ def _filter(distilled: Path, scores: Path, kept: Path, languages: tuple[str, str
     with atomic_path(dropped_file) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("score\tsource\ttranslation\n")
         for i in order[:drop]:
-            f.write(f"{values[i]:.4f}\t{src[i].decode('utf-8', 'replace')}\t{tgt[i].decode('utf-8', 'replace')}\n")
+            f.write(f"{values[i]:.4f}\t{_cell(src[i])}\t{_cell(tgt[i])}\n")
     threshold = f"; per-token log-probability below {values[order[drop]]:.3f}" if drop and drop < len(values) else ""
     say(f"kept {len(values) - drop:,} of {len(values):,} pairs, dropped {drop:,}{threshold} ({dropped_file})")
+
+
+def _cell(line: bytes) -> str:
+    """A line as one TSV cell: backslash, tab, CR and the other line breaks Python splits on written as escapes."""
+    text = line.decode("utf-8", "replace")
+    return text.replace("\\", "\\\\").translate({ord("\t"): "\\t", ord("\r"): "\\r", 0x0B: "\\v", 0x0C: "\\f", 0x1C: "\\x1c", 0x1D: "\\x1d",
+                                                   0x1E: "\\x1e", 0x85: "\\x85", 0x2028: "\\u2028", 0x2029: "\\u2029"})
 
 
 def _report(work: Path, teacher: Path, student: Path, test: str, languages: tuple[str, str], stages: Stages, device: str) -> None:

@@ -123,7 +123,10 @@ def command(
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
-    in_chunks = output is not None and input is not None and input.is_file() and format == "text"
+    _check_paths(output, input, target_file, prefix_file, closest_to)
+    # A file into a file goes in chunks; but for sentences drawn by sampling, keyed by their number in the whole input.
+    in_chunks = (output is not None and input is not None and input.is_file() and format == "text"
+                 and not (split_sentences and sampling is not None))
     world = chunked.ranks()[1]
     if (gpus is not None or world > 1) and not in_chunks:
         raise NmtError("ranks share the chunks of a file translated into another file", "give -i FILE and -o OUT (a regular file), "
@@ -185,6 +188,22 @@ def _digest(path: Path | None) -> str | None:
     from nmtcli.checksums import file_sha256
 
     return None if path is None else file_sha256(path)
+
+
+def _check_paths(output: Path | None, *read: Path | None) -> None:
+    """-o is none of the files read (it would replace the input with its translation), and --closest-to has a line
+    for each input line (two regular files: counted before any work)."""
+    from nmtcli.errors import NmtError
+
+    given = [p for p in read if p is not None]
+    if output is not None and output.exists() and any(p.exists() and output.samefile(p) for p in given):
+        raise NmtError(f"-o {output} is a file this command reads", "write the translation to another file", exit_code=2)
+    input, closest_to = read[0], read[-1]
+    if input is not None and closest_to is not None and input.is_file() and closest_to.is_file():
+        lines, references = _count_lines(input), _count_lines(closest_to)
+        if lines != references:
+            raise NmtError(f"--closest-to {closest_to} has {references:,} line(s) but --input {input} has {lines:,}",
+                           "give one reference per input line", exit_code=2)
 
 
 def _glossary(path: Path | None, max_terms: int, forced_decoding: bool, sampling: str | None, engine: str):

@@ -183,6 +183,7 @@ def launch(nproc: int, argv: list[str], debug: bool = False, command: str = "tra
         if failure.exitcode < 0:
             raise NmtError(
                 f"rank {rank} was killed by signal {-failure.exitcode} (all ranks stopped)",
-                "out of host memory? the run resumes from its last checkpoint when started again",
+                "out of host memory? " + ("the run resumes from its last checkpoint" if command == "train" else
+                                          "the translation resumes from its chunks done") + " when started again",
             ) from None
         sys.exit(failure.exitcode)
