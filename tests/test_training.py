@@ -972,3 +972,19 @@ def test_nmt_train_without_a_preset_on_a_cpu_trains_tiny_and_says_why(prepared, 
     out = nmt_main("train", "--data", str(prepared), "--max-steps", "1", "--device", "cpu", "-o", str(tmp_path / "run"))
     assert "nmt: preset tiny: 5,000 training pairs on a CPU (tiny: up to ~50k pairs); --preset chooses another" in out.stderr
     assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["d_model"] == 128  # tiny's
+
+
+def test_a_run_of_another_preset_cut_short_lends_no_norm_to_the_next(prepared, tmp_path):
+    """A run dir whose run of another preset stopped before its first checkpoint: `nmt train --preset tiny -o` into it
+    starts tiny as tiny is (pre-norm), not with the post-norm of the run that was there (nmt distill met this)."""
+    import json
+
+    from conftest import run_nmt
+
+    run = tmp_path / "run"
+    failed = run_nmt("train", "--data", str(prepared), "--preset", "student-tiny", "-o", str(run), "--max-steps", "2",
+                     "--device", "cpu", env={"NMT_TEST_FAULT": "fail:0:1"}, check=False)
+    assert failed.returncode != 0 and json.loads((run / "config.json").read_text())["model"]["norm"] == "post"
+    run_nmt("train", "--data", str(prepared), "--preset", "tiny", "-o", str(run), "--max-steps", "1", "--device", "cpu")
+    model = json.loads((run / "config.json").read_text())["model"]
+    assert (model["norm"], model["d_model"]) == ("pre", 128)

@@ -100,7 +100,7 @@ def command(
                 "-o", str(data)], [teacher, *(Path(f"{p}.{lang}") for p in (valid, test) for lang in languages)])
     limits = (["--max-steps", str(max_steps)] if max_steps else []) + (["--max-time", max_time] if max_time else [])
     training = ["train", "--data", str(data), "--preset", preset, "-o", str(run), "--seed", str(seed), *limits, "--device", device]
-    if "train" in stages.invalidated or stages.changed("train", training, ("--max-steps", "--max-time")):
+    if "train" in stages.invalidated or _other_student(run, preset, seed):
         training.append("--restart")  # its data changed, or its preset or seed: a run resumed would mix two students
     stages.run("train", f"the student ({preset}) learns from the kept pairs, stopping early on validation BLEU", training)
     stages.run("average", "the student's checkpoints averaged into a model dir (sec. 6.1)",
@@ -129,15 +129,6 @@ class Stages:
         if not isinstance(self.done, dict) or not all(isinstance(v, dict) and "seconds" in v for v in self.done.values()):
             raise NmtError(f"{self.path} is not the record of nmt distill's stages", f"delete it to run every stage of {work} again, "
                            "or give another -o")
-
-    def changed(self, name: str, args: list[str], limits: tuple[str, ...]) -> bool:
-        """Whether stage `name` was done before with other `args` than these, `limits` aside (a training's length, which
-        a resumed run can change; another preset or seed must start again)."""
-        def kept(args: list[str]) -> list[str]:
-            return [a for i, a in enumerate(args) if a not in limits and (i == 0 or args[i - 1] not in limits) and a != "--restart"]
-
-        before = (self.done.get(name) or {}).get("args")
-        return before is not None and kept(before) != kept(args)
 
     def run(self, name: str, what: str, args: list[str], reads: list[Path] = ()) -> None:
         """A stage that is an `nmt` command: shown, then run as if typed (the same parsing, checks and messages).
@@ -168,6 +159,16 @@ class Stages:
 
         with atomic_path(self.path) as tmp:
             tmp.write_text(json.dumps(self.done, indent=2) + "\n", encoding="utf-8")
+
+
+def _other_student(run: Path, preset: str, seed: int) -> bool:
+    """Whether the run dir holds a run of another preset or seed (done, or cut short): resuming it would mix two
+    students, so the training starts again. Its length (--max-steps, --max-time) may change: the run resumes."""
+    try:
+        settings = json.loads((run / "config.json").read_text(encoding="utf-8"))["training"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return settings.get("preset") != preset or settings.get("seed") != seed
 
 
 def stamps(paths) -> list[str]:

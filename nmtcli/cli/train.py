@@ -166,7 +166,9 @@ def _resolve(values: dict[str, Any], restart: bool = False) -> tuple[Path, Path,
     model_config, settings = settings_from_flags(preset, values, norm)
     run_dir = Path(output) if output else RUNS_ROOT / f"{preset}-{manifest['name']}"
     if norm is None and not restart and (run_dir / CONFIG_FILE).is_file():  # resuming: the run's own norm
-        started = (read_run_config(run_dir).get("model") or {}).get("norm")
+        run = read_run_config(run_dir)
+        # of a run of this preset only: another preset's norm on this preset's shape would be a model neither asked for
+        started = (run.get("model") or {}).get("norm") if (run.get("training") or {}).get("preset") == preset else None
         if started in NORMS and started != model_config.norm:  # another value: the resume's shape check names it
             model_config = model_config.replace(norm=started)
     return run_dir, data_dir, model_config, settings, None
