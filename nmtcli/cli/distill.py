@@ -102,7 +102,8 @@ def command(
     training = ["train", "--data", str(data), "--preset", preset, "-o", str(run), "--seed", str(seed), *limits, "--device", device]
     if "train" in stages.invalidated or _other_student(run, preset, seed):
         training.append("--restart")  # its data changed, or its preset or seed: a run resumed would mix two students
-    stages.run("train", f"the student ({preset}) learns from the kept pairs, stopping early on validation BLEU", training)
+    length = f"for {max_steps:,} steps at most" if max_steps else "stopping early on validation BLEU"
+    stages.run("train", f"the student ({preset}) learns from the kept pairs, {length}", training)
     stages.run("average", "the student's checkpoints averaged into a model dir (sec. 6.1)",
                ["average", str(run), "-o", str(student), "--device", device])
     if export_ctranslate2:
