@@ -398,7 +398,9 @@ def _manifest_is_current(out_dir: Path, fingerprint: str) -> dict[str, Any] | No
 
 def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocabulary: ModelVocabulary | None = None) -> tuple[str, str, str]:
     """The fingerprints of the text, sentencepiece and encode stages: each of everything its output depends on."""
-    filters = settings.text_filter().names
+    # The switches, not the filters they make: that would load the language detector before anything is written.
+    filters = [settings.drop_long_words, settings.drop_non_alphabetic, settings.drop_url_mismatch, settings.drop_number_mismatch,
+               settings.drop_copies, settings.drop_wrong_language]
     text_key = _fingerprint("text", {k: v.identity() for k, v in sorted(sources.items())}, settings.source_lang, settings.target_lang,
                             settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script, filters, settings.seed, SAMPLES)
     # A vocabulary size from the corpus is a function of the text stage's output: the rule stands for it.
