@@ -20,7 +20,7 @@ function __nmt_value_options
         case 'quickstart'
             printf '%s\n' --minutes --max-steps --preset --device --examples --dir -C
         case 'prepare'
-            printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --revision --workers --chunk-pairs --output -o
+            printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --clean-report --revision --workers --chunk-pairs --output -o
         case 'train'
             printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --peak-tflops
         case 'average'
@@ -184,6 +184,19 @@ complete -c nmt -n "__nmt_using 'prepare'" -l drop-duplicates -d 'Drop exact rep
 complete -c nmt -n "__nmt_using 'prepare'" -l keep-duplicates -d 'The opposite of --drop-duplicates'
 complete -c nmt -n "__nmt_using 'prepare'" -l drop-markup -d 'Drop training pairs with a side that is mostly tags, entities or URLs'
 complete -c nmt -n "__nmt_using 'prepare'" -l drop-wrong-script -d 'Drop training pairs with a side where fewer than half the letters are in its language\'s script'
+complete -c nmt -n "__nmt_using 'prepare'" -l drop-wrong-language -d 'Drop training pairs with a side of 20 letters or more that the language detector (py3langid, the corpus\'s two languages 10x likelier) takes for another language; sides of a language it does not know are kept'
+complete -c nmt -n "__nmt_using 'prepare'" -l keep-wrong-language -d 'The opposite of --drop-wrong-language'
+complete -c nmt -n "__nmt_using 'prepare'" -l drop-copies -d 'Drop training pairs whose target is the source (case, spaces and punctuation aside) with 3 words or more; shorter copies (names, "OK") are kept'
+complete -c nmt -n "__nmt_using 'prepare'" -l keep-copies -d 'The opposite of --drop-copies'
+complete -c nmt -n "__nmt_using 'prepare'" -l drop-number-mismatch -d 'Drop training pairs whose sides hold different numbers (digit runs, as sets)'
+complete -c nmt -n "__nmt_using 'prepare'" -l keep-number-mismatch -d 'The opposite of --drop-number-mismatch'
+complete -c nmt -n "__nmt_using 'prepare'" -l drop-url-mismatch -d 'Drop training pairs whose sides hold different URLs'
+complete -c nmt -n "__nmt_using 'prepare'" -l keep-url-mismatch -d 'The opposite of --drop-url-mismatch'
+complete -c nmt -n "__nmt_using 'prepare'" -l drop-non-alphabetic -d 'Drop training pairs with a side of 8 characters or more (spaces aside) under half of them letters'
+complete -c nmt -n "__nmt_using 'prepare'" -l keep-non-alphabetic -d 'The opposite of --drop-non-alphabetic'
+complete -c nmt -n "__nmt_using 'prepare'" -l drop-long-words -d 'Drop training pairs with a word over 70 characters (URLs aside; scripts without spaces are not judged)'
+complete -c nmt -n "__nmt_using 'prepare'" -l keep-long-words -d 'The opposite of --drop-long-words'
+complete -c nmt -n "__nmt_using 'prepare'" -l clean-report -r -F -d 'Write up to 20 pairs each text filter dropped (drawn with --seed), one JSON object a line: filter, source, target (and direction for several pairs), to see whether it was right'
 complete -c nmt -n "__nmt_using 'prepare'" -l revision -x -d 'Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used'
 complete -c nmt -n "__nmt_using 'prepare'" -l workers -x -d 'Encoding processes and sentencepiece training threads; 0 uses every core'
 complete -c nmt -n "__nmt_using 'prepare'" -l chunk-pairs -x -d 'Pairs encoded per chunk, the unit an interrupted run resumes from'

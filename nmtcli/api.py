@@ -177,15 +177,12 @@ class Translator:
 
     def detect_language(self, text: str) -> list[tuple[str, float]]:
         """The likeliest languages of `text` as (code, confidence 0-100), best first, the model's own two a priori
-        likelier (as `nmt serve`'s source "auto"); [] for text without letters. Needs the serve extra (py3langid)."""
+        likelier (as `nmt serve`'s source "auto"); [] for text without letters."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, not {type(text).__name__}")
         if self._detector is None:
-            try:
-                from nmtcli.documents.languages import Detector
-                self._detector = Detector([code for code in (self.source_language, self.target_language) if code])
-            except ImportError:
-                raise NmtError("language detection needs py3langid", "pip install 'nmtcli[serve]'") from None
+            from nmtcli.documents.languages import Detector
+            self._detector = Detector([code for code in (self.source_language, self.target_language) if code])
         return [(guess.language, guess.confidence) for guess in self._detector.detect(text)]
 
     # --- for nmt's own commands: the same calls with the search settings already built -----------------

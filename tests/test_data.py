@@ -180,9 +180,10 @@ def test_collate_adds_eos_bos_and_padding():
 
 
 def test_text_filters_count_what_each_drops_in_order():
-    from nmtcli.data.text import TextFilter
+    from nmtcli.data.cleaning import TextFilter
 
-    f = TextFilter("en", "de", markup=True, script=True, duplicates=True)
+    f = TextFilter("en", "de", markup=True, script=True, long_word=False, non_alphabetic=False, url_mismatch=False, number_mismatch=False,
+                   copy=False, wrong_language=False, duplicate=True)
     pairs = [
         ("the dog", "der hund"),
         ("the dog", "der hund"),  # duplicate
@@ -199,7 +200,8 @@ def test_text_filters_count_what_each_drops_in_order():
         {"filter": "script", "before": 5, "after": 4},
         {"filter": "duplicate", "before": 4, "after": 3},
     ]
-    assert TextFilter("en", "de").names == ["empty", "duplicate"]
+    assert TextFilter("en", "de").names == ["empty", "long_word", "non_alphabetic", "url_mismatch", "number_mismatch", "copy", "wrong_language",
+                                            "duplicate"]
     with pytest.raises(NmtError, match="does not know which script 'xx'"):
         TextFilter("en", "xx", script=True)
 
@@ -215,7 +217,8 @@ def test_optional_filters_and_their_counts_reach_the_manifest(tmp_path, corpus):
     manifest = prepare_files(tmp_path / "out", train, valid, None, settings, "t")
     train_counts = manifest["splits"]["train"]
     assert train_counts["dropped"] == {"duplicate": 1, "markup": 1, "script": 1}
-    assert [f["filter"] for f in train_counts["filters"]] == ["empty", "markup", "script", "duplicate", "too_long", "ratio"]
+    assert [f["filter"] for f in train_counts["filters"]] == ["empty", "markup", "script", "long_word", "non_alphabetic", "url_mismatch",
+                                                              "number_mismatch", "copy", "wrong_language", "duplicate", "too_long", "ratio"]
     assert train_counts["filters"][-1]["after"] == train_counts["pairs"] == 300
     # Without the optional filters the markup and Cyrillic pairs are kept (the ratio filter may still apply).
     plain = prepare_files(tmp_path / "plain", train, valid, None, PrepareSettings("en", "de", vocab_size=500), "t")

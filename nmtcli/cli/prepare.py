@@ -49,6 +49,13 @@ def command(
     drop_duplicates: Annotated[bool, typer.Option("--drop-duplicates/--keep-duplicates", help="Drop exact repeats of a training pair (the first is kept).", rich_help_panel=CLEANING)] = True,
     drop_markup: Annotated[bool, typer.Option("--drop-markup", help="Drop training pairs with a side that is mostly tags, entities or URLs.", rich_help_panel=CLEANING)] = False,
     drop_wrong_script: Annotated[bool, typer.Option("--drop-wrong-script", help="Drop training pairs with a side where fewer than half the letters are in its language's script.", rich_help_panel=CLEANING)] = False,
+    drop_wrong_language: Annotated[bool, typer.Option("--drop-wrong-language/--keep-wrong-language", help="Drop training pairs with a side of 20 letters or more that the language detector (py3langid, the corpus's two languages 10x likelier) takes for another language; sides of a language it does not know are kept.", rich_help_panel=CLEANING)] = True,
+    drop_copies: Annotated[bool, typer.Option("--drop-copies/--keep-copies", help="Drop training pairs whose target is the source (case, spaces and punctuation aside) with 3 words or more; shorter copies (names, \"OK\") are kept.", rich_help_panel=CLEANING)] = True,
+    drop_number_mismatch: Annotated[bool, typer.Option("--drop-number-mismatch/--keep-number-mismatch", help="Drop training pairs whose sides hold different numbers (digit runs, as sets).", rich_help_panel=CLEANING)] = True,
+    drop_url_mismatch: Annotated[bool, typer.Option("--drop-url-mismatch/--keep-url-mismatch", help="Drop training pairs whose sides hold different URLs.", rich_help_panel=CLEANING)] = True,
+    drop_non_alphabetic: Annotated[bool, typer.Option("--drop-non-alphabetic/--keep-non-alphabetic", help="Drop training pairs with a side of 8 characters or more (spaces aside) under half of them letters.", rich_help_panel=CLEANING)] = True,
+    drop_long_words: Annotated[bool, typer.Option("--drop-long-words/--keep-long-words", help="Drop training pairs with a word over 70 characters (URLs aside; scripts without spaces are not judged).", rich_help_panel=CLEANING)] = True,
+    clean_report: Annotated[Optional[Path], typer.Option("--clean-report", help="Write up to 20 pairs each text filter dropped (drawn with --seed), one JSON object a line: filter, source, target (and direction for several pairs), to see whether it was right.", metavar="FILE", show_default=False, rich_help_panel=CLEANING)] = None,
     revision: Annotated[Optional[str], typer.Option(help="Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used. Default: the recipe's.", show_default=False, rich_help_panel=RUN)] = None,
     workers: Annotated[int, typer.Option(help="Encoding processes and sentencepiece training threads; 0 uses every core. Does not change the output.", min=0, rich_help_panel=RUN)] = 0,
     chunk_pairs: Annotated[int, typer.Option(help="Pairs encoded per chunk, the unit an interrupted run resumes from. Does not change the output.", min=1, rich_help_panel=RUN)] = 100_000,
@@ -62,8 +69,11 @@ def command(
     prepares your own files instead; several [bold]--train SRC-TGT=PREFIX[/bold] (a --valid for each) prepare one
     multilingual model's data: one BPE over every language, sampled with temperature, and language tags.
 
-    Drops empty pairs, exact duplicates, pairs over --max-tokens subword tokens and (training split
-    only) pairs whose length ratio exceeds --max-ratio, and optionally markup and wrong-script pairs.
+    Drops, from the training split, empty pairs, pairs with a word over 70 characters or mostly not letters,
+    mismatched numbers or URLs, copies of the source, a side in another language (py3langid), exact
+    duplicates, pairs over --max-tokens subword tokens and pairs whose length ratio exceeds --max-ratio,
+    and optionally markup and wrong-script pairs; each filter has a --keep-* switch, and --clean-report
+    FILE shows a sample of what each dropped. Validation pairs lose only empty and over-long ones.
     Writes sentencepiece.model, binarized train/valid arrays, plain-text valid/test copies and
     manifest.json (counts before and after each filter, settings, source revision, checksums,
     versions). An interrupted run resumes where it stopped; a finished one re-runs in seconds; the
@@ -79,10 +89,12 @@ def command(
         raise NmtError(f"both a corpus name ({name}) and --train/--valid/--test given", "use one or the other")
     if name is None and (not train or not valid):
         raise NmtError("nothing to prepare", "name a corpus (`nmt prepare --list`) or pass --train PREFIX and --valid PREFIX")
+    filters = dict(drop_duplicates=drop_duplicates, drop_markup=drop_markup, drop_wrong_script=drop_wrong_script,
+                   drop_wrong_language=drop_wrong_language, drop_copies=drop_copies, drop_number_mismatch=drop_number_mismatch,
+                   drop_url_mismatch=drop_url_mismatch, drop_non_alphabetic=drop_non_alphabetic, drop_long_words=drop_long_words)
     if train and len(train) > 1:
         _multilingual(train, valid or [], test or [], source_lang, target_lang, vocab_from, vocab_size, spm_sentences, max_ratio, seed,
-                      dict(max_tokens=max_tokens, drop_duplicates=drop_duplicates, drop_markup=drop_markup,
-                           drop_wrong_script=drop_wrong_script, workers=workers, chunk_pairs=chunk_pairs), revision, output)
+                      dict(max_tokens=max_tokens, workers=workers, chunk_pairs=chunk_pairs, **filters), revision, output, clean_report)
         return
     for flag, given in (("--valid", valid), ("--test", test)):
         if given and len(given) > 1:
@@ -94,8 +106,7 @@ def command(
         vocab_size = vocabulary.size  # recorded as what it is: the model's
         if name is None and vocabulary.languages_known:  # not the "src"/"tgt" of an import that could not tell
             source_lang, target_lang = source_lang or vocabulary.source_lang, target_lang or vocabulary.target_lang
-    options = dict(max_tokens=max_tokens, seed=seed, drop_duplicates=drop_duplicates, drop_markup=drop_markup,
-                   drop_wrong_script=drop_wrong_script, workers=workers, chunk_pairs=chunk_pairs)
+    options = dict(max_tokens=max_tokens, seed=seed, workers=workers, chunk_pairs=chunk_pairs, **filters)
     if name is not None:
         from nmtcli.data.recipes import get_recipe
 
@@ -120,11 +131,11 @@ def command(
         vocabulary = _announce(out, settings, vocabulary)
         with progress_bar() as progress:
             manifest = prepare_files(out, Path(train[0]), Path(valid[0]), Path(test[0]) if test else None, settings, f"{src}-{tgt}", progress, vocabulary)
-    _report(out, manifest)
+    _report(out, manifest, clean_report)
 
 
 def _multilingual(train: list[str], valid: list[str], test: list[str], source_lang, target_lang, vocab_from, vocab_size, spm_sentences,
-                  max_ratio, seed, options: dict, revision, output) -> None:
+                  max_ratio, seed, options: dict, revision, output, clean_report) -> None:
     """Several --train: one data dir for one multilingual model (data/multilingual.py)."""
     from nmtcli.data.multilingual import check_corpora, parse_corpus, prepare_multilingual
     from nmtcli.data.prepare import PrepareSettings
@@ -141,7 +152,7 @@ def _multilingual(train: list[str], valid: list[str], test: list[str], source_la
     announce("prepared data", out)
     with progress_bar() as progress:
         manifest = prepare_multilingual(out, corpora["--train"], corpora["--valid"], corpora["--test"] or None, settings, progress)
-    _report(out, manifest)
+    _report(out, manifest, clean_report)
 
 
 def _announce(out: Path, settings, vocabulary):
@@ -191,8 +202,9 @@ def _vocabulary(spec: str, vocab_size: int | None, spm_sentences: int | None):
     return read_vocabulary(model_dir, origin)
 
 
-def _report(out: Path, manifest: dict) -> None:
-    """What was prepared, on stderr: per split the pairs kept of those read and why the others were dropped."""
+def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None:
+    """What was prepared, on stderr: per split the pairs kept of those read and why the others were dropped; the
+    sample of dropped pairs written to --clean-report."""
     if manifest.get("reused"):
         say(f"{out} is already prepared with these inputs and settings (checksums verified); nothing to do")
     if manifest.get("source") and manifest["source"].get("commit"):
@@ -203,10 +215,18 @@ def _report(out: Path, manifest: dict) -> None:
             say(f"{split}: {counts['pairs']:,} of {counts['input_pairs']:,} pairs kept (dropped: {dropped})")
             if split == "train" and "directions" in counts:  # multilingual data: each pair's share
                 say("  " + ", ".join(f"{d} {c['pairs']:,}" for d, c in counts["directions"].items()))
+            for direction, c in counts.get("directions", {"": counts}).items():
+                if c.get("language_unknown"):
+                    say(f"{split}{' ' + direction if direction else ''}: language not judged for {', '.join(c['language_unknown'])} "
+                        "(the detector does not know it)")
         else:
             say(f"{split}: {counts['lines']:,} lines of plain text for scoring")
     say(_vocabulary_line(manifest))
     say(f"done in {manifest['seconds']} s")
+    if clean_report is not None:
+        from nmtcli.data.prepare import write_clean_report
+
+        say(f"{clean_report}: {write_clean_report(out, clean_report):,} dropped pairs, up to 20 of each filter")
 
 
 def _vocabulary_line(manifest: dict) -> str:

@@ -152,8 +152,7 @@ def _glossary_pairs(glossaries: list, served: list) -> list:
 def _check_extra() -> None:
     from nmtcli.errors import NmtError
 
-    needed = (("starlette", ["starlette"]), ("uvicorn", ["uvicorn"]), ("python-multipart", ["python_multipart", "multipart"]),
-              ("py3langid", ["py3langid"]))
+    needed = (("starlette", ["starlette"]), ("uvicorn", ["uvicorn"]), ("python-multipart", ["python_multipart", "multipart"]))
     missing = [name for name, modules in needed if not any(_importable(m) for m in modules)]
     if missing:
         raise NmtError(f"nmt serve needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed",

@@ -42,9 +42,9 @@ import numpy as np
 
 from nmtcli.checksums import file_sha256
 from nmtcli.data.encoding import Encoder
-from nmtcli.data.prepare import (MANIFEST, WORK, PrepareSettings, Progress, _encode_parts, _fingerprint, _manifest_is_current,
+from nmtcli.data.prepare import (CLEANING_SAMPLE, MANIFEST, WORK, PrepareSettings, Progress, _encode_parts, _fingerprint, _manifest_is_current,
                                  _merged, _no_progress, _read_marker, _read_text_pairs, _stage, _stage_keys, _text_stage,
-                                 _write_marker)
+                                 _write_marker, write_samples)
 from nmtcli.data.shards import token_dtype
 from nmtcli.data.sources import TextFiles
 from nmtcli.data.text import SPM_FILE, load_sentencepiece, read_lines, train_sentencepiece
@@ -135,13 +135,17 @@ def prepare_multilingual(out_dir: Path, train: list[Corpus], valid: list[Corpus]
         s = pair_settings[d]
         pair_work = work / d
         pair_work.mkdir(exist_ok=True)
-        text_counts[d], stages[f"text {d}"] = _stage(pair_work, "text", text_keys[d], [pair_work / f"train.{lang}" for lang in (s.source_lang, s.target_lang)],
+        text_counts[d], stages[f"text {d}"] = _stage(pair_work, "text", text_keys[d], [pair_work / f"train.{lang}" for lang in (s.source_lang, s.target_lang)]
+                                                      + [pair_work / CLEANING_SAMPLE],
                                                       lambda: _text_stage(pair_work, pair_work, pairs[d], s, progress))
         for split in ("valid", "test"):  # the plain text of each direction, named for it
             if split in pairs[d]:
                 for lang in (s.source_lang, s.target_lang):
                     atomic_copy(pair_work / f"{split}.{lang}", out_dir / f"{split}.{d}.{lang}")
 
+    # Each pair's sample of what its text filters dropped, in one file, each record with its direction.
+    write_samples(out_dir / CLEANING_SAMPLE, [{"direction": d, **json.loads(line)} for d in directions
+                                              for line in read_lines(work / d / CLEANING_SAMPLE)])
     clean = sum(text_counts[d]["train"]["clean_pairs"] for d in directions)
     vocab_record = vocab_choice(settings.vocab_size, clean)
     spm_counts, stages["sentencepiece"] = _stage(work, "sentencepiece", spm_key, [out_dir / SPM_FILE, out_dir / VOCAB_FILE],
@@ -282,6 +286,13 @@ def _part_counts(parts: list[Path]) -> dict[str, Any]:
     return {"pairs": pairs, "dropped": {n: int(v) for n, v in zip(("empty", "too_long", "ratio"), dropped) if v}}
 
 
+def _direction_counts(text: dict[str, Any], encode: dict[str, Any]) -> dict[str, Any]:
+    """One direction's training pairs: read, kept, and dropped by each text and token filter."""
+    dropped = {**text["dropped"], **encode["dropped"]}
+    unknown = {"language_unknown": text["language_unknown"]} if "language_unknown" in text else {}
+    return {"input_pairs": text["input_pairs"], **encode, "dropped": dict(sorted(dropped.items())), **unknown}
+
+
 def _splits(text: dict[str, Any], encode: dict[str, Any], directions: list[str], test: bool) -> dict[str, Any]:
     """The prepare report's splits (prepare._split_counts' keys), and each direction's counts beside them."""
     dropped: dict[str, int] = {}
@@ -294,7 +305,7 @@ def _splits(text: dict[str, Any], encode: dict[str, Any], directions: list[str],
         "dropped": dict(sorted(dropped.items())),
         "source_tokens": encode["train"]["source_tokens"],
         "target_tokens": encode["train"]["target_tokens"],
-        "directions": {d: {"input_pairs": text[d]["train"]["input_pairs"], **encode["directions"][d]["train"]} for d in directions},
+        "directions": {d: _direction_counts(text[d]["train"], encode["directions"][d]["train"]) for d in directions},
     }
     lines = sum(text[d]["valid"]["lines"] for d in directions)
     valid = {"input_pairs": lines, **encode["valid"], "lines": lines,

@@ -43,15 +43,19 @@ from nmtcli.checksums import file_sha256
 from nmtcli.data.encoding import Encoder, PieceMap
 from nmtcli.data.shards import OFFSET_DTYPE, token_dtype
 from nmtcli.data.sources import BundledTsv, ParquetFiles, TextFiles
-from nmtcli.data.text import MAX_RATIO, MAX_TOKENS, RATIO_SLACK, SPM_FILE, TextFilter, load_sentencepiece, read_lines, train_sentencepiece
+from nmtcli.data.cleaning import TextFilter
+from nmtcli.data.text import MAX_RATIO, MAX_TOKENS, RATIO_SLACK, SPM_FILE, load_sentencepiece, read_lines, train_sentencepiece
 from nmtcli.data.vocabulary import ModelVocabulary, check_languages, tokenizer_files
 from nmtcli.data.vocab_size import RULE as VOCAB_RULE
 from nmtcli.data.vocab_size import vocab_choice
 from nmtcli.errors import NmtError
 from nmtcli.files import atomic_copy, atomic_path, atomic_write_json, read_json
 from nmtcli.provenance import versions
+from nmtcli.threads import usable_cpus
 
 MANIFEST = "manifest.json"
+CLEANING_SAMPLE = "cleaning.jsonl"  # up to SAMPLES pairs each text filter dropped, drawn with the seed: --clean-report
+SAMPLES = 20
 WORK = ".work"
 CHUNK = 10_000  # sentences read or sampled between two progress reports
 
@@ -76,12 +80,26 @@ class PrepareSettings:
     drop_duplicates: bool = True
     drop_markup: bool = False
     drop_wrong_script: bool = False
+    # The filters of issue 53 (cleaning.py), on by default: benchmarks/cleaning.py measured them.
+    drop_long_words: bool = True
+    drop_non_alphabetic: bool = True
+    drop_url_mismatch: bool = True
+    drop_number_mismatch: bool = True
+    drop_copies: bool = True
+    drop_wrong_language: bool = True
     # How the work is done, not what it produces (left out of the fingerprints):
     workers: int = 0  # encoding processes and sentencepiece training threads; 0: all cores
     chunk_pairs: int = 100_000  # pairs per encoding chunk: the unit of resume
 
     def fingerprint_fields(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k not in ("workers", "chunk_pairs")}
+
+    def text_filter(self) -> TextFilter:
+        """The text filters these settings switch on, sampling what each drops for cleaning.jsonl."""
+        return TextFilter(self.source_lang, self.target_lang, SAMPLES, self.seed, self.workers or usable_cpus(), markup=self.drop_markup, script=self.drop_wrong_script,
+                          long_word=self.drop_long_words, non_alphabetic=self.drop_non_alphabetic, url_mismatch=self.drop_url_mismatch,
+                          number_mismatch=self.drop_number_mismatch, copy=self.drop_copies, wrong_language=self.drop_wrong_language,
+                          duplicate=self.drop_duplicates)
 
 
 class PairSource(Protocol):
@@ -114,14 +132,15 @@ def _write_marker(work: Path, stage: str, key: str, counts: dict[str, Any]) -> N
 def _text_stage(out_dir: Path, work: Path, sources: dict[str, PairSource], settings: PrepareSettings, progress: Progress) -> dict[str, Any]:
     src, tgt = settings.source_lang, settings.target_lang
     counts: dict[str, Any] = {}
-    text_filter = TextFilter(src, tgt, settings.drop_markup, settings.drop_wrong_script, settings.drop_duplicates)
+    text_filter = settings.text_filter()
     total = sources["train"].count()
     seen = 0
     progress("cleaning train", 0, total)
     with ExitStack() as stack:
+        stack.enter_context(text_filter)  # its worker processes end with the stage
         files = [stack.enter_context(open(stack.enter_context(atomic_path(work / f"train.{lang}")), "w", encoding="utf-8", newline="\n")) for lang in (src, tgt)]
         for batch in sources["train"].batches():
-            kept = [(s, t) for s, t in batch if text_filter.reason(s, t) is None]
+            kept = text_filter.keep(batch)
             files[0].write("".join(s + "\n" for s, _ in kept))
             files[1].write("".join(t + "\n" for _, t in kept))
             seen += len(batch)
@@ -134,7 +153,10 @@ def _text_stage(out_dir: Path, work: Path, sources: dict[str, PairSource], setti
         "clean_pairs": filters[-1]["after"] if filters else seen,
         "filters": filters,
         "dropped": {k: v for k, v in text_filter.dropped.items() if v},
+        **({"language_unknown": text_filter.languages_unknown} if text_filter.languages_unknown else {}),
     }
+    write_samples(out_dir / CLEANING_SAMPLE, [{"filter": name, "source": s, "target": t}
+                                              for name, sample in text_filter.samples.items() for s, t in sample])
     if counts["train"]["clean_pairs"] == 0:
         raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty")
 
@@ -167,6 +189,21 @@ def _read_text_pairs(work_or_out: Path, split: str, settings: PrepareSettings) -
         read_lines(work_or_out / f"{split}.{settings.target_lang}"),
         strict=True,
     )
+
+
+def write_samples(path: Path, records: list[dict[str, str]]) -> None:
+    """The dropped pairs sampled, one JSON object a line (a line of text may hold a tab)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+
+
+def write_clean_report(data_dir: Path, path: Path) -> int:
+    """--clean-report FILE: the data dir's sample of what each text filter dropped, copied to `path`; returns its pairs."""
+    sample = Path(data_dir) / CLEANING_SAMPLE
+    if not sample.is_file():
+        raise NmtError(f"{data_dir} has no {CLEANING_SAMPLE}: it was prepared by an older nmt", "prepare it again into a new dir (-o)")
+    atomic_copy(sample, Path(path))
+    return sum(1 for _ in read_lines(sample))
 
 
 # --- stage 2: sentencepiece --------------------------------------------------------------------------
@@ -361,8 +398,11 @@ def _manifest_is_current(out_dir: Path, fingerprint: str) -> dict[str, Any] | No
 
 def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocabulary: ModelVocabulary | None = None) -> tuple[str, str, str]:
     """The fingerprints of the text, sentencepiece and encode stages: each of everything its output depends on."""
+    # The switches, not the filters they make: that would load the language detector before anything is written.
+    filters = [settings.drop_long_words, settings.drop_non_alphabetic, settings.drop_url_mismatch, settings.drop_number_mismatch,
+               settings.drop_copies, settings.drop_wrong_language]
     text_key = _fingerprint("text", {k: v.identity() for k, v in sorted(sources.items())}, settings.source_lang, settings.target_lang,
-                            settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script)
+                            settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script, filters, settings.seed, SAMPLES)
     # A vocabulary size from the corpus is a function of the text stage's output: the rule stands for it.
     vocab = settings.vocab_size if settings.vocab_size is not None else VOCAB_RULE
     spm_key = _fingerprint("sentencepiece", text_key, vocab, settings.spm_sentences, settings.seed)
@@ -420,7 +460,7 @@ def prepare(
 
     seconds: dict[str, float] = {}
     clock = time.time()
-    text_counts, stages["text"] = _stage(work, "text", text_key, [work / f"train.{lang}" for lang in (src, tgt)],
+    text_counts, stages["text"] = _stage(work, "text", text_key, [work / f"train.{lang}" for lang in (src, tgt)] + [out_dir / CLEANING_SAMPLE],
                                          lambda: _text_stage(out_dir, work, sources, settings, progress))
     seconds["text"], clock = round(time.time() - clock, 2), time.time()
 
@@ -511,6 +551,8 @@ def _split_counts(text: dict[str, Any], encode: dict[str, Any], settings: Prepar
         "filters": filters,
         "source_tokens": train_enc["source_tokens"],
         "target_tokens": train_enc["target_tokens"],
+        # wrong_language judges only the sides whose language the detector knows
+        **({"language_unknown": train_text["language_unknown"]} if "language_unknown" in train_text else {}),
     }
     valid = {"input_pairs": text["valid"]["lines"], **encode["valid"], "lines": text["valid"]["lines"]}
     splits = {"train": train, "valid": valid}

@@ -1,8 +1,9 @@
-"""Plain text in: reading aligned files, the cleaning rules, and the joint sentencepiece BPE model (sec. 5.1)."""
+"""Plain text in: reading aligned files, the token-level cleaning rules, and the joint sentencepiece BPE model (sec. 5.1).
+
+The text-level filters (empty, markup, language, copies, duplicates, ...) are in cleaning.py."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -82,86 +83,6 @@ def one_line(text: str) -> str:
 
 
 _LINE_BREAKS = re.compile(r"\r\n|[\r\n]")
-
-# --- text-level cleaning: applied to the training split before the vocabulary is trained ------------
-
-# "Mostly markup": tags, entities and URLs cover more than half of a side's characters.
-_MARKUP = re.compile(r"<[^<>]{1,200}>|&[a-zA-Z]{2,8};|&#\d{1,6};|https?://\S+|www\.\S+")
-MARKUP_SHARE = 0.5
-# "Wrong script": fewer than half of a side's letters are in the script its language is written in.
-SCRIPT_SHARE = 0.5
-_LATIN = r"A-Za-z\u00C0-\u024F\u1E00-\u1EFF"
-SCRIPTS = {
-    "latin": (re.compile(f"[{_LATIN}]"), {"en", "de", "fr", "es", "it", "pt", "nl", "cs", "pl", "ro", "fi", "et", "lv", "lt", "tr", "hu", "sv", "da", "no", "is", "hr", "sl", "sk", "ca"}),
-    "cyrillic": (re.compile(r"[\u0400-\u04FF]"), {"ru", "uk", "bg", "sr", "kk"}),
-    "greek": (re.compile(r"[\u0370-\u03FF]"), {"el"}),
-    "arabic": (re.compile(r"[\u0600-\u06FF]"), {"ar", "fa", "ur"}),
-    "han": (re.compile(r"[\u4E00-\u9FFF]"), {"zh"}),
-    "devanagari": (re.compile(r"[\u0900-\u097F]"), {"hi", "mr", "ne"}),
-}
-_LETTER = re.compile(r"[^\W\d_]")
-
-
-def script_of(lang: str) -> re.Pattern[str] | None:
-    """The letters of the script `lang` is written in, or None where this filter does not know it."""
-    for pattern, langs in SCRIPTS.values():
-        if lang in langs:
-            return pattern
-    return None
-
-
-def mostly_markup(text: str) -> bool:
-    if "<" not in text and "&" not in text and "http" not in text and "www." not in text:
-        return False
-    covered = sum(len(m) for m in _MARKUP.findall(text))
-    return covered > MARKUP_SHARE * len(text.strip())
-
-
-def wrong_script(text: str, script: re.Pattern[str]) -> bool:
-    letters = len(_LETTER.findall(text))
-    return letters > 0 and len(script.findall(text)) < SCRIPT_SHARE * letters
-
-
-class TextFilter:
-    """The text-level filters of one split, in order, each counting what it drops.
-
-    `empty` (a side with nothing but white space) always applies; `markup` and `script` are
-    optional; `duplicate` drops exact repeats of a (source, target) pair, remembering an 8-byte
-    BLAKE2 digest per kept pair (about 80 bytes each in a set: ~360 MB for WMT14's 4.5M pairs).
-    """
-
-    def __init__(self, source_lang: str, target_lang: str, markup: bool = False, script: bool = False, duplicates: bool = True):
-        self.names = ["empty", *(["markup"] if markup else []), *(["script"] if script else []), *(["duplicate"] if duplicates else [])]
-        self.scripts = (script_of(source_lang), script_of(target_lang)) if script else (None, None)
-        if script and None in self.scripts:
-            unknown = source_lang if self.scripts[0] is None else target_lang
-            raise NmtError(f"the script filter does not know which script {unknown!r} is written in", "leave out --drop-wrong-script")
-        self.before = dict.fromkeys(self.names, 0)
-        self.dropped = dict.fromkeys(self.names, 0)
-        self._seen: set[bytes] | None = set() if duplicates else None
-
-    def reason(self, src: str, tgt: str) -> str | None:
-        """None to keep the pair, otherwise the name of the first filter that drops it."""
-        for name in self.names:
-            self.before[name] += 1
-            if name == "empty":
-                drop = not src.strip() or not tgt.strip()
-            elif name == "markup":
-                drop = mostly_markup(src) or mostly_markup(tgt)
-            elif name == "script":
-                drop = wrong_script(src, self.scripts[0]) or wrong_script(tgt, self.scripts[1])
-            else:
-                digest = hashlib.blake2b(f"{src}\t{tgt}".encode(), digest_size=8).digest()
-                drop = digest in self._seen
-                self._seen.add(digest)
-            if drop:
-                self.dropped[name] += 1
-                return name
-        return None
-
-    def counts(self) -> list[dict[str, int | str]]:
-        return [{"filter": n, "before": self.before[n], "after": self.before[n] - self.dropped[n]} for n in self.names]
-
 
 def train_sentencepiece(
     sentences: Iterable[str],

@@ -4,6 +4,8 @@ The detector is py3langid (a maintained fork of Lui & Baldwin's langid.py: naive
 n-grams, 140 languages, its model an LZMA-compressed npz inside its wheel: nothing fetched, nothing
 unpickled), chosen over lingua-language-detector by benchmarks/language_detect.py: about as accurate,
 several times faster and a fraction of the memory (docs/serving.md, "Language detection", has the table).
+Its model is loaded once per process by nmtcli/data/language_id.py, which `nmt prepare`'s language filter
+shares.
 
 A server knows a few languages, and most texts sent to it are in one of them; the detector knows 140.
 Choosing only among the server's languages (as LibreTranslate does) is the most accurate for those,
@@ -20,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from nmtcli.data.language_id import NO_LANGUAGE, identifier, primary
+
 PRIOR = 10.0  # how much likelier, before reading the text, each language the server knows is than any other
-NO_LANGUAGE = "zxx"  # py3langid's label for text with no linguistic content (ISO 639-2)
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,9 @@ class Detector:
     """Detects the language of texts; `known`: the language codes the server translates from or into."""
 
     def __init__(self, known: Iterable[str] = (), prior: float = PRIOR):
-        from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-        self.identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+        self.identifier = identifier()
         # A server's code ("pt-BR", "zh_Hant") stands for the detector's primary subtag ("pt", "zh").
-        self.known = {code.replace("_", "-").split("-")[0].lower(): code for code in known}
+        self.known = {primary(code): code for code in known}
         self.prior = prior
 
     def detect(self, text: str, candidates: int = 3) -> list[Guess]:
