@@ -38,7 +38,7 @@ function __nmt_value_options
         case 'pull'
             printf '%s\n' --revision --output -o
         case 'distill'
-            printf '%s\n' --model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --max-steps --max-time --seed --chunk-lines --gpus --device --output -o
+            printf '%s\n' --model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --max-steps --max-time --seed --chunk-lines --precision --gpus --device --output -o
         case 'import marian'
             printf '%s\n' --output -o --revision --source-lang -s --target-lang -t
         case 'import m2m100'
@@ -388,6 +388,7 @@ complete -c nmt -n "__nmt_using 'distill'" -l max-time -x -d 'The student\'s tra
 complete -c nmt -n "__nmt_using 'distill'" -l seed -x -d 'The student\'s seed (weights, data order, dropout): the same seed, the same student'
 complete -c nmt -n "__nmt_using 'distill'" -l export-ctranslate2 -d 'Also write OUT/ctranslate2, the student for CTranslate2 in int8 (needs the ctranslate2 extra)'
 complete -c nmt -n "__nmt_using 'distill'" -l chunk-lines -x -d 'Lines the teacher translates per resumable chunk'
+complete -c nmt -n "__nmt_using 'distill'" -l precision -x -a '(__nmt_values_precision)' -d 'The teacher\'s number format for translating and scoring: auto (int8 on a CPU, bf16 on a GPU: the fastest at a cost of a translation here and there where candidates are close), fp32, int8, bf16, fp16'
 complete -c nmt -n "__nmt_using 'distill'" -l gpus -x -d 'The teacher\'s translations on this many ranks of this node (torchrun; one a GPU, or CPU processes with --device cpu)'
 complete -c nmt -n "__nmt_using 'distill'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'distill'" -l output -s o -r -F -d 'Work dir: the teacher\'s translations, the student\'s data, run and model, report.json'
