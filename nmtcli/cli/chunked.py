@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmtcli.cli.common import progress_bar, say, warn
-from nmtcli.errors import NmtError
 
 if TYPE_CHECKING:
     from nmtcli.inference.translator import SearchSettings
@@ -32,17 +31,10 @@ def ranks() -> tuple[int, int, int, int]:
 
 def launch(gpus: int, device: str) -> None:
     """--gpus N: this very command again as N ranks through torchrun, each translating its share of the chunks."""
-    import torch
-
     from nmtcli.cli import debug_enabled
     from nmtcli.training import distributed
 
-    if gpus < 1:
-        raise NmtError(f"--gpus must be at least 1, not {gpus}", "pass the number of GPUs of this node", exit_code=2)
-    if device != "cpu" and not torch.cuda.is_available():
-        raise NmtError(f"--gpus {gpus} but no CUDA GPU is available", "pass --device cpu to run the ranks on the CPU", exit_code=2)
-    if device != "cpu" and gpus > torch.cuda.device_count():
-        raise NmtError(f"--gpus {gpus} but this node has {torch.cuda.device_count()} GPUs", "pass at most that many", exit_code=2)
+    distributed.check_ranks(gpus, device)
     say(f"starting {gpus} ranks with torchrun")
     distributed.launch(gpus, _without_gpus(sys.argv[sys.argv.index("translate") + 1:]), debug=debug_enabled(), command="translate")
 

@@ -213,18 +213,11 @@ def settings_from_flags(preset: str, values: dict[str, Any], norm: str | None = 
 
 def _launch(gpus: int, values: dict[str, Any], restart: bool) -> None:
     """--gpus N: hand the flags' values to N ranks through a config file (each rank checks them)."""
-    import torch
-
     from nmtcli.cli import debug_enabled
     from nmtcli.training import distributed
 
-    if not torch.cuda.is_available() and values.get("device") != "cpu":
-        raise NmtError(f"--gpus {gpus} but no CUDA GPU is available", "pass --device cpu to run the ranks on the CPU", exit_code=2)
+    distributed.check_ranks(gpus, values.get("device"))
     say(f"starting {gpus} ranks with torchrun")
-    if gpus < 1:
-        raise NmtError(f"--gpus must be at least 1, not {gpus}", "pass the number of GPUs of this node", exit_code=2)
-    if torch.cuda.is_available() and gpus > torch.cuda.device_count():
-        raise NmtError(f"--gpus {gpus} but this node has {torch.cuda.device_count()} GPUs", "pass at most that many", exit_code=2)
     with tempfile.TemporaryDirectory(prefix="nmt-train-") as tmp:
         path = Path(tmp) / "config.json"
         resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in values.items()}

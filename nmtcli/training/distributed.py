@@ -160,6 +160,16 @@ def agreed_fingerprints(model: torch.nn.Module, step: int) -> list[str]:
 # --- `nmt train --gpus N`: torchrun on the user's behalf ------------------------------------------
 
 
+def check_ranks(nproc: int, device: str | None) -> None:
+    """`--gpus N` of `nmt train` and `nmt translate`: at least 1, and no more than this node's GPUs (CPU ranks with --device cpu)."""
+    if nproc < 1:
+        raise NmtError(f"--gpus must be at least 1, not {nproc}", "pass the number of GPUs of this node", exit_code=2)
+    if device != "cpu" and not torch.cuda.is_available():
+        raise NmtError(f"--gpus {nproc} but no CUDA GPU is available", "pass --device cpu to run the ranks on the CPU", exit_code=2)
+    if device != "cpu" and nproc > torch.cuda.device_count():
+        raise NmtError(f"--gpus {nproc} but this node has {torch.cuda.device_count()} GPUs", "pass at most that many", exit_code=2)
+
+
 def launch(nproc: int, argv: list[str], debug: bool = False, command: str = "train") -> None:
     """Run `python -m nmtcli COMMAND ARGV` as `nproc` ranks on this node, like torchrun --standalone
     (`nproc` at least 1 and at most the node's GPUs: `nmt train --gpus` and `nmt translate --gpus` check it).
