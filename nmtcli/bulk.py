@@ -125,6 +125,11 @@ class Job:
             recorded = json.loads(job.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             recorded = None
+        if recorded != self.description and self.rank == 0 and not any(self.is_done(c) for c in self.chunks) \
+                and not any(p.name[:1].isdigit() for p in self.parts.iterdir()):
+            with self._writing(job), atomic_path(job) as tmp:  # nothing of that translation was done: this one starts over
+                tmp.write_text(json.dumps(self.description, indent=2) + "\n", encoding="utf-8")
+            recorded = self.description
         if recorded != self.description:
             raise NmtError(f"{self.parts} holds the chunks of another translation (other input, model or settings)",
                            f"finish it with the command and input that started it, or delete {self.parts} to start over", exit_code=2)

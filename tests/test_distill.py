@@ -150,8 +150,10 @@ def test_distill_runs_every_stage_and_reports(distilled, trained_model):
         assert command in result.stdout + result.stderr
     assert len(lines_of(out / "teacher" / "train.de")) == 300
     assert len(lines_of(out / "kept.en")) == len(lines_of(out / "kept.de")) == 285  # 5% of 300 dropped
-    dropped = (out / "dropped.tsv").read_text(encoding="utf-8").splitlines()[1:]
-    scores = [float(line.split("\t")[0]) for line in dropped]
+    dropped = [json.loads(line) for line in (out / "dropped.jsonl").read_text(encoding="utf-8").split("\n")[:-1]]
+    scores = [d["score"] for d in dropped]
+    sources = lines_of(out / "distilled.en")
+    assert all(d["source"] in sources for d in dropped) and not any(d["source"] in lines_of(out / "kept.en") for d in dropped)
     kept_scores = sorted(float(s) for s in lines_of(out / "teacher" / "scores.txt"))[15:]
     assert len(dropped) == 15 and scores == sorted(scores) and max(scores) <= min(kept_scores)
     report = json.loads((out / "report.json").read_text())
@@ -173,7 +175,10 @@ def test_distill_again_skips_what_is_done_and_redoes_what_changed(distilled, tra
     changed = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10"))
     assert changed.stderr.count("done already") == 3  # translate, join, score; the filter onwards again
     assert len(lines_of(out / "kept.en")) == 270
-    assert "--restart" in changed.stdout + changed.stderr  # the student learns from the new data from scratch
+    assert "starts again" in changed.stderr  # the student learns from the new data from scratch
+    assert "resuming from" not in changed.stderr
+    settled = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10"))
+    assert settled.stderr.count("done already") == 8
 
 
 def test_distill_refuses_bad_input_in_one_line(trained_model, small_corpus, tmp_path):
@@ -227,7 +232,10 @@ def test_what_would_lose_or_mix_lines_is_refused_in_one_line(trained_model, sour
     utf16 = tmp_path / "utf16.en"
     utf16.write_bytes("the dog\nthe cat\n".encode("utf-16"))
     assert "is UTF-16" in refused("-i", str(utf16), "-o", str(tmp_path / "u.de"))
-    stdin = nmt_in_process("translate", "-m", str(trained_model), input=utf16.read_bytes(), check=False)
+    utf16.write_text("the dog\nthe cat\n", encoding="utf-8")  # converted, as the error says: the same command now works
+    assert nmt_in_process("translate", "-m", str(trained_model), "-i", str(utf16), "-o", str(tmp_path / "u.de")).returncode == 0
+    assert len(lines_of(tmp_path / "u.de")) == 2
+    stdin = nmt_in_process("translate", "-m", str(trained_model), input="the dog\nthe cat\n".encode("utf-16"), check=False)
     assert stdin.returncode == 2 and "is UTF-16" in stdin.stderr.decode()
     (tmp_path / "r.de").write_text("one\n")
     assert "--closest-to" in refused("-i", str(sources), "--nbest", "2", "--closest-to", str(tmp_path / "r.de"))
@@ -254,13 +262,26 @@ def test_distill_reruns_a_stage_whose_input_changed_and_refuses_a_foreign_record
     (corpus / "train.en").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     again = nmt_in_process(*args)
     assert again.stderr.count("done already") == 0 and lines_of(out / "distilled.en")[0] == lines[0]
-    (out / "stages.json").write_text("[1, 2]")
-    result = nmt_in_process(*args, check=False)
-    assert result.returncode == 1 and "is not the record of nmt distill's stages" in result.stderr and "Traceback" not in result.stderr
+    for foreign in ("[1, 2]", '{"translate": {"seconds": "x", "args": []}}'):
+        (out / "stages.json").write_text(foreign)
+        result = nmt_in_process(*args, check=False)
+        assert result.returncode == 1 and "is not the record of nmt distill's stages" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_dropped_pairs_are_one_tsv_row_each():
-    from nmtcli.cli.distill import _cell
+def test_a_translation_cut_short_is_not_mixed_into_one_of_new_input(trained_model, small_corpus, tmp_path):
+    """Killed in the teacher's translation (chunk 0 done), then a training source changes: the stage starts over
+    instead of refusing the chunks of its earlier attempt."""
+    import shutil
 
-    row = "\t".join(["-1.0", _cell("a\tb\\c\r".encode()), _cell("x\u2028y\x0cz".encode())])
-    assert row.split("\t") == ["-1.0", "a\\tb\\\\c\\r", "x\\u2028y\\fz"] and len(row.splitlines()) == 1
+    corpus = tmp_path / "corpus"
+    shutil.copytree(small_corpus, corpus)
+    out = tmp_path / "work"
+    args = distill_args(trained_model, corpus, out, "--max-steps", "2")
+    # Renames: attempts.json, job.json, then chunk 0's text and record; killed after chunk 0.
+    killed = run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-rename:4"}, check=False)
+    assert killed.returncode == -9 and (out / "teacher" / "train.de.parts" / "000000.json").exists()
+    lines = lines_of(corpus / "train.en")
+    (corpus / "train.en").write_text("".join(line + "\n" for line in ["the dog sees a cat", *lines[1:]]), encoding="utf-8")
+    again = run_nmt(*args)
+    assert "resuming" not in again.stderr and len(lines_of(out / "teacher" / "train.de")) == 300
+    assert lines_of(out / "distilled.en")[0] == "the dog sees a cat"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,8 @@ from nmtcli.errors import NmtError
 NAME = "distill"
 
 STAGES = "stages.json"
+ATTEMPTS = "attempts.json"  # each translating stage's last attempt: whether the chunks it left are of this one
+STUDENT_DATA = "student-data.txt"  # the fingerprint of the data the student in OUT/run learns from
 REPORT = "report.json"
 TEACHER, STUDENT = "teacher", "student"
 
@@ -69,6 +72,8 @@ def command(
     for path in mono or []:
         _check_text(path, "--mono")
     work = output or Path("distill") / f"{teacher.name}-{preset}"
+    if work.exists() and not work.is_dir():
+        raise NmtError(f"-o {work} is a file", "give a dir for the teacher's translations, the student's data, run and model", exit_code=2)
     stages = Stages(work)
     on = ["--device", device, "--precision", _teacher_precision(precision, device)] + (["--gpus", str(gpus)] if gpus is not None else [])
     chunks = ["--chunk-lines", str(chunk_lines)]
@@ -77,12 +82,13 @@ def command(
     stages.run("translate", f"the teacher translates the training sources (beam {beam}"
                + (f", of {nbest} translations the closest to the reference)" if nbest > 1 else ")"),
                ["translate", "-m", str(teacher), "-i", f"{train}.{src}", "-o", str(translated), "--beam", str(beam), *picked, *chunks, *on],
-               [teacher, Path(f"{train}.{src}"), Path(f"{train}.{tgt}")])
+               [teacher, Path(f"{train}.{src}"), Path(f"{train}.{tgt}")], parts=_parts(translated))
     sources, targets = [Path(f"{train}.{src}")], [translated]
     for k, path in enumerate(mono or [], start=1):
         out = work / "teacher" / f"mono{k}.{tgt}"
         stages.run(f"translate-mono{k}", f"the teacher translates {path} (beam {beam}, its best)",
-                   ["translate", "-m", str(teacher), "-i", str(path), "-o", str(out), "--beam", str(beam), *chunks, *on], [teacher, path])
+                   ["translate", "-m", str(teacher), "-i", str(path), "-o", str(out), "--beam", str(beam), *chunks, *on], [teacher, path],
+                   parts=_parts(out))
         sources.append(path)
         targets.append(out)
     distilled = work / "distilled"
@@ -91,18 +97,19 @@ def command(
     scores = work / "teacher" / "scores.txt"
     stages.run("score", "the teacher scores each distilled pair: its per-token log-probability (forced decoding)",
                ["translate", "--forced-decoding", "-m", str(teacher), "-i", f"{distilled}.{src}", "--target-file", f"{distilled}.{tgt}",
-                "--length-penalty", "power", "--alpha", "1", "-o", str(scores), *chunks, *on], [teacher])
+                "--length-penalty", "power", "--alpha", "1", "-o", str(scores), *chunks, *on], [teacher],
+               parts=_parts(scores))
     kept = work / "kept"
     stages.step("filter", f"the worst {drop_worst:g}% of the pairs by that score dropped (the teacher is least sure of them)",
-                lambda: _filter(distilled, scores, kept, languages, drop_worst, work / "dropped.tsv"), key=[f"{drop_worst:g}"])
+                lambda: _filter(distilled, scores, kept, languages, drop_worst, work / "dropped.jsonl"), key=[f"{drop_worst:g}"])
     data, run, student = work / "data", work / "run", work / "model"
     stages.run("prepare", "the student's data: the kept pairs, the real validation and test splits, the teacher's vocabulary",
                ["prepare", "--train", str(kept), "--valid", valid, "--test", test, "-s", src, "-t", tgt, "--vocab-from", str(teacher),
                 "-o", str(data)], [teacher, *(Path(f"{p}.{lang}") for p in (valid, test) for lang in languages)])
     limits = (["--max-steps", str(max_steps)] if max_steps else []) + (["--max-time", max_time] if max_time else [])
     training = ["train", "--data", str(data), "--preset", preset, "-o", str(run), "--seed", str(seed), *limits, "--device", device]
-    if "train" in stages.invalidated or _other_student(run, preset, seed):
-        training.append("--restart")  # its data changed, or its preset or seed: a run resumed would mix two students
+    if not stages.is_done("train", training):
+        _fresh_student(work, run, data, preset, seed)
     length = f"for {max_steps:,} steps at most" if max_steps else "stopping early on validation BLEU"
     stages.run("train", f"the student ({preset}) learns from the kept pairs, {length}", training)
     stages.run("average", "the student's checkpoints averaged into a model dir (sec. 6.1)",
@@ -121,21 +128,40 @@ class Stages:
     def __init__(self, work: Path):
         self.work, self.path = work, work / STAGES
         self.number = 0
-        self.invalidated: set[str] = set()  # stages done before on what an earlier stage, run again, has replaced
         try:
             self.done = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             self.done = {}
         except (ValueError, OSError):
             self.done = None
-        if not isinstance(self.done, dict) or not all(isinstance(v, dict) and "seconds" in v for v in self.done.values()):
+        if not isinstance(self.done, dict) or not all(isinstance(v, dict) and isinstance(v.get("seconds"), (int, float))
+                                                      and isinstance(v.get("args"), list) for v in self.done.values()):
             raise NmtError(f"{self.path} is not the record of nmt distill's stages", f"delete it to run every stage of {work} again, "
                            "or give another -o")
 
-    def run(self, name: str, what: str, args: list[str], reads: list[Path] = ()) -> None:
+    def run(self, name: str, what: str, args: list[str], reads: list[Path] = (), parts: Path | None = None) -> None:
         """A stage that is an `nmt` command: shown, then run as if typed (the same parsing, checks and messages).
-        `reads`: the files it reads beside the earlier stages' output; changed, the stage runs again."""
-        self.step(name, what, lambda: _nmt(args), args, stamps(reads))
+        `reads`: the files it reads beside the earlier stages' output; changed, the stage runs again. `parts`: the
+        chunks a translation leaves when cut short, dropped when the stage runs with other flags or input than the
+        attempt that left them (the same attempt resumes from them)."""
+        key = stamps(reads)
+
+        def attempt() -> None:
+            attempts = self.work / ATTEMPTS
+            tried = json.loads(attempts.read_text(encoding="utf-8")) if attempts.is_file() else {}
+            if parts is not None and parts.is_dir() and tried.get(name) != args + key:
+                shutil.rmtree(parts)
+            from nmtcli.files import atomic_path
+
+            with atomic_path(attempts) as tmp:
+                tmp.write_text(json.dumps({**tried, name: args + key}, indent=2) + "\n", encoding="utf-8")
+            _nmt(args)
+
+        self.step(name, what, attempt, args, key)
+
+    def is_done(self, name: str, args: list[str], key: list[str] = ()) -> bool:
+        done = self.done.get(name)
+        return done is not None and done.get("args") == args + list(key)
 
     def step(self, name: str, what: str, do, args: list[str] | None = None, key: list[str] | None = None) -> None:
         """Stage `name`: skipped if done with the same command `args` (a stage of no command: the same `key`); else
@@ -145,14 +171,12 @@ class Stages:
         console.rule(f"[bold]{self.number}[/bold] {what}", align="left")
         if args is not None:
             console.print(f"[bold cyan]$ nmt {' '.join(shlex.quote(a) for a in args)}[/bold cyan]", highlight=False, soft_wrap=True)
-        done = self.done.get(name)
         args = (args or []) + (key or [])
-        if done is not None and done.get("args") == args:
-            say(f"done already ({done['seconds']:.0f} s); delete {self.path} to run every stage again")
+        if self.is_done(name, args):
+            say(f"done already ({self.done[name]['seconds']:.0f} s); delete {self.path} to run every stage again")
             return
         names = list(self.done)
         if name in names:  # run again with other flags: what came after it was made from its old output
-            self.invalidated |= set(names[names.index(name) + 1:])
             self.done = {k: self.done[k] for k in names[:names.index(name)]}
         started = time.perf_counter()
         do()
@@ -170,6 +194,27 @@ def _teacher_precision(precision: str, device: str) -> str:
     import torch
 
     return "bf16" if device != "cpu" and torch.cuda.is_available() else "int8"
+
+
+def _parts(output: Path) -> Path:
+    from nmtcli.bulk import parts_dir
+
+    return parts_dir(output)
+
+
+def _fresh_student(work: Path, run: Path, data: Path, preset: str, seed: int) -> None:
+    """Before the student's training: a run dir of other data (the prepared data's fingerprint), another preset or
+    seed is removed, so the training starts again; of the same, it resumes (a longer --max-steps continues it)."""
+    from nmtcli.files import atomic_path
+
+    fingerprint = json.loads((data / "manifest.json").read_text(encoding="utf-8")).get("fingerprint", "")
+    marker = work / STUDENT_DATA
+    learnt = marker.read_text(encoding="utf-8").strip() if marker.is_file() else None
+    if run.exists() and (learnt != fingerprint or _other_student(run, preset, seed)):
+        say(f"{run} holds a student of other data, preset or seed: it starts again")
+        shutil.rmtree(run)
+    with atomic_path(marker) as tmp:
+        tmp.write_text(fingerprint + "\n", encoding="utf-8")
 
 
 def _other_student(run: Path, preset: str, seed: int) -> bool:
@@ -257,7 +302,7 @@ def _join(sources: list[Path], targets: list[Path], out: Path, languages: tuple[
 
 def _filter(distilled: Path, scores: Path, kept: Path, languages: tuple[str, str], percent: float, dropped_file: Path) -> None:
     """OUT/kept.SRC / .TGT: the pairs above the `percent` quantile of the teacher's per-token log-probability;
-    OUT/dropped.tsv: the ones dropped (score, source, translation), worst first."""
+    OUT/dropped.jsonl: the ones dropped (score, source, translation), worst first."""
     from nmtcli.files import atomic_path
 
     values = [float(line) for line in scores.read_text(encoding="utf-8").split("\n") if line]
@@ -269,18 +314,11 @@ def _filter(distilled: Path, scores: Path, kept: Path, languages: tuple[str, str
         with atomic_path(Path(f"{kept}.{lang}")) as tmp, open(tmp, "wb") as f:
             f.writelines(line + b"\n" for i, line in enumerate(lines) if i not in dropped)
     with atomic_path(dropped_file) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write("score\tsource\ttranslation\n")
-        for i in order[:drop]:
-            f.write(f"{values[i]:.4f}\t{_cell(src[i])}\t{_cell(tgt[i])}\n")
+        for i in order[:drop]:  # JSON lines: any sentence is one line, read back exactly
+            f.write(json.dumps({"score": round(values[i], 4), "source": src[i].decode("utf-8", "replace"),
+                                "translation": tgt[i].decode("utf-8", "replace")}, ensure_ascii=False) + "\n")
     threshold = f"; per-token log-probability below {values[order[drop]]:.3f}" if drop and drop < len(values) else ""
     say(f"kept {len(values) - drop:,} of {len(values):,} pairs, dropped {drop:,}{threshold} ({dropped_file})")
-
-
-def _cell(line: bytes) -> str:
-    """A line as one TSV cell: backslash, tab, CR and the other line breaks Python splits on written as escapes."""
-    text = line.decode("utf-8", "replace")
-    return text.replace("\\", "\\\\").translate({ord("\t"): "\\t", ord("\r"): "\\r", 0x0B: "\\v", 0x0C: "\\f", 0x1C: "\\x1c", 0x1D: "\\x1d",
-                                                   0x1E: "\\x1e", 0x85: "\\x85", 0x2028: "\\u2028", 0x2029: "\\u2029"})
 
 
 def _report(work: Path, teacher: Path, student: Path, test: str, languages: tuple[str, str], stages: Stages, device: str) -> None:
