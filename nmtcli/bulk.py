@@ -242,6 +242,20 @@ class Job:
         return digest.hexdigest()
 
 
+def check_unlocked(output: Path) -> None:
+    """Before `nmt translate` writes OUT in one piece: no chunked translation is writing it (OUT.parts locked)."""
+    lock = parts_dir(Path(output)) / LOCK
+    if not lock.is_file():
+        return
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise NmtError(f"another command is writing {output} ({lock.parent} is locked)",
+                           "wait for it to finish, or write to another -o", exit_code=2) from None
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def decode_line(raw: bytes, number: int, name: str, warn: Callable[[str], None] | None = None) -> str:
     """One line as `nmt translate` reads it (CRLF accepted, a BOM at the file's start dropped, invalid UTF-8 replaced
     and reported by the line's number in the file)."""

@@ -285,3 +285,15 @@ def test_a_translation_cut_short_is_not_mixed_into_one_of_new_input(trained_mode
     again = run_nmt(*args)
     assert "resuming" not in again.stderr and len(lines_of(out / "teacher" / "train.de")) == 300
     assert lines_of(out / "distilled.en")[0] == "the dog sees a cat"
+
+
+def test_one_piece_writes_wait_for_no_chunked_run_and_references_match_the_input(trained_model, sources, tmp_path):
+    from nmtcli.bulk import Job
+
+    held = Job([sources], tmp_path / "out.de", {"model": "a"}, 50)  # a chunked translation into out.de, running
+    busy = nmt_in_process("translate", "-m", str(trained_model), "-o", str(tmp_path / "out.de"), input="the dog\n", check=False)
+    assert busy.returncode == 2 and "another command is writing" in busy.stderr and held.mine()
+    refs = tmp_path / "refs.de"
+    refs.write_text("der hund\nzu viel\n")
+    longer = nmt_in_process("translate", "-m", str(trained_model), "--nbest", "2", "--closest-to", str(refs), input="the dog\n", check=False)
+    assert longer.returncode == 2 and "--closest-to has more lines than the input" in longer.stderr

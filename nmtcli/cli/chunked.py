@@ -135,3 +135,20 @@ def translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: S
                            "scored" if forced_decoding else "translated")
     if min_confidence is not None and ranks()[0] == 0:
         say(f"{below[0]:,} of {below[1]:,} line(s) this rank translated below --min-confidence {min_confidence:g}")
+
+
+def check_paths(output: Path | None, *read: Path | None) -> None:
+    """-o is none of the files read (it would replace the input with its translation), and --closest-to has a line
+    for each input line (two regular files: counted before any work)."""
+    from nmtcli.cli.translate import _count_lines
+    from nmtcli.errors import NmtError
+
+    given = [p for p in read if p is not None]
+    if output is not None and output.exists() and any(p.exists() and output.samefile(p) for p in given):
+        raise NmtError(f"-o {output} is a file this command reads", "write the translation to another file", exit_code=2)
+    input, closest_to = read[0], read[-1]
+    if input is not None and closest_to is not None and input.is_file() and closest_to.is_file():
+        lines, references = _count_lines(input), _count_lines(closest_to)
+        if lines != references:
+            raise NmtError(f"--closest-to {closest_to} has {references:,} line(s) but --input {input} has {lines:,}",
+                           "give one reference per input line", exit_code=2)

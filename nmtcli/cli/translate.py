@@ -123,7 +123,7 @@ def command(
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
-    _check_paths(output, input, target_file, prefix_file, closest_to)
+    chunked.check_paths(output, input, target_file, prefix_file, closest_to)
     # A file into a file goes in chunks; but for sentences drawn by sampling, keyed by their number in the whole input.
     in_chunks = (output is not None and input is not None and input.is_file() and format == "text"
                  and not (split_sentences and sampling is not None))
@@ -133,6 +133,10 @@ def command(
                        "or drop --gpus", exit_code=2)
     if gpus is not None and world == 1:
         return chunked.launch(gpus, device)
+    if output is not None and not in_chunks:
+        from nmtcli.bulk import check_unlocked
+
+        check_unlocked(output)
     if in_chunks:
         return chunked.translate_in_chunks(
             input, output, chunk_lines, settings, output_format, forced_decoding, target_file, prefix_file, closest_to, alignment,
@@ -188,22 +192,6 @@ def _digest(path: Path | None) -> str | None:
     from nmtcli.checksums import file_sha256
 
     return None if path is None else file_sha256(path)
-
-
-def _check_paths(output: Path | None, *read: Path | None) -> None:
-    """-o is none of the files read (it would replace the input with its translation), and --closest-to has a line
-    for each input line (two regular files: counted before any work)."""
-    from nmtcli.errors import NmtError
-
-    given = [p for p in read if p is not None]
-    if output is not None and output.exists() and any(p.exists() and output.samefile(p) for p in given):
-        raise NmtError(f"-o {output} is a file this command reads", "write the translation to another file", exit_code=2)
-    input, closest_to = read[0], read[-1]
-    if input is not None and closest_to is not None and input.is_file() and closest_to.is_file():
-        lines, references = _count_lines(input), _count_lines(closest_to)
-        if lines != references:
-            raise NmtError(f"--closest-to {closest_to} has {references:,} line(s) but --input {input} has {lines:,}",
-                           "give one reference per input line", exit_code=2)
 
 
 def _glossary(path: Path | None, max_terms: int, forced_decoding: bool, sampling: str | None, engine: str):
@@ -425,6 +413,10 @@ def _translations(translator, settings: SearchSettings, lines: Iterator[str], pr
         if pair:
             record = {**record, "source_lang": pair[0], "target_lang": pair[1]}
         yield record, record["confidence"] if split_sentences else t.confidence
+    if references is not None and next(references, None) is not None:
+        from nmtcli.errors import NmtError
+
+        raise NmtError("--closest-to has more lines than the input", "give one reference per input line", exit_code=2)
 
 
 def _translated(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None, split_sentences: bool,
