@@ -46,13 +46,11 @@ class Chunk:
 
 @dataclass
 class Outcome:
-    """What a run did: lines in all, lines this run translated, the output's sha256, chunks resumed."""
+    """What a run did: lines in all, lines this run translated (every rank's), the output's sha256."""
 
     lines: int
     translated: int
     sha256: str
-    resumed_chunks: int
-    chunks: int
 
 
 def parts_dir(output: Path) -> Path:
@@ -99,6 +97,7 @@ class Job:
         self.lines = sum(c.lines for c in self.chunks)
         self.description = {"inputs": files, "lines": self.lines, "chunk_lines": chunk_lines, "what": what}
         self._begin()
+        self.done_before = self._done_lines()  # lines of the chunks an earlier run left done
 
     def _begin(self) -> None:
         """Start OUT.parts/ (rank 0, which holds its lock while the job runs), or join the one there if it holds
@@ -107,30 +106,17 @@ class Job:
         if self.rank == 0:
             with self._writing():
                 self.parts.mkdir(parents=True, exist_ok=True)
-                self._lock = open(self.parts / LOCK, "a")
-            try:
-                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise NmtError(f"another command is writing {self.output} ({self.parts} is locked)",
-                               "wait for it to finish, or write to another -o", exit_code=2) from None
-            if not job.exists():
-                if any(p.name[:1].isdigit() for p in self.parts.iterdir()):
-                    raise NmtError(f"{self.parts} holds chunks but no {JOB} saying what they translate",
-                                   f"delete {self.parts} to start over", exit_code=2)
+            self._lock = _locked(self.parts / LOCK, self.output)
+            holds_chunks = any(p.name[:1].isdigit() for p in self.parts.iterdir())
+            if not job.exists() and holds_chunks:
+                raise NmtError(f"{self.parts} holds chunks but no {JOB} saying what they translate",
+                               f"delete {self.parts} to start over", exit_code=2)
+            if not holds_chunks and _read_job(job) != self.description:  # none of another translation done: this one starts
                 with self._writing(job), atomic_path(job) as tmp:
                     tmp.write_text(json.dumps(self.description, indent=2) + "\n", encoding="utf-8")
         while not job.exists():  # another rank: rank 0 writes it first
             time.sleep(POLL_S / 10)
-        try:
-            recorded = json.loads(job.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            recorded = None
-        if recorded != self.description and self.rank == 0 and not any(self.is_done(c) for c in self.chunks) \
-                and not any(p.name[:1].isdigit() for p in self.parts.iterdir()):
-            with self._writing(job), atomic_path(job) as tmp:  # nothing of that translation was done: this one starts over
-                tmp.write_text(json.dumps(self.description, indent=2) + "\n", encoding="utf-8")
-            recorded = self.description
-        if recorded != self.description:
+        if _read_job(job) != self.description:
             raise NmtError(f"{self.parts} holds the chunks of another translation (other input, model or settings)",
                            f"finish it with the command and input that started it, or delete {self.parts} to start over", exit_code=2)
 
@@ -162,6 +148,9 @@ class Job:
         except (OSError, ValueError, AttributeError):
             return False
 
+    def _done_lines(self) -> int:
+        return sum(c.lines for c in self.chunks if self.is_done(c))
+
     def mine(self) -> list[Chunk]:
         """This rank's chunks not yet done."""
         return [c for c in self.chunks if c.index % self.world_size == self.rank and not self.is_done(c)]
@@ -175,7 +164,7 @@ class Job:
                 columns.append([f.readline().rstrip(b"\n") for _ in range(chunk.lines)])
         return columns
 
-    def write(self, chunk: Chunk, lines: Iterable[str]) -> int:
+    def write(self, chunk: Chunk, lines: Iterable[str]) -> None:
         """The chunk's output lines written (exactly its line count, or a bug), then its record."""
         text, record = self._paths(chunk)
         digest, count, size = hashlib.sha256(), 0, 0
@@ -190,7 +179,6 @@ class Job:
         with self._writing(record), atomic_path(record) as tmp:
             tmp.write_text(json.dumps({"first": chunk.first, "lines": count, "bytes": size, "sha256": digest.hexdigest()}),
                            encoding="utf-8")
-        return count
 
     # --- the run ------------------------------------------------------------------------------------
 
@@ -199,19 +187,16 @@ class Job:
         """Translate this rank's missing chunks (`translate(chunk, columns)` gives its output lines, in order), then
         on rank 0 wait for the rest and join them into the output. `progress(done, total)` counts lines of every
         rank's done chunks and of this rank's chunk in flight. Returns rank 0's Outcome (None on the other ranks)."""
-        todo = self.mine()
-        resumed = sum(1 for c in self.chunks if self.is_done(c))
-        finished = sum(c.lines for c in self.chunks if self.is_done(c))
-        translated = 0
-        for chunk in todo:
+        finished = self.done_before
+        for chunk in self.mine():
             def counted(lines: Iterator[str], base: int = finished) -> Iterator[str]:
                 for n, line in enumerate(lines, start=1):
                     if progress is not None and (n % 16 == 0 or n == chunk.lines):
                         progress(base + n, self.lines)
                     yield line
 
-            translated += self.write(chunk, counted(translate(chunk, self.read(chunk))))
-            finished = sum(c.lines for c in self.chunks if self.is_done(c))  # the other ranks' too
+            self.write(chunk, counted(translate(chunk, self.read(chunk))))
+            finished = self._done_lines()  # the other ranks' too
             if progress is not None:
                 progress(finished, self.lines)
         if self.rank != 0:
@@ -220,7 +205,7 @@ class Job:
             time.sleep(POLL_S)
             if progress is not None:
                 progress(self.lines - sum(c.lines for c in missing), self.lines)
-        return Outcome(self.lines, translated, self.join(), resumed, len(self.chunks))
+        return Outcome(self.lines, self.lines - self.done_before, self.join())
 
     def join(self) -> str:
         """Every chunk checked against its record and written, in order, into the output (one rename); the parts go.
@@ -242,18 +227,31 @@ class Job:
         return digest.hexdigest()
 
 
+def _read_job(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _locked(lock: Path, output: Path):
+    """`lock` opened and locked for this process (released when closed, or when the process ends however it ends);
+    held by another, the one-line error."""
+    f = open(lock, "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise NmtError(f"another command is writing {output} ({lock.parent} is locked)",
+                       "wait for it to finish, or write to another -o", exit_code=2) from None
+    return f
+
+
 def check_unlocked(output: Path) -> None:
     """Before `nmt translate` writes OUT in one piece: no chunked translation is writing it (OUT.parts locked)."""
     lock = parts_dir(Path(output)) / LOCK
-    if not lock.is_file():
-        return
-    with open(lock, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise NmtError(f"another command is writing {output} ({lock.parent} is locked)",
-                           "wait for it to finish, or write to another -o", exit_code=2) from None
-        fcntl.flock(f, fcntl.LOCK_UN)
+    if lock.is_file():
+        _locked(lock, output).close()
 
 
 def decode_line(raw: bytes, number: int, name: str, warn: Callable[[str], None] | None = None) -> str:

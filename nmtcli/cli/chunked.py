@@ -78,9 +78,8 @@ def translate_file(inputs: list[Path], output: Path, chunk_lines: int, what: dic
     rank, world, _, _ = ranks()
     started = time.perf_counter()
     job = Job(inputs, output, what, chunk_lines, rank, world)
-    done_before = job.lines - sum(c.lines for c in job.chunks if not job.is_done(c))
-    if done_before and rank == 0:
-        say(f"resuming {job.parts}: {done_before:,} of {job.lines:,} lines already {verb}")
+    if job.done_before and rank == 0:
+        say(f"resuming {job.parts}: {job.done_before:,} of {job.lines:,} lines already {verb}")
     if rank == 0:
         with progress_bar(unit="lines") as bar:
             outcome = job.run(lambda chunk, columns: translate(chunk.first, columns), lambda done, total: bar(verb, done, total))
@@ -89,10 +88,9 @@ def translate_file(inputs: list[Path], output: Path, chunk_lines: int, what: dic
     if outcome is None:
         return
     elapsed = time.perf_counter() - started
-    translated = outcome.lines - done_before  # by every rank
-    pace = f" ({translated / elapsed:,.1f} lines/s)" if translated and elapsed > 0 else ""
+    pace = f" ({outcome.translated / elapsed:,.1f} lines/s)" if outcome.translated and elapsed > 0 else ""
     ranks_said = f" by {world} ranks" if world > 1 else ""
-    say(f"{verb} {translated:,} line(s){ranks_said} in {elapsed:.1f} s{pace}; {output}: {outcome.lines:,} lines, "
+    say(f"{verb} {outcome.translated:,} line(s){ranks_said} in {elapsed:.1f} s{pace}; {output}: {outcome.lines:,} lines, "
         f"sha256 {outcome.sha256[:16]}")
 
 
@@ -105,7 +103,7 @@ def translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: S
     from nmtcli.bulk import decoded, renumbered
     from nmtcli.cli.translate import _flagged, _scored, _sentence_warn, _translations
 
-    _, world, local_rank, local_world = ranks()
+    rank, world, local_rank, local_world = ranks()
     if world > 1:
         device, threads = rank_device(device, local_rank), rank_threads(threads, local_world)
     first = [1]  # the chunk in flight's first line, for the warnings about its lines
@@ -132,8 +130,8 @@ def translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: S
             "output_format": output_format, "forced_decoding": forced_decoding, "split_sentences": split_sentences,
             "protection": repr(protection), "min_confidence": min_confidence, "alignment": alignment}
     translate_file([input, *(path for path, _ in beside)], output, chunk_lines, what, lines_of,
-                           "scored" if forced_decoding else "translated")
-    if min_confidence is not None and ranks()[0] == 0:
+                   "scored" if forced_decoding else "translated")
+    if min_confidence is not None and rank == 0:
         say(f"{below[0]:,} of {below[1]:,} line(s) this rank translated below --min-confidence {min_confidence:g}")
 
 

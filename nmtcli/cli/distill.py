@@ -19,8 +19,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from nmtcli.bulk import parts_dir
 from nmtcli.cli.common import console, say
 from nmtcli.errors import NmtError
+from nmtcli.files import atomic_path
 
 NAME = "distill"
 
@@ -82,13 +84,13 @@ def command(
     stages.run("translate", f"the teacher translates the training sources (beam {beam}"
                + (f", of {nbest} translations the closest to the reference)" if nbest > 1 else ")"),
                ["translate", "-m", str(teacher), "-i", f"{train}.{src}", "-o", str(translated), "--beam", str(beam), *picked, *chunks, *on],
-               [teacher, Path(f"{train}.{src}"), Path(f"{train}.{tgt}")], parts=_parts(translated))
+               [teacher, Path(f"{train}.{src}"), Path(f"{train}.{tgt}")], parts=parts_dir(translated))
     sources, targets = [Path(f"{train}.{src}")], [translated]
     for k, path in enumerate(mono or [], start=1):
         out = work / "teacher" / f"mono{k}.{tgt}"
         stages.run(f"translate-mono{k}", f"the teacher translates {path} (beam {beam}, its best)",
                    ["translate", "-m", str(teacher), "-i", str(path), "-o", str(out), "--beam", str(beam), *chunks, *on], [teacher, path],
-                   parts=_parts(out))
+                   parts=parts_dir(out))
         sources.append(path)
         targets.append(out)
     distilled = work / "distilled"
@@ -98,7 +100,7 @@ def command(
     stages.run("score", "the teacher scores each distilled pair: its per-token log-probability (forced decoding)",
                ["translate", "--forced-decoding", "-m", str(teacher), "-i", f"{distilled}.{src}", "--target-file", f"{distilled}.{tgt}",
                 "--length-penalty", "power", "--alpha", "1", "-o", str(scores), *chunks, *on], [teacher],
-               parts=_parts(scores))
+               parts=parts_dir(scores))
     kept = work / "kept"
     stages.step("filter", f"the worst {drop_worst:g}% of the pairs by that score dropped (the teacher is least sure of them)",
                 lambda: _filter(distilled, scores, kept, languages, drop_worst, work / "dropped.jsonl"), key=[f"{drop_worst:g}"])
@@ -151,17 +153,16 @@ class Stages:
             tried = json.loads(attempts.read_text(encoding="utf-8")) if attempts.is_file() else {}
             if parts is not None and parts.is_dir() and tried.get(name) != args + key:
                 shutil.rmtree(parts)
-            from nmtcli.files import atomic_path
-
             with atomic_path(attempts) as tmp:
                 tmp.write_text(json.dumps({**tried, name: args + key}, indent=2) + "\n", encoding="utf-8")
             _nmt(args)
 
         self.step(name, what, attempt, args, key)
 
-    def is_done(self, name: str, args: list[str], key: list[str] = ()) -> bool:
+    def is_done(self, name: str, args: list[str]) -> bool:
+        """Whether stage `name` was done with these very `args` (its command, and the stamps of what it read)."""
         done = self.done.get(name)
-        return done is not None and done.get("args") == args + list(key)
+        return done is not None and done.get("args") == args
 
     def step(self, name: str, what: str, do, args: list[str] | None = None, key: list[str] | None = None) -> None:
         """Stage `name`: skipped if done with the same command `args` (a stage of no command: the same `key`); else
@@ -181,8 +182,6 @@ class Stages:
         started = time.perf_counter()
         do()
         self.done[name] = {"seconds": round(time.perf_counter() - started, 1), "args": args}
-        from nmtcli.files import atomic_path
-
         with atomic_path(self.path) as tmp:
             tmp.write_text(json.dumps(self.done, indent=2) + "\n", encoding="utf-8")
 
@@ -196,17 +195,9 @@ def _teacher_precision(precision: str, device: str) -> str:
     return "bf16" if device != "cpu" and torch.cuda.is_available() else "int8"
 
 
-def _parts(output: Path) -> Path:
-    from nmtcli.bulk import parts_dir
-
-    return parts_dir(output)
-
-
 def _fresh_student(work: Path, run: Path, data: Path, preset: str, seed: int) -> None:
     """Before the student's training: a run dir of other data (the prepared data's fingerprint), another preset or
     seed is removed, so the training starts again; of the same, it resumes (a longer --max-steps continues it)."""
-    from nmtcli.files import atomic_path
-
     fingerprint = json.loads((data / "manifest.json").read_text(encoding="utf-8")).get("fingerprint", "")
     marker = work / STUDENT_DATA
     learnt = marker.read_text(encoding="utf-8").strip() if marker.is_file() else None
@@ -290,8 +281,6 @@ def _check_text(path: Path, flag: str) -> int:
 
 def _join(sources: list[Path], targets: list[Path], out: Path, languages: tuple[str, str]) -> None:
     """The distilled corpus OUT.SRC / OUT.TGT: each source file's lines beside the teacher's, in order."""
-    from nmtcli.files import atomic_path
-
     for files, lang in ((sources, languages[0]), (targets, languages[1])):
         with atomic_path(Path(f"{out}.{lang}")) as tmp, open(tmp, "wb") as f:
             for path in files:
@@ -301,23 +290,31 @@ def _join(sources: list[Path], targets: list[Path], out: Path, languages: tuple[
 
 
 def _filter(distilled: Path, scores: Path, kept: Path, languages: tuple[str, str], percent: float, dropped_file: Path) -> None:
-    """OUT/kept.SRC / .TGT: the pairs above the `percent` quantile of the teacher's per-token log-probability;
-    OUT/dropped.jsonl: the ones dropped (score, source, translation), worst first."""
-    from nmtcli.files import atomic_path
-
+    """OUT/kept.SRC / .TGT: the pairs above the `percent` quantile of the teacher's per-token log-probability, the
+    corpus streamed (only the scores and the dropped pairs are held); OUT/dropped.jsonl: the ones dropped (score,
+    source, translation), worst first."""
     values = [float(line) for line in scores.read_text(encoding="utf-8").split("\n") if line]
     drop = int(len(values) * percent / 100)
-    order = sorted(range(len(values)), key=lambda i: (values[i], i))
-    dropped = set(order[:drop])
-    src, tgt = (Path(f"{distilled}.{lang}").read_bytes().split(b"\n")[:len(values)] for lang in languages)
-    for lines, lang in ((src, languages[0]), (tgt, languages[1])):
-        with atomic_path(Path(f"{kept}.{lang}")) as tmp, open(tmp, "wb") as f:
-            f.writelines(line + b"\n" for i, line in enumerate(lines) if i not in dropped)
+    ranked = sorted(range(len(values)), key=lambda i: (values[i], i))
+    order = ranked[:drop]
+    dropped: dict[int, tuple[bytes, bytes]] = dict.fromkeys(order)
+    src, tgt = (Path(f"{distilled}.{lang}") for lang in languages)
+    with open(src, "rb") as sources, open(tgt, "rb") as targets, \
+            atomic_path(Path(f"{kept}.{languages[0]}")) as kept_src, atomic_path(Path(f"{kept}.{languages[1]}")) as kept_tgt, \
+            open(kept_src, "wb") as out_src, open(kept_tgt, "wb") as out_tgt:
+        for i, pair in zip(range(len(values)), zip(sources, targets)):
+            source, target = (line[:-1] if line.endswith(b"\n") else line for line in pair)
+            if i in dropped:
+                dropped[i] = (source, target)
+            else:
+                out_src.write(source + b"\n")
+                out_tgt.write(target + b"\n")
     with atomic_path(dropped_file) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        for i in order[:drop]:  # JSON lines: any sentence is one line, read back exactly
-            f.write(json.dumps({"score": round(values[i], 4), "source": src[i].decode("utf-8", "replace"),
-                                "translation": tgt[i].decode("utf-8", "replace")}, ensure_ascii=False) + "\n")
-    threshold = f"; per-token log-probability below {values[order[drop]]:.3f}" if drop and drop < len(values) else ""
+        for i in order:  # JSON lines: any sentence is one line, read back exactly
+            source, target = dropped[i]
+            f.write(json.dumps({"score": round(values[i], 4), "source": source.decode("utf-8", "replace"),
+                                "translation": target.decode("utf-8", "replace")}, ensure_ascii=False) + "\n")
+    threshold = f"; per-token log-probability below {values[ranked[drop]]:.3f}" if drop and drop < len(values) else ""
     say(f"kept {len(values) - drop:,} of {len(values):,} pairs, dropped {drop:,}{threshold} ({dropped_file})")
 
 
@@ -334,8 +331,6 @@ def _report(work: Path, teacher: Path, student: Path, test: str, languages: tupl
     report["student_preset"] = (run.get("training") or {}).get("preset")
     steps = [int(p.name) for p in (work / "run" / "checkpoints").glob("*") if p.name.isdigit()]
     report["student_steps"] = max(steps, default=None)
-    from nmtcli.files import atomic_path
-
     with atomic_path(work / REPORT) as tmp:
         tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 

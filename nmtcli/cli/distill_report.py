@@ -28,7 +28,7 @@ def measure(teacher: Path, student: Path, source: Path, reference: Path, device:
         translator = Translator.load(path, device="cpu", precision=precision)
         translator.translate(lines[:WARM_LINES])
         pace = {}
-        for count in (1, threads):
+        for count in sorted({1, threads}):  # one thread, and all of them where there are more
             torch.set_num_threads(count)
             started = time.perf_counter()
             out = translator.translate(lines[:SPEED_LINES])
