@@ -27,19 +27,25 @@ does) and rendered; a tag is right where it wraps exactly the target words from 
 word's gold links. Reported over all words and over each sentence's last word (where a weak model's stray
 links made a tag swallow the sentence). The readings:
 
-  argmax        each target piece -> its most attended source piece (`--alignment words` before it read
-                `column`, and COVERING before it read `intersection`)
+  argmax        each target piece -> its most attended source piece (`--alignment words` before wave 3)
   column        the same after dividing each source piece's column by its sum over the target pieces (a source
                 piece that draws attention from every target position counts less): inference/alignment.py
-                piece_links, what `--alignment words` reads
+                piece_links, what `--alignment pieces` reads (and `--alignment words` did before issue 51)
   sinkhorn      rows and columns normalised in turn, 5 times (Sinkhorn-Knopp), then the rows' argmax
   backward      each source piece -> the target piece that attends to it most (the columns' argmax)
-  intersection  the links argmax and backward agree on (COVERING's: inference/alignment.py agreed_links)
-  grow-diag, grow-diag-final, grow-diag-final-and
+  intersection  the links argmax and backward agree on (COVERING's before issue 51)
+  grow-diag-final-and
                 symmetrisation of argmax and backward as Moses does it (Koehn et al. 2003): from the
                 intersection, grow into neighbouring links of the union whose source or target piece is
-                unlinked; final: then any union link with an unlinked side (-and: both sides unlinked)
+                unlinked, then any union link with both sides unlinked (inference/alignment.py grow_diag_final_and)
   column+gdfa   grow-diag-final-and over the column-normalised matrix
+  word-column   over words: each target word's pieces' attention (averaged) on each source word's pieces (summed),
+                each column divided by its sum, the rows' argmax (what glossary terms are placed by)
+  word-balanced-intersection
+                over words: that matrix balanced (Sinkhorn, 5 rounds), the links both directions agree on
+                (COVERING's, before each source word left unlinked is linked)
+  word-balanced-gdfa
+                the balanced word matrix, grow-diag-final-and: what `--alignment words` reads
 
 Usage:
   nmt prepare demo && nmt train --preset tiny --max-steps 1000 && nmt average   # a model of the demo corpus
@@ -61,7 +67,8 @@ import torch
 from torch import Tensor
 
 from nmtcli.documents.markup import parse
-from nmtcli.inference.alignment import DEFAULT_HEADS, agreed_links, pharaoh, piece_links, with_every_source_word, word_of_piece
+from nmtcli.inference.alignment import (DEFAULT_HEADS, agreed, balanced, grow_diag_final_and, pharaoh, piece_links, with_every_source_word,
+                                        word_matrix, word_of_piece)
 from nmtcli.inference.forced import AttentionHeads, force_ids
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.inference.terms import word_links
@@ -120,56 +127,27 @@ def _column_normalised(a: Tensor) -> Tensor:
     return a / a.sum(dim=0, keepdim=True)
 
 
-def _sinkhorn(a: Tensor, rounds: int = 5) -> Tensor:
-    for _ in range(rounds):
-        a = a / a.sum(dim=1, keepdim=True)
-        a = a / a.sum(dim=0, keepdim=True)
-    return a
-
-
-def grow_diag(a: Tensor, final: str = "") -> set[tuple[int, int]]:
-    """Moses' grow-diag(-final(-and)) of the two directions of one matrix: rows' argmax and columns' argmax."""
-    forward, backward = _rows(a), _columns(a)
-    union, links = forward | backward, forward & backward
-
-    def unlinked(s: int, t: int) -> tuple[bool, bool]:
-        return all(x != s for x, _ in links), all(y != t for _, y in links)
-
-    grown = True
-    while grown:
-        grown = False
-        for s, t in sorted(links):
-            for ds, dt in ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)):
-                link = (s + ds, t + dt)
-                if link in union and link not in links and any(unlinked(*link)):
-                    links.add(link)
-                    grown = True
-    if final:
-        for link in sorted(union):
-            free = unlinked(*link)
-            if (all(free) if final == "and" else any(free)):
-                links.add(link)
-    return links
-
-
 READINGS = {
     "argmax": lambda att: _rows(_core(att)),
     "column": lambda att: set(piece_links(att)),
-    "sinkhorn": lambda att: _rows(_sinkhorn(_core(att))),
+    "sinkhorn": lambda att: _rows(balanced(_core(att))),
     "backward": lambda att: _columns(_core(att)),
-    "intersection": lambda att: set(agreed_links(att)),
-    "grow-diag": lambda att: grow_diag(_core(att)),
-    "grow-diag-final": lambda att: grow_diag(_core(att), "final"),
-    "grow-diag-final-and": lambda att: grow_diag(_core(att), "and"),
-    "column+gdfa": lambda att: grow_diag(_column_normalised(_core(att)), "and"),
+    "intersection": lambda att: agreed(_core(att)),
+    "grow-diag-final-and": lambda att: grow_diag_final_and(_core(att)),
+    "column+gdfa": lambda att: grow_diag_final_and(_column_normalised(_core(att))),
 }
 # Readings made over words, not pieces: (attention, source word of each piece, target word of each piece) -> word links.
 WORD_READINGS = {
     # one link a target word: its pieces' attention (averaged) on each source word's pieces (summed), each source word's
     # column divided by its sum, argmax (inference/terms.py word_links: what glossary terms are placed by)
     "word-column": lambda att, sw, tw: {(s, t) for t, s in enumerate(word_links(att, sw, tw)[0])},
+    # the word matrix balanced (Sinkhorn), the two directions agreed on: COVERING's links before each source word is covered
+    "word-balanced-intersection": lambda att, sw, tw: agreed(balanced(word_matrix(_core(att), sw, tw))),
+    # the same matrix, grow-diag-final-and: `--alignment words` (inference/alignment.py word_links)
+    "word-balanced-gdfa": lambda att, sw, tw: grow_diag_final_and(balanced(word_matrix(_core(att), sw, tw))),
 }
-NOTES = {"argmax": "`--alignment words` and COVERING before", "column": "`--alignment words` now", "intersection": "COVERING now",
+NOTES = {"column": "`--alignment pieces`; words before", "intersection": "COVERING before", "word-balanced-intersection": "COVERING now",
+         "word-balanced-gdfa": "`--alignment words` now",
          "word-column": "glossary terms' placement"}
 
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from nmtcli.inference.alignment import DEFAULT_HEADS
+from nmtcli.inference.alignment import DEFAULT_HEADS, word_matrix
 from nmtcli.inference.coverage import coverage_penalty
 from nmtcli.inference.forced import search_score
 from nmtcli.inference.glossary import MAX_TERMS_PER_LINE, UNSPACED, Occurrence
@@ -96,12 +96,7 @@ def unit_spans(spans: Sequence[Span], units: Sequence[int], text: str) -> list[S
 def word_links(attention: Tensor, source_units: Sequence[int], target_units: Sequence[int]) -> tuple[list[int], Tensor]:
     """Each target unit's source unit (module docstring), and the (target units, source units) matrix it is read from,
     each column divided by its sum. `attention`: (target pieces, source pieces), rows and columns of EOS left out."""
-    T, S = len(target_units), len(source_units)
-    a = attention[:T, :S].float()
-    tu, su = max(target_units) + 1, max(source_units) + 1
-    by_source = a.new_zeros(T, su).index_add_(1, torch.tensor(source_units), a)
-    matrix = a.new_zeros(tu, su).index_add_(0, torch.tensor(target_units), by_source)
-    matrix = matrix / torch.bincount(torch.tensor(target_units), minlength=tu).clamp_min(1).unsqueeze(1)
+    matrix = word_matrix(attention[: len(target_units), : len(source_units)], source_units, target_units)
     matrix = matrix / matrix.sum(0, keepdim=True).clamp_min(1e-30)
     return matrix.argmax(1).tolist(), matrix
 
