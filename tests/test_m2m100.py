@@ -301,3 +301,21 @@ def test_a_multilingual_translation_has_one_confidence_whole_or_split_into_sente
     [split] = translator.translate([SENTENCES[0]], split_sentences=True, max_len_b=MAX_NEW_TOKENS - 1)
     assert len(split.sentences) == 1 and split.text == whole.text
     assert split.confidence == pytest.approx(whole.confidence, abs=1e-9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_multilingual_model_s_alignments_and_scores_leave_its_language_tags_out(imported, kind):
+    # issue 51: the tags were a word of each side (every alignment position one too far, a target word too many)
+    # and a forced score counted the target tag's probability, which the search forces: two confidences a sentence.
+    from nmtcli import Translator
+
+    source, target = KINDS[kind][0]
+    translator = Translator.load(imported[kind], device="cpu", source_lang=source, target_lang=target)
+    [found] = translator.translate([SENTENCES[0]], alignment="words", max_len_b=MAX_NEW_TOKENS - 1)
+    [given] = translator.score([SENTENCES[0]], [found.text], alignment="words")
+    links = [tuple(map(int, link.split("-"))) for link in found.alignment.split()]
+    assert links and max(s for s, _ in links) < len(SENTENCES[0].split()) and max(t for _, t in links) < len(found.text.split())
+    [pieces] = translator.translate([SENTENCES[0]], alignment="pieces", max_len_b=MAX_NEW_TOKENS - 1)
+    assert max(int(link.split("-")[1]) for link in pieces.alignment.split()) < len(pieces.tokens)
+    assert given.alignment == found.alignment and given.tokens == found.tokens and len(given.token_log_probs) == len(given.tokens) + 1
+    assert given.score == pytest.approx(found.score, abs=1e-4) and given.confidence == pytest.approx(found.confidence, abs=1e-6)

@@ -344,7 +344,15 @@ class Translator(Engine):
         unread = [(i, h) for i, h in pairs if id(h) not in attention]
         attention = {**attention, **{id(h): a for (_, h), a in zip(unread, self._attention(sentences, unread))}}
         for i, h in pairs:
-            h.alignment = alignment_text(attention[id(h)], [self.pieces[t] for t in sentences[i]], [self.pieces[t] for t in h.tokens], units[i])
+            h.alignment = self._alignment(attention[id(h)], sentences[i], h.tokens, units[i])
+
+    def _alignment(self, attention: Tensor, source: list[int], target: list[int], unit: str) -> str:
+        """A pair's alignment text (alignment_text) over its words or pieces: a multilingual model's language tags, the
+        first token of each side, are no word of either, so their row and column are left out (positions count from
+        the first word)."""
+        s = 1 if self._tags and source[:1] == [self._tags[0]] else 0
+        t = 1 if self._tags and target[:1] == [self._tags[1]] else 0
+        return alignment_text(attention[t:, s:], [self.pieces[i] for i in source[s:]], [self.pieces[i] for i in target[t:]], unit)
 
     def score(self, lines: Iterable[str], targets: Iterable[str], alignment: str | None = None,
               settings: SearchSettings | None = None) -> Iterator[Scored]:
@@ -362,9 +370,13 @@ class Translator(Engine):
             sources, given = self._tagged(sources, given)
             forced = self.forced(sources, given, DEFAULT_HEADS if alignment else None)
             for src, tgt, f in zip(sources, given, forced):
-                result = scored(f, [self.pieces[t] for t in tgt], s.alpha, s.length_penalty, s.brevity.of(len(src), len(tgt)))
+                tag = 1 if self._tags and tgt[:1] == [self._tags[1]] else 0
+                if tag:  # the target tag, forced as the search forces it: no probability of its own, and no word
+                    f.log_probs[0] = 0.0
+                result = scored(f, [self.pieces[t] for t in tgt[tag:]], s.alpha, s.length_penalty, s.brevity.of(len(src), len(tgt)))
+                result.token_log_probs = result.token_log_probs[tag:]
                 if alignment:
-                    result.alignment = alignment_text(f.attention, [self.pieces[t] for t in src], result.tokens, alignment)
+                    result.alignment = self._alignment(f.attention, src, tgt, alignment)
                 yield result
 
 
