@@ -161,6 +161,7 @@ def _serve_app(model: Path):
     """`nmt serve -m MODEL`'s app with every default of the command: its flags' defaults, read from cli/serve.py,
     made into the settings and config as the command makes them."""
     from nmtcli.cli.serve import command
+    from nmtcli.device import resolve_device
     from nmtcli.inference.translator import SearchSettings
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.models import load_models
@@ -169,7 +170,7 @@ def _serve_app(model: Path):
     settings = SearchSettings(beam=flag["beam"], alpha=flag["alpha"], coverage_penalty=flag["coverage_penalty"],
                               brevity_penalty=flag["brevity_penalty"], max_len_a=flag["max_len_a"], max_len_b=flag["max_len_b"],
                               length_penalty=flag["length_penalty"], batch_tokens=flag["batch_tokens"])
-    served = load_models([(str(model), model)], "cpu", settings, precision=flag["precision"])
+    served = load_models([(str(model), model)], resolve_device(flag["device"]), settings, precision=flag["precision"])
     return create_app(served, ServeConfig(search=settings, protect=not flag["no_protect"]))
 
 
