@@ -18,7 +18,7 @@ __nmt_options() {
     case $1 in
         '') REPLY='--debug --version --help -h' ;;
         'quickstart') REPLY='--minutes --max-steps --preset --device --examples --dir -C --help -h' ;;
-        'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --drop-wrong-language --keep-wrong-language --drop-copies --keep-copies --drop-number-mismatch --keep-number-mismatch --drop-url-mismatch --keep-url-mismatch --drop-non-alphabetic --keep-non-alphabetic --drop-long-words --keep-long-words --clean-report --revision --workers --chunk-pairs --output -o --help -h' ;;
+        'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --drop-wrong-language --keep-wrong-language --drop-copies --keep-copies --drop-number-mismatch --keep-number-mismatch --drop-url-mismatch --keep-url-mismatch --drop-non-alphabetic --keep-non-alphabetic --drop-long-words --keep-long-words --clean-report --target-mono --reverse-model --bt-sampling --bt-tag --no-bt-tag --bt-tag-token --bt-ratio --revision --workers --chunk-pairs --output -o --help -h' ;;
         'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --compile --no-compile --shape-classes --no-shape-classes --cuda-graphs --no-cuda-graphs --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --at --output -o --calibrate --no-calibrate --device --help -h' ;;
         'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --forced-decoding --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --closest-to --chunk-lines --gpus --help -h' ;;
@@ -61,6 +61,11 @@ __nmt_option_value() {
         'prepare --max-ratio') REPLY='text' ;;
         'prepare --ratio-slack') REPLY='text' ;;
         'prepare --clean-report') REPLY='files' ;;
+        'prepare --target-mono') REPLY='files' ;;
+        'prepare --reverse-model') REPLY='text' ;;
+        'prepare --bt-sampling') REPLY='text' ;;
+        'prepare --bt-tag-token') REPLY='text' ;;
+        'prepare --bt-ratio') REPLY='text' ;;
         'prepare --revision') REPLY='text' ;;
         'prepare --workers') REPLY='text' ;;
         'prepare --chunk-pairs') REPLY='text' ;;

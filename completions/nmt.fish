@@ -20,7 +20,7 @@ function __nmt_value_options
         case 'quickstart'
             printf '%s\n' --minutes --max-steps --preset --device --examples --dir -C
         case 'prepare'
-            printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --clean-report --revision --workers --chunk-pairs --output -o
+            printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --clean-report --target-mono --reverse-model --bt-sampling --bt-tag-token --bt-ratio --revision --workers --chunk-pairs --output -o
         case 'train'
             printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --peak-tflops
         case 'average'
@@ -197,9 +197,16 @@ complete -c nmt -n "__nmt_using 'prepare'" -l keep-non-alphabetic -d 'The opposi
 complete -c nmt -n "__nmt_using 'prepare'" -l drop-long-words -d 'Drop training pairs with a word over 70 characters (URLs aside; scripts without spaces are not judged)'
 complete -c nmt -n "__nmt_using 'prepare'" -l keep-long-words -d 'The opposite of --drop-long-words'
 complete -c nmt -n "__nmt_using 'prepare'" -l clean-report -r -F -d 'Write up to 20 pairs each text filter dropped (drawn with --seed), one JSON object a line: filter, source, target (and direction for several pairs), to see whether it was right'
+complete -c nmt -n "__nmt_using 'prepare'" -l target-mono -r -F -d 'Target-language text, one sentence a line, to back-translate with --reverse-model and train on beside the real pairs (Sennrich et al. 2016)'
+complete -c nmt -n "__nmt_using 'prepare'" -l reverse-model -x -d 'The model that translates --target-mono into the source language (a model dir or Hub id of a TGT->SRC model, e.g. one trained on the real pairs reversed)'
+complete -c nmt -n "__nmt_using 'prepare'" -l bt-sampling -x -d 'Sample the back-translations instead of beam search (beam 5, the default): full, topk:K or topp:P, seeded with --seed'
+complete -c nmt -n "__nmt_using 'prepare'" -l bt-tag -d 'Start each synthetic source with --bt-tag-token, a reserved piece no input text can make (Caswell et al. 2019, Tagged Back-Translation); translating needs no tag'
+complete -c nmt -n "__nmt_using 'prepare'" -l no-bt-tag -d 'The opposite of --bt-tag'
+complete -c nmt -n "__nmt_using 'prepare'" -l bt-tag-token -x -d 'The tag\'s piece'
+complete -c nmt -n "__nmt_using 'prepare'" -l bt-ratio -x -d 'Real to synthetic pairs in the train split: each real pair goes in max(1, round(RATIO x synthetic / real)) times (fairseq\'s --upsample-primary). 1: as many real as synthetic (the parallel data is small, the reverse model weak)'
 complete -c nmt -n "__nmt_using 'prepare'" -l revision -x -d 'Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used'
 complete -c nmt -n "__nmt_using 'prepare'" -l workers -x -d 'Encoding processes and sentencepiece training threads; 0 uses every core'
-complete -c nmt -n "__nmt_using 'prepare'" -l chunk-pairs -x -d 'Pairs encoded per chunk, the unit an interrupted run resumes from'
+complete -c nmt -n "__nmt_using 'prepare'" -l chunk-pairs -x -d 'Pairs encoded per chunk, the unit an interrupted run resumes from (back-translation: lines translated per chunk, at most 5,000)'
 complete -c nmt -n "__nmt_using 'prepare'" -l output -s o -r -F -d 'Data dir to write'
 complete -c nmt -n "__nmt_using 'prepare'" -l help -s h -d 'Show this message and exit'
 complete -c nmt -n "__nmt_at_argument 'prepare' 0" -f -a '(__nmt_values_prepare_NAME)'  # NAME

@@ -15,6 +15,7 @@ FILES = "Your own parallel text (instead of NAME)"
 CLEANING = "Cleaning"
 VOCAB = "Vocabulary"
 RUN = "Download and execution"
+BACK = "Back-translation (target-side monolingual text)"
 
 
 def _list_recipes() -> None:
@@ -56,9 +57,15 @@ def command(
     drop_non_alphabetic: Annotated[bool, typer.Option("--drop-non-alphabetic/--keep-non-alphabetic", help="Drop training pairs with a side of 8 characters or more (spaces aside) under half of them letters.", rich_help_panel=CLEANING)] = True,
     drop_long_words: Annotated[bool, typer.Option("--drop-long-words/--keep-long-words", help="Drop training pairs with a word over 70 characters (URLs aside; scripts without spaces are not judged).", rich_help_panel=CLEANING)] = True,
     clean_report: Annotated[Optional[Path], typer.Option("--clean-report", help="Write up to 20 pairs each text filter dropped (drawn with --seed), one JSON object a line: filter, source, target (and direction for several pairs), to see whether it was right.", metavar="FILE", show_default=False, rich_help_panel=CLEANING)] = None,
+    target_mono: Annotated[Optional[list[Path]], typer.Option("--target-mono", help="Target-language text, one sentence a line, to back-translate with --reverse-model and train on beside the real pairs (Sennrich et al. 2016). Repeatable. Its translation is kept in the data dir (backtranslation.SRC, resumable, reused by the next prepare into it).", metavar="FILE", show_default=False, rich_help_panel=BACK)] = None,
+    reverse_model: Annotated[Optional[str], typer.Option("--reverse-model", help="The model that translates --target-mono into the source language (a model dir or Hub id of a TGT->SRC model, e.g. one trained on the real pairs reversed).", metavar="MODEL", show_default=False, rich_help_panel=BACK)] = None,
+    bt_sampling: Annotated[Optional[str], typer.Option("--bt-sampling", help="Sample the back-translations instead of beam search (beam 5, the default): full, topk:K or topp:P, seeded with --seed. Edunov et al. 2018 found sampling better where there is much parallel data, beam better where there is little.", metavar="SPEC", show_default=False, rich_help_panel=BACK)] = None,
+    bt_tag: Annotated[bool, typer.Option("--bt-tag/--no-bt-tag", help="Start each synthetic source with --bt-tag-token, a reserved piece no input text can make (Caswell et al. 2019, Tagged Back-Translation); translating needs no tag.", rich_help_panel=BACK)] = True,
+    bt_tag_token: Annotated[str, typer.Option("--bt-tag-token", help="The tag's piece.", rich_help_panel=BACK)] = "<BT>",
+    bt_ratio: Annotated[float, typer.Option("--bt-ratio", help="Real to synthetic pairs in the train split: each real pair goes in max(1, round(RATIO x synthetic / real)) times (fairseq's --upsample-primary). 1: as many real as synthetic (the parallel data is small, the reverse model weak).", min=0.0, rich_help_panel=BACK)] = 1.0,
     revision: Annotated[Optional[str], typer.Option(help="Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used. Default: the recipe's.", show_default=False, rich_help_panel=RUN)] = None,
     workers: Annotated[int, typer.Option(help="Encoding processes and sentencepiece training threads; 0 uses every core. Does not change the output.", min=0, rich_help_panel=RUN)] = 0,
-    chunk_pairs: Annotated[int, typer.Option(help="Pairs encoded per chunk, the unit an interrupted run resumes from. Does not change the output.", min=1, rich_help_panel=RUN)] = 100_000,
+    chunk_pairs: Annotated[int, typer.Option(help="Pairs encoded per chunk, the unit an interrupted run resumes from (back-translation: lines translated per chunk, at most 5,000). Does not change the output.", min=1, rich_help_panel=RUN)] = 100_000,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Data dir to write. Default: data/NAME, or data/SRC-TGT for files (several pairs: data/SRC-TGT+SRC-TGT...).", show_default=False)] = None,
 ) -> None:
     """Download or read parallel text, clean it, train a joint BPE vocabulary and binarize it for training.
@@ -79,6 +86,8 @@ def command(
     versions). An interrupted run resumes where it stopped; a finished one re-runs in seconds; the
     same inputs and settings give byte-identical files.
     """
+    from nmtcli.bulk import CHUNK_LINES
+    from nmtcli.cli.backtranslate import check_flags
     from nmtcli.data.prepare import PrepareSettings, prepare_files, prepare_recipe
     from nmtcli.data.text import MAX_RATIO, RATIO_SLACK
 
@@ -89,6 +98,9 @@ def command(
         raise NmtError(f"both a corpus name ({name}) and --train/--valid/--test given", "use one or the other")
     if name is None and (not train or not valid):
         raise NmtError("nothing to prepare", "name a corpus (`nmt prepare --list`) or pass --train PREFIX and --valid PREFIX")
+    check_flags(target_mono, reverse_model, bt_sampling, vocab_from, bt_tag, bool(train and len(train) > 1))
+    back = dict(mono=target_mono, reverse_model=reverse_model, sampling=bt_sampling, tag=bt_tag_token if bt_tag else None, ratio=bt_ratio,
+                seed=seed, chunk_lines=min(chunk_pairs, CHUNK_LINES)) if target_mono else None
     filters = dict(drop_duplicates=drop_duplicates, drop_markup=drop_markup, drop_wrong_script=drop_wrong_script,
                    drop_wrong_language=drop_wrong_language, drop_copies=drop_copies, drop_number_mismatch=drop_number_mismatch,
                    drop_url_mismatch=drop_url_mismatch, drop_non_alphabetic=drop_non_alphabetic, drop_long_words=drop_long_words)
@@ -119,8 +131,9 @@ def command(
                                    ratio_slack=RATIO_SLACK if ratio_slack is None else ratio_slack, **options)
         out = output or DATA_ROOT / name
         vocabulary = _announce(out, settings, vocabulary)
+        synthetic = _back_translate(out, settings, back)
         with progress_bar() as progress:
-            manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary)
+            manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary, synthetic)
     else:
         if revision is not None:
             raise NmtError("--revision applies to named corpora only", "leave it out with --train/--valid")
@@ -129,8 +142,10 @@ def command(
                                    ratio_slack=RATIO_SLACK if ratio_slack is None else ratio_slack, **options)
         out = output or DATA_ROOT / f"{src}-{tgt}"
         vocabulary = _announce(out, settings, vocabulary)
+        synthetic = _back_translate(out, settings, back)
         with progress_bar() as progress:
-            manifest = prepare_files(out, Path(train[0]), Path(valid[0]), Path(test[0]) if test else None, settings, f"{src}-{tgt}", progress, vocabulary)
+            manifest = prepare_files(out, Path(train[0]), Path(valid[0]), Path(test[0]) if test else None, settings, f"{src}-{tgt}", progress,
+                                     vocabulary, synthetic)
     _report(out, manifest, clean_report)
 
 
@@ -165,6 +180,15 @@ def _announce(out: Path, settings, vocabulary):
         check_languages(vocabulary, settings.source_lang, settings.target_lang)
     announce("prepared data", out)
     return vocabulary
+
+
+def _back_translate(out: Path, settings, back: dict | None):
+    """--target-mono: translated by --reverse-model into the data dir (cli/backtranslate.py), before the data is prepared."""
+    if back is None:
+        return None
+    from nmtcli.cli.backtranslate import back_translate
+
+    return back_translate(out, source_lang=settings.source_lang, target_lang=settings.target_lang, **back)
 
 
 def _with_tags(vocabulary, source_lang: str, target_lang: str):
@@ -209,10 +233,12 @@ def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None
         say(f"{out} is already prepared with these inputs and settings (checksums verified); nothing to do")
     if manifest.get("source") and manifest["source"].get("commit"):
         say(f"source: {manifest['source']['repo']} at commit {manifest['source']['commit']}")
+    back = manifest.get("backtranslation")
     for split, counts in manifest["splits"].items():
         if "pairs" in counts:
             dropped = ", ".join(f"{k} {v:,}" for k, v in counts["dropped"].items()) or "none"
-            say(f"{split}: {counts['pairs']:,} of {counts['input_pairs']:,} pairs kept (dropped: {dropped})")
+            kept = back["real_pairs"] if split == "train" and back else counts["pairs"]
+            say(f"{split}: {kept:,} of {counts['input_pairs']:,} pairs kept (dropped: {dropped})")
             if split == "train" and "directions" in counts:  # multilingual data: each pair's share
                 say("  " + ", ".join(f"{d} {c['pairs']:,}" for d, c in counts["directions"].items()))
             for direction, c in counts.get("directions", {"": counts}).items():
@@ -221,6 +247,11 @@ def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None
                         "(the detector does not know it)")
         else:
             say(f"{split}: {counts['lines']:,} lines of plain text for scoring")
+    if back:
+        dropped = ", ".join(f"{k} {v:,}" for k, v in back["dropped"].items()) or "none"
+        tag = f"tagged {back['tag']}" if back["tag"] else "untagged"
+        say(f"back-translation: {back['pairs']:,} of {back['input_lines']:,} synthetic pairs kept (dropped: {dropped}), {tag}; "
+            f"train: the {back['real_pairs']:,} real pairs x {back['upsample']} + {back['pairs']:,} synthetic = {manifest['splits']['train']['pairs']:,} pairs")
     say(_vocabulary_line(manifest))
     say(f"done in {manifest['seconds']} s")
     if clean_report is not None:

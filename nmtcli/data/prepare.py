@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from nmtcli.errors import NmtError
 from nmtcli.files import atomic_copy, atomic_path, atomic_write_json, read_json
 from nmtcli.provenance import versions
 from nmtcli.threads import usable_cpus
+
+if TYPE_CHECKING:
+    from nmtcli.data.backtranslation import Synthetic
 
 MANIFEST = "manifest.json"
 CLEANING_SAMPLE = "cleaning.jsonl"  # up to SAMPLES pairs each text filter dropped, drawn with the seed: --clean-report
@@ -209,8 +212,10 @@ def write_clean_report(data_dir: Path, path: Path) -> int:
 # --- stage 2: sentencepiece --------------------------------------------------------------------------
 
 
-def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, clean_pairs: int, progress: Progress) -> dict[str, Any]:
-    """Train the joint BPE on a seeded sample of the cleaned training pairs (both sides of each)."""
+def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, clean_pairs: int, progress: Progress,
+                         symbols: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Train the joint BPE on a seeded sample of the cleaned training pairs (both sides of each); `symbols`: reserved
+    pieces of its own (back-translation's tag)."""
     sample = min(settings.spm_sentences, clean_pairs)
     if sample < clean_pairs:
         chosen = np.sort(np.random.default_rng(settings.seed).choice(clean_pairs, size=sample, replace=False))
@@ -231,7 +236,7 @@ def _sentencepiece_stage(out_dir: Path, work: Path, settings: PrepareSettings, c
         progress("sampling for sentencepiece", position, sample)
         progress("training sentencepiece", 0, None)  # sentencepiece reports nothing while it trains
 
-    train_sentencepiece(sampled(), out_dir / SPM_FILE, settings.vocab_size, 2 * sample, settings.seed, settings.workers)
+    train_sentencepiece(sampled(), out_dir / SPM_FILE, settings.vocab_size, 2 * sample, settings.seed, settings.workers, symbols)
     progress("training sentencepiece", 1, 1)
     return {"pairs_sampled": int(sample)}
 
@@ -262,6 +267,8 @@ def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: Prep
     }
     if tags is not None:
         for side, tag in zip(("src", "tgt"), tags):
+            if tag is None:  # back-translation's tag: the source side's only
+                continue
             lengths = arrays[f"{side}_lengths"]
             starts = np.cumsum(lengths) - lengths  # where each sentence begins in the flat array
             arrays[f"{side}_tokens"] = np.insert(arrays[f"{side}_tokens"], starts, tag)
@@ -366,11 +373,17 @@ def _encoder(out_dir: Path, vocab_size: int, workers: int, vocabulary: ModelVoca
 
 
 def _encode_stage(out_dir: Path, parts_dir: Path, settings: PrepareSettings, vocab_size: int, text_counts: dict[str, Any],
-                  progress: Progress, vocabulary: ModelVocabulary | None = None) -> tuple[dict[str, Any], int]:
-    """Cleaned training pairs and the valid split -> binarized arrays; returns (counts, chunks resumed)."""
+                  progress: Progress, vocabulary: ModelVocabulary | None = None, synthetic: Synthetic | None = None) -> tuple[dict[str, Any], int]:
+    """Cleaned training pairs (and back-translated ones, mixed: backtranslation.py) and the valid split -> binarized arrays;
+    returns (counts, chunks resumed)."""
     with _encoder(out_dir, vocab_size, settings.workers, vocabulary) as encoder:
-        train = _encode_split(encoder, _read_text_pairs(out_dir / WORK, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
-                              out_dir, "train", settings, settings.max_ratio, progress)
+        if synthetic is not None:
+            from nmtcli.data.backtranslation import encode_train
+
+            train = encode_train(encoder, out_dir, parts_dir, settings, text_counts, synthetic, progress)
+        else:
+            train = _encode_split(encoder, _read_text_pairs(out_dir / WORK, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
+                                  out_dir, "train", settings, settings.max_ratio, progress)
         # Validation keeps its natural length ratios: only empty and over-long pairs are dropped.
         valid = _encode_split(encoder, _read_text_pairs(out_dir, "valid", settings), text_counts["valid"]["lines"], parts_dir,
                               out_dir, "valid", settings, None, progress)
@@ -433,10 +446,12 @@ def prepare(
     recipe: dict[str, Any] | None = None,
     origin: dict[str, Any] | None = None,
     vocabulary: ModelVocabulary | None = None,
+    synthetic: Synthetic | None = None,
 ) -> dict[str, Any]:
     """Run (or resume, or skip) the three stages over `sources` (train, valid, optional test); returns the manifest.
 
-    With `vocabulary` (--vocab-from) the data is encoded with a model's tokenizer instead of a new one.
+    With `vocabulary` (--vocab-from) the data is encoded with a model's tokenizer instead of a new one. With
+    `synthetic`, back-translated pairs are cleaned, tagged and mixed with the real ones (backtranslation.py).
     The manifest gets `"reused": true` when a finished data dir matched and nothing was done.
     """
     src, tgt = settings.source_lang, settings.target_lang
@@ -446,6 +461,9 @@ def prepare(
         check_languages(vocabulary, src, tgt)
     out_dir = Path(out_dir)
     text_key, spm_key, encode_key = _stage_keys(sources, settings, vocabulary)
+    if synthetic is not None:  # its tag is a piece of the vocabulary; its pairs and their mix, of the data
+        spm_key = _fingerprint(spm_key, synthetic.tag)
+        encode_key = _fingerprint(encode_key, spm_key, *synthetic.identity())
     if (current := _manifest_is_current(out_dir, encode_key)) is not None:
         return {**current, "reused": True}
 
@@ -462,6 +480,10 @@ def prepare(
     clock = time.time()
     text_counts, stages["text"] = _stage(work, "text", text_key, [work / f"train.{lang}" for lang in (src, tgt)] + [out_dir / CLEANING_SAMPLE],
                                          lambda: _text_stage(out_dir, work, sources, settings, progress))
+    if synthetic is not None:
+        from nmtcli.data import backtranslation
+
+        synthetic_text, stages["backtranslation text"] = backtranslation.clean_stage(out_dir, work, synthetic, settings, progress)
     seconds["text"], clock = round(time.time() - clock, 2), time.time()
 
     if vocabulary is None:
@@ -469,7 +491,7 @@ def prepare(
         spm_counts, stages["sentencepiece"] = _stage(
             work, "sentencepiece", spm_key, [out_dir / SPM_FILE],
             lambda: _sentencepiece_stage(out_dir, work, replace(settings, vocab_size=vocab_record["asked"]),
-                                         text_counts["train"]["clean_pairs"], progress))
+                                         text_counts["train"]["clean_pairs"], progress, (synthetic.tag,) if synthetic and synthetic.tag else ()))
         vocab_size = load_sentencepiece(out_dir / SPM_FILE).get_piece_size()
         seconds["sentencepiece"], clock = round(time.time() - clock, 2), time.time()
     else:
@@ -486,7 +508,7 @@ def prepare(
     encoded = [out_dir / f"{split}.{lang}.{ext}" for split in ("train", "valid") for lang in (src, tgt) for ext in ("bin", "idx")]
     if (marker := _read_marker(work, "encode", encode_key)) is None or not all(p.is_file() for p in encoded):
         encode_counts, resumed = _encode_stage(out_dir, work / f"encode-{encode_key[:16]}", settings, vocab_size,
-                                               text_counts, progress, vocabulary)
+                                               text_counts, progress, vocabulary, synthetic)
         _write_marker(work, "encode", encode_key, encode_counts)
         stages["encode"] = "resumed" if resumed else "done"
     else:
@@ -514,6 +536,8 @@ def prepare(
         "settings": asdict(settings),
         **({"sentencepiece": spm_counts} if vocabulary is None else _vocabulary_entries(vocabulary)),
         "splits": splits,
+        **({"backtranslation": backtranslation.manifest_entry(synthetic, synthetic_text, encode_counts["train"]["backtranslation"])}
+           if synthetic is not None else {}),
         "fingerprint": encode_key,
         "files": {f: file_sha256(out_dir / f) for f in files if f != MANIFEST},
         "versions": versions(),
@@ -570,8 +594,9 @@ def prepare_files(
     name: str,
     progress: Progress = _no_progress,
     vocabulary: ModelVocabulary | None = None,
+    synthetic: Synthetic | None = None,
 ) -> dict[str, Any]:
-    """Prepare `PREFIX.<src>` / `PREFIX.<tgt>` files into `out_dir`; returns the manifest."""
+    """Prepare `PREFIX.<src>` / `PREFIX.<tgt>` files into `out_dir` (with `synthetic`: back-translated pairs); returns the manifest."""
     src, tgt = settings.source_lang, settings.target_lang
     if src == tgt:
         raise NmtError(f"source and target language are both {src!r}", "pass two different codes with -s and -t")
@@ -580,7 +605,7 @@ def prepare_files(
     lines = {split: s.count() for split, s in sources.items()}  # existence and alignment, before any work
     if lines["train"] == 0:
         raise NmtError(f"{sources['train'].src} is empty", "the training corpus needs at least one sentence pair")
-    return prepare(out_dir, sources, settings, name, progress, vocabulary=vocabulary)
+    return prepare(out_dir, sources, settings, name, progress, vocabulary=vocabulary, synthetic=synthetic)
 
 
 def prepare_recipe(
@@ -590,6 +615,7 @@ def prepare_recipe(
     revision: str | None = None,
     progress: Progress = _no_progress,
     vocabulary: ModelVocabulary | None = None,
+    synthetic: Synthetic | None = None,
 ) -> dict[str, Any]:
     """Download (or find in the Hub cache) a named corpus and prepare it; see recipes.py.
 
@@ -618,7 +644,8 @@ def prepare_recipe(
         origin["files"].update(blobs)
         sources[split] = ParquetFiles(tuple(paths), recipe.source_lang, recipe.target_lang,
                                       {"repo": recipe.repo, "commit": commit, "files": blobs})
-    return prepare(out_dir, sources, settings, recipe.name, progress, recipe=recipe.describe(), origin=origin, vocabulary=vocabulary)
+    return prepare(out_dir, sources, settings, recipe.name, progress, recipe=recipe.describe(), origin=origin, vocabulary=vocabulary,
+                   synthetic=synthetic)
 
 
 def read_manifest(data_dir: Path) -> dict[str, Any]:

@@ -91,12 +91,15 @@ def train_sentencepiece(
     max_sentences: int = 2_000_000,
     seed: int = 1,
     threads: int = 0,
+    control_symbols: tuple[str, ...] = (),
 ) -> None:
     """Train a joint BPE model over both languages (sec. 5.1: shared source-target vocabulary).
 
     Byte fallback keeps any character encodable; the special ids are fixed so that every model and
     vocabulary agree (pad 0, unk 1, bos 2, eos 3). Every sentence given is used (callers sample
     beforehand, with their own seed), so the model is a function of the sentences alone.
+    `control_symbols`: reserved pieces after the special ids (back-translation's tag), which encoding
+    text never produces: only their ids put them into the data.
     """
     spm.set_random_generator_seed(seed)
     with atomic_path(model_path) as tmp:
@@ -117,6 +120,7 @@ def train_sentencepiece(
                 unk_id=UNK_ID,
                 bos_id=BOS_ID,
                 eos_id=EOS_ID,
+                **({"control_symbols": list(control_symbols)} if control_symbols else {}),
                 minloglevel=2,
             )
             data = Path(prefix + ".model").read_bytes()

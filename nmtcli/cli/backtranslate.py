@@ -1,0 +1,98 @@
+"""`nmt prepare --target-mono FILE --reverse-model MODEL`: the monolingual text back-translated before the data is prepared.
+
+The reverse model's translation is a real `nmt translate -i DATA/backtranslation.TGT -o DATA/backtranslation.SRC` (shown,
+then run in this process as `nmt distill` runs its stages): in chunks in DATA/backtranslation.SRC.parts/, so a killed
+`prepare` resumes the translation where it stopped, and DATA/backtranslation.json records what the finished one was
+made from, so a second `prepare` into the same dir (another ratio, untagged) reuses it. The rest is the data layer's
+(nmtcli/data/backtranslation.py).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nmtcli.cli.common import say, warn
+from nmtcli.errors import NmtError
+
+if TYPE_CHECKING:
+    from nmtcli.data.backtranslation import Synthetic
+
+BEAM = 5  # Edunov et al. 2018's beam for back-translation (and fairseq's recipe)
+
+
+def back_translate(out: Path, mono: list[Path], reverse_model: str, sampling: str | None, tag: str | None, ratio: float,
+                   source_lang: str, target_lang: str, seed: int, chunk_lines: int) -> Synthetic:
+    """Check the inputs, translate the monolingual text (or find it translated), and return the synthetic pairs."""
+    from nmtcli.cli.common import resolve_model
+    from nmtcli.cli.distill import _nmt, _teacher_precision
+    from nmtcli.data import backtranslation as bt
+
+    model = resolve_model(reverse_model)
+    languages = _check_reverse(model, source_lang, target_lang)
+    for path in mono:
+        bt.check_monolingual(path, target_lang, source_lang, seed)
+    source, target = bt.files(out, source_lang, target_lang)
+    method = {"search": "sampling", "sampling": sampling, "seed": seed} if sampling else {"search": "beam", "beam": BEAM}
+    wanted = {"inputs": bt.digests(mono), "reverse_model": {"path": str(model.resolve()), "fingerprint": bt.model_fingerprint(model)},
+              "method": method}
+    record = bt.current_record(out, wanted, source, target)
+    if record is not None:
+        say(f"back-translation: {source} is the reverse model's translation of these files already ({record['lines']:,} lines); reused")
+        return bt.Synthetic(source, target, tag, ratio, record)
+    bt.record_path(out).unlink(missing_ok=True)  # a translation cut short has none
+    lines = bt.join_monolingual(mono, target)
+    search = ["--sampling", sampling, "--seed", str(seed)] if sampling else ["--beam", str(BEAM)]
+    args = ["translate", "-m", str(model), "-i", str(target), "-o", str(source), *search, *languages,
+            "--chunk-lines", str(chunk_lines), "--precision", _teacher_precision("auto", "auto")]
+    say(f"back-translation of {lines:,} lines by {model} (resumable: the same command continues it)")
+    say(f"$ nmt {' '.join(shlex.quote(a) for a in args)}")
+    _nmt(args)
+    return bt.Synthetic(source, target, tag, ratio, bt.write_record(out, wanted, source, target, lines))
+
+
+def _check_reverse(model: Path, source_lang: str, target_lang: str) -> list[str]:
+    """The reverse model translates target -> source. Returns the flags `nmt translate` needs for it (a multilingual
+    model: -s TGT -t SRC, which it checks itself)."""
+    from nmtcli.files import read_json
+
+    config = read_json(model / "config.json", (f"--reverse-model {model} is not a model dir (no config.json)",
+                                               "give a model dir or Hub id of a model that translates the target language into the source"),
+                       "the model dir is damaged: write it again (nmt average, import or pull)")
+    if (config.get("tokenizer") or {}).get("kind") == "multilingual":
+        return ["-s", target_lang, "-t", source_lang]
+    own = config.get("languages") if isinstance(config.get("languages"), dict) else {}
+    known = own.get("source") not in (None, "src") and own.get("target") not in (None, "tgt")
+    if not known:
+        warn(f"--reverse-model {model} does not say its languages: taken for {target_lang}->{source_lang}")
+    elif (own["source"], own["target"]) != (target_lang, source_lang):
+        raise NmtError(f"--reverse-model {model} translates {own['source']}->{own['target']}, but back-translation for "
+                       f"{source_lang}->{target_lang} data needs a {target_lang}->{source_lang} model",
+                       f"give a model that translates {target_lang} into {source_lang} (train one on the real pairs reversed)", exit_code=2)
+    return []
+
+
+def check_flags(target_mono: list[Path] | None, reverse_model: str | None, bt_sampling: str | None, vocab_from: str | None,
+                tagged: bool, several: bool) -> None:
+    """The back-translation flags together, before anything is written (one error line, exit 2)."""
+    if not target_mono and reverse_model is None:
+        if bt_sampling is not None:
+            raise NmtError("--bt-sampling applies to back-translation", "add --target-mono FILE and --reverse-model MODEL, or drop it", exit_code=2)
+        return
+    if not target_mono or reverse_model is None:
+        missing, given = ("--reverse-model", "--target-mono") if reverse_model is None else ("--target-mono", "--reverse-model")
+        raise NmtError(f"{given} without {missing}", "back-translation needs both: the target-language text and a model that "
+                       "translates it into the source language", exit_code=2)
+    if several:
+        raise NmtError("back-translation prepares one language pair, not several --train corpora", "prepare one pair at a time", exit_code=2)
+    if vocab_from is not None and tagged:
+        raise NmtError("tagged back-translation adds a piece to the vocabulary, which --vocab-from keeps as it is",
+                       "add --no-bt-tag, or leave out --vocab-from", exit_code=2)
+    if bt_sampling is not None:
+        from nmtcli.inference.sampling import SAMPLING_FORMS, parse_sampling
+
+        try:
+            parse_sampling(bt_sampling)
+        except ValueError as e:
+            raise NmtError(f"--bt-sampling {bt_sampling!r}: {e}", f"use {SAMPLING_FORMS}; e.g. --bt-sampling topk:10", exit_code=2) from None
