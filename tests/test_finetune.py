@@ -324,3 +324,22 @@ def test_average_gives_a_finetuning_run_its_best_checkpoint_alone(opus, tmp_path
     assert averaged("--last", "5", "--at", "last") == [2, 4, 6]  # asked for: any number, as for any run
     info = json.loads(nmt_in_process("info", str(run), "--json").stdout)
     assert info["average"]["last"] == 1 and info["average"]["checkpoints"] == [best["step"]]
+
+
+def test_prepare_vocab_from_warns_of_text_the_model_s_vocabulary_cannot_write(opus, tmp_path):
+    # issue 51: fine-tuned into a domain whose words hold characters the base model's vocabulary lacks ("rüde"), the
+    # model learnt to write nothing there ("rde"), and nothing said so.
+    corpus = write_corpus(tmp_path / "umlauts", {"train": 300, "valid": 40}, seed=5, substitute={"hund": "rüde", "haus": "gebäude"})
+    result = nmt_in_process("prepare", "--vocab-from", str(opus["model"]), "--train", str(corpus["train"]), "--valid",
+                            str(corpus["valid"]), "--max-ratio", "3", "-o", str(tmp_path / "data"))
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    for split in ("train", "valid"):
+        lines = Path(f"{corpus[split]}.de").read_text(encoding="utf-8").splitlines()
+        holding = sum(1 for line in lines if "ü" in line or "ä" in line)
+        assert holding > 0 and manifest["splits"][split]["unknown"] == {
+            "source_lines": 0, "source_characters": "", "target_lines": holding, "target_characters": "äü"}
+        assert f"warning: {split}: {holding:,} target lines (de) hold characters its vocabulary lacks (ä ü)" in result.stderr
+    assert "unknown" not in json.loads((opus["data"] / "manifest.json").read_text())["splits"]["train"]  # its own text: none
+    own = nmt_in_process("prepare", "--train", str(corpus["train"]), "--valid", str(corpus["valid"]), "--vocab-size", "300",
+                         "-o", str(tmp_path / "own"))
+    assert "lacks" not in own.stderr and "unknown" not in json.loads((tmp_path / "own" / "manifest.json").read_text())["splits"]["train"]

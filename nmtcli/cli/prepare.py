@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from nmtcli.cli.common import DATA_ROOT, announce, progress_bar, say
+from nmtcli.cli.common import DATA_ROOT, announce, progress_bar, say, warn
 from nmtcli.errors import NmtError
 
 NAME = "prepare"
@@ -226,6 +226,18 @@ def _vocabulary(spec: str, vocab_size: int | None, spm_sentences: int | None):
     return read_vocabulary(model_dir, origin)
 
 
+def _say_unknown(split: str, side: str, lang: str | None, unknown: dict) -> None:
+    """A warning where the vocabulary (--vocab-from) cannot write some of a side's text: what is fine-tuned on it
+    learns to write nothing there (issue 51: "rüde" came out as "rde")."""
+    lines = unknown.get(f"{side}_lines", 0)
+    if lines:
+        characters = unknown.get(f"{side}_characters", "")
+        what = f"characters its vocabulary lacks ({' '.join(characters[:40])}{' ...' if len(characters) > 40 else ''})" if characters else "pieces its vocabulary lacks"
+        warn(f"{split}: {lines:,} {side} lines{f' ({lang})' if lang else ''} hold {what}: they are read as the unknown token, and a "
+             "model trained on them cannot write them; start from a model whose vocabulary covers this text, or train one "
+             "with its own vocabulary (no --vocab-from)")
+
+
 def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None:
     """What was prepared, on stderr: per split the pairs kept of those read and why the others were dropped; the
     sample of dropped pairs written to --clean-report."""
@@ -241,6 +253,8 @@ def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None
             say(f"{split}: {kept:,} of {counts['input_pairs']:,} pairs kept (dropped: {dropped})")
             if split == "train" and "directions" in counts:  # multilingual data: each pair's share
                 say("  " + ", ".join(f"{d} {c['pairs']:,}" for d, c in counts["directions"].items()))
+            for side, lang in (("source", manifest.get("source_lang")), ("target", manifest.get("target_lang"))):
+                _say_unknown(split, side, lang, counts.get("unknown", {}))
             for direction, c in counts.get("directions", {"": counts}).items():
                 if c.get("language_unknown"):
                     say(f"{split}{' ' + direction if direction else ''}: language not judged for {', '.join(c['language_unknown'])} "

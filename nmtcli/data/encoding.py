@@ -67,6 +67,11 @@ class _Model:
         else:
             self.piece_ids = None
 
+    @property
+    def unknown_id(self) -> int:
+        """The id of text this vocabulary cannot write (nmt's own sentencepiece falls back to bytes: never)."""
+        return self.unk_id if self.piece_ids is not None else self.sp.unk_id()
+
     def encode(self, sentences: list[str]) -> list[list[int]]:
         if self.piece_ids is None:
             return self.sp.encode(sentences)
@@ -120,6 +125,18 @@ class Encoder:
         slices = [list(sentences[i : i + step]) for i in range(0, len(sentences), step)]
         results = list(self._pool.map(_work, slices, [self.dtype] * len(slices), [side] * len(slices)))
         return np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
+
+    def unknown(self, sentences: Sequence[str], tokens: np.ndarray, lengths: np.ndarray, side: str,
+                sample: int = 100) -> tuple[int, str]:
+        """(how many of `sentences` encode to the unknown id somewhere, the characters of the first `sample` of them
+        that the vocabulary lacks: each alone encodes to it). tokens, lengths: `encode`'s for the sentences."""
+        model = self._local[side]
+        starts = (np.cumsum(lengths) - lengths)[lengths > 0]
+        hits = np.add.reduceat((tokens == model.unknown_id).astype(np.int64), starts) if len(starts) else []
+        flagged = [s for s, n in zip((s for s, k in zip(sentences, lengths) if k > 0), hits) if n]
+        characters = sorted({c for s in flagged[:sample] for c in s if not c.isspace()})
+        lacking = [c for c, ids in zip(characters, model.encode(characters)) if model.unknown_id in ids]
+        return len(flagged), "".join(lacking)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -258,8 +258,12 @@ def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: Prep
     if max_ratio is not None:
         ratio = ~empty & ~too_long & (np.maximum(src_len, tgt_len) > max_ratio * np.minimum(src_len, tgt_len) + settings.ratio_slack)
     keep = ~(empty | too_long | ratio)
+    unknown = [encoder.unknown([pair[k] for pair in pairs], tokens, lengths, side)
+               for k, (tokens, lengths, side) in enumerate(((src_tokens, src_len, "source"), (tgt_tokens, tgt_len, "target")))]
     arrays = {
         "dropped": np.array([empty.sum(), too_long.sum(), ratio.sum()], dtype=np.int64),
+        "unknown_lines": np.array([n for n, _ in unknown], dtype=np.int64),  # lines holding text the vocabulary lacks
+        "unknown_characters": np.array([c for _, c in unknown]),
         "src_tokens": src_tokens[np.repeat(keep, src_len)],
         "src_lengths": src_len[keep],
         "tgt_tokens": tgt_tokens[np.repeat(keep, tgt_len)],
@@ -279,9 +283,10 @@ def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: Prep
 DROP_NAMES = ("empty", "too_long", "ratio")
 
 
-def _merge(parts: list[Path], out_dir: Path, split: str, settings: PrepareSettings) -> dict[str, int]:
+def _merge(parts: list[Path], out_dir: Path, split: str, settings: PrepareSettings) -> dict[str, Any]:
     """Concatenate chunk files into `<split>.<lang>.bin/.idx` (atomic; offsets written last)."""
-    totals = {"pairs": 0, "source_tokens": 0, "target_tokens": 0, **{f"drop_{n}": 0 for n in DROP_NAMES}}
+    totals = {"pairs": 0, "source_tokens": 0, "target_tokens": 0, **{f"drop_{n}": 0 for n in DROP_NAMES},
+              "unknown": [[0, set()], [0, set()]]}
     for side, lang, key in (("src", settings.source_lang, "source_tokens"), ("tgt", settings.target_lang, "target_tokens")):
         offsets = [np.zeros(1, dtype=OFFSET_DTYPE)]
         end = 0
@@ -296,6 +301,10 @@ def _merge(parts: list[Path], out_dir: Path, split: str, settings: PrepareSettin
                         totals["pairs"] += len(lengths)
                         for name, n in zip(DROP_NAMES, chunk["dropped"]):
                             totals[f"drop_{name}"] += int(n)
+                        if "unknown_lines" in chunk:  # chunks of an older nmt have no count
+                            for k, (n, characters) in enumerate(zip(chunk["unknown_lines"], chunk["unknown_characters"])):
+                                totals["unknown"][k][0] += int(n)
+                                totals["unknown"][k][1].update(str(characters))
         with atomic_path(out_dir / f"{split}.{lang}.idx") as tmp:
             tmp.write_bytes(np.concatenate(offsets).astype(OFFSET_DTYPE).tobytes())  # a failed write keeps its errno
         totals[key] = end
@@ -355,6 +364,9 @@ def _merged(parts: list[Path], out_dir: Path, split: str, settings: PrepareSetti
         "source_tokens": totals["source_tokens"],
         "target_tokens": totals["target_tokens"],
         "resumed_chunks": resumed,
+        **({"unknown": {f"{side}_{what}": value for side, (lines, characters) in zip(("source", "target"), totals["unknown"])
+                        for what, value in (("lines", lines), ("characters", "".join(sorted(characters))))}}
+           if any(lines for lines, _ in totals["unknown"]) else {}),
     }
 
 
@@ -577,6 +589,7 @@ def _split_counts(text: dict[str, Any], encode: dict[str, Any], settings: Prepar
         "target_tokens": train_enc["target_tokens"],
         # wrong_language judges only the sides whose language the detector knows
         **({"language_unknown": train_text["language_unknown"]} if "language_unknown" in train_text else {}),
+        **({"unknown": train_enc["unknown"]} if "unknown" in train_enc else {}),
     }
     valid = {"input_pairs": text["valid"]["lines"], **encode["valid"], "lines": text["valid"]["lines"]}
     splits = {"train": train, "valid": valid}
