@@ -12,6 +12,7 @@ stage's output depends on:
 
   text            source pairs -> text filters (empty, markup, script, duplicates) -> .work/train.<lang>,
                   and the plain-text valid/test references
+  score           (a score filter's model given) the cleaned pairs scored, the worst dropped: .work/scored/ (score_filter.py)
   sentencepiece   a seeded sample of the cleaned training pairs -> sentencepiece.model
                   (with --vocab-from, the "vocabulary" stage instead: the model's tokenizer files copied)
   encode          cleaned pairs -> token filters (too long, length ratio) -> chunk files in .work/,
