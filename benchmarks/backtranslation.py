@@ -127,7 +127,7 @@ def run(workdir: Path, name: str, real: int, mono_ratio: float, steps: int, seed
     reverse = workdir / "reverse" / "model"
 
     base = ["--train", str(files / "real"), "--valid", str(files / "valid"), "--test", str(files / "test"), "-s", "en", "-t", "de"]
-    bt = ["--target-mono", str(files / "mono.de"), "--reverse-model", str(reverse)]
+    bt = ["--target-mono", str(files / "mono.de"), "--bt-model", str(reverse)]
     for condition, flags in CONDITIONS.items():
         data = workdir / "data" / condition
         if condition == "tagged" and not (data / "backtranslation.json").exists():  # the untagged run's translation, reused

@@ -18,6 +18,8 @@ is counted by `filters` only.
     python benchmarks/cleaning.py filters --dir /tmp/cleaning          # per filter: what it dropped of each kind, lines/s
     python benchmarks/cleaning.py run --dir /tmp/cleaning --corpus demo --condition new   # prepare, train, average, score
     python benchmarks/cleaning.py table --dir /tmp/cleaning            # the BLEU table of every run so far
+    python benchmarks/cleaning.py score --dir /tmp/cleaning --corpus generated --model M [--reverse-model R]
+                                                                       # the score filter: what its worst 5/10/20% hold of each kind
 
 Conditions of `run`: `clean` (the clean pairs, today's defaults), `none` (the noisy corpus, no text filter but
 duplicates and the token filters), `old` (the noisy corpus, the filters of nmt before issue 53: the new ones off),
@@ -213,6 +215,44 @@ def run(workdir: Path, corpus: str, condition: str, code: Path = ROOT) -> dict:
     return result
 
 
+def score(workdir: Path, corpus: str, model: Path, reverse: Path | None, percents=(5, 10, 20)) -> None:
+    """The score filter (nmtcli/data/score_filter.py) over the noisy corpus and the wrong-language pairs: of each kind,
+    the share among the worst 5, 10 and 20% by the model's per-token cross-entropy (with a reverse model: by each
+    model's alone and by the dual conditional cross-entropy), and the pairs scored a second."""
+    from nmtcli.data.score_filter import costs, dropped_count, ranked, read_log_probs
+    from nmtcli.pair_scores import score_file
+
+    base = workdir / corpus / "noisy"
+    pairs = read_pairs(base / "train") + read_pairs(base / "wrong_language")
+    kinds = (base / "train.kind").read_text().split() + ["wrong_language"] * len(read_pairs(base / "wrong_language"))
+    out = workdir / corpus / "scores"
+    write_pairs(out / "all", pairs)
+    values = {}
+    for name, path, src, tgt, languages in (("forward", model, "en", "de", ("en", "de")), ("reverse", reverse, "de", "en", ("de", "en"))):
+        if path is None:
+            continue
+        started = time.perf_counter()
+        scores = out / f"{name}-{path.name}.txt"
+        fresh = not scores.exists()
+        score_file(path, Path(f"{out / 'all'}.{src}"), Path(f"{out / 'all'}.{tgt}"), scores, languages, {"model": str(path)}, "cpu")
+        seconds = time.perf_counter() - started
+        values[name] = read_log_probs(scores, len(pairs))
+        print(f"{corpus}: {name} {path}: {len(pairs):,} pairs" + (f" scored in {seconds:.1f} s ({len(pairs) / seconds:,.0f} pairs/s)" if fresh else ""))
+    rankings = {name: costs(v if name == "forward" else None, v if name == "reverse" else None) for name, v in values.items()}
+    if len(values) == 2:
+        rankings["dual"] = costs(values["forward"], values["reverse"])
+    totals = {kind: kinds.count(kind) for kind in ("clean", *KINDS, "wrong_language")}
+    print(f"\n{corpus}: {len(pairs):,} pairs; " + ", ".join(f"{k} {n:,}" for k, n in totals.items()))
+    print(f"| cost | worst | {' | '.join(totals)} |")
+    print("|---|---|" + "---|" * len(totals))
+    for name, cost in rankings.items():
+        order = ranked(cost)
+        for percent in percents:
+            dropped = [kinds[i] for i in order[:dropped_count(len(pairs), percent)].tolist()]
+            cells = [f"{dropped.count(kind):,} ({100 * dropped.count(kind) / n:.1f}%)" for kind, n in totals.items()]
+            print(f"| {name} | {percent}% | {' | '.join(cells)} |")
+
+
 def table(workdir: Path) -> None:
     results = [json.loads(line) for line in (workdir / "results.jsonl").read_text().splitlines()]
     print("| corpus | condition | training pairs kept of | BLEU | dropped |")
@@ -233,6 +273,11 @@ def main() -> None:
     r.add_argument("--condition", choices=("clean", "none", "old", "new"), required=True)
     r.add_argument("--code", type=Path, default=ROOT, help="the nmt source tree to run (default: this one)")
     commands.add_parser("table").add_argument("--dir", type=Path, required=True)
+    sc = commands.add_parser("score")
+    sc.add_argument("--dir", type=Path, required=True)
+    sc.add_argument("--corpus", choices=("demo", "generated"), required=True)
+    sc.add_argument("--model", type=Path, required=True, help="an en->de model dir")
+    sc.add_argument("--reverse-model", type=Path, help="a de->en model dir")
     args = parser.parse_args()
     if args.command == "corpora":
         corpora(args.out)
@@ -240,6 +285,8 @@ def main() -> None:
         filters(args.dir)
     elif args.command == "run":
         run(args.dir, args.corpus, args.condition, args.code.resolve())
+    elif args.command == "score":
+        score(args.dir, args.corpus, args.model, args.reverse_model)
     else:
         table(args.dir)
 

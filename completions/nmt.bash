@@ -18,7 +18,7 @@ __nmt_options() {
     case $1 in
         '') REPLY='--debug --version --help -h' ;;
         'quickstart') REPLY='--minutes --max-steps --preset --device --examples --dir -C --help -h' ;;
-        'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --drop-wrong-language --keep-wrong-language --drop-copies --keep-copies --drop-number-mismatch --keep-number-mismatch --drop-url-mismatch --keep-url-mismatch --drop-non-alphabetic --keep-non-alphabetic --drop-long-words --keep-long-words --clean-report --target-mono --reverse-model --bt-sampling --bt-tag --no-bt-tag --bt-tag-token --bt-ratio --revision --workers --chunk-pairs --output -o --help -h' ;;
+        'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --drop-wrong-language --keep-wrong-language --drop-copies --keep-copies --drop-number-mismatch --keep-number-mismatch --drop-url-mismatch --keep-url-mismatch --drop-non-alphabetic --keep-non-alphabetic --drop-long-words --keep-long-words --clean-report --target-mono --bt-model --bt-sampling --bt-tag --no-bt-tag --bt-tag-token --bt-ratio --score-model --reverse-model --drop-worst --device --revision --workers --chunk-pairs --output -o --help -h' ;;
         'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --compile --no-compile --shape-classes --no-shape-classes --cuda-graphs --no-cuda-graphs --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --at --output -o --calibrate --no-calibrate --device --help -h' ;;
         'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --forced-decoding --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --closest-to --chunk-lines --gpus --help -h' ;;
@@ -27,7 +27,7 @@ __nmt_options() {
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
         'pull') REPLY='--revision --output -o --help -h' ;;
-        'distill') REPLY='--model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --max-steps --max-time --seed --export-ctranslate2 --chunk-lines --precision --gpus --device --output -o --help -h' ;;
+        'distill') REPLY='--model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --reverse-model --max-steps --max-time --seed --export-ctranslate2 --chunk-lines --precision --gpus --device --output -o --help -h' ;;
         'import') REPLY='--help -h' ;;
         'import marian') REPLY='--output -o --revision --source-lang -s --target-lang -t --help -h' ;;
         'import m2m100') REPLY='--output -o --revision --help -h' ;;
@@ -62,10 +62,14 @@ __nmt_option_value() {
         'prepare --ratio-slack') REPLY='text' ;;
         'prepare --clean-report') REPLY='files' ;;
         'prepare --target-mono') REPLY='files' ;;
-        'prepare --reverse-model') REPLY='text' ;;
+        'prepare --bt-model') REPLY='text' ;;
         'prepare --bt-sampling') REPLY='text' ;;
         'prepare --bt-tag-token') REPLY='text' ;;
         'prepare --bt-ratio') REPLY='text' ;;
+        'prepare --score-model') REPLY='text' ;;
+        'prepare --reverse-model') REPLY='text' ;;
+        'prepare --drop-worst') REPLY='text' ;;
+        'prepare --device') REPLY='choices auto cpu cuda' ;;
         'prepare --revision') REPLY='text' ;;
         'prepare --workers') REPLY='text' ;;
         'prepare --chunk-pairs') REPLY='text' ;;
@@ -199,6 +203,7 @@ __nmt_option_value() {
         'distill --beam') REPLY='text' ;;
         'distill --nbest') REPLY='text' ;;
         'distill --drop-worst') REPLY='text' ;;
+        'distill --reverse-model') REPLY='text' ;;
         'distill --max-steps') REPLY='text' ;;
         'distill --max-time') REPLY='text' ;;
         'distill --seed') REPLY='text' ;;

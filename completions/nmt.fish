@@ -20,7 +20,7 @@ function __nmt_value_options
         case 'quickstart'
             printf '%s\n' --minutes --max-steps --preset --device --examples --dir -C
         case 'prepare'
-            printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --clean-report --target-mono --reverse-model --bt-sampling --bt-tag-token --bt-ratio --revision --workers --chunk-pairs --output -o
+            printf '%s\n' --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --clean-report --target-mono --bt-model --bt-sampling --bt-tag-token --bt-ratio --score-model --reverse-model --drop-worst --device --revision --workers --chunk-pairs --output -o
         case 'train'
             printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --peak-tflops
         case 'average'
@@ -38,7 +38,7 @@ function __nmt_value_options
         case 'pull'
             printf '%s\n' --revision --output -o
         case 'distill'
-            printf '%s\n' --model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --max-steps --max-time --seed --chunk-lines --precision --gpus --device --output -o
+            printf '%s\n' --model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --reverse-model --max-steps --max-time --seed --chunk-lines --precision --gpus --device --output -o
         case 'import marian'
             printf '%s\n' --output -o --revision --source-lang -s --target-lang -t
         case 'import m2m100'
@@ -197,13 +197,17 @@ complete -c nmt -n "__nmt_using 'prepare'" -l keep-non-alphabetic -d 'The opposi
 complete -c nmt -n "__nmt_using 'prepare'" -l drop-long-words -d 'Drop training pairs with a word over 70 characters (URLs aside; scripts without spaces are not judged)'
 complete -c nmt -n "__nmt_using 'prepare'" -l keep-long-words -d 'The opposite of --drop-long-words'
 complete -c nmt -n "__nmt_using 'prepare'" -l clean-report -r -F -d 'Write up to 20 pairs each text filter dropped (drawn with --seed), one JSON object a line: filter, source, target (and direction for several pairs), to see whether it was right'
-complete -c nmt -n "__nmt_using 'prepare'" -l target-mono -r -F -d 'Target-language text, one sentence a line, to back-translate with --reverse-model and train on beside the real pairs (Sennrich et al. 2016)'
-complete -c nmt -n "__nmt_using 'prepare'" -l reverse-model -x -d 'The model that translates --target-mono into the source language (a model dir or Hub id of a TGT->SRC model, e.g. one trained on the real pairs reversed)'
+complete -c nmt -n "__nmt_using 'prepare'" -l target-mono -r -F -d 'Target-language text, one sentence a line, to back-translate with --bt-model and train on beside the real pairs (Sennrich et al. 2016)'
+complete -c nmt -n "__nmt_using 'prepare'" -l bt-model -x -d 'The model that translates --target-mono into the source language (a model dir or Hub id of a TGT->SRC model, e.g. one trained on the real pairs reversed; it may be the score filter\'s --reverse-model too)'
 complete -c nmt -n "__nmt_using 'prepare'" -l bt-sampling -x -d 'Sample the back-translations instead of beam search (beam 5, the default): full, topk:K or topp:P, seeded with --seed'
 complete -c nmt -n "__nmt_using 'prepare'" -l bt-tag -d 'Start each synthetic source with --bt-tag-token, a reserved piece no input text can make (Caswell et al. 2019, Tagged Back-Translation); translating needs no tag'
 complete -c nmt -n "__nmt_using 'prepare'" -l no-bt-tag -d 'The opposite of --bt-tag'
 complete -c nmt -n "__nmt_using 'prepare'" -l bt-tag-token -x -d 'The tag\'s piece'
 complete -c nmt -n "__nmt_using 'prepare'" -l bt-ratio -x -d 'Real to synthetic pairs in the train split: each real pair goes in max(1, round(RATIO x synthetic / real)) times (fairseq\'s --upsample-primary). 1: as many real as synthetic (the parallel data is small, the reverse model weak)'
+complete -c nmt -n "__nmt_using 'prepare'" -l score-model -x -d 'Drop the training pairs this SRC->TGT model (a model dir or Hub id) finds least likely: its per-token cross-entropy by forced decoding, after the text filters and before the vocabulary; with --reverse-model, Junczys-Dowmunt\'s dual conditional cross-entropy'
+complete -c nmt -n "__nmt_using 'prepare'" -l reverse-model -x -d 'A TGT->SRC model: its per-token cross-entropy of each pair turned round joins --score-model\'s (dual conditional cross-entropy: |H_f - H_b| + (H_f + H_b) / 2), or alone ranks the pairs'
+complete -c nmt -n "__nmt_using 'prepare'" -l drop-worst -x -d 'Percent of the training pairs the score filter drops, those of the highest cross-entropy (ties: the earlier line)'
+complete -c nmt -n "__nmt_using 'prepare'" -l device -x -a '(__nmt_values_device)' -d 'Where the score filter\'s models run: auto, cpu, cuda or cuda:N'
 complete -c nmt -n "__nmt_using 'prepare'" -l revision -x -d 'Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used'
 complete -c nmt -n "__nmt_using 'prepare'" -l workers -x -d 'Encoding processes and sentencepiece training threads; 0 uses every core'
 complete -c nmt -n "__nmt_using 'prepare'" -l chunk-pairs -x -d 'Pairs encoded per chunk, the unit an interrupted run resumes from (back-translation: lines translated per chunk, at most 5,000)'
@@ -389,7 +393,8 @@ complete -c nmt -n "__nmt_using 'distill'" -l target-lang -s t -x -d 'Target lan
 complete -c nmt -n "__nmt_using 'distill'" -l preset -x -a '(__nmt_values_preset)' -d 'The student\'s model and recipe (`nmt info --preset NAME`): student-tiny (6+2 layers, 256 wide; Bergamot\'s tiny11) or student-base (6+2, 512)'
 complete -c nmt -n "__nmt_using 'distill'" -l beam -x -d 'The teacher\'s beam'
 complete -c nmt -n "__nmt_using 'distill'" -l nbest -x -d 'Translations of a training source the teacher offers; the closest to the reference is kept (1: the best)'
-complete -c nmt -n "__nmt_using 'distill'" -l drop-worst -x -d 'Percent of the distilled pairs dropped: those of the lowest per-token log-probability under the teacher (Bergamot: 5)'
+complete -c nmt -n "__nmt_using 'distill'" -l drop-worst -x -d 'Percent of the distilled pairs dropped: those of the lowest per-token log-probability under the teacher (Bergamot: 5); with --reverse-model, of the highest dual conditional cross-entropy'
+complete -c nmt -n "__nmt_using 'distill'" -l reverse-model -x -d 'A TGT->SRC model (a model dir or Hub id) that scores each distilled pair turned round: the pairs are then ranked by dual conditional cross-entropy, |H_f - H_b| + (H_f + H_b) / 2 of the teacher\'s and its per-token cross-entropies (Junczys-Dowmunt 2018), instead of the teacher\'s alone'
 complete -c nmt -n "__nmt_using 'distill'" -l max-steps -x -d 'The student\'s training steps at most (default: the preset\'s epochs, stopping early on validation BLEU)'
 complete -c nmt -n "__nmt_using 'distill'" -l max-time -x -d 'The student\'s training time at most, e.g. 30m or 2h'
 complete -c nmt -n "__nmt_using 'distill'" -l seed -x -d 'The student\'s seed (weights, data order, dropout): the same seed, the same student'

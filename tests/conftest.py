@@ -311,6 +311,20 @@ def trained_run(workspace) -> Path:
 
 
 @pytest.fixture(scope="session")
+def reverse_model(trained_model, tmp_path_factory) -> Path:
+    """The trained model's weights labelled de->en: a "reverse model" for the score filter's plumbing and arithmetic
+    (its de->en scores are what the tests compute through Translator.score; it translates de->en badly), in a second."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("reverse") / "tiny-de-en"
+    shutil.copytree(trained_model, out)
+    values = json.loads((out / "config.json").read_text())
+    values["languages"] = {"source": "de", "target": "en"}
+    (out / "config.json").write_text(json.dumps(values, indent=2))
+    return out
+
+
+@pytest.fixture(scope="session")
 def untrained_model(prepared, tmp_path_factory) -> Path:
     """The pipeline stopped after one step (`nmt train --preset tiny --max-steps 1` then `nmt average`), in-process."""
     from nmtcli.training.average import average_checkpoints, checkpoints_to_average

@@ -48,7 +48,7 @@ def reverse_model(trained_model, tmp_path_factory) -> Path:
 
 def prepare_args(small: dict[str, Path], reverse_model: Path, out: Path, *more: str) -> list[str]:
     return ["prepare", "--train", str(small["train"]), "--valid", str(small["valid"]), "--vocab-size", "300", "-o", str(out),
-            "--target-mono", str(small["mono"]), "--reverse-model", str(reverse_model), "--chunk-pairs", "100", *more]
+            "--target-mono", str(small["mono"]), "--bt-model", str(reverse_model), "--chunk-pairs", "100", *more]
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_a_model_trained_on_tagged_data_translates_plain_input(tagged, tmp_path)
 def test_bad_back_translation_input_is_one_line(case, small, reverse_model, trained_model, tmp_path):
     mono, model, more = str(small["mono"]), str(reverse_model), []
     expected = {"wrong language": "looks like 'en' text, not 'de'", "reverse model of other languages": "translates en->de, but back-translation",
-                "empty": "is empty", "missing": "does not exist", "no reverse model": "--target-mono without --reverse-model",
+                "empty": "is empty", "missing": "does not exist", "no reverse model": "--target-mono without --bt-model",
                 "vocab-from tagged": "--no-bt-tag", "bad sampling": "--bt-sampling 'top:3'"}[case]
     if case == "wrong language":
         mono = str(small["english"])
@@ -190,7 +190,7 @@ def test_bad_back_translation_input_is_one_line(case, small, reverse_model, trai
     elif case == "bad sampling":
         more = ["--bt-sampling", "top:3"]
     args = ["prepare", "--train", str(small["train"]), "--valid", str(small["valid"]), "-o", str(tmp_path / "data"), "--target-mono", mono,
-            *([] if case == "no reverse model" else ["--reverse-model", model]), *more]
+            *([] if case == "no reverse model" else ["--bt-model", model]), *more]
     result = nmt_in_process(*args, check=False)
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr and "Traceback" not in result.stderr

@@ -181,6 +181,38 @@ def test_distill_again_skips_what_is_done_and_redoes_what_changed(distilled, tra
     assert settled.stderr.count("done already") == 8
 
 
+@pytest.mark.slow
+def test_distill_with_a_reverse_model_drops_by_dual_conditional_cross_entropy(trained_model, reverse_model, small_corpus, tmp_path):
+    import shutil
+
+    import numpy as np
+
+    work = tmp_path / "work"
+    reverse = tmp_path / "reverse"
+    shutil.copytree(reverse_model, reverse)
+    result = nmt_in_process(*distill_args(trained_model, small_corpus, work, "--reverse-model", str(reverse)))
+    both = result.stdout + result.stderr
+    assert "--alpha 1 --brevity-penalty 0 -o" in both  # pure cross-entropies, the teacher's too
+    assert "$ nmt translate --forced-decoding -m " + str(reverse) + " -s de -t en" in both
+    h_f = -np.array([float(x) for x in lines_of(work / "teacher" / "scores.txt")])
+    h_b = -np.array([float(x) for x in lines_of(work / "reverse" / "scores.txt")])
+    dual = np.abs(h_f - h_b) + (h_f + h_b) / 2
+    dropped = [json.loads(line) for line in lines_of(work / "dropped.jsonl")]
+    worst = sorted(range(300), key=lambda i: (-dual[i], i))[:15]
+    sources = lines_of(work / "distilled.en")
+    assert [d["source"] for d in dropped] == [sources[i] for i in worst]
+    assert [d["cross_entropy"] for d in dropped] == [round(float(dual[i]), 4) for i in worst]
+    assert lines_of(work / "kept.en") == [s for i, s in enumerate(sources) if i not in worst]
+    assert "dual conditional cross-entropy above" in result.stderr
+    # Another reverse model (here: the same weights, written again): its scores and the filter onwards again.
+    (reverse / "model.safetensors").write_bytes((reverse / "model.safetensors").read_bytes())
+    again = nmt_in_process(*distill_args(trained_model, small_corpus, work, "--reverse-model", str(reverse)))
+    assert again.stderr.count("done already") == 3 and "starts again" in again.stderr
+    refused = nmt_in_process(*distill_args(trained_model, small_corpus, tmp_path / "other", "--reverse-model", str(trained_model)), check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].endswith("translates en->de, not de->en (give a model that translates de->en)")
+    assert not (tmp_path / "other").exists()
+
+
 def test_distill_refuses_bad_input_in_one_line(trained_model, small_corpus, tmp_path):
     def refused(*args: str) -> str:
         result = nmt_in_process(*args, check=False)

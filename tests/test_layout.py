@@ -21,7 +21,7 @@ LAYERS = [
     {"training"},
     {"hub"},
     {"interop", "describe", "documents"},
-    {"api", "bulk"},
+    {"api", "bulk", "pair_scores"},
     {"serve"},
     {"cli", "__main__"},
 ]

@@ -1,4 +1,4 @@
-"""`nmt prepare --target-mono FILE --reverse-model MODEL`: the monolingual text back-translated before the data is prepared.
+"""`nmt prepare --target-mono FILE --bt-model MODEL`: the monolingual text back-translated before the data is prepared.
 
 The reverse model's translation is a real `nmt translate -i DATA/backtranslation.TGT -o DATA/backtranslation.SRC` (shown,
 then run in this process as `nmt distill` runs its stages): in chunks in DATA/backtranslation.SRC.parts/, so a killed
@@ -57,7 +57,7 @@ def _check_reverse(model: Path, source_lang: str, target_lang: str) -> list[str]
     model: -s TGT -t SRC, which it checks itself)."""
     from nmtcli.files import read_json
 
-    config = read_json(model / "config.json", (f"--reverse-model {model} is not a model dir (no config.json)",
+    config = read_json(model / "config.json", (f"--bt-model {model} is not a model dir (no config.json)",
                                                "give a model dir or Hub id of a model that translates the target language into the source"),
                        "the model dir is damaged: write it again (nmt average, import or pull)")
     if (config.get("tokenizer") or {}).get("kind") == "multilingual":
@@ -65,23 +65,23 @@ def _check_reverse(model: Path, source_lang: str, target_lang: str) -> list[str]
     own = config.get("languages") if isinstance(config.get("languages"), dict) else {}
     known = own.get("source") not in (None, "src") and own.get("target") not in (None, "tgt")
     if not known:
-        warn(f"--reverse-model {model} does not say its languages: taken for {target_lang}->{source_lang}")
+        warn(f"--bt-model {model} does not say its languages: taken for {target_lang}->{source_lang}")
     elif (own["source"], own["target"]) != (target_lang, source_lang):
-        raise NmtError(f"--reverse-model {model} translates {own['source']}->{own['target']}, but back-translation for "
+        raise NmtError(f"--bt-model {model} translates {own['source']}->{own['target']}, but back-translation for "
                        f"{source_lang}->{target_lang} data needs a {target_lang}->{source_lang} model",
                        f"give a model that translates {target_lang} into {source_lang} (train one on the real pairs reversed)", exit_code=2)
     return []
 
 
-def check_flags(target_mono: list[Path] | None, reverse_model: str | None, bt_sampling: str | None, vocab_from: str | None,
+def check_flags(target_mono: list[Path] | None, bt_model: str | None, bt_sampling: str | None, vocab_from: str | None,
                 tagged: bool, several: bool) -> None:
     """The back-translation flags together, before anything is written (one error line, exit 2)."""
-    if not target_mono and reverse_model is None:
+    if not target_mono and bt_model is None:
         if bt_sampling is not None:
-            raise NmtError("--bt-sampling applies to back-translation", "add --target-mono FILE and --reverse-model MODEL, or drop it", exit_code=2)
+            raise NmtError("--bt-sampling applies to back-translation", "add --target-mono FILE and --bt-model MODEL, or drop it", exit_code=2)
         return
-    if not target_mono or reverse_model is None:
-        missing, given = ("--reverse-model", "--target-mono") if reverse_model is None else ("--target-mono", "--reverse-model")
+    if not target_mono or bt_model is None:
+        missing, given = ("--bt-model", "--target-mono") if bt_model is None else ("--target-mono", "--bt-model")
         raise NmtError(f"{given} without {missing}", "back-translation needs both: the target-language text and a model that "
                        "translates it into the source language", exit_code=2)
     if several:

@@ -44,7 +44,8 @@ def command(
     preset: Annotated[str, typer.Option(help="The student's model and recipe (`nmt info --preset NAME`): student-tiny (6+2 layers, 256 wide; Bergamot's tiny11) or student-base (6+2, 512).")] = "student-tiny",
     beam: Annotated[int, typer.Option(help="The teacher's beam.", min=1)] = 8,
     nbest: Annotated[int, typer.Option(help="Translations of a training source the teacher offers; the closest to the reference is kept (1: the best).", min=1)] = 8,
-    drop_worst: Annotated[float, typer.Option(help="Percent of the distilled pairs dropped: those of the lowest per-token log-probability under the teacher (Bergamot: 5).", min=0.0, max=99.0)] = 5.0,
+    drop_worst: Annotated[float, typer.Option(help="Percent of the distilled pairs dropped: those of the lowest per-token log-probability under the teacher (Bergamot: 5); with --reverse-model, of the highest dual conditional cross-entropy.", min=0.0, max=99.0)] = 5.0,
+    reverse_model: Annotated[Optional[str], typer.Option("--reverse-model", help="A TGT->SRC model (a model dir or Hub id) that scores each distilled pair turned round: the pairs are then ranked by dual conditional cross-entropy, |H_f - H_b| + (H_f + H_b) / 2 of the teacher's and its per-token cross-entropies (Junczys-Dowmunt 2018), instead of the teacher's alone.", metavar="MODEL", show_default=False)] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="The student's training steps at most (default: the preset's epochs, stopping early on validation BLEU).", min=1)] = None,
     max_time: Annotated[Optional[str], typer.Option(help="The student's training time at most, e.g. 30m or 2h.")] = None,
     seed: Annotated[int, typer.Option(help="The student's seed (weights, data order, dropout): the same seed, the same student.")] = 1,
@@ -73,6 +74,12 @@ def command(
         _check_pair(prefix, languages, what)
     for path in mono or []:
         _check_text(path, "--mono")
+    reverse = None
+    if reverse_model is not None:
+        from nmtcli.pair_scores import check_direction
+
+        reverse = resolve_model(reverse_model)
+        check_direction(reverse, tgt, src, "--reverse-model")
     work = output or Path("distill") / f"{teacher.name}-{preset}"
     if work.exists() and not work.is_dir():
         raise NmtError(f"-o {work} is a file", "give a dir for the teacher's translations, the student's data, run and model", exit_code=2)
@@ -96,14 +103,24 @@ def command(
     distilled = work / "distilled"
     stages.step("join", "the sources and the teacher's translations joined into one corpus",
                 lambda: _join(sources, targets, distilled, languages), key=[str(p) for p in sources + targets])
-    scores = work / "teacher" / "scores.txt"
+    scores, reverse_scores = work / "teacher" / "scores.txt", work / "reverse" / "scores.txt"
+    # Dual conditional cross-entropy takes pure cross-entropies: no brevity term in either (the teacher's alone keeps
+    # the ranking distill has always had: its search score with the power length penalty, alpha 1).
+    pure = ["--brevity-penalty", "0"] if reverse else []
     stages.run("score", "the teacher scores each distilled pair: its per-token log-probability (forced decoding)",
                ["translate", "--forced-decoding", "-m", str(teacher), "-i", f"{distilled}.{src}", "--target-file", f"{distilled}.{tgt}",
-                "--length-penalty", "power", "--alpha", "1", "-o", str(scores), *chunks, *on], [teacher],
+                "--length-penalty", "power", "--alpha", "1", *pure, "-o", str(scores), *chunks, *on], [teacher],
                parts=parts_dir(scores))
+    if reverse:
+        stages.run("score-reverse", f"the reverse model scores each distilled pair turned round ({tgt}->{src}, forced decoding)",
+                   ["translate", "--forced-decoding", "-m", str(reverse), "-s", tgt, "-t", src, "-i", f"{distilled}.{tgt}", "--target-file",
+                    f"{distilled}.{src}", "--length-penalty", "power", "--alpha", "1", *pure, "-o", str(reverse_scores), *chunks, *on],
+                   [reverse], parts=parts_dir(reverse_scores))
     kept = work / "kept"
-    stages.step("filter", f"the worst {drop_worst:g}% of the pairs by that score dropped (the teacher is least sure of them)",
-                lambda: _filter(distilled, scores, kept, languages, drop_worst, work / "dropped.jsonl"), key=[f"{drop_worst:g}"])
+    by = "dual conditional cross-entropy (teacher and reverse model)" if reverse else "that score (the teacher is least sure of them)"
+    stages.step("filter", f"the worst {drop_worst:g}% of the pairs by {by} dropped",
+                lambda: _filter(distilled, scores, kept, languages, drop_worst, work / "dropped.jsonl", reverse_scores if reverse else None),
+                key=[f"{drop_worst:g}", *([str(reverse), *stamps([reverse])] if reverse else [])])
     data, run, student = work / "data", work / "run", work / "model"
     stages.run("prepare", "the student's data: the kept pairs, the real validation and test splits, the teacher's vocabulary",
                ["prepare", "--train", str(kept), "--valid", valid, "--test", test, "-s", src, "-t", tgt, "--vocab-from", str(teacher),
@@ -289,33 +306,28 @@ def _join(sources: list[Path], targets: list[Path], out: Path, languages: tuple[
                         f.write(line if line.endswith(b"\n") else line + b"\n")
 
 
-def _filter(distilled: Path, scores: Path, kept: Path, languages: tuple[str, str], percent: float, dropped_file: Path) -> None:
-    """OUT/kept.SRC / .TGT: the pairs above the `percent` quantile of the teacher's per-token log-probability, the
-    corpus streamed (only the scores and the dropped pairs are held); OUT/dropped.jsonl: the ones dropped (score,
-    source, translation), worst first."""
-    values = [float(line) for line in scores.read_text(encoding="utf-8").split("\n") if line]
-    drop = int(len(values) * percent / 100)
-    ranked = sorted(range(len(values)), key=lambda i: (values[i], i))
-    order = ranked[:drop]
-    dropped: dict[int, tuple[bytes, bytes]] = dict.fromkeys(order)
-    src, tgt = (Path(f"{distilled}.{lang}") for lang in languages)
-    with open(src, "rb") as sources, open(tgt, "rb") as targets, \
-            atomic_path(Path(f"{kept}.{languages[0]}")) as kept_src, atomic_path(Path(f"{kept}.{languages[1]}")) as kept_tgt, \
-            open(kept_src, "wb") as out_src, open(kept_tgt, "wb") as out_tgt:
-        for i, pair in zip(range(len(values)), zip(sources, targets)):
-            source, target = (line[:-1] if line.endswith(b"\n") else line for line in pair)
-            if i in dropped:
-                dropped[i] = (source, target)
-            else:
-                out_src.write(source + b"\n")
-                out_tgt.write(target + b"\n")
-    with atomic_path(dropped_file) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        for i in order:  # JSON lines: any sentence is one line, read back exactly
-            source, target = dropped[i]
-            f.write(json.dumps({"score": round(values[i], 4), "source": source.decode("utf-8", "replace"),
-                                "translation": target.decode("utf-8", "replace")}, ensure_ascii=False) + "\n")
-    threshold = f"; per-token log-probability below {values[ranked[drop]]:.3f}" if drop and drop < len(values) else ""
-    say(f"kept {len(values) - drop:,} of {len(values):,} pairs, dropped {drop:,}{threshold} ({dropped_file})")
+def _filter(distilled: Path, scores: Path, kept: Path, languages: tuple[str, str], percent: float, dropped_file: Path,
+            reverse_scores: Path | None = None) -> None:
+    """OUT/kept.SRC / .TGT: the pairs above the `percent` quantile of the teacher's per-token log-probability (with
+    `reverse_scores`, below that of the dual conditional cross-entropy), the corpus streamed (data/score_filter.py: only
+    the scores are held); OUT/dropped.jsonl: the ones dropped (score, source, translation), worst first."""
+    from nmtcli.data.score_filter import costs, read_log_probs, split_pairs
+
+    forward = read_log_probs(scores)
+    reverse = read_log_probs(reverse_scores, len(forward)) if reverse_scores is not None else None
+    cost = costs(forward, reverse)
+
+    def record(i: int, source: str, target: str) -> dict:
+        if reverse is None:
+            return {"score": round(float(forward[i]), 4), "source": source, "translation": target}
+        return {"cross_entropy": round(float(cost[i]), 4), "forward": round(-float(forward[i]), 4), "reverse": round(-float(reverse[i]), 4),
+                "source": source, "translation": target}
+
+    split = split_pairs(*(Path(f"{distilled}.{lang}") for lang in languages), cost, percent, tuple(Path(f"{kept}.{lang}") for lang in languages),
+                        dropped_file, record)
+    threshold = "" if split.threshold is None else (f"; per-token log-probability below {-split.threshold:.3f}" if reverse is None else
+                                                    f"; dual conditional cross-entropy above {split.threshold:.3f}")
+    say(f"kept {split.pairs - split.dropped:,} of {split.pairs:,} pairs, dropped {split.dropped:,}{threshold} ({dropped_file})")
 
 
 def _report(work: Path, teacher: Path, student: Path, test: str, languages: tuple[str, str], stages: Stages, device: str) -> None:

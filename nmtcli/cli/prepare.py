@@ -14,6 +14,7 @@ NAME = "prepare"
 FILES = "Your own parallel text (instead of NAME)"
 CLEANING = "Cleaning"
 VOCAB = "Vocabulary"
+SCORING = "Score filter (a model's forced decoding)"
 RUN = "Download and execution"
 BACK = "Back-translation (target-side monolingual text)"
 
@@ -57,12 +58,16 @@ def command(
     drop_non_alphabetic: Annotated[bool, typer.Option("--drop-non-alphabetic/--keep-non-alphabetic", help="Drop training pairs with a side of 8 characters or more (spaces aside) under half of them letters.", rich_help_panel=CLEANING)] = True,
     drop_long_words: Annotated[bool, typer.Option("--drop-long-words/--keep-long-words", help="Drop training pairs with a word over 70 characters (URLs aside; scripts without spaces are not judged).", rich_help_panel=CLEANING)] = True,
     clean_report: Annotated[Optional[Path], typer.Option("--clean-report", help="Write up to 20 pairs each text filter dropped (drawn with --seed), one JSON object a line: filter, source, target (and direction for several pairs), to see whether it was right.", metavar="FILE", show_default=False, rich_help_panel=CLEANING)] = None,
-    target_mono: Annotated[Optional[list[Path]], typer.Option("--target-mono", help="Target-language text, one sentence a line, to back-translate with --reverse-model and train on beside the real pairs (Sennrich et al. 2016). Repeatable. Its translation is kept in the data dir (backtranslation.SRC, resumable, reused by the next prepare into it).", metavar="FILE", show_default=False, rich_help_panel=BACK)] = None,
-    reverse_model: Annotated[Optional[str], typer.Option("--reverse-model", help="The model that translates --target-mono into the source language (a model dir or Hub id of a TGT->SRC model, e.g. one trained on the real pairs reversed).", metavar="MODEL", show_default=False, rich_help_panel=BACK)] = None,
+    target_mono: Annotated[Optional[list[Path]], typer.Option("--target-mono", help="Target-language text, one sentence a line, to back-translate with --bt-model and train on beside the real pairs (Sennrich et al. 2016). Repeatable. Its translation is kept in the data dir (backtranslation.SRC, resumable, reused by the next prepare into it).", metavar="FILE", show_default=False, rich_help_panel=BACK)] = None,
+    bt_model: Annotated[Optional[str], typer.Option("--bt-model", help="The model that translates --target-mono into the source language (a model dir or Hub id of a TGT->SRC model, e.g. one trained on the real pairs reversed; it may be the score filter's --reverse-model too).", metavar="MODEL", show_default=False, rich_help_panel=BACK)] = None,
     bt_sampling: Annotated[Optional[str], typer.Option("--bt-sampling", help="Sample the back-translations instead of beam search (beam 5, the default): full, topk:K or topp:P, seeded with --seed. Edunov et al. 2018 found sampling better where there is much parallel data, beam better where there is little.", metavar="SPEC", show_default=False, rich_help_panel=BACK)] = None,
     bt_tag: Annotated[bool, typer.Option("--bt-tag/--no-bt-tag", help="Start each synthetic source with --bt-tag-token, a reserved piece no input text can make (Caswell et al. 2019, Tagged Back-Translation); translating needs no tag.", rich_help_panel=BACK)] = True,
     bt_tag_token: Annotated[str, typer.Option("--bt-tag-token", help="The tag's piece.", rich_help_panel=BACK)] = "<BT>",
     bt_ratio: Annotated[float, typer.Option("--bt-ratio", help="Real to synthetic pairs in the train split: each real pair goes in max(1, round(RATIO x synthetic / real)) times (fairseq's --upsample-primary). 1: as many real as synthetic (the parallel data is small, the reverse model weak).", min=0.0, rich_help_panel=BACK)] = 1.0,
+    score_model: Annotated[Optional[str], typer.Option("--score-model", help="Drop the training pairs this SRC->TGT model (a model dir or Hub id) finds least likely: its per-token cross-entropy by forced decoding, after the text filters and before the vocabulary; with --reverse-model, Junczys-Dowmunt's dual conditional cross-entropy. Resumable; on --device.", metavar="MODEL", show_default=False, rich_help_panel=SCORING)] = None,
+    reverse_model: Annotated[Optional[str], typer.Option("--reverse-model", help="A TGT->SRC model: its per-token cross-entropy of each pair turned round joins --score-model's (dual conditional cross-entropy: |H_f - H_b| + (H_f + H_b) / 2), or alone ranks the pairs.", metavar="MODEL", show_default=False, rich_help_panel=SCORING)] = None,
+    drop_worst: Annotated[Optional[float], typer.Option(help="Percent of the training pairs the score filter drops, those of the highest cross-entropy (ties: the earlier line). Default: 5 with --score-model or --reverse-model.", min=0.0, max=99.0, show_default=False, rich_help_panel=SCORING)] = None,
+    device: Annotated[str, typer.Option(help="Where the score filter's models run: auto, cpu, cuda or cuda:N.", rich_help_panel=SCORING)] = "auto",
     revision: Annotated[Optional[str], typer.Option(help="Hub dataset revision (branch, tag or commit) to download; the manifest records the commit used. Default: the recipe's.", show_default=False, rich_help_panel=RUN)] = None,
     workers: Annotated[int, typer.Option(help="Encoding processes and sentencepiece training threads; 0 uses every core. Does not change the output.", min=0, rich_help_panel=RUN)] = 0,
     chunk_pairs: Annotated[int, typer.Option(help="Pairs encoded per chunk, the unit an interrupted run resumes from (back-translation: lines translated per chunk, at most 5,000). Does not change the output.", min=1, rich_help_panel=RUN)] = 100_000,
@@ -80,7 +85,8 @@ def command(
     mismatched numbers or URLs, copies of the source, a side in another language (py3langid), exact
     duplicates, pairs over --max-tokens subword tokens and pairs whose length ratio exceeds --max-ratio,
     and optionally markup and wrong-script pairs; each filter has a --keep-* switch, and --clean-report
-    FILE shows a sample of what each dropped. Validation pairs lose only empty and over-long ones.
+    FILE shows a sample of what each dropped. --score-model (and --reverse-model) drop the --drop-worst
+    percent a model finds least likely. Validation pairs lose only empty and over-long ones.
     Writes sentencepiece.model, binarized train/valid arrays, plain-text valid/test copies and
     manifest.json (counts before and after each filter, settings, source revision, checksums,
     versions). An interrupted run resumes where it stopped; a finished one re-runs in seconds; the
@@ -98,13 +104,16 @@ def command(
         raise NmtError(f"both a corpus name ({name}) and --train/--valid/--test given", "use one or the other")
     if name is None and (not train or not valid):
         raise NmtError("nothing to prepare", "name a corpus (`nmt prepare --list`) or pass --train PREFIX and --valid PREFIX")
-    check_flags(target_mono, reverse_model, bt_sampling, vocab_from, bt_tag, bool(train and len(train) > 1))
-    back = dict(mono=target_mono, reverse_model=reverse_model, sampling=bt_sampling, tag=bt_tag_token if bt_tag else None, ratio=bt_ratio,
+    check_flags(target_mono, bt_model, bt_sampling, vocab_from, bt_tag, bool(train and len(train) > 1))
+    back = dict(mono=target_mono, reverse_model=bt_model, sampling=bt_sampling, tag=bt_tag_token if bt_tag else None, ratio=bt_ratio,
                 seed=seed, chunk_lines=min(chunk_pairs, CHUNK_LINES)) if target_mono else None
     filters = dict(drop_duplicates=drop_duplicates, drop_markup=drop_markup, drop_wrong_script=drop_wrong_script,
                    drop_wrong_language=drop_wrong_language, drop_copies=drop_copies, drop_number_mismatch=drop_number_mismatch,
                    drop_url_mismatch=drop_url_mismatch, drop_non_alphabetic=drop_non_alphabetic, drop_long_words=drop_long_words)
     if train and len(train) > 1:
+        if score_model or reverse_model or drop_worst is not None:
+            raise NmtError("the score filter takes one language pair, not several --train corpora", "prepare each pair with its own "
+                           "--score-model, or leave the score filter out", exit_code=2)
         _multilingual(train, valid or [], test or [], source_lang, target_lang, vocab_from, vocab_size, spm_sentences, max_ratio, seed,
                       dict(max_tokens=max_tokens, workers=workers, chunk_pairs=chunk_pairs, **filters), revision, output, clean_report)
         return
@@ -130,10 +139,11 @@ def command(
                                    spm_sentences=spm_sentences or recipe.spm_sentences, max_ratio=max_ratio or recipe.max_ratio,
                                    ratio_slack=RATIO_SLACK if ratio_slack is None else ratio_slack, **options)
         out = output or DATA_ROOT / name
+        scoring = _score_filter(score_model, reverse_model, drop_worst, device, settings.source_lang, settings.target_lang)
         vocabulary = _announce(out, settings, vocabulary)
         synthetic = _back_translate(out, settings, back)
         with progress_bar() as progress:
-            manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary, synthetic)
+            manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary, synthetic, scoring)
     else:
         if revision is not None:
             raise NmtError("--revision applies to named corpora only", "leave it out with --train/--valid")
@@ -141,11 +151,12 @@ def command(
         settings = PrepareSettings(src, tgt, vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO,
                                    ratio_slack=RATIO_SLACK if ratio_slack is None else ratio_slack, **options)
         out = output or DATA_ROOT / f"{src}-{tgt}"
+        scoring = _score_filter(score_model, reverse_model, drop_worst, device, src, tgt)
         vocabulary = _announce(out, settings, vocabulary)
         synthetic = _back_translate(out, settings, back)
         with progress_bar() as progress:
             manifest = prepare_files(out, Path(train[0]), Path(valid[0]), Path(test[0]) if test else None, settings, f"{src}-{tgt}", progress,
-                                     vocabulary, synthetic)
+                                     vocabulary, synthetic, scoring)
     _report(out, manifest, clean_report)
 
 
@@ -170,6 +181,25 @@ def _multilingual(train: list[str], valid: list[str], test: list[str], source_la
     _report(out, manifest, clean_report)
 
 
+def _score_filter(score_model: str | None, reverse_model: str | None, drop_worst: float | None, device: str, src: str, tgt: str):
+    """--score-model / --reverse-model / --drop-worst: the score filter (data/score_filter.py), its models checked
+    against the data's languages before anything is written; None without a model."""
+    if score_model is None and reverse_model is None:
+        if drop_worst is not None:
+            raise NmtError("--drop-worst needs --score-model or --reverse-model", "name the model that scores the pairs", exit_code=2)
+        return None
+    from nmtcli.cli.common import warn
+    from nmtcli.data.score_filter import DEFAULT_PERCENT, ScoreFilter
+    from nmtcli.device import resolve_device
+    from nmtcli.pair_scores import locate, scorer
+
+    resolve_device(device)  # a GPU that is not there: said before anything is written
+    forward = locate(score_model, src, tgt, "--score-model") if score_model is not None else None
+    reverse = locate(reverse_model, tgt, src, "--reverse-model") if reverse_model is not None else None
+    percent = DEFAULT_PERCENT if drop_worst is None else drop_worst
+    return ScoreFilter(percent, {"forward": forward and forward[1], "reverse": reverse and reverse[1]}, scorer(forward, reverse, (src, tgt), device, warn))
+
+
 def _announce(out: Path, settings, vocabulary):
     """The vocabulary checked against the data's languages (a multilingual model's: with their tags found) before
     anything is written: data in the other direction is no use to the model."""
@@ -183,7 +213,7 @@ def _announce(out: Path, settings, vocabulary):
 
 
 def _back_translate(out: Path, settings, back: dict | None):
-    """--target-mono: translated by --reverse-model into the data dir (cli/backtranslate.py), before the data is prepared."""
+    """--target-mono: translated by --bt-model into the data dir (cli/backtranslate.py), before the data is prepared."""
     if back is None:
         return None
     from nmtcli.cli.backtranslate import back_translate
@@ -266,6 +296,13 @@ def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None
         tag = f"tagged {back['tag']}" if back["tag"] else "untagged"
         say(f"back-translation: {back['pairs']:,} of {back['input_lines']:,} synthetic pairs kept (dropped: {dropped}), {tag}; "
             f"train: the {back['real_pairs']:,} real pairs x {back['upsample']} + {back['pairs']:,} synthetic = {manifest['splits']['train']['pairs']:,} pairs")
+    if manifest.get("score_filter"):
+        from nmtcli.data.score_filter import DROPPED
+
+        models = manifest["score_filter"]
+        by = ("dual conditional cross-entropy" if models["forward"] and models["reverse"] else
+              f"the {'forward' if models['forward'] else 'reverse'} model's per-token cross-entropy")
+        say(f"score filter: the worst {models['percent']:g}% by {by} dropped, listed worst first in {out / DROPPED}")
     say(_vocabulary_line(manifest))
     say(f"done in {manifest['seconds']} s")
     if clean_report is not None:

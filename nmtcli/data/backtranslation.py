@@ -237,14 +237,14 @@ def clean_stage(out_dir: Path, work: Path, synthetic: Synthetic, settings: Any, 
     return counts["train"], state
 
 
-def encode_train(encoder: Any, out_dir: Path, parts_dir: Path, settings: Any, text_counts: dict[str, Any], synthetic: Synthetic,
+def encode_train(encoder: Any, out_dir: Path, text_dir: Path, parts_dir: Path, settings: Any, text_counts: dict[str, Any], synthetic: Synthetic,
                  progress: Any) -> dict[str, Any]:
     """The train split of real and synthetic pairs: each encoded into chunks under the same token filters, the synthetic
     sources after the tag, then merged: the real chunks `upsample` times, the synthetic ones once."""
     from nmtcli.data.prepare import WORK, _encode_parts, _merged, _read_text_pairs
     from nmtcli.data.text import SPM_FILE
 
-    real_parts, resumed = _encode_parts(encoder, _read_text_pairs(out_dir / WORK, "train", settings), text_counts["train"]["clean_pairs"],
+    real_parts, resumed = _encode_parts(encoder, _read_text_pairs(text_dir, "train", settings), text_counts["train"]["clean_pairs"],
                                         parts_dir, "train", settings, settings.max_ratio, progress)
     tag = tag_id(out_dir / SPM_FILE, synthetic.tag) if synthetic.tag else None
     synthetic_total = sum(1 for _ in read_lines(out_dir / WORK / STEM / f"train.{settings.source_lang}"))

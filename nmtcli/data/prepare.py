@@ -12,6 +12,7 @@ stage's output depends on:
 
   text            source pairs -> text filters (empty, markup, script, duplicates) -> .work/train.<lang>,
                   and the plain-text valid/test references
+  score           (a score filter's model given) the cleaned pairs scored, the worst dropped: .work/scored/ (score_filter.py)
   sentencepiece   a seeded sample of the cleaned training pairs -> sentencepiece.model
                   (with --vocab-from, the "vocabulary" stage instead: the model's tokenizer files copied)
   encode          cleaned pairs -> token filters (too long, length ratio) -> chunk files in .work/,
@@ -44,6 +45,8 @@ from nmtcli.data.encoding import Encoder, PieceMap
 from nmtcli.data.shards import OFFSET_DTYPE, token_dtype
 from nmtcli.data.sources import BundledTsv, ParquetFiles, TextFiles
 from nmtcli.data.cleaning import TextFilter
+from nmtcli.data.score_filter import DROPPED as SCORE_DROPPED
+from nmtcli.data.score_filter import ScoreFilter, score_stage
 from nmtcli.data.text import MAX_RATIO, MAX_TOKENS, RATIO_SLACK, SPM_FILE, load_sentencepiece, read_lines, train_sentencepiece
 from nmtcli.data.vocabulary import ModelVocabulary, check_languages, tokenizer_files
 from nmtcli.data.vocab_size import RULE as VOCAB_RULE
@@ -385,16 +388,18 @@ def _encoder(out_dir: Path, vocab_size: int, workers: int, vocabulary: ModelVoca
 
 
 def _encode_stage(out_dir: Path, parts_dir: Path, settings: PrepareSettings, vocab_size: int, text_counts: dict[str, Any],
-                  progress: Progress, vocabulary: ModelVocabulary | None = None, synthetic: Synthetic | None = None) -> tuple[dict[str, Any], int]:
-    """Cleaned training pairs (and back-translated ones, mixed: backtranslation.py) and the valid split -> binarized arrays;
-    returns (counts, chunks resumed)."""
+                  progress: Progress, vocabulary: ModelVocabulary | None = None, text_dir: Path | None = None,
+                  synthetic: Synthetic | None = None) -> tuple[dict[str, Any], int]:
+    """Cleaned training pairs (in `text_dir`, default .work/; and back-translated ones, mixed: backtranslation.py) and the
+    valid split -> binarized arrays; returns (counts, chunks resumed)."""
+    text_dir = text_dir or out_dir / WORK
     with _encoder(out_dir, vocab_size, settings.workers, vocabulary) as encoder:
         if synthetic is not None:
             from nmtcli.data.backtranslation import encode_train
 
-            train = encode_train(encoder, out_dir, parts_dir, settings, text_counts, synthetic, progress)
+            train = encode_train(encoder, out_dir, text_dir, parts_dir, settings, text_counts, synthetic, progress)
         else:
-            train = _encode_split(encoder, _read_text_pairs(out_dir / WORK, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
+            train = _encode_split(encoder, _read_text_pairs(text_dir, "train", settings), text_counts["train"]["clean_pairs"], parts_dir,
                                   out_dir, "train", settings, settings.max_ratio, progress)
         # Validation keeps its natural length ratios: only empty and over-long pairs are dropped.
         valid = _encode_split(encoder, _read_text_pairs(out_dir, "valid", settings), text_counts["valid"]["lines"], parts_dir,
@@ -421,8 +426,10 @@ def _manifest_is_current(out_dir: Path, fingerprint: str) -> dict[str, Any] | No
     return manifest
 
 
-def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocabulary: ModelVocabulary | None = None) -> tuple[str, str, str]:
-    """The fingerprints of the text, sentencepiece and encode stages: each of everything its output depends on."""
+def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocabulary: ModelVocabulary | None = None,
+                score_filter: ScoreFilter | None = None) -> tuple[str, str, str]:
+    """The fingerprints of the text, sentencepiece and encode stages: each of everything its output depends on (the
+    score filter's models and percent, where it runs between the text and the vocabulary)."""
     # The switches, not the filters they make: that would load the language detector before anything is written.
     filters = [settings.drop_long_words, settings.drop_non_alphabetic, settings.drop_url_mismatch, settings.drop_number_mismatch,
                settings.drop_copies, settings.drop_wrong_language]
@@ -430,9 +437,10 @@ def _stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocab
                             settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script, filters, settings.seed, SAMPLES)
     # A vocabulary size from the corpus is a function of the text stage's output: the rule stands for it.
     vocab = settings.vocab_size if settings.vocab_size is not None else VOCAB_RULE
-    spm_key = _fingerprint("sentencepiece", text_key, vocab, settings.spm_sentences, settings.seed)
+    text = text_key if score_filter is None else score_filter.key(text_key)
+    spm_key = _fingerprint("sentencepiece", text, vocab, settings.spm_sentences, settings.seed)
     if vocabulary is not None:  # the model's tokenizer files, by content, replace the trained sentencepiece model
-        spm_key = _fingerprint("vocabulary", text_key, vocabulary.tokenizer, vocabulary.files, vocabulary.special_ids, vocabulary.size,
+        spm_key = _fingerprint("vocabulary", text, vocabulary.tokenizer, vocabulary.files, vocabulary.special_ids, vocabulary.size,
                                *([vocabulary.tags] if vocabulary.tags else []))
     # The slack joined the ratio filter later: without it (0, the default) a data dir keeps the fingerprint it was made with.
     ratio = (settings.max_ratio,) if settings.ratio_slack == 0 else (settings.max_ratio, settings.ratio_slack)
@@ -459,10 +467,12 @@ def prepare(
     origin: dict[str, Any] | None = None,
     vocabulary: ModelVocabulary | None = None,
     synthetic: Synthetic | None = None,
+    score_filter: ScoreFilter | None = None,
 ) -> dict[str, Any]:
     """Run (or resume, or skip) the three stages over `sources` (train, valid, optional test); returns the manifest.
 
-    With `vocabulary` (--vocab-from) the data is encoded with a model's tokenizer instead of a new one. With
+    With `vocabulary` (--vocab-from) the data is encoded with a model's tokenizer instead of a new one; with
+    `score_filter` the cleaned training pairs are scored and the worst dropped before it (data/score_filter.py); with
     `synthetic`, back-translated pairs are cleaned, tagged and mixed with the real ones (backtranslation.py).
     The manifest gets `"reused": true` when a finished data dir matched and nothing was done.
     """
@@ -472,7 +482,7 @@ def prepare(
     if vocabulary is not None:
         check_languages(vocabulary, src, tgt)
     out_dir = Path(out_dir)
-    text_key, spm_key, encode_key = _stage_keys(sources, settings, vocabulary)
+    text_key, spm_key, encode_key = _stage_keys(sources, settings, vocabulary, score_filter)
     if synthetic is not None:  # its tag is a piece of the vocabulary; its pairs and their mix, of the data
         spm_key = _fingerprint(spm_key, synthetic.tag)
         encode_key = _fingerprint(encode_key, spm_key, *synthetic.identity())
@@ -497,12 +507,21 @@ def prepare(
 
         synthetic_text, stages["backtranslation text"] = backtranslation.clean_stage(out_dir, work, synthetic, settings, progress)
     seconds["text"], clock = round(time.time() - clock, 2), time.time()
+    text = work  # the training text the vocabulary and the encoding read: the cleaned pairs, or those the score filter kept
+    if score_filter is not None:
+        text = work / "scored"
+        text_counts, stages["score"] = _stage(work, "score", score_filter.key(text_key), [text / f"train.{lang}" for lang in (src, tgt)] + [out_dir / SCORE_DROPPED],
+                                              lambda: score_stage(out_dir, work, text_key, text_counts, (src, tgt), score_filter, settings.seed, SAMPLES,
+                                                                  out_dir / CLEANING_SAMPLE, progress))
+        seconds["score"], clock = round(time.time() - clock, 2), time.time()
+    else:
+        (out_dir / SCORE_DROPPED).unlink(missing_ok=True)  # an earlier run's, with the filter
 
     if vocabulary is None:
         vocab_record = vocab_choice(settings.vocab_size, text_counts["train"]["clean_pairs"], recipe)
         spm_counts, stages["sentencepiece"] = _stage(
             work, "sentencepiece", spm_key, [out_dir / SPM_FILE],
-            lambda: _sentencepiece_stage(out_dir, work, replace(settings, vocab_size=vocab_record["asked"]),
+            lambda: _sentencepiece_stage(out_dir, text, replace(settings, vocab_size=vocab_record["asked"]),
                                          text_counts["train"]["clean_pairs"], progress, (synthetic.tag,) if synthetic and synthetic.tag else ()))
         vocab_size = load_sentencepiece(out_dir / SPM_FILE).get_piece_size()
         seconds["sentencepiece"], clock = round(time.time() - clock, 2), time.time()
@@ -520,7 +539,7 @@ def prepare(
     encoded = [out_dir / f"{split}.{lang}.{ext}" for split in ("train", "valid") for lang in (src, tgt) for ext in ("bin", "idx")]
     if (marker := _read_marker(work, "encode", encode_key)) is None or not all(p.is_file() for p in encoded):
         encode_counts, resumed = _encode_stage(out_dir, work / f"encode-{encode_key[:16]}", settings, vocab_size,
-                                               text_counts, progress, vocabulary, synthetic)
+                                               text_counts, progress, vocabulary, text, synthetic)
         _write_marker(work, "encode", encode_key, encode_counts)
         stages["encode"] = "resumed" if resumed else "done"
     else:
@@ -546,6 +565,7 @@ def prepare(
         "resumed_chunks": resumed if stages["encode"] != "reused" else 0,
         "inputs": {split: source.describe() for split, source in sources.items()},
         "settings": asdict(settings),
+        **({"score_filter": score_filter.describe()} if score_filter is not None else {}),
         **({"sentencepiece": spm_counts} if vocabulary is None else _vocabulary_entries(vocabulary)),
         "splits": splits,
         **({"backtranslation": backtranslation.manifest_entry(synthetic, synthetic_text, encode_counts["train"]["backtranslation"])}
@@ -608,6 +628,7 @@ def prepare_files(
     progress: Progress = _no_progress,
     vocabulary: ModelVocabulary | None = None,
     synthetic: Synthetic | None = None,
+    score_filter: ScoreFilter | None = None,
 ) -> dict[str, Any]:
     """Prepare `PREFIX.<src>` / `PREFIX.<tgt>` files into `out_dir` (with `synthetic`: back-translated pairs); returns the manifest."""
     src, tgt = settings.source_lang, settings.target_lang
@@ -618,7 +639,7 @@ def prepare_files(
     lines = {split: s.count() for split, s in sources.items()}  # existence and alignment, before any work
     if lines["train"] == 0:
         raise NmtError(f"{sources['train'].src} is empty", "the training corpus needs at least one sentence pair")
-    return prepare(out_dir, sources, settings, name, progress, vocabulary=vocabulary, synthetic=synthetic)
+    return prepare(out_dir, sources, settings, name, progress, vocabulary=vocabulary, synthetic=synthetic, score_filter=score_filter)
 
 
 def prepare_recipe(
@@ -629,6 +650,7 @@ def prepare_recipe(
     progress: Progress = _no_progress,
     vocabulary: ModelVocabulary | None = None,
     synthetic: Synthetic | None = None,
+    score_filter: ScoreFilter | None = None,
 ) -> dict[str, Any]:
     """Download (or find in the Hub cache) a named corpus and prepare it; see recipes.py.
 
@@ -658,7 +680,7 @@ def prepare_recipe(
         sources[split] = ParquetFiles(tuple(paths), recipe.source_lang, recipe.target_lang,
                                       {"repo": recipe.repo, "commit": commit, "files": blobs})
     return prepare(out_dir, sources, settings, recipe.name, progress, recipe=recipe.describe(), origin=origin, vocabulary=vocabulary,
-                   synthetic=synthetic)
+                   synthetic=synthetic, score_filter=score_filter)
 
 
 def read_manifest(data_dir: Path) -> dict[str, Any]:

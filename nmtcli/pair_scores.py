@@ -1,0 +1,122 @@
+"""Each pair of a corpus scored by a model's forced decoding, in resumable chunks: the score filter's numbers.
+
+`nmt prepare --score-model/--reverse-model` (data/score_filter.py ranks and splits the pairs; the data layer cannot
+load a model, so the scores are computed here and handed down). A pair's score is the model's per-token
+log-probability of the target given the source, -H = log P(y|x) / |y| with |y| counting EOS: what `nmt translate
+--forced-decoding --length-penalty power --alpha 1 --brevity-penalty 0` writes, to the same six decimals, so that
+`nmt distill`'s scores (made by that command) and these are one measure. A reverse model scores the same pair the
+other way: the target as its source, the source as its target.
+
+The corpus is read a chunk at a time (nmtcli/bulk.py: each chunk's scores written whole, a killed run resumed from the
+chunks done, a run with another model or input refusing to mix into them), each chunk a window at a time through the
+engine on the CPU or a GPU: memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nmtcli.errors import NmtError
+
+# The forced score as a per-token log-probability: log P / |Y|^1, no brevity term (Junczys-Dowmunt 2018's H, negated).
+PER_TOKEN = {"length_penalty": "power", "alpha": 1.0, "brevity_penalty": 0.0}
+
+Progress = Callable[[str, int, "int | None"], None]
+
+
+def model_languages(model: Path) -> tuple[str | None, str | None, list[str] | None]:
+    """(source, target) a one-direction model says it translates (None where it does not say), and a multilingual
+    model's language codes (None for a one-direction model)."""
+    from nmtcli.files import read_json
+
+    config = read_json(Path(model) / "config.json", (f"{model} is not a model dir (no config.json)", "give an nmt model dir or Hub id"),
+                       f"{model}'s config.json is damaged: write the model dir again (nmt average, import or pull)")
+    tokenizer = config.get("tokenizer") or {}
+    if tokenizer.get("kind") == "multilingual":
+        return None, None, list(tokenizer.get("languages") or [])
+    own = config.get("languages") or {}
+    return own.get("source"), own.get("target"), None
+
+
+def check_direction(model: Path, source: str, target: str, flag: str) -> None:
+    """`model` translates `source` -> `target` (a multilingual one: has both), else the one-line error (exit 2)."""
+    from nmtcli.inference.language_codes import resolve
+
+    own_source, own_target, codes = model_languages(model)
+    if codes is not None:
+        missing = [code for code in (source, target) if resolve(code, codes) is None]
+        if missing:
+            raise NmtError(f"{flag} {model} has no language {missing[0]!r}", f"give a model that translates {source}->{target}", exit_code=2)
+        return
+    if (own_source is not None and resolve(source, [own_source]) is None) or (own_target is not None and resolve(target, [own_target]) is None):
+        raise NmtError(f"{flag} {model} translates {own_source}->{own_target}, not {source}->{target}",
+                       f"give a model that translates {source}->{target}", exit_code=2)
+
+
+def locate(spec: str, source: str, target: str, flag: str) -> tuple[Path, dict[str, Any]]:
+    """The model dir of a path or Hub id, checked to translate `source` -> `target` (`flag` names it in the error), and
+    what identifies it in a manifest: the model (a local dir's absolute path, or the Hub id and the commit the cache
+    holds) and its weights' sha256."""
+    from nmtcli import hub
+    from nmtcli.checksums import file_sha256
+
+    path, origin = hub.locate_model(spec)
+    check_direction(path, source, target, flag)
+    weights = sorted(Path(path).glob("*.safetensors"))
+    if not weights:
+        raise NmtError(f"{flag} {spec} has no weights (*.safetensors)", "give an nmt model dir or Hub id", exit_code=2)
+    return path, {**origin, "sha256": {p.name: file_sha256(p) for p in weights}}
+
+
+def score_file(model: Path, sources: Path, targets: Path, output: Path, languages: tuple[str, str], identity: dict[str, Any],
+               device: str = "auto", precision: str = "fp32", chunk_lines: int | None = None, progress: Progress | None = None,
+               task: str = "scoring", warn: Callable[[str], None] | None = None) -> Path:
+    """`output`: `model`'s per-token log-probability of each (source, target) pair, one a line, six decimals. Done
+    already (the file there: the chunks are joined into it by one rename), it is kept; cut short, it resumes."""
+    from nmtcli.api import open_engine
+    from nmtcli.bulk import CHUNK_LINES, Job, decoded
+    from nmtcli.inference.translator import SearchSettings
+
+    if output.is_file():
+        return output
+    source, target, codes = model_languages(model)
+    engine = open_engine(model, device=device, precision=precision, settings=SearchSettings(**PER_TOKEN), warn=warn,
+                         languages=languages if codes is not None else (None, None))
+    settings = SearchSettings(**PER_TOKEN)
+    what = {"model": identity, "languages": list(languages), "scores": PER_TOKEN, "precision": precision}
+    job = Job([sources, targets], output, what, chunk_lines or CHUNK_LINES)
+
+    def scores(chunk, columns: list[list[bytes]]):
+        lines = decoded(columns[0], str(sources), chunk.first, warn)
+        given = decoded(columns[1], str(targets), chunk.first, warn)
+        for result in engine.score(lines, given, None, settings):
+            yield f"{result.score:.6f}"
+
+    try:
+        job.run(scores, None if progress is None else lambda done, total: progress(task, done, total))
+    finally:
+        engine.close()
+    return output
+
+
+def scorer(forward: tuple[Path, dict] | None, reverse: tuple[Path, dict] | None, languages: tuple[str, str], device: str,
+           warn: Callable[[str], None] | None = None):
+    """The score filter's `score(sources, targets, work, progress)` (data/score_filter.py): the forward model's scores
+    of the pairs, the reverse model's of the pairs turned round."""
+    src, tgt = languages
+
+    def score(sources: Path, targets: Path, work: Path, progress: Progress) -> tuple[Path | None, Path | None]:
+        work.mkdir(parents=True, exist_ok=True)
+        out: list[Path | None] = [None, None]
+        if forward is not None:
+            out[0] = score_file(forward[0], sources, targets, work / "forward.txt", (src, tgt), forward[1], device, progress=progress,
+                                task=f"scoring {src}->{tgt}", warn=warn)
+        if reverse is not None:
+            out[1] = score_file(reverse[0], targets, sources, work / "reverse.txt", (tgt, src), reverse[1], device, progress=progress,
+                                task=f"scoring {tgt}->{src}", warn=warn)
+        return out[0], out[1]
+
+    return score
+
