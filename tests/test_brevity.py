@@ -145,7 +145,7 @@ def test_the_cli_the_api_and_the_server_take_a_weight_and_refuse_a_bad_one(held_
             translator.translate(LINES[:1], brevity_penalty=value)
     # a weight the translator was loaded with stays the default of every call; score() takes one per call
     from nmtcli.api import open_engine
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
 
     plain = Translator(open_engine(held_long, device="cpu", settings=SearchSettings(brevity_penalty=0.0)), "held")
     assert [t.text for t in plain.translate(LINES)] == expected[0.0]

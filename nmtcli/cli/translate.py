@@ -18,7 +18,7 @@ from nmtcli.bulk import CHUNK_LINES
 from nmtcli.inference.glossary import MAX_GLOSSARY
 
 if TYPE_CHECKING:
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
 
 NAME = "translate"
 
@@ -85,7 +85,7 @@ def command(
     started = time.perf_counter()
     from nmtcli.errors import NmtError, check_readable
     from nmtcli.inference.alignment import COVERING
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
 
     _check_flags(output_format, nbest, engine, length_penalty, closest_to)
     from nmtcli.api import protection as protection_of

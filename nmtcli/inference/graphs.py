@@ -42,7 +42,7 @@ does on the host what a replayed step did there: a position more, the other set 
 What can fail, and what happens then (the host's count of decoded positions, `cache.length`, always
 ends equal to the device's, `cache.position`):
 - running out of memory, anywhere (a buffer of the Arena made larger too): the graphs, their memory pool and the
-  Arena are let go and the error goes on to the caller, which halves the batch (inference/translator.py) and
+  Arena are let go and the error goes on to the caller, which halves the batch (inference/batches.py) and
   keeps using graphs; a single line is searched once more without graphs before it is given up;
 - a capture that fails otherwise (an operation this build cannot capture): graphs are off for the
   rest of the run, with a warning, and the step runs eagerly (a capture runs nothing on the device);

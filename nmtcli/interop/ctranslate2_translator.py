@@ -22,8 +22,9 @@ from nmtcli.inference.engine import Engine
 from nmtcli.inference.results import Translation
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.inference.sampling import check_sampling, parse_sampling
-from nmtcli.inference.translator import (BatchBudget, SearchSettings, Warn, batching_for, check_coverage, encode_lines, encode_prefixes,
-                                         length_sorted_batches, numbered_windows, one_line)
+from nmtcli.inference.batches import BatchBudget, Warn, length_sorted_batches
+from nmtcli.inference.settings import SearchSettings, batching_for, check_coverage
+from nmtcli.inference.translator import encode_lines, encode_prefixes, numbered_windows, one_line
 from nmtcli.interop.ctranslate2 import NMT_FILE, require_ctranslate2
 from nmtcli.threads import default_threads
 

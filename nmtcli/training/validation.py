@@ -1,7 +1,7 @@
 """Validation during training: perplexity of the valid split and, optionally, its BLEU.
 
 BLEU goes through the same path as `nmt translate` + `nmt score`: sentencepiece-encode the plain-text
-valid source, beam search (sec. 6.1: beam 4, alpha 0.6, max length input + 50) through the translator's
+valid source, beam search (sec. 6.1: beam 4, alpha 0.6, max length input + 50) through inference/batches.py's
 `translate_ids`, decode to one line each, and score with sacreBLEU against the plain-text reference. Both are split over the ranks and summed (loss) or
 gathered (translations), so every rank ends with the same numbers and takes the same decisions.
 """
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from nmtcli.data.batching import ParallelData, make_batches
-from nmtcli.inference.translator import BatchBudget, SearchSettings, encode_lines, one_line, translate_ids
+from nmtcli.inference.batches import BatchBudget, translate_ids
+from nmtcli.inference.settings import SearchSettings
+from nmtcli.inference.translator import encode_lines, one_line
 from nmtcli.model.transformer import Transformer
 from nmtcli.scoring import score
 from nmtcli.training import distributed
