@@ -249,7 +249,7 @@ class Translator:
 
     def _settings(self, **changes) -> SearchSettings:
         """The engine's settings with this call's `changes`, checked as the command line checks its flags."""
-        from nmtcli.inference.beam import LENGTH_PENALTIES
+        from nmtcli.inference.penalties import LENGTH_PENALTIES
         from nmtcli.inference.settings import check_search
 
         for name in ("beam", "nbest", "max_len_b", "batch_tokens"):

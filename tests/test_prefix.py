@@ -11,7 +11,8 @@ import re
 import pytest
 import torch
 
-from nmtcli.inference.beam import beam_search, lp
+from nmtcli.inference.beam import beam_search
+from nmtcli.inference.penalties import lp
 from nmtcli.inference.greedy import greedy_search
 from conftest import torch_threads
 from nmtcli.model.config import EOS_ID, ModelConfig

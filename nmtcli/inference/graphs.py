@@ -460,8 +460,8 @@ class StepGraphs:
 def batch_class(config: ModelConfig, lengths: Sequence[int], prefix_lengths: Sequence[int], max_len_a: float, max_len_b: int,
                 bucket: int, cap: int | None) -> tuple[int, int, int, int]:
     """(sentences, source width, capacity, prefix width) of the class BeamSearch searches a batch in: sources of
-    `lengths` tokens (without EOS), target prefixes of `prefix_lengths` (0: none), limits as beam.max_output_lengths
-    and beam.prefix_tensors make them (a prefix longer than the limit is the whole output)."""
+    `lengths` tokens (without EOS), target prefixes of `prefix_lengths` (0: none), limits as outputs.max_output_lengths
+    and prefixes.prefix_tensors make them (a prefix longer than the limit is the whole output)."""
     rows, source, _ = shape_class(config, len(lengths), max(lengths) + 1, 0, max_len_a, max_len_b, bucket, cap)
     steps = 0
     for length, prefix in zip(lengths, prefix_lengths or [0] * len(lengths)):

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from nmtcli.errors import NmtError
-from nmtcli.inference.beam import Brevity
+from nmtcli.inference.penalties import Brevity
 from nmtcli.inference.glossary import Glossary
 from nmtcli.inference.sampling import DEFAULT_SEED, check_sampling
 
@@ -32,7 +32,7 @@ class SearchSettings:
     alignment: str | None = None  # "words" or "pieces": each translation's alignment; HTML's "covering" (inference/alignment.py)
     glossary: Glossary | None = None  # target terms put in where their source terms occur (inference/glossary.py, terms.py)
     coverage_penalty: float = 0.0  # GNMT's coverage penalty beta: the beam's hypotheses reranked by it (inference/coverage.py); 0: off
-    brevity_penalty: float | None = None  # the brevity penalty's weight (beam.Brevity); None: the model's own (`nmt average` calibrates it), else 0
+    brevity_penalty: float | None = None  # the brevity penalty's weight (penalties.Brevity); None: the model's own (`nmt average` calibrates it), else 0
     length_ratio: float | None = None  # target pieces per source piece the brevity penalty expects; None: the model's own, else 1.0
 
     @property

@@ -134,7 +134,7 @@ class CTranslate2Translator(Engine):
             # Output tokens before EOS are at most a*|x| + b (sec. 6.1), capped by the position table.
             limits = [min(int(s.max_len_a * len(ids) + s.max_len_b), self.max_positions - 2) for _, ids in batch]
             extra = {}
-            if forced is not None:  # as beam.prefix_tensors: a prefix is never cut; an empty source outputs its prefix
+            if forced is not None:  # as prefixes.prefix_tensors: a prefix is never cut; an empty source outputs its prefix
                 limits = [len(forced[pos]) if not ids and forced[pos] else max(cap, len(forced[pos])) for (pos, ids), cap in zip(batch, limits)]
                 extra["target_prefix"] = [[self.pieces[i] for i in forced[pos]] for pos, _ in batch]
             out = self.translator.translate_batch(
