@@ -23,7 +23,8 @@ def main() -> None:
     import torch
 
     from nmtcli.data.prepare import read_manifest
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
     from nmtcli.training.brevity import calibrate
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

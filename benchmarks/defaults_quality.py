@@ -42,8 +42,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nmtcli.inference.beam import lp  # noqa: E402
-from nmtcli.inference.translator import SearchSettings, Translator  # noqa: E402
+from nmtcli.inference.penalties import lp  # noqa: E402
+from nmtcli.inference.settings import SearchSettings  # noqa: E402
+from nmtcli.inference.translator import Translator  # noqa: E402
 
 ALPHAS = (0.0, 0.6, 1.0, 1.5, 2.0)
 

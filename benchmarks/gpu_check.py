@@ -514,7 +514,8 @@ def stage_glossary(args) -> dict:
 PROFILE = r"""
 import sys, time, torch
 from torch.profiler import ProfilerActivity, profile
-from nmtcli.inference.translator import SearchSettings, Translator
+from nmtcli.inference.settings import SearchSettings
+from nmtcli.inference.translator import Translator
 model, test, device, dtype, graphs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "graphs"
 lines = open(test, encoding="utf-8").read().splitlines()[: int(sys.argv[6])]
 sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

@@ -40,7 +40,8 @@ def score(model: Path, data: Path, alphas: list[float]) -> dict:
     import sacrebleu
     import torch
 
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     manifest = json.loads((data / "manifest.json").read_text())

@@ -494,7 +494,7 @@ class Nmt:
 
         def search(batch, forced):
             """The batch's hypotheses; out of memory (fp32 at 3,003 sentences wants ~51 GB of keys/values on
-            a GPU), its halves', as `nmt translate` does (inference/translator.py)."""
+            a GPU), its halves', as `nmt translate` does (inference/batches.py)."""
             try:
                 if run.search != "beam 4":  # one sample per line; its lines keyed by their place in the batch
                     return sample(self.models[run.dtype], padded(batch), parse_sampling(run.search), **limits)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from nmtcli.documents.pipeline import Translated
     from nmtcli.documents.protect import Protection
     from nmtcli.inference.engine import Engine
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
 
 log = logging.getLogger("nmtcli")
 
@@ -249,8 +249,8 @@ class Translator:
 
     def _settings(self, **changes) -> SearchSettings:
         """The engine's settings with this call's `changes`, checked as the command line checks its flags."""
-        from nmtcli.inference.beam import LENGTH_PENALTIES
-        from nmtcli.inference.translator import check_search
+        from nmtcli.inference.penalties import LENGTH_PENALTIES
+        from nmtcli.inference.settings import check_search
 
         for name in ("beam", "nbest", "max_len_b", "batch_tokens"):
             value = changes.get(name)
@@ -336,7 +336,7 @@ def open_engine(model: str | os.PathLike[str], *, device: str = "auto", precisio
 
     if engine not in ENGINES:
         raise NmtError(f"unknown engine {engine!r}", f"choose {' or '.join(ENGINES)}", exit_code=2)
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
 
     if engine == "ctranslate2":
         from pathlib import Path

@@ -58,7 +58,7 @@ class Choices:
 def choices_table() -> dict[str, Choices]:
     """The options and arguments with a fixed set of values, read from the registries the commands check them against."""
     from nmtcli.data.recipes import RECIPES
-    from nmtcli.inference.beam import LENGTH_PENALTIES
+    from nmtcli.inference.penalties import LENGTH_PENALTIES
     from nmtcli.inference.translator import PRECISIONS as INFERENCE_PRECISIONS
     from nmtcli.interop.ctranslate2 import QUANTIZATIONS
     from nmtcli.model.config import PRESETS

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmtcli.inference.beam import Brevity, beam_search, lp
+from nmtcli.inference.beam import beam_search
+from nmtcli.inference.penalties import Brevity, lp
 from nmtcli.model.config import BOS_ID, EOS_ID, ModelConfig
 from nmtcli.model.transformer import Transformer
 

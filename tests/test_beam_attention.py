@@ -17,7 +17,8 @@ from conftest import torch_threads
 from test_beam import SENTENCES, _as_lists, tiny_model
 
 from nmtcli.errors import NmtError
-from nmtcli.inference.translator import BatchBudget, SearchSettings, translate_ids
+from nmtcli.inference.batches import BatchBudget, translate_ids
+from nmtcli.inference.settings import SearchSettings
 from nmtcli.model.incremental import reads_slots
 
 

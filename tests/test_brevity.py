@@ -36,7 +36,7 @@ def held_long(trained_model, tmp_path_factory):
 
 
 def test_the_penalty_is_the_log_of_bleus_brevity_penalty_against_the_length_the_source_predicts():
-    from nmtcli.inference.beam import Brevity
+    from nmtcli.inference.penalties import Brevity
 
     brevity = Brevity(2.0, 1.5)
     expected = torch.tensor([[6.0], [6.0], [6.0]])  # sources of 4 pieces: 6 expected
@@ -49,7 +49,7 @@ def test_the_penalty_is_the_log_of_bleus_brevity_penalty_against_the_length_the_
 
 def test_a_recorded_penalty_lengthens_translations_and_each_score_counts_it(trained_model, held_long):
     from nmtcli import Translator
-    from nmtcli.inference.beam import Brevity, lp
+    from nmtcli.inference.penalties import Brevity, lp
 
     plain = Translator.load(trained_model, device="cpu").translate(LINES)
     held = Translator.load(held_long, device="cpu")
@@ -145,7 +145,7 @@ def test_the_cli_the_api_and_the_server_take_a_weight_and_refuse_a_bad_one(held_
             translator.translate(LINES[:1], brevity_penalty=value)
     # a weight the translator was loaded with stays the default of every call; score() takes one per call
     from nmtcli.api import open_engine
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
 
     plain = Translator(open_engine(held_long, device="cpu", settings=SearchSettings(brevity_penalty=0.0)), "held")
     assert [t.text for t in plain.translate(LINES)] == expected[0.0]

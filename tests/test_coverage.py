@@ -37,7 +37,7 @@ def test_the_penalty_counts_each_source_token_up_to_one_and_leaves_out_eos_and_a
 def test_the_beams_hypotheses_are_reranked_by_the_penalty_computed_from_the_models_attention(random_model):
     from nmtcli import Translator
     from nmtcli.inference.alignment import DEFAULT_HEADS, alignment_text
-    from nmtcli.inference.beam import lp
+    from nmtcli.inference.penalties import lp
     from nmtcli.inference.forced import force_ids
 
     translator = Translator.load(random_model, device="cpu")

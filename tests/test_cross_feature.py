@@ -162,7 +162,7 @@ def _serve_app(model: Path):
     made into the settings and config as the command makes them."""
     from nmtcli.cli.serve import command
     from nmtcli.device import resolve_device
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.models import load_models
 

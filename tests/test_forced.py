@@ -10,7 +10,8 @@ import torch
 
 from corpus import VERBS, _noun_phrase
 from nmtcli.inference.alignment import pharaoh, piece_links, word_of_piece
-from nmtcli.inference.beam import beam_search, lp
+from nmtcli.inference.beam import beam_search
+from nmtcli.inference.penalties import lp
 from nmtcli.inference.forced import AttentionHeads, force_batch, force_ids, scored
 from nmtcli.inference.greedy import greedy_search
 from nmtcli.model.checkpoint import load_model

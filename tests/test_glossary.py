@@ -369,7 +369,8 @@ def test_nmt_translate_takes_a_glossary_file_and_refuses_a_bad_one(random_model,
 def test_nmt_serve_applies_its_glossary_and_each_requests_own(random_model):
     from test_prefix import _post_all
 
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.models import ServedModel
     from nmtcli.serve.requests import Limits

@@ -20,7 +20,8 @@ from nmtcli.inference.beam import beam_search
 from nmtcli.inference.graphs import GraphPool, StepGraphs
 from nmtcli.inference.memory import arena_bytes, arena_reserve, shape_class
 from nmtcli.inference.precision import autocast, to_half
-from nmtcli.inference.translator import BatchBudget, SearchSettings, translate_ids
+from nmtcli.inference.batches import BatchBudget, translate_ids
+from nmtcli.inference.settings import SearchSettings
 from nmtcli.model import incremental
 from nmtcli.model.incremental import DecoderCache
 from nmtcli.training.graphs import Unrecorded
@@ -373,7 +374,7 @@ def test_the_memory_arithmetic_is_that_of_the_tensors_a_search_allocates():
 @pytest.mark.parametrize("card_gb, dtype_bytes", [(80, 4), (80, 2), (24, 4), (24, 2)])
 def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtype_bytes):
     from nmtcli.inference.memory import GB, gpu_batch, search_bytes, worst_case
-    from nmtcli.inference.translator import DEVICE_DEFAULTS
+    from nmtcli.inference.settings import DEVICE_DEFAULTS
     from nmtcli.model.config import ModelConfig
 
     config = ModelConfig()  # base: 37k vocabulary, d_model 512, 6 layers
@@ -393,7 +394,7 @@ def test_the_default_gpu_batch_fits_its_card_with_a_fifth_to_spare(card_gb, dtyp
 
 
 def test_a_gpu_batch_is_capped_in_sentences_and_the_cap_halves_with_the_tokens():
-    from nmtcli.inference.translator import length_sorted_batches
+    from nmtcli.inference.batches import length_sorted_batches
 
     budget = BatchBudget(10_000, sentences=4)
     batches = list(length_sorted_batches([[5]] * 10, budget))
@@ -901,7 +902,7 @@ def test_the_arena_grows_to_the_classes_that_come_not_to_the_worst_case_of_their
 
 
 def test_a_window_sizes_the_arena_once_for_its_batches_largest_classes(monkeypatch, positions_agree, stream):
-    from nmtcli.inference.translator import length_sorted_batches
+    from nmtcli.inference.batches import length_sorted_batches
 
     windows, _ = stream
     model = tiny_model(8, vocab_size=30)

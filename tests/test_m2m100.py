@@ -70,7 +70,8 @@ def _generate(model, tokenizer, source: str, target: str, **kwargs) -> list[list
 
 def _nmt(model_dir, source: str, target: str, beam: int, **settings):
     """nmt's Translator on the imported model, text in: each line's ids (the target tag first) and its text."""
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
 
     search = SearchSettings(beam=beam, max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1, **settings)
     translator = Translator(model_dir, settings=search, languages=(source, target))

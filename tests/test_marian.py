@@ -162,7 +162,8 @@ def source_pieces_model(marian_dir, tmp_path_factory):
 
 
 def test_pieces_only_the_source_model_knows_come_out_as_marian_tokenizer_writes_them(source_pieces_model, tmp_path):
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
     from nmtcli.interop.marian import import_marian
 
     model_dir, source_only = source_pieces_model
@@ -353,7 +354,8 @@ def test_nmt_serve_puts_in_its_own_glossary_s_term_the_vocabulary_cannot_spell(i
     from test_prefix import _post_all
 
     from nmtcli.inference.glossary import glossary_of
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.models import ServedModel
 

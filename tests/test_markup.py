@@ -94,7 +94,8 @@ def test_a_blocks_text_is_split_into_sentences_as_a_whole_not_node_by_node():
 
 def test_a_block_translated_by_a_model_equals_its_plain_text_translated(random_model):
     """The text of the translated HTML (tags stripped) is the plain text's sentences translated and joined."""
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
 
     translator = Translator(random_model, settings=SearchSettings(max_len_a=0.0, max_len_b=6, alignment="words"))
     block = "the <b>dog</b> sees a <i>red</i> cat. a <a href='#'>new book</a> is old."
@@ -340,7 +341,8 @@ def test_nmt_translate_format_html_places_tags_by_covering_alignments(random_mod
     directions agree on, and one link for each word they leave) and places the tags by those links: none comes out
     empty."""
     from nmtcli.inference.alignment import COVERING
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
 
     settings = SearchSettings(max_len_a=0.0, max_len_b=12)
     translator = Translator(random_model, settings=settings)
@@ -412,7 +414,8 @@ def test_an_element_html_does_not_know_runs_inside_the_line_as_a_browser_shows_i
 def test_inline_tags_land_on_the_words_they_wrapped_in_a_models_translation(trained_model):
     """tests/corpus.py's rule task (adjectives after their noun, the verb last): the true place of each word in the
     translation is known. A tag around one source word must end up around its translation."""
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
 
     from nmtcli.inference.alignment import COVERING
 
@@ -438,7 +441,8 @@ def test_inline_tags_land_on_the_words_they_wrapped_in_a_models_translation(trai
 
 
 def test_serve_translates_html_in_libretranslate_and_nmt_requests(random_model):
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.models import ServedModel
     from nmtcli.serve.requests import Limits
@@ -580,7 +584,7 @@ def test_empty_tags_and_words_in_a_long_block_take_linear_time():
 
 
 def test_nmt_translate_refuses_split_sentences_with_format_html():
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
     from nmtcli.serve.requests import ApiError, Limits, nmt_request
 
     fields = {"lines": ["<p>A. B.</p>"], "format": "html"}
@@ -597,7 +601,8 @@ def test_serve_parses_and_renders_html_off_the_event_loop_and_once_for_source_au
     import threading
 
     from nmtcli.documents import markup as markup_module
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
     from nmtcli.serve import app as app_module
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.models import ServedModel

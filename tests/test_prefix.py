@@ -11,7 +11,8 @@ import re
 import pytest
 import torch
 
-from nmtcli.inference.beam import beam_search, lp
+from nmtcli.inference.beam import beam_search
+from nmtcli.inference.penalties import lp
 from nmtcli.inference.greedy import greedy_search
 from conftest import torch_threads
 from nmtcli.model.config import EOS_ID, ModelConfig
@@ -200,7 +201,8 @@ def _mid_word_prefix(translator) -> str:
 
 
 def test_translations_start_with_the_prefix_text_also_when_it_ends_mid_word(random_model):
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
 
     translator = Translator(random_model, settings=SearchSettings(beam=4, max_len_a=0.0, max_len_b=12, nbest=2))
     mid_word = _mid_word_prefix(translator)
@@ -276,7 +278,7 @@ def test_ctranslate2_engine_honours_prefixes_like_the_native_one(random_model, n
 
 
 def test_nmt_request_reads_prefix_as_a_list_or_one_string_and_refuses_a_wrong_one():
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
     from nmtcli.serve.requests import ApiError, Limits, nmt_request
 
     def ask(**fields):
@@ -348,7 +350,8 @@ def _post_all(app, path: str, bodies: list[dict]) -> list[tuple[int, dict]]:
 
 
 def test_nmt_translate_answers_with_translations_that_start_with_their_prefixes(random_model):
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.models import ServedModel
 
@@ -366,7 +369,8 @@ def test_nmt_translate_answers_with_translations_that_start_with_their_prefixes(
 
 
 def test_an_imported_marian_model_reads_prefixes_with_its_target_vocabulary(marian_dir, nmt_main, tmp_path):
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
 
     nmt_main("import", "marian", str(marian_dir), "-o", str(tmp_path / "model"))
     warnings: list[str] = []

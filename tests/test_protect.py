@@ -160,7 +160,8 @@ def test_nmt_translate_keeps_spans_and_refuses_a_bad_regex(random_model, nmt_mai
 def test_nmt_serve_keeps_spans_unless_a_request_says_protect_false(random_model):
     from test_prefix import _post_all
 
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.models import ServedModel
 

@@ -178,7 +178,7 @@ def test_models_without_a_pair_or_with_the_same_pair_are_refused_before_loading(
     from test_errors import doc_rows, matches
 
     from nmtcli.errors import NmtError
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
     from nmtcli.serve.models import load_models
 
     model = tmp_path / "model"

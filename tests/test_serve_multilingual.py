@@ -100,7 +100,7 @@ def test_two_multilingual_models_are_refused_before_loading(models):
     from test_errors import doc_rows, matches
 
     from nmtcli.errors import NmtError
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
     from nmtcli.serve.models import load_models
 
     with pytest.raises(NmtError) as refused:
@@ -113,7 +113,7 @@ def test_a_server_glossary_names_a_pair_whose_codes_hold_hyphens(models, tmp_pat
     # `--glossary zh-Hans-en=FILE` was cut at its first hyphen (zh | Hans-en): the served models decide where the pair is cut.
     from nmtcli.cli.serve import _glossaries, _glossary_pairs
     from nmtcli.errors import NmtError
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
     from nmtcli.serve.models import load_models
 
     terms = tmp_path / "terms.tsv"

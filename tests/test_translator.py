@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from nmtcli.inference.translator import DEVICE_DEFAULTS, SearchSettings, Translator, batching_for
+from nmtcli.inference.settings import DEVICE_DEFAULTS, SearchSettings, batching_for
+from nmtcli.inference.translator import Translator
 from nmtcli.model.checkpoint import WEIGHTS_FILE, load_model, load_weights
 from nmtcli.model.transformer import Transformer, sinusoidal_positions
 

@@ -67,7 +67,7 @@ def threads(chosen_by: str = "PyTorch's", serving: bool = False) -> OptionInfo:
 def check_length_penalty(value: str) -> None:
     """Refuse a --length-penalty the search does not know (one error line, exit 2)."""
     from nmtcli.errors import NmtError
-    from nmtcli.inference.beam import LENGTH_PENALTIES
+    from nmtcli.inference.penalties import LENGTH_PENALTIES
 
     if value not in LENGTH_PENALTIES:
         raise NmtError(f"unknown --length-penalty {value!r}", f"choose one of {', '.join(LENGTH_PENALTIES)}", exit_code=2)

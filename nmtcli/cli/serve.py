@@ -85,7 +85,7 @@ def command(
     import torch
 
     from nmtcli.device import resolve_device
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
     from nmtcli.serve.app import ServeConfig, create_app
     from nmtcli.serve.files import FileLimits
     from nmtcli.serve.models import load_models

@@ -14,11 +14,13 @@ import typer
 
 from nmtcli.cli import chunked, options
 from nmtcli.cli.common import resolve_model, say, warn
+from nmtcli.cli.translate_flags import check_flags
+from nmtcli.cli.translate_flags import count_lines as _count_lines  # noqa: F401 - cli/chunked.py imports it from here
 from nmtcli.bulk import CHUNK_LINES
 from nmtcli.inference.glossary import MAX_GLOSSARY
 
 if TYPE_CHECKING:
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
 
 NAME = "translate"
 
@@ -83,39 +85,14 @@ def command(
     With -i FILE -o OUT, the file is translated in chunks that a second run resumes, on --gpus N ranks if asked.
     """
     started = time.perf_counter()
-    from nmtcli.errors import NmtError, check_readable
     from nmtcli.inference.alignment import COVERING
-    from nmtcli.inference.translator import SearchSettings
+    from nmtcli.inference.settings import SearchSettings
 
-    _check_flags(output_format, nbest, engine, length_penalty, closest_to)
-    from nmtcli.api import protection as protection_of
-
-    protection = None if forced_decoding else protection_of(not no_protect, protect or [], "--protect")
-    _check_sampling_flags(ctx, sampling, temperature, seed)
-    if prefix_file is not None and sampling is not None:
-        raise NmtError("--prefix-file works with beam and greedy search, not with --sampling",
-                       "drop one of them", exit_code=2)
-    if input is not None:
-        check_readable(input, "check the path given to --input")
-    from nmtcli.cli.documents import chosen_format
-
-    format = chosen_format(format, input)
-    _check_forced_flags(alignment, forced_decoding, target_file, output_format, nbest, engine, input)
-    _check_html_flags(format, output_format, engine, alignment, forced_decoding, prefix_file, split_sentences)
-    if min_confidence is not None and (forced_decoding or format != "text" or engine != "native"):
-        flag = "--forced-decoding" if forced_decoding else f"--format {format}" if format != "text" else f"--engine {engine}"
-        raise NmtError(f"--min-confidence does not go with {flag}", "it flags the native engine's translations of lines; "
-                       "drop one of them", exit_code=2)
-    if forced_decoding and (prefix_file is not None or sampling is not None):
-        raise NmtError(f"--forced-decoding does not go with {'--prefix-file' if prefix_file is not None else '--sampling'}",
-                       "score the given translations alone, or translate without --forced-decoding", exit_code=2)
-    if prefix_file is not None:
-        _check_prefix_file(prefix_file, input)
-    if split_sentences and (forced_decoding or prefix_file is not None):
-        raise NmtError(f"--split-sentences does not go with {'--forced-decoding' if forced_decoding else '--prefix-file'}",
-                       f"a {'given translation' if forced_decoding else 'prefix'} belongs to a whole line: cut the lines into sentences "
-                       "first, or leave --split-sentences out", exit_code=2)
-    terms = _glossary(glossary, max_glossary, forced_decoding, sampling, engine)
+    format, protection, terms = check_flags(
+        ctx, input=input, output_format=output_format, nbest=nbest, engine=engine, length_penalty=length_penalty, closest_to=closest_to,
+        forced_decoding=forced_decoding, protect=protect, no_protect=no_protect, sampling=sampling, temperature=temperature, seed=seed,
+        prefix_file=prefix_file, format=format, alignment=alignment, target_file=target_file, split_sentences=split_sentences,
+        min_confidence=min_confidence, glossary=glossary, max_glossary=max_glossary)
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs,
                               alignment=COVERING if format == "html" else None if forced_decoding else alignment, glossary=terms,
@@ -124,19 +101,9 @@ def command(
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)
     chunked.check_paths(output, input, target_file, prefix_file, closest_to)
-    # A file into a file goes in chunks; but for sentences drawn by sampling, keyed by their number in the whole input.
-    in_chunks = (output is not None and input is not None and input.is_file() and format == "text"
-                 and not (split_sentences and sampling is not None))
-    world = chunked.ranks()[1]
-    if (gpus is not None or world > 1) and not in_chunks:
-        raise NmtError("ranks share the chunks of a file translated into another file", "give -i FILE and -o OUT (a regular file), "
-                       "or drop --gpus", exit_code=2)
+    in_chunks, world = _in_chunks(input, output, format, split_sentences, sampling, gpus)
     if gpus is not None and world == 1:
         return chunked.launch(gpus, device)
-    if output is not None and not in_chunks:
-        from nmtcli.bulk import check_unlocked
-
-        check_unlocked(output)
     if in_chunks:
         return chunked.translate_in_chunks(
             input, output, chunk_lines, settings, output_format, forced_decoding, target_file, prefix_file, closest_to, alignment,
@@ -155,17 +122,32 @@ def command(
     sentence_numbers: dict[int, tuple[int, int]] = {}  # --split-sentences: a sentence's number -> (its line, its place in it)
     translator = _translator(engine, model, revision, device, precision, threads, output_format, settings,
                              _sentence_warn(sentence_numbers) if split_sentences else warn, (source_lang, target_lang))
+    if format == "html":
+        return _html_file(translator, input, output, settings, protection, started)
+    _line_file(translator, settings, input, output, prefix_file, forced_decoding, target_file, closest_to, output_format, alignment,
+               protection, split_sentences, sentence_numbers, min_confidence, started)
+
+
+def _html_file(translator, input: Path | None, output: Path | None, settings: SearchSettings, protection, started: float) -> None:
+    """--format html: the input (a file, or stdin) translated as one HTML document, then the count and time on stderr."""
+    source = open(input, "rb") if input is not None else sys.stdin.buffer
+    count = _translate_html(translator, source, output, settings, protection)
+    if input is not None:
+        source.close()
+    elapsed = time.perf_counter() - started
+    say(f"translated {count:,} sentence(s) of HTML in {elapsed:.1f} s{_on_cpu(translator)}")
+
+
+def _line_file(translator, settings: SearchSettings, input: Path | None, output: Path | None, prefix_file: Path | None,
+               forced_decoding: bool, target_file: Path | None, closest_to: Path | None, output_format: str, alignment: str | None,
+               protection, split_sentences: bool, sentence_numbers: dict[int, tuple[int, int]], min_confidence: float | None,
+               started: float) -> None:
+    """Text: each input line (a file, or stdin) translated (or with --forced-decoding, its given translation scored) into
+    one output line, then the count, speed and flagged lines on stderr."""
     source = open(input, "rb") if input is not None else sys.stdin.buffer
     lines = read_text_lines(source, str(input) if input is not None else "stdin")
     prefix_source = open(prefix_file, "rb") if prefix_file is not None else None
     prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
-    if format == "html":
-        count = _translate_html(translator, source, output, settings, protection)
-        if input is not None:
-            source.close()
-        elapsed = time.perf_counter() - started
-        say(f"translated {count:,} sentence(s) of HTML in {elapsed:.1f} s{_on_cpu(translator)}")
-        return
     below = [0, 0]  # --min-confidence: lines flagged, lines translated
     if forced_decoding:
         results = _scores(translator, settings, lines, target_file, output_format, alignment)
@@ -188,63 +170,30 @@ def command(
         say(f"{below[0]:,} of {below[1]:,} translated line(s) below --min-confidence {min_confidence:g}")
 
 
+def _in_chunks(input: Path | None, output: Path | None, format: str, split_sentences: bool, sampling: str | None,
+               gpus: int | None) -> tuple[bool, int]:
+    """(whether the input goes in chunks, the world size torchrun set): a file into a file goes in chunks; but for
+    sentences drawn by sampling, keyed by their number in the whole input. Ranks share chunks only; an output file
+    written otherwise must not be another run's (bulk.check_unlocked)."""
+    from nmtcli.errors import NmtError
+
+    in_chunks = (output is not None and input is not None and input.is_file() and format == "text"
+                 and not (split_sentences and sampling is not None))
+    world = chunked.ranks()[1]
+    if (gpus is not None or world > 1) and not in_chunks:
+        raise NmtError("ranks share the chunks of a file translated into another file", "give -i FILE and -o OUT (a regular file), "
+                       "or drop --gpus", exit_code=2)
+    if output is not None and not in_chunks:  # (never with --gpus, which needs chunks)
+        from nmtcli.bulk import check_unlocked
+
+        check_unlocked(output)
+    return in_chunks, world
+
+
 def _digest(path: Path | None) -> str | None:
     from nmtcli.checksums import file_sha256
 
     return None if path is None else file_sha256(path)
-
-
-def _glossary(path: Path | None, max_terms: int, forced_decoding: bool, sampling: str | None, engine: str):
-    """--glossary read and checked against the flags it does not go with (None without one)."""
-    from nmtcli.errors import NmtError
-    from nmtcli.inference.glossary import read_glossary
-
-    if path is None:
-        return None
-    if engine != "native":
-        raise NmtError(f"--glossary needs the native engine: --engine {engine} gives no attention to place terms by",
-                       "drop --engine, or drop --glossary", exit_code=2)
-    if forced_decoding or sampling is not None:
-        raise NmtError(f"--glossary does not go with {'--forced-decoding' if forced_decoding else '--sampling'}",
-                       "a glossary puts terms into searched translations: drop one of them", exit_code=2)
-    return read_glossary(path, max_terms)
-
-
-def _check_flags(output_format: str, nbest: int, engine: str, length_penalty: str, closest_to: Path | None = None) -> None:
-    from nmtcli.errors import NmtError, check_readable
-
-    options.check_length_penalty(length_penalty)
-    if output_format not in ("text", "json"):
-        raise NmtError(f"unknown --output-format {output_format!r}", "choose text or json", exit_code=2)
-    if closest_to is not None:
-        check_readable(closest_to, "check the path given to --closest-to")
-        if nbest < 2 or output_format != "text" or engine != "native":
-            raise NmtError("--closest-to picks one of --nbest N translations as text, on the native engine",
-                           "give --nbest 2 or more (e.g. --beam 8 --nbest 8), and no --output-format json or --engine", exit_code=2)
-        return
-    if nbest > 1 and output_format == "text":
-        raise NmtError("--nbest above 1 needs --output-format json", "text output has exactly one line per input line", exit_code=2)
-    if engine not in ("native", "ctranslate2"):
-        raise NmtError(f"unknown --engine {engine!r}", "choose native or ctranslate2", exit_code=2)
-
-
-def _check_html_flags(format: str, output_format: str, engine: str, alignment: str | None, forced_decoding: bool,
-                      prefix_file: Path | None, split_sentences: bool) -> None:
-    from nmtcli.errors import NmtError
-
-    from nmtcli.documents.formats import FORMATS
-
-    if format not in ("text", *FORMATS):
-        raise NmtError(f"unknown --format {format!r}", f"choose auto, text or one of {', '.join(FORMATS)}", exit_code=2)
-    if format == "text":
-        return
-    what = "HTML document" if format == "html" else "document"
-    for given, flag in ((output_format != "text", "--output-format json"), (engine != "native", f"--engine {engine}"),
-                        (alignment is not None, "--alignment"), (forced_decoding, "--forced-decoding"), (prefix_file is not None, "--prefix-file"),
-                        (split_sentences and format == "html", "--split-sentences (HTML is always translated a sentence at a time)")):
-        if given:
-            raise NmtError(f"--format {format} does not go with {flag}", f"--format {format} writes the {what} translated "
-                           "(its tags placed by the native engine's word alignment); drop one of them", exit_code=2)
 
 
 def _translate_html(translator, source: BinaryIO, output: Path | None, settings: SearchSettings, protection=None) -> int:
@@ -269,74 +218,6 @@ def _translate_html(translator, source: BinaryIO, output: Path | None, settings:
         with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
             f.write(translated)
     return count
-
-
-def _check_prefix_file(prefix_file: Path, input: Path | None) -> None:
-    """A readable --prefix-file; with a regular --input file, as many lines as it, checked before any work.
-    (Input streamed from stdin is checked as it is read: the window where one ends first is not translated.)"""
-    from nmtcli.errors import NmtError, check_readable
-
-    check_readable(prefix_file, "check the path given to --prefix-file")
-    if input is None or not (input.is_file() and prefix_file.is_file()):
-        return
-    lines, prefixes = _count_lines(input), _count_lines(prefix_file)
-    if lines != prefixes:
-        raise NmtError(f"--prefix-file {prefix_file} has {prefixes:,} line(s) but --input {input} has {lines:,}",
-                       "give one prefix per input line, an empty line for none", exit_code=2)
-
-
-def _check_sampling_flags(ctx: typer.Context, sampling: str | None, temperature: float | None, seed: int | None) -> None:
-    """--sampling's spec and temperature, and the flags that do not go with it (one error line, exit 2)."""
-    from nmtcli.errors import NmtError
-    from nmtcli.inference.sampling import DEFAULT_SEED, check_sampling
-
-    if sampling is None:
-        for flag, value in (("--temperature", temperature), ("--seed", seed)):
-            if value is not None:
-                raise NmtError(f"{flag} applies to sampling only", f"add --sampling full, topk:K or topp:P, or drop {flag}", exit_code=2)
-        return
-    check_sampling(sampling, 1.0 if temperature is None else temperature, DEFAULT_SEED if seed is None else seed)
-    for name, flag in (("beam", "--beam"), ("alpha", "--alpha"), ("length_penalty", "--length-penalty"),
-                       ("brevity_penalty", "--brevity-penalty")):
-        if ctx.get_parameter_source(name).name != "DEFAULT":  # given on the command line (or by an environment variable)
-            raise NmtError(f"{flag} does not go with --sampling", f"sampling draws each token instead of searching; drop {flag} "
-                                                                  "(--nbest N draws N samples)", exit_code=2)
-
-
-def _check_forced_flags(alignment: str | None, forced_decoding: bool, target_file: Path | None, output_format: str, nbest: int,
-                        engine: str, input: Path | None) -> None:
-    """The flags of forced decoding (--forced-decoding, --target-file) and --alignment, and the line counts of two files."""
-    from nmtcli.errors import NmtError, check_readable
-    from nmtcli.inference.alignment import UNITS
-
-    if alignment is not None and alignment not in UNITS:
-        raise NmtError(f"unknown --alignment {alignment!r}", f"choose {' or '.join(UNITS)}", exit_code=2)
-    if (alignment is not None or forced_decoding) and engine != "native":
-        flag = "--forced-decoding" if forced_decoding else "--alignment"
-        raise NmtError(f"{flag} is not available with --engine {engine}", "use the native engine (the default) with the model dir", exit_code=2)
-    if alignment is not None and output_format != "json":
-        raise NmtError("--alignment needs --output-format json", "text output has only the translation on each line", exit_code=2)
-    if target_file is not None and not forced_decoding:
-        raise NmtError("--target-file is read only with --forced-decoding", "add --forced-decoding to score the translations it holds", exit_code=2)
-    if not forced_decoding:
-        return
-    if target_file is None:
-        raise NmtError("--forced-decoding needs --target-file FILE", "give the translations to score, one per input line", exit_code=2)
-    if nbest > 1:
-        raise NmtError("--nbest has no meaning with --forced-decoding", "each given translation gets one score", exit_code=2)
-    check_readable(target_file, "check the path given to --target-file")
-    # Two regular files: a different count is an error before any work (a pipe is checked as it is read: counting would empty it).
-    if input is not None and input.is_file() and target_file.is_file():
-        lines, targets = _count_lines(input), _count_lines(target_file)
-        if lines != targets:
-            raise NmtError(f"--target-file {target_file} has {targets:,} line(s) but --input {input} has {lines:,}",
-                           "give exactly one target line per input line", exit_code=2)
-
-
-def _count_lines(path: Path) -> int:
-    """Lines as read_text_lines reads them: split on LF, a last line without one counted."""
-    with open(path, "rb") as f:
-        return sum(1 for _ in f)
 
 
 def _scores(translator, settings: SearchSettings, lines: Iterator[str], target_file: Path, output_format: str,

@@ -10,160 +10,34 @@ Python that feeds it, and the step can be captured as a CUDA graph (inference/gr
 looks at the state only every `sync_every` steps, to drop the sentences that are decided (on a CPU
 every step: there waiting costs nothing and a smaller batch is faster at once).
 
-Target prefixes (`nmt translate --prefix-file`): a sentence's hypothesis is forced through the tokens
-of its prefix, one per step, and the search goes on from there. The prefix tokens are part of the
-output and of its score: they count with the model's log-probabilities of them, and toward |Y| in the
-length penalty. A multilingual model's target-language tag is the first token of every prefix and is
-certain (log-probability 0), as transformers' forced_bos_token_id makes it.
+Target prefixes (`nmt translate --prefix-file`, inference/prefixes.py): a sentence's hypothesis is forced
+through the tokens of its prefix, one per step, and the search goes on from there.
 
-A brevity penalty (`Brevity`, off unless a model or the caller gives it a weight) adds to a finished
-hypothesis's score the log of BLEU's brevity penalty against the length the source predicts: a model that
-ends sentences early (a small corpus of short strings) is held to the length its training data had.
+A finished hypothesis ranks by its log-probability over the length penalty, plus a brevity penalty where it
+has a weight (inference/penalties.py: lp, Brevity).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from nmtcli.inference.outputs import Hypothesis, ban, keep_sentences, leaving, log_normalizer, log_probs_of, never_produced
+from nmtcli.inference.outputs import (Hypothesis, ban, default_leave_fraction, default_sync_every, keep_sentences, leaving, log_normalizer,
+                                      log_probs_of, max_output_lengths, never_produced, top_k_per_row)
+from nmtcli.inference.penalties import NO_BREVITY, Brevity, expected_lengths, lp
+from nmtcli.inference.prefixes import alone, prefix_rows, prefix_tensors
 from nmtcli.model.incremental import decode_step, select_in_front, start_decoding
 from nmtcli.model.transformer import Transformer
 
-LENGTH_PENALTIES = ("gnmt", "power")
 _GENERATIONS = itertools.count()  # tells apart the tensors of every search state of the process
 
 
 class GraphsOff(Exception):
     """The step graphs (inference/graphs.py) failed in a way that leaves the search's state untrusted and
     turned themselves off: the batch is searched again from its start without them."""
-
-
-def lp(length: int | Tensor, alpha: float, kind: str = "gnmt"):
-    """The length penalty lp(Y) a hypothesis's log-probability is divided by, of the kind `--length-penalty` names:
-    "gnmt" (Wu et al. 2016, whose lp the paper uses): ((5 + |Y|) / 6)^alpha; "power" (fairseq, CTranslate2): |Y|^alpha.
-
-    |Y| counts the generated tokens including the final EOS.
-    """
-    if kind == "gnmt":
-        return ((5 + length) / 6) ** alpha
-    if kind == "power":
-        return length**alpha
-    raise ValueError(f"length penalty must be one of {LENGTH_PENALTIES}, not {kind!r}")
-
-
-@dataclass(frozen=True)
-class Brevity:
-    """Sockeye's brevity penalty (Hieber et al. 2020), the log of BLEU's: a finished hypothesis Y of source X scores
-    log P(Y|X) / lp(Y) + weight * min(0, 1 - ratio * |X| / |Y|), where ratio * |X| is the length Y should have (ratio:
-    the training data's target pieces per source piece) and |X|, |Y| count pieces without EOS. Only hypotheses
-    shorter than that pay, by how much shorter; weight 0 is the paper's search."""
-
-    weight: float = 0.0
-    ratio: float = 1.0
-
-    def penalty(self, expected: Tensor, length: Tensor) -> Tensor:
-        """weight * min(0, 1 - expected / length): `expected` (n, 1) the lengths the sources predict, `length` the
-        hypotheses' (without EOS; a hypothesis of EOS alone counts as one piece)."""
-        return self.weight * torch.clamp(1.0 - expected / length.clamp(min=1).to(expected.dtype), max=0.0)
-
-    def of(self, source_pieces: int, length: int) -> float:
-        """The penalty of one hypothesis of `length` pieces (no EOS) for a source of `source_pieces` (forced scores)."""
-        return float(self.penalty(torch.tensor(self.ratio * source_pieces), torch.tensor(length)))
-
-
-NO_BREVITY = Brevity()
-
-
-def source_lengths(model: Transformer, src: Tensor) -> Tensor:
-    """(n,) |x|: each source's pieces, without its EOS and padding (every row of `src` ends in EOS)."""
-    return (src != model.config.pad_id).sum(1) - 1
-
-
-def expected_lengths(model: Transformer, src: Tensor, brevity: Brevity) -> Tensor:
-    """(n,) ratio * |X|: the length in pieces each source predicts for its translation."""
-    return brevity.ratio * source_lengths(model, src).to(torch.float32)
-
-
-def max_output_lengths(model: Transformer, src: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
-    """Tokens before EOS each sentence may have: a * |x| + b (|x| without EOS), within the position table."""
-    cfg = model.config
-    return (max_len_a * source_lengths(model, src).double() + max_len_b).floor().long().clamp(min=0, max=cfg.max_positions - 2)
-
-
-def prefix_tensors(model: Transformer, prefixes: Sequence[list[int]], src: Tensor, max_len: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The prefixes as a right-padded (n, P) tensor and their lengths (n,), and the length limits that keep
-    every prefix whole: a prefix as long as the limit or longer is the whole output (then EOS), and a
-    sentence with an empty source (EOS alone) outputs its prefix only: there is nothing to translate."""
-    cfg = model.config
-    if len(prefixes) != src.size(0) or any(len(p) > cfg.max_positions - 2 for p in prefixes):
-        raise ValueError(f"need one prefix per sentence, each of at most {cfg.max_positions - 2} tokens")
-    lengths = torch.tensor([len(p) for p in prefixes], dtype=torch.long)
-    prefix = torch.full((len(prefixes), max(1, max(map(len, prefixes), default=0))), cfg.pad_id, dtype=torch.long)
-    for i, p in enumerate(prefixes):
-        prefix[i, : len(p)] = torch.tensor(p, dtype=torch.long)
-    prefix, lengths = prefix.to(src.device), lengths.to(src.device)
-    empty_source = (src != cfg.pad_id).sum(1) == 1
-    return prefix, lengths, torch.where(empty_source & (lengths > 0), lengths, torch.maximum(max_len, lengths))
-
-
-def prefix_rows(prefix: Tensor, prefix_len: Tensor, generated: Tensor, rows_per_sentence: int) -> tuple[Tensor, Tensor]:
-    """Which rows (rows, 1) are still inside their sentence's prefix at this step, and the prefix token (rows, 1)
-    this step's token must be there. Tensor operations only."""
-    position = (generated - 1).clamp(max=prefix.size(1) - 1)  # the position this step's token fills
-    forced = (generated <= prefix_len).repeat_interleave(rows_per_sentence).unsqueeze(1)
-    token = prefix.index_select(1, position).repeat_interleave(rows_per_sentence, dim=0)
-    return forced, token
-
-
-def alone(log_prob: Tensor, width: int) -> Tensor:
-    """Candidates (rows, width) of rows that offer one token only: its log-probability (rows, 1) first, -inf after."""
-    return torch.cat([log_prob, log_prob.new_full((log_prob.size(0), width - 1), float("-inf"))], dim=1)
-
-
-# Columns per block of top_k_per_row, by device (measured: a CPU, and an H200 at 520-8,192 rows x 32k words,
-# where 128 beat 64 and 32 and plain topk; see the CHANGELOG).
-TOP_K_BLOCK = {"cpu": 64, "cuda": 128}
-
-
-def top_k_per_row(x: Tensor, k: int, block: int | None = None) -> tuple[Tensor, Tensor]:
-    """`x.topk(k, dim=1)` of a contiguous (rows, V) tensor, faster for a large V: 4x on a CPU (58k words), 1.9x on
-    an H200 (8,192 rows x 32k bf16 logits: 1.03 ms against 1.93).
-
-    The k largest values of a row lie in the k blocks of `block` columns that have the largest
-    maxima (a value outside them has k blocks with a larger maximum above it), and block maxima take
-    one vectorized pass where topk's selection over V values is slow. Equal values may come in
-    another order than topk's (which promises none).
-    """
-    rows, width = x.shape
-    block = block or TOP_K_BLOCK.get(x.device.type, TOP_K_BLOCK["cuda"])
-    whole = width // block * block
-    if whole < 4 * k * block:
-        return x.topk(k, dim=1)
-    chosen = x[:, :whole].view(rows, -1, block).amax(-1).topk(k, dim=1).indices  # (rows, k)
-    columns = (chosen.unsqueeze(-1) * block + torch.arange(block, device=x.device)).view(rows, -1)
-    if whole < width:  # the last, partial block is always looked at
-        columns = torch.cat([columns, torch.arange(whole, width, device=x.device).expand(rows, -1)], dim=1)
-    values, index = x.gather(1, columns).topk(k, dim=1)
-    return values, columns.gather(1, index)
-
-
-def default_sync_every(device: torch.device) -> int:
-    """Steps between looks at the search's state from the host: every step on a CPU, where it costs
-    nothing; on a GPU each look stalls the queue of work, so only every few steps."""
-    return 1 if device.type == "cpu" else 8
-
-
-def default_leave_fraction(device: torch.device) -> float:
-    """The share of a batch's sentences that must be decided before they leave it. On a CPU a step
-    costs in proportion to its rows, so decided sentences leave at once. On a GPU a step of fewer
-    rows is hardly cheaper, while new, smaller tensors mean new CUDA graphs to record: decided
-    sentences ride along (masked) until a quarter of the batch is decided."""
-    return 0.0 if device.type == "cpu" else 0.25
 
 
 @torch.inference_mode()

@@ -18,7 +18,8 @@ from nmtcli.errors import NotAvailable
 
 if TYPE_CHECKING:
     from nmtcli.inference.results import Scored, Translation
-    from nmtcli.inference.translator import BatchBudget, SearchSettings
+    from nmtcli.inference.batches import BatchBudget
+    from nmtcli.inference.settings import SearchSettings
 
 ENGINES = ("native", "ctranslate2")
 

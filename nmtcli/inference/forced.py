@@ -7,7 +7,7 @@ output embeddings "shifted right"), and position t's output distribution gives l
     log P(y | x) = sum_t log softmax(W h_t)[y_t]       over the target's tokens and the final EOS
 
 which is what beam search adds up step by step (a test checks the two agree). `nmt translate
---forced-decoding` prints it, length-normalized as the search ranks hypotheses (beam.lp).
+--forced-decoding` prints it, length-normalized as the search ranks hypotheses (penalties.lp).
 
 The same pass can return the encoder-decoder attention (sec. 3.2.3) of one layer and head, or an
 average: what word alignments are read from (inference/alignment.py). The fused attention kernel
@@ -28,7 +28,7 @@ from torch import Tensor
 
 from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
-from nmtcli.inference.beam import lp
+from nmtcli.inference.penalties import lp
 from nmtcli.inference.confidence import confidence
 from nmtcli.inference.results import Scored
 from nmtcli.model.incremental import memory_keys_values
@@ -66,7 +66,7 @@ class Forced:
 
 def search_score(forced: Forced, alpha: float, length_penalty: str, brevity: float = 0.0) -> float:
     """`forced`'s score as beam search ranks a hypothesis: log P(y | x) / lp(|y| + 1), plus its `brevity` penalty
-    (beam.Brevity.of)."""
+    (penalties.Brevity.of)."""
     return forced.log_prob / lp(len(forced.log_probs), alpha, length_penalty) + brevity
 
 

@@ -42,7 +42,7 @@ does on the host what a replayed step did there: a position more, the other set 
 What can fail, and what happens then (the host's count of decoded positions, `cache.length`, always
 ends equal to the device's, `cache.position`):
 - running out of memory, anywhere (a buffer of the Arena made larger too): the graphs, their memory pool and the
-  Arena are let go and the error goes on to the caller, which halves the batch (inference/translator.py) and
+  Arena are let go and the error goes on to the caller, which halves the batch (inference/batches.py) and
   keeps using graphs; a single line is searched once more without graphs before it is given up;
 - a capture that fails otherwise (an operation this build cannot capture): graphs are off for the
   rest of the run, with a warning, and the step runs eagerly (a capture runs nothing on the device);
@@ -460,8 +460,8 @@ class StepGraphs:
 def batch_class(config: ModelConfig, lengths: Sequence[int], prefix_lengths: Sequence[int], max_len_a: float, max_len_b: int,
                 bucket: int, cap: int | None) -> tuple[int, int, int, int]:
     """(sentences, source width, capacity, prefix width) of the class BeamSearch searches a batch in: sources of
-    `lengths` tokens (without EOS), target prefixes of `prefix_lengths` (0: none), limits as beam.max_output_lengths
-    and beam.prefix_tensors make them (a prefix longer than the limit is the whole output)."""
+    `lengths` tokens (without EOS), target prefixes of `prefix_lengths` (0: none), limits as outputs.max_output_lengths
+    and prefixes.prefix_tensors make them (a prefix longer than the limit is the whole output)."""
     rows, source, _ = shape_class(config, len(lengths), max(lengths) + 1, 0, max_len_a, max_len_b, bucket, cap)
     steps = 0
     for length, prefix in zip(lengths, prefix_lengths or [0] * len(lengths)):

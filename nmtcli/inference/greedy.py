@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from nmtcli.inference.beam import default_sync_every, max_output_lengths, prefix_tensors
+from nmtcli.inference.outputs import default_sync_every, max_output_lengths
+from nmtcli.inference.prefixes import prefix_tensors
 from nmtcli.inference.outputs import Hypothesis, TokenRows, ban, log_normalizer, log_probs_of, never_produced
 from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer
@@ -25,7 +26,7 @@ from nmtcli.model.transformer import Transformer
 def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50,
                   sync_every: int | None = None, prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
     """src: (B, S) ids ending in EOS, right-padded. Output tokens before EOS are at most a*|x| + b (sec. 6.1).
-    `prefixes`: token ids each sentence's output must start with ([] for none; see beam.prefix_tensors)."""
+    `prefixes`: token ids each sentence's output must start with ([] for none; see prefixes.prefix_tensors)."""
     device = src.device
     n = src.size(0)
     sync_every = sync_every or default_sync_every(device)

@@ -40,7 +40,7 @@ def gpu_batch(memory_bytes: int) -> tuple[int, int]:
 
 
 def positions(config: ModelConfig, longest: int, max_len_a: float = 1.0, max_len_b: int = 50) -> int:
-    """Positions the decoder cache of a batch holds: its longest output plus EOS (beam.max_output_lengths)."""
+    """Positions the decoder cache of a batch holds: its longest output plus EOS (outputs.max_output_lengths)."""
     return min(int(max_len_a * longest + max_len_b), config.max_positions - 2) + 1
 
 

@@ -73,7 +73,7 @@ def best_of(hyps: Sequence[Translation]) -> Translation:
 @dataclass
 class Scored:
     """A given translation's score (forced decoding, `nmt translate --score-only`): its pieces, the log-probability
-    of each and of the final EOS, that total over the length penalty as the search ranks (beam.lp,
+    of each and of the final EOS, that total over the length penalty as the search ranks (penalties.lp,
     |Y| counting EOS), the confidence those probabilities give (inference/confidence.py), and its alignment to
     the source when asked for."""
 

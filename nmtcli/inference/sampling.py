@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from nmtcli.errors import NmtError
-from nmtcli.inference.beam import default_leave_fraction, default_sync_every, max_output_lengths, top_k_per_row
+from nmtcli.inference.outputs import default_leave_fraction, default_sync_every, max_output_lengths, top_k_per_row
 from nmtcli.inference.outputs import Hypothesis, TokenRows, ban, never_produced
 from nmtcli.model.incremental import decode_step, start_decoding
 from nmtcli.model.transformer import Transformer

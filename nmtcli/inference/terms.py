@@ -42,7 +42,8 @@ from nmtcli.inference.glossary import MAX_TERMS_PER_LINE, UNSPACED, Occurrence
 from nmtcli.inference.outputs import Hypothesis
 
 if TYPE_CHECKING:
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
 
 Span = tuple[int, int]
 

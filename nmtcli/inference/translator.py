@@ -1,8 +1,8 @@
 """Text in, text out: sentencepiece-encode, batch by length, beam search, decode, restore input order.
 
 Input is consumed in windows of `window` lines: each window is sorted by length, cut into batches of
-at most `batch_tokens` padded source tokens, translated, and written back in input order before the
-next window is read. Memory stays bounded on any input size and output starts before input ends.
+at most `batch_tokens` padded source tokens, translated (inference/batches.py), and written back in input
+order before the next window is read. What a search is asked for is a SearchSettings (inference/settings.py). Memory stays bounded on any input size and output starts before input ends.
 The defaults depend on the device: a CPU is fastest with batches of a few thousand tokens, a GPU
 needs thousands of sentences at once to be busy. A GPU that runs out of memory halves the batch
 (with a warning) and goes on.
@@ -15,88 +15,37 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from nmtcli import faults
-from nmtcli.device import is_out_of_memory, on_device
 from nmtcli.errors import NmtError
 from nmtcli.inference.alignment import COVERING, DEFAULT_HEADS, alignment_text
-from nmtcli.inference.beam import Brevity, Hypothesis, beam_search
+from nmtcli.inference.batches import BatchBudget, Warn, translate_ids
+from nmtcli.inference.beam import Hypothesis
 from nmtcli.inference.confidence import confidence
 from nmtcli.inference.engine import Engine
 from nmtcli.inference.cpu import keep_freed_memory, pack_for_cpu
 from nmtcli.inference.coverage import coverage_penalty
 from nmtcli.inference.forced import AttentionHeads, Forced, Scored, force_ids, scored
-from nmtcli.inference.glossary import Glossary
 from nmtcli.inference.graphs import StepGraphs
-from nmtcli.inference.greedy import greedy_search
 from nmtcli.inference.terms import put_terms
 from nmtcli.inference.memory import gpu_batch
 from nmtcli.inference.precision import HALF, to_half
 from nmtcli.inference.precision import autocast as half_autocast
-from nmtcli.inference.results import Translation, kth_best, nbest_record  # noqa: F401 - also imported from here
-from nmtcli.inference.sampling import DEFAULT_SEED, check_sampling, parse_sampling, sample
+from nmtcli.inference.results import Translation
+from nmtcli.inference.sampling import check_sampling
+from nmtcli.inference.settings import SearchSettings, batching_for, check_brevity, check_coverage, check_search
 from nmtcli.inference.language_codes import resolve
 from nmtcli.inference.tokenizer import MultilingualVocabulary, Tokenizer, load_tokenizer
 from nmtcli.model.checkpoint import load_model
-from nmtcli.model.transformer import Transformer
-
-# warn(message): the CLI prints it on stderr; the core only reports.
-Warn = Callable[[str], None]
 
 # --precision: what the search computes in. bf16/fp16 (HALF) are a GPU's half precision (inference/precision.py);
 # int8 is a CPU's (inference/cpu.py); fp32 is exact everywhere.
 PRECISIONS = ("fp32", *HALF, "int8")
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    beam: int = 4  # sec. 6.1
-    alpha: float = 0.6  # sec. 6.1, GNMT length penalty
-    max_len_a: float = 1.0  # output length at most a * |x| + b: "input length + 50" (sec. 6.1)
-    max_len_b: int = 50
-    nbest: int = 1
-    length_penalty: str = "gnmt"
-    batch_tokens: int | None = None  # padded source tokens per batch; None: the device's default
-    window: int | None = None  # lines read, sorted, translated and written at a time; None: the device's default
-    cuda_graphs: bool = True  # replay beam search steps as CUDA graphs on a GPU (inference/graphs.py)
-    sampling: str | None = None  # full, topk:K or topp:P: draw `nbest` samples instead of searching (inference/sampling.py)
-    temperature: float = 1.0  # sampling: softmax(logits / temperature)
-    seed: int = DEFAULT_SEED  # sampling: with the line number, what every draw hashes
-    alignment: str | None = None  # "words" or "pieces": each translation's alignment; HTML's "covering" (inference/alignment.py)
-    glossary: Glossary | None = None  # target terms put in where their source terms occur (inference/glossary.py, terms.py)
-    coverage_penalty: float = 0.0  # GNMT's coverage penalty beta: the beam's hypotheses reranked by it (inference/coverage.py); 0: off
-    brevity_penalty: float | None = None  # the brevity penalty's weight (beam.Brevity); None: the model's own (`nmt average` calibrates it), else 0
-    length_ratio: float | None = None  # target pieces per source piece the brevity penalty expects; None: the model's own, else 1.0
-
-    @property
-    def brevity(self) -> Brevity:
-        """The brevity penalty these settings search and score with (Translator.own_length resolves what they leave
-        to the model first; left unresolved, it is off)."""
-        return Brevity(self.brevity_penalty or 0.0, self.length_ratio or 1.0)
-
-
-MAX_COVERAGE_PENALTY = 10.0  # the largest coverage penalty beta taken (GNMT used 0.2; past ~1 it only lengthens)
-MAX_BREVITY_PENALTY = 20.0  # the largest brevity penalty weight taken (past ~8 it only lengthens: docs/translating.md)
-
-# (batch_tokens, window) by device type (a GPU's batch_tokens depends on its memory: inference/memory.py). On a CPU a step's logits (rows x vocabulary) should stay near the
-# size of the last-level cache: 1,024 padded tokens is some 36 natural-length lines (144 beam rows), and
-# larger batches only make every step slower. A GPU decoding step costs about the same for 100 sentences
-# as for 2,000, so it takes them all.
-DEVICE_DEFAULTS = {"cpu": (1024, 1000), "cuda": (65536, 10000)}
-
-
-def batching_for(settings: SearchSettings, device_type: str) -> tuple[int, int]:
-    """(batch_tokens, window): the settings' own, else the device's defaults."""
-    batch_tokens, window = DEVICE_DEFAULTS["cpu" if device_type == "cpu" else "cuda"]
-    return settings.batch_tokens or batch_tokens, settings.window or window
 
 
 # Every character str.splitlines() breaks a line at, each made a space in a translation.
@@ -380,39 +329,6 @@ class Translator(Engine):
                 yield result
 
 
-def check_search(settings: SearchSettings) -> None:
-    """A call's own search settings (serve's request, the Python API's arguments): sampling's, and nbest within the beam."""
-    check_sampling(settings.sampling, settings.temperature, settings.seed)
-    if settings.nbest > settings.beam and settings.sampling is None:
-        raise NmtError(f"nbest {settings.nbest} exceeds beam {settings.beam}", "n-best lists come from the beam", exit_code=2)
-    check_coverage(settings, "coverage_penalty")
-    check_brevity(settings, "brevity_penalty")
-    for name, value, low in (("alpha", settings.alpha, None), ("max_len_a", settings.max_len_a, 0.0)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or low is not None and value < low:
-            raise NmtError(f"{name} {value!r} is out of range", "give a finite number" + (f" of at least {low:g}" if low is not None else "")
-                           + " (a NaN or an infinity makes every score NaN)", exit_code=2)
-
-
-def check_brevity(settings: SearchSettings, name: str) -> None:
-    """The brevity penalty's weight: None (the model's), or 0 to MAX_BREVITY_PENALTY; the length ratio positive."""
-    weight = settings.brevity_penalty
-    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (math.isfinite(weight) and 0 <= weight <= MAX_BREVITY_PENALTY)):
-        raise NmtError(f"{name} {weight} is out of range", f"give 0 (off) to {MAX_BREVITY_PENALTY:g}; leave it out for the model's own "
-                       "(`nmt info MODEL` shows it)", exit_code=2)
-    ratio = settings.length_ratio
-    if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (math.isfinite(ratio) and 0 < ratio <= 10)):
-        raise NmtError(f"length ratio {ratio} is out of range", "give target pieces per source piece, above 0 and at most 10", exit_code=2)
-
-
-def check_coverage(settings: SearchSettings, name: str) -> None:
-    """The coverage penalty's beta: 0 or more, and for a beam search (sampling has no hypotheses to rerank)."""
-    if not (math.isfinite(settings.coverage_penalty) and 0 <= settings.coverage_penalty <= MAX_COVERAGE_PENALTY):
-        raise NmtError(f"{name} {settings.coverage_penalty} is out of range", f"give 0 (off) to {MAX_COVERAGE_PENALTY:g}: GNMT used 0.2, "
-                       "nmt's measurements 0.2-1.0", exit_code=2)
-    if settings.coverage_penalty and settings.sampling is not None:
-        raise NmtError(f"{name} ranks a beam search's hypotheses; sampling has none to rank", "drop it, or search with --beam", exit_code=2)
-
-
 def encode_prefixes(tokenizer: Tokenizer, numbers: list[int], prefixes: Sequence[str], limit: int, warn: Warn) -> list[list[int]]:
     """Target prefixes (of input lines `numbers`) as target ids: [] for an empty or blank one; one of more than
     `limit` tokens, the most the output can hold before EOS, is cut to fit (and reported)."""
@@ -467,124 +383,3 @@ def encode_lines(encode: Callable[[list[str]], list[list[int]]], lines: Sequence
                 truncated(i, len(ids))
             sentences[i] = ids[:max_tokens]
     return sentences
-
-
-@dataclass
-class BatchBudget:
-    """Padded source tokens per search batch, and on a GPU sentences per batch (inference/memory.py);
-    running out of memory lowers them for every later batch."""
-
-    tokens: int
-    sentences: int | None = None
-
-
-def translate_ids(
-    model: Transformer,
-    sentences: Sequence[list[int]],
-    settings: SearchSettings,
-    budget: BatchBudget,
-    device: torch.device,
-    autocast: Callable[[], AbstractContextManager] = nullcontext,
-    graphs: StepGraphs | None = None,
-    warn: Warn | None = None,
-    prefixes: Sequence[list[int]] | None = None,
-    numbers: Sequence[int] | None = None,
-) -> list[list[Hypothesis]]:
-    """The n-best lists of `sentences` (token ids, without EOS), in input order; [] for an empty one.
-    `prefixes`: target ids each sentence's translations start with ([] for none; an empty sentence with a
-    prefix translates to its prefix).
-
-    The sentences are sorted by length (which keeps padding low), cut into batches of at most
-    `budget.tokens` padded source tokens, padded, searched, and put back in input order. `nmt translate`,
-    `nmt serve` and validation BLEU during training all translate through here. With `settings.sampling`,
-    the n-best lists are samples, keyed by `numbers` (each sentence's line number; default 1, 2, ...).
-    """
-    warn = warn or (lambda message: None)
-    numbers = numbers or range(1, len(sentences) + 1)
-    results: list[list[Hypothesis]] = [[] for _ in sentences]
-    if graphs is not None and graphs.enabled and settings.sampling is None and settings.beam > 1:
-        # The window's batches are known before the first is searched: the Arena is sized once for all of them,
-        # so its graphs are recorded once. (Not by searching the largest batch first: the roles peak in
-        # different batches, sentences with the many short lines, the decoder's capacity with the few long ones.)
-        graphs.budget = (budget.tokens, budget.sentences)
-        plan = [([len(ids) for _, ids in batch], [len(prefixes[pos]) for pos, _ in batch] if prefixes else [])
-                for batch in length_sorted_batches(sentences, budget, prefixes)]
-        with on_device(device), autocast():
-            graphs.reserve_window(model, plan, settings.beam, settings.nbest, settings.max_len_a, settings.max_len_b)
-    for batch in length_sorted_batches(sentences, budget, prefixes):
-        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, numbers, prefixes)):
-            results[pos] = hyps
-    return results
-
-
-def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget,
-                          prefixes: Sequence[list[int]] | None = None) -> Iterator[list[tuple[int, list[int]]]]:
-    """The non-empty sentences as (position, ids), shortest first (which keeps padding low), in batches of at
-    most `budget.tokens` padded tokens with EOS (and at most `budget.sentences` sentences). The budget is read at every sentence: after running out of
-    memory the next batch is already smaller. An empty sentence with a prefix is searched too (for its prefix)."""
-    encoded = sorted(((pos, ids) for pos, ids in enumerate(sentences) if ids or prefixes and prefixes[pos]), key=lambda item: len(item[1]))
-    batch: list[tuple[int, list[int]]] = []
-    for item in encoded:
-        longest = len(item[1]) + 1  # sorted ascending: the newest item is the longest
-        if batch and (longest * (len(batch) + 1) > budget.tokens or len(batch) >= (budget.sentences or len(batch) + 1)):
-            yield batch
-            batch = []
-        batch.append(item)
-    if batch:
-        yield batch
-
-
-def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSettings, budget: BatchBudget, device: torch.device,
-            autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn,
-            numbers: Sequence[int], prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
-    """Search one batch; out of memory, let go of the graphs and their Arena and search it in halves (and keep the
-    smaller batches from then on); a single line once more without graphs before it is given up."""
-    try:
-        faults.point("translate-batch", lines=len(batch))
-        src = _pad(model, [ids for _, ids in batch], device)
-        forced = None if prefixes is None else [prefixes[pos] for pos, _ in batch]
-        if graphs is not None:
-            graphs.budget = (budget.tokens, budget.sentences)  # the most sentences a shape class has
-        with on_device(device), autocast():  # cuda:N current: the graphs' streams and captures are on it
-            if s.sampling is not None:
-                return sample(model, src, parse_sampling(s.sampling), s.temperature, s.seed, torch.tensor([numbers[pos] for pos, _ in batch]),
-                              s.nbest, s.max_len_a, s.max_len_b)
-            if s.beam == 1:  # one hypothesis: nothing for a penalty to choose between
-                return greedy_search(model, src, s.max_len_a, s.max_len_b, prefixes=forced)
-            return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs,
-                               prefixes=forced, brevity=s.brevity)
-    except (RuntimeError, MemoryError) as e:
-        if not is_out_of_memory(e):
-            raise
-    # Out of memory, outside the handler (the failed search's tensors can go): first of all let go of the graphs
-    # and their Arena (their pool must not be in use when the cache is emptied).
-    graphed = graphs is not None and graphs.enabled and s.sampling is None and s.beam > 1
-    if graphs is not None:
-        graphs.release()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    if len(batch) == 1:
-        if graphed:  # a shape class pads the line's batch: once more as it is, without graphs
-            warn(f"out of memory with CUDA graphs translating a single line of {len(batch[0][1])} tokens; searching it again without them")
-            return _search(model, batch, s, budget, device, autocast, None, warn, numbers, prefixes)
-        raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {device}",
-                       "use a smaller --beam, or a device with more memory")
-    longest = len(batch[-1][1]) + 1
-    budget.tokens = max(longest, min(budget.tokens, longest * len(batch)) // 2)
-    if budget.sentences is not None:
-        budget.sentences = max(1, min(budget.sentences, len(batch)) // 2)
-    warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {budget.tokens:,}")
-    half = len(batch) // 2
-    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn, numbers, prefixes)
-            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn, numbers, prefixes))
-
-
-def _pad(model: Transformer, sentences: list[list[int]], device: torch.device) -> torch.Tensor:
-    """One row per sentence: its ids, EOS, then padding to the longest."""
-    cfg = model.config
-    width = max(len(s) for s in sentences) + 1
-    src = torch.full((len(sentences), width), cfg.pad_id, dtype=torch.long)
-    for i, ids in enumerate(sentences):
-        src[i, : len(ids)] = torch.tensor(ids)
-        src[i, len(ids)] = cfg.eos_id
-    return src.to(device)

@@ -22,8 +22,9 @@ from nmtcli.inference.engine import Engine
 from nmtcli.inference.results import Translation
 from nmtcli.inference.tokenizer import load_tokenizer
 from nmtcli.inference.sampling import check_sampling, parse_sampling
-from nmtcli.inference.translator import (BatchBudget, SearchSettings, Warn, batching_for, check_coverage, encode_lines, encode_prefixes,
-                                         length_sorted_batches, numbered_windows, one_line)
+from nmtcli.inference.batches import BatchBudget, Warn, length_sorted_batches
+from nmtcli.inference.settings import SearchSettings, batching_for, check_coverage
+from nmtcli.inference.translator import encode_lines, encode_prefixes, numbered_windows, one_line
 from nmtcli.interop.ctranslate2 import NMT_FILE, require_ctranslate2
 from nmtcli.threads import default_threads
 
@@ -133,7 +134,7 @@ class CTranslate2Translator(Engine):
             # Output tokens before EOS are at most a*|x| + b (sec. 6.1), capped by the position table.
             limits = [min(int(s.max_len_a * len(ids) + s.max_len_b), self.max_positions - 2) for _, ids in batch]
             extra = {}
-            if forced is not None:  # as beam.prefix_tensors: a prefix is never cut; an empty source outputs its prefix
+            if forced is not None:  # as prefixes.prefix_tensors: a prefix is never cut; an empty source outputs its prefix
                 limits = [len(forced[pos]) if not ids and forced[pos] else max(cap, len(forced[pos])) for (pos, ids), cap in zip(batch, limits)]
                 extra["target_prefix"] = [[self.pieces[i] for i in forced[pos]] for pos, _ in batch]
             out = self.translator.translate_batch(

@@ -43,7 +43,8 @@ from nmtcli.documents.protect import Protection
 from nmtcli.inference.glossary import Glossary
 from nmtcli.errors import NmtError
 from nmtcli.inference.alignment import COVERING
-from nmtcli.inference.translator import SearchSettings, Translation, nbest_record
+from nmtcli.inference.results import Translation, nbest_record
+from nmtcli.inference.settings import SearchSettings
 from nmtcli.serve.batching import Batcher, QueueFull
 from nmtcli.serve.files import SUPPORTED, FileLimits, FileService
 from nmtcli.serve.metrics import Metrics

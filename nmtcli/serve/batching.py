@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from nmtcli import faults
 from nmtcli.documents.protect import Protection
 from nmtcli.inference.results import Scored
-from nmtcli.inference.translator import SearchSettings, Translation
+from nmtcli.inference.results import Translation
+from nmtcli.inference.settings import SearchSettings
 from nmtcli.serve.models import ServedModel
 
 # on_batch(model, lines, requests, seconds): called after each translation call (metrics).

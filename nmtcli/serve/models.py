@@ -17,7 +17,7 @@ from typing import Any
 from nmtcli.api import Translator, open_engine
 from nmtcli.errors import NmtError
 from nmtcli.inference.language_codes import iso_639_1, resolve
-from nmtcli.inference.translator import SearchSettings
+from nmtcli.inference.settings import SearchSettings
 
 
 @dataclass

@@ -20,9 +20,9 @@ from nmtcli.documents.protect import Protection
 from nmtcli.errors import NmtError
 from nmtcli.inference.glossary import Glossary, glossary_of
 from nmtcli.inference.alignment import UNITS
-from nmtcli.inference.beam import LENGTH_PENALTIES
+from nmtcli.inference.penalties import LENGTH_PENALTIES
 from nmtcli.inference.sampling import DEFAULT_SEED, SAMPLING_FORMS, parse_sampling
-from nmtcli.inference.translator import MAX_BREVITY_PENALTY, MAX_COVERAGE_PENALTY, SearchSettings
+from nmtcli.inference.settings import MAX_BREVITY_PENALTY, MAX_COVERAGE_PENALTY, SearchSettings
 
 
 class ApiError(Exception):

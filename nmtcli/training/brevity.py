@@ -100,7 +100,8 @@ def calibrate(model_dir: Path, data_dir: Path, manifest: dict[str, Any], device:
 
     from nmtcli.data.prepare import reference_lines
     from nmtcli.errors import NmtError
-    from nmtcli.inference.translator import SearchSettings, Translator
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
 
     source_lang, target_lang = manifest["source_lang"], manifest["target_lang"]
     sources = reference_lines(data_dir, "valid", source_lang)[:VALID_LINES]

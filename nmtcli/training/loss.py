@@ -240,3 +240,45 @@ def unigram_nll(target_tokens: np.ndarray, sentences: int, vocab_size: int, eos_
 
 def perplexity(nll_per_token: float) -> float:
     return float(torch.tensor(min(nll_per_token, 100.0)).exp())
+
+
+# A model still at the unigram level after this many times its warmup steps is not going to learn.
+UNIGRAM_GRACE = 2
+
+
+class LossWatch:
+    """The training loss watched without making the host wait for the device: the first step whose loss was not
+    finite is kept on the device (`watch`, every step) and read where the host waits anyway (`check`: before a log
+    line, a validation or a checkpoint); and once, past twice the warmup, whether the training NLL is still at the
+    unigram level (`still_unigram`)."""
+
+    def __init__(self) -> None:
+        self.first_bad_step: Tensor | None = None  # on the device: the first step whose loss was not finite
+        self.bad_loss: Tensor | None = None
+        self.unigram_checked = False  # whether the loss was held against the unigram level (once a run)
+
+    def watch(self, loss_sum: Tensor, step: int) -> None:
+        """Remember the first step whose loss was not finite, on the device: reading it every step would
+        make the host wait for every step. It is read where the host waits anyway (`check`)."""
+        if self.first_bad_step is None:
+            self.first_bad_step = torch.zeros((), dtype=torch.long, device=loss_sum.device)
+            self.bad_loss = torch.zeros((), dtype=loss_sum.dtype, device=loss_sum.device)
+        first = ~torch.isfinite(loss_sum) & (self.first_bad_step == 0)
+        self.first_bad_step = torch.where(first, step, self.first_bad_step)
+        self.bad_loss = torch.where(first, loss_sum, self.bad_loss)
+
+    def check(self) -> None:
+        """Before a log line, a validation or a checkpoint: stop if the loss was not finite since the start."""
+        if self.first_bad_step is not None and (step := int(self.first_bad_step)) > 0:
+            raise NmtError(f"the loss became {float(self.bad_loss)} at step {step}",
+                           "lower --lr-scale, or resume from an earlier checkpoint with another --seed")
+
+    def still_unigram(self, nll: float, step: int, warmup: int, target_tokens: np.ndarray, sentences: int, vocab_size: int,
+                      eos_id: int) -> float | None:
+        """Once, past UNIGRAM_GRACE times the warmup: the unigram level (unigram_nll: predicting the targets by their
+        frequency alone) when the training NLL is still within 5% of it; else None."""
+        if self.unigram_checked or step < UNIGRAM_GRACE * warmup:
+            return None
+        self.unigram_checked = True
+        level = unigram_nll(target_tokens, sentences, vocab_size, eos_id)
+        return level if nll >= 0.95 * level else None

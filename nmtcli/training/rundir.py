@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import shutil
+import threading
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -222,3 +224,48 @@ def save_best(run_dir: Path, step: int, weights: dict[str, torch.Tensor], config
     save_weights(path / WEIGHTS_FILE, weights, {"step": str(step)})
     atomic_write_json(path / CONFIG_FILE, {"model": config.to_dict(), "step": step, "best": best})
     return path
+
+
+def copied(value: Any) -> Any:
+    """`value` with every tensor in it cloned: a snapshot that the steps after it do not change."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(copied(v) for v in value)
+    return value
+
+
+class BackgroundSave:
+    """A checkpoint written by a thread while training goes on, one at a time.
+
+    What it writes is a snapshot taken on the training thread (weights and trainer state cloned), and
+    `rundir.save_checkpoint` builds it in a hidden dir renamed into place, so a kill during the write
+    leaves the previous checkpoint the newest. The thread is no daemon: the process waits for it."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._outcome: tuple[int, Path] | BaseException | None = None
+
+    def start(self, step: int, write: Callable[[], Path]) -> None:
+        assert self._thread is None, "one checkpoint at a time: collect the last one first"
+
+        def run() -> None:
+            try:
+                self._outcome = (step, write())
+            except BaseException as e:  # noqa: BLE001 - raised on the training thread when collected
+                self._outcome = e
+
+        self._thread = threading.Thread(target=run, name="nmt-checkpoint")
+        self._thread.start()
+
+    def collect(self, wait: bool) -> tuple[int, Path] | None:
+        """(step, path) of the save once it is written (with `wait`, once it is), else None; raises its error."""
+        if self._thread is None or (not wait and self._thread.is_alive()):
+            return None
+        self._thread.join()
+        outcome, self._thread, self._outcome = self._outcome, None, None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome

@@ -4,13 +4,14 @@ It runs as one process or as one rank of a torchrun job (`training/distributed.p
 (`training/rundir.py`). Running again on the same dir resumes from the newest complete checkpoint; the
 order of batches, the dropout masks, the optimizer, the loss scale and early stopping continue exactly
 where they stopped.
+
+Top to bottom: `__init__` builds the run (training/plan.py decides, training/build.py builds), `train_step` is one
+optimizer step (learning rate, each batch's forward and backward, Adam), `_loop` the loop (log, validate, save, stop).
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,23 +22,22 @@ import numpy as np
 import torch
 
 from nmtcli import faults
-from nmtcli.data.batching import BatchStream, ParallelData
-from nmtcli.data.prepare import read_manifest, reference_lines
+from nmtcli.data.batching import BatchStream
+from nmtcli.data.prepare import read_manifest
 from nmtcli.device import OUT_OF_MEMORY, resolve_device
 from nmtcli.errors import NmtError
-from nmtcli.model.checkpoint import WEIGHTS_FILE, load_state
 from nmtcli.model.config import ModelConfig
 from nmtcli.model.transformer import Transformer
-from nmtcli.training import compiling, distributed, flops, graphs, precision, rundir
+from nmtcli.training import build, compiling, distributed, flops, precision, rundir
 from nmtcli.training.early_stopping import resets_patience
 from nmtcli.training.finetune import InitModel, check_data
 from nmtcli.training.loader import StepBatches, StepLoader
-from nmtcli.training.loss import output_loss, perplexity, unigram_nll
+from nmtcli.training.loss import LossWatch, output_loss, perplexity
 from nmtcli.training.metrics import MetricsLog
 from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
 from nmtcli.training.plan import plan_run, trained_config
 from nmtcli.training.settings import TrainSettings, step_floor
-from nmtcli.training.validation import BleuSettings, valid_bleu, valid_loss
+from nmtcli.training.validation import BleuSettings, bleu_values, valid_loss, valid_sets
 
 # Events: on_event(kind, values) with kind in {"batch_tokens_lowered", "start", "cuda_graphs_off", "step", "overflow", "log",
 # "unigram_level", "valid", "best", "checkpoint", "early_stop", "time_limit", "done"}.
@@ -71,51 +71,6 @@ class _Window:
         self.start = time.perf_counter()
 
 
-def _copied(value: Any) -> Any:
-    """`value` with every tensor in it cloned: a snapshot that the steps after it do not change."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_copied(v) for v in value)
-    return value
-
-
-class _BackgroundSave:
-    """A checkpoint written by a thread while training goes on, one at a time.
-
-    What it writes is a snapshot taken on the training thread (weights and trainer state cloned), and
-    `rundir.save_checkpoint` builds it in a hidden dir renamed into place, so a kill during the write
-    leaves the previous checkpoint the newest. The thread is no daemon: the process waits for it."""
-
-    def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._outcome: tuple[int, Path] | BaseException | None = None
-
-    def start(self, step: int, write: Callable[[], Path]) -> None:
-        assert self._thread is None, "one checkpoint at a time: collect the last one first"
-
-        def run() -> None:
-            try:
-                self._outcome = (step, write())
-            except BaseException as e:  # noqa: BLE001 - raised on the training thread when collected
-                self._outcome = e
-
-        self._thread = threading.Thread(target=run, name="nmt-checkpoint")
-        self._thread.start()
-
-    def collect(self, wait: bool) -> tuple[int, Path] | None:
-        """(step, path) of the save once it is written (with `wait`, once it is), else None; raises its error."""
-        if self._thread is None or (not wait and self._thread.is_alive()):
-            return None
-        self._thread.join()
-        outcome, self._thread, self._outcome = self._outcome, None, None
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-
 class Trainer:
     """One run in a run dir: the model, the optimizer and the position in the data, new or resumed.
     `run()` trains until --max-steps, --max-time or early stopping."""
@@ -146,18 +101,10 @@ class Trainer:
             check_data(init, manifest, self.data_dir)
         config = trained_config(model_config, manifest, init)
         self.run_config = rundir.run_config(config, settings, self.data_dir, manifest, init)
-        if restart and self.is_main and self.run_dir.exists():
-            shutil.rmtree(self.run_dir)
-        distributed.barrier()  # no rank looks for checkpoints while rank 0 may still be deleting them
-        resume = rundir.agreed_resume_point(self.run_dir, self.ranks)
-        if resume:
-            rundir.check_resumable(self.run_dir, rundir.read_run_config(self.run_dir), self.run_config, config, settings)
-        previous = rundir.read_trainer_state(resume) if resume else {}
-        ids = (config.pad_id, config.bos_id, config.eos_id)
-        self.train_data = ParallelData(data_dir, "train", self.src_lang, self.tgt_lang, config.vocab_size, *ids)
-        self.valid_data = ParallelData(data_dir, "valid", self.src_lang, self.tgt_lang, config.vocab_size, *ids)
+        resume, previous = build.resume_point(self.run_dir, restart, self.ranks, self.run_config, config, settings)
+        self.train_data, self.valid_data = build.parallel_data(self.data_dir, manifest, config)
 
-        # Everything decided, once (training/plan.py); what follows builds it.
+        # Everything decided, once (training/plan.py); what follows builds it (training/build.py).
         self.plan = plan = plan_run(settings, config, self.train_data, device, self.ranks.world_size, previous, self.run_dir,
                                     shape_classes)
         self.settings, self.config, self.device, self.batch = plan.settings, plan.config, plan.device, plan.batch
@@ -166,107 +113,42 @@ class Trainer:
         self.run_config["training"]["max_steps"] = plan.settings.max_steps
         self.precision = precision.build(plan.precision, device)
 
-        torch.manual_seed(settings.seed)  # the same seed gives the same initial weights on every rank
-        self.model = Transformer(config)
-        if init is not None and not resume:  # step 0 is the model's weights, exactly
-            load_state(self.model, init.weights(), init.model_dir / WEIGHTS_FILE)
-        self.model.to(device)
-        # Fused Adam: one kernel for all parameters on a GPU (and a vectorized loop on a CPU). With
-        # bf16-master these are the fp32 masters; the bf16 weights the step runs are copies of them.
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(),
-            lr=0.0,
-            betas=(settings.adam_beta1, settings.adam_beta2),
-            eps=settings.adam_eps,
-            fused=True,
-        )
-        self.step = 0
-        self.best: dict[str, Any] | None = None  # {"metric", "value", "step"}
-        self.bad_validations = 0
-        self.patience_from: float | None = None  # the validation that last reset patience (min_delta counts from it)
-        self.resumed_from: Path | None = None
-        if resume:
-            self._load_checkpoint(resume, previous)
+        self.model = build.new_model(config, settings.seed, init if not resume else None, device)
+        self.optimizer = build.adam(self.model, settings)
+        if resume:  # weights, optimizer and loss scale as the checkpoint left them
+            build.restore(resume, previous, self.model, self.optimizer, self.precision.scaler)
+        self.step, self.best, self.bad_validations, self.patience_from = build.progress(previous)
+        self.resumed_from: Path | None = resume
         self.stream = BatchStream(self.train_data, plan.batch.batch_tokens, settings.seed, plan.shape_classes)
         if previous:
             self.stream.load_state_dict(previous["stream"])
         self.data_state = self.stream.state_dict()
-        self._saving = _BackgroundSave()
-        self._unigram_checked = False  # whether the loss was held against the unigram level (once a run)
-        self._first_bad_step: torch.Tensor | None = None  # on the device: the first step whose loss was not finite
-        self._bad_loss: torch.Tensor | None = None
+        self._saving = rundir.BackgroundSave()
+        self.loss_watch = LossWatch()
 
         # bf16-master: a bf16 copy trains and the fp32 model holds the optimizer's master weights; otherwise
         # the model trains itself. Made after the checkpoint is loaded, from the fp32 weights it holds.
         self.masters = precision.MasterWeights(self.model) if self.precision.master_weights else None
         self.train_model: Transformer = self.masters.working if self.masters else self.model
-        if plan.compile:
-            compiling.check_compile_works(device)
-        if plan.compile == "layers":  # batches of every length: each kind of layer compiled once, its sizes symbolic
-            compiling.compile_layers(self.train_model)
-        self.ddp = distributed.wrap(self.train_model, device) if self.ranks.distributed else None
-        self.forward_model: torch.nn.Module = self.train_model if self.ddp is None else self.ddp
+        self.ddp, self.forward_model = build.forward_model(self.train_model, plan.compile, self.ranks, device, self.run_dir)
         self.compiled_classes = plan.compile == "classes"  # the whole forward, one graph a class (warm_up)
-        if self.compiled_classes:
-            compiling.cache_in(self.run_dir)
-            self.forward_model = compiling.compile_model(self.forward_model)
         self._warm = False
         # --cuda-graphs: the step replayed from CUDA graphs (training/graphs.py); `graph_backend` stands in for
         # CUDA's capture (the tests' CPU recorder).
-        self.graphs = self._training_graphs(graph_backend) if self._wants_graphs(graph_backend) else None
+        self.graphs = build.training_graphs(self.settings, self.precision.label, self.shape_classes, self.ranks.world_size, self.device,
+                                            graph_backend, lambda src, tgt_in, tgt_out: self._losses(src, tgt_in, tgt_out, None),
+                                            self.train_model, self.optimizer, self.masters, self._graphs_off)
         self.peak = flops.device_peak_flops(self.device, self.precision.name, settings.peak_tflops)
         if settings.valid_bleu:
             from nmtcli.inference.tokenizer import load_tokenizer
 
             # The data dir's tokenizer: nmt's sentencepiece model, or the one --vocab-from copied (Marian's).
             self.sp = load_tokenizer(self.data_dir, {"tokenizer": manifest.get("tokenizer"), "model": self.config.to_dict()})
-            self.valid_sets = self._valid_sets(manifest)
+            self.valid_sets = valid_sets(self.sp, manifest, self.data_dir, self.src_lang, self.tgt_lang)
 
-    def _valid_sets(self, manifest: dict[str, Any]) -> list[tuple[str | None, tuple[int, int] | None, list[str], list[str]]]:
-        """(direction, its source and target tag ids, sources, references) of each direction BLEU is computed for: every
-        direction of multilingual data (named SRC-TGT), else the one direction (None), with the tags of `prepare --vocab-from`'s
-        multilingual model where it has them."""
-        directions = manifest.get("directions")
-        if directions:
-            return [(f"{d['source']}-{d['target']}", (self.sp.languages[d["source"]], self.sp.languages[d["target"]]),
-                     reference_lines(self.data_dir, f"valid.{d['source']}-{d['target']}", d["source"]),
-                     reference_lines(self.data_dir, f"valid.{d['source']}-{d['target']}", d["target"])) for d in directions]
-        tags = manifest.get("language_tags")  # a multilingual model's codes of the data's languages (prepare --vocab-from)
-        ids = (self.sp.languages[tags["source"]], self.sp.languages[tags["target"]]) if tags else None
-        return [(None, ids, reference_lines(self.data_dir, "valid", self.src_lang), reference_lines(self.data_dir, "valid", self.tgt_lang))]
-
-    def _load_checkpoint(self, path: Path, state: dict[str, Any]) -> None:
-        """Weights from `path`; optimizer, step, loss scale and early stopping from its trainer state `state`."""
-        rundir.load_checkpoint_weights(path, self.model)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.step = int(state["step"])
-        if state.get("scaler") and self.precision.scaler.is_enabled():
-            self.precision.scaler.load_state_dict(state["scaler"])
-        self.best = state.get("best")
-        self.bad_validations = int(state.get("bad_validations", 0))
-        self.patience_from = state.get("patience_from", (self.best or {}).get("value"))  # older checkpoints: the best's
-        self.resumed_from = path
-
-    def _wants_graphs(self, backend) -> bool:
-        """--cuda-graphs or --no-cuda-graphs as given; unset, where they were measured to pay (graphs.by_default)."""
-        if self.settings.cuda_graphs is not None:
-            return self.settings.cuda_graphs
-        on_cuda = self.device.type == "cuda" or backend is not None
-        return graphs.by_default(self.precision.label, self.shape_classes, self.ranks.world_size, on_cuda, self.settings.compile)
-
-    def _training_graphs(self, backend) -> graphs.TrainingGraphs | None:
-        """The step as CUDA graphs where they apply; else None, and a warning that says why (graphs.refusal)."""
-        on_cuda = self.device.type == "cuda" or backend is not None
-        why = graphs.refusal(self.precision.label, self.shape_classes, self.ranks.world_size, on_cuda)
-        if why:
-            self.on_event("cuda_graphs_off", {"step": self.step, "reason": f"--cuda-graphs is ignored: {why}"})
-            return None
-
-        def turned_off(message: str) -> None:
-            self.on_event("cuda_graphs_off", {"step": self.step + 1, "reason": message})
-
-        return graphs.TrainingGraphs(lambda src, tgt_in, tgt_out: self._losses(src, tgt_in, tgt_out, None),
-                                     self.train_model, self.optimizer, self.masters, backend, warn=turned_off)
+    def _graphs_off(self, reason: str, running: bool) -> None:
+        """The step graphs refused (`running` False: before the first step) or turned off after the step that failed."""
+        self.on_event("cuda_graphs_off", {"step": self.step + (1 if running else 0), "reason": reason})
 
     # --- one step --------------------------------------------------------------------------------
 
@@ -314,16 +196,14 @@ class Trainer:
         run), so that no step compiles; the gradients it leaves are dropped."""
         if not self.compiled_classes or self._warm:
             return
-        classes = self.stream.classes_present()
-        started = time.perf_counter()
+        classes, started = self.stream.classes_present(), time.perf_counter()
         self.train_model.train()
-        cfg = self.config
 
         def step(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> None:
             loss, _ = self._losses(src.to(self.device), tgt_in.to(self.device), tgt_out.to(self.device), None)
             loss.backward()
 
-        compiling.warm_up(step, classes, cfg.pad_id, cfg.bos_id, cfg.eos_id)
+        compiling.warm_up(step, classes, self.config.pad_id, self.config.bos_id, self.config.eos_id)
         for p in self.train_model.parameters():
             p.grad = None
         self._warm = True
@@ -366,37 +246,13 @@ class Trainer:
             return output_loss(hidden, output, model.final_logits_bias, tgt_out, self.settings.label_smoothing,
                                self.config.pad_id, tokens, every_row=tokens is None)
 
-    def _watch_loss(self, loss_sum: torch.Tensor) -> None:
-        """Remember the first step whose loss was not finite, on the device: reading it every step would
-        make the host wait for every step. It is read where the host waits anyway (`_check_loss`)."""
-        if self._first_bad_step is None:
-            self._first_bad_step = torch.zeros((), dtype=torch.long, device=loss_sum.device)
-            self._bad_loss = torch.zeros((), dtype=loss_sum.dtype, device=loss_sum.device)
-        first = ~torch.isfinite(loss_sum) & (self._first_bad_step == 0)
-        self._first_bad_step = torch.where(first, self.step, self._first_bad_step)
-        self._bad_loss = torch.where(first, loss_sum, self._bad_loss)
-
-    def _check_loss(self) -> None:
-        """Before a log line, a validation or a checkpoint: stop if the loss was not finite since the start."""
-        if self._first_bad_step is not None and (step := int(self._first_bad_step)) > 0:
-            raise NmtError(f"the loss became {float(self._bad_loss)} at step {step}",
-                           "lower --lr-scale, or resume from an earlier checkpoint with another --seed")
-
     def validate(self) -> dict[str, float]:
+        """Valid perplexity, and with --valid-bleu the BLEU of the first lines of the valid split (training/validation.py)."""
         s = self.settings
         values = valid_loss(self.model, self.valid_data, s.batch_tokens, self.precision.autocast, self.device, self.ranks)
         if s.valid_bleu:
-            bleu = BleuSettings(lines=s.valid_bleu)
-            scores = {}
-            for direction, tags, sources, references in self.valid_sets:
-                found = valid_bleu(self.model, self.sp, sources, references, bleu, self.precision.autocast, self.device, self.ranks, tags)
-                if found:
-                    scores[direction] = found["valid_bleu"]
-            if list(scores) == [None]:
-                values["valid_bleu"] = scores[None]
-            elif scores:  # multilingual: each direction's, and their mean, which decides the best checkpoint
-                values.update({f"valid_bleu_{d}": v for d, v in scores.items()})
-                values["valid_bleu"] = sum(scores.values()) / len(scores)
+            values.update(bleu_values(self.model, self.sp, self.valid_sets, BleuSettings(lines=s.valid_bleu), self.precision.autocast,
+                                      self.device, self.ranks))
         return values
 
     def _improved(self, values: dict[str, float]) -> bool:
@@ -448,7 +304,7 @@ class Trainer:
         weights, keep_last = self.model.state_dict(), self.settings.keep_last
         if not background:
             return rundir.save_checkpoint(self.run_dir, self.step, weights, info, state, keep_last, best_step)
-        weights, state, step = _copied(weights), _copied(state), self.step
+        weights, state, step = rundir.copied(weights), rundir.copied(state), self.step
         self._saving.start(step, lambda: rundir.save_checkpoint(self.run_dir, step, weights, info, state, keep_last, best_step))
         return None
 
@@ -529,7 +385,7 @@ class Trainer:
                 self.on_event("overflow", {"step": self.step, "loss_scale": m["loss_scale"]})
                 continue
             if self.precision.name != "fp16":  # fp16 skips steps whose gradients overflow instead
-                self._watch_loss(m["loss_sum"])
+                self.loss_watch.watch(m["loss_sum"], self.step)
             self.on_event("step", {"step": self.step, "lr": m["lr"]})  # no loss: reading it would wait for the device
             save_due = False
             if (s.max_time or save_minutes) and (not self.ranks.distributed or self.step % CLOCK_EVERY == 0):
@@ -541,7 +397,7 @@ class Trainer:
             log_due = self.step % s.log_every == 0 or last_step or self.step == first_step or (
                 not self.ranks.distributed and time.perf_counter() - window.start >= LOG_SECONDS)
             if last_step or due or log_due or self.step % s.valid_every == 0:
-                self._check_loss()  # the host waits for the device here anyway
+                self.loss_watch.check()  # the host waits for the device here anyway
             if log_due:
                 last = self._log(m, window, metrics)
             if self.step % s.valid_every == 0 or last_step:
@@ -603,25 +459,13 @@ class Trainer:
             line["loss_scale"] = m["loss_scale"]
         metrics.write("train", line)
         self.on_event("log", line)
-        self._watch_unigram_level(nll)
+        data, cfg = self.train_data.tgt, self.config
+        level = self.loss_watch.still_unigram(nll, self.step, self.settings.warmup, data.tokens, len(data), cfg.vocab_size, cfg.eos_id)
+        if level is not None:
+            self.on_event("unigram_level", {"step": self.step, "nll": round(nll, 4), "unigram_nll": round(level, 4),
+                                            "warmup": self.settings.warmup})
         window.restart()
         return line
-
-    # A model still at the unigram level after this many times its warmup steps is not going to learn.
-    UNIGRAM_GRACE = 2
-
-    def _watch_unigram_level(self, nll: float) -> None:
-        """Once, past twice the warmup: say so when the training NLL is still within 5% of what predicting the
-        targets by their frequency alone gives (training/loss.py unigram_nll)."""
-        s = self.settings
-        if self._unigram_checked or self.step < self.UNIGRAM_GRACE * s.warmup:
-            return
-        self._unigram_checked = True
-        data = self.train_data.tgt
-        level = unigram_nll(data.tokens, len(data), self.config.vocab_size, self.config.eos_id)
-        if nll >= 0.95 * level:
-            self.on_event("unigram_level", {"step": self.step, "nll": round(nll, 4), "unigram_nll": round(level, 4),
-                                            "warmup": s.warmup})
 
     def _validate_and_log(self, metrics: MetricsLog, last: dict[str, Any]) -> bool:
         """Validate, keep the best weights, add the values to the last log line `last`; True: stop early."""

@@ -1,7 +1,7 @@
 """Validation during training: perplexity of the valid split and, optionally, its BLEU.
 
 BLEU goes through the same path as `nmt translate` + `nmt score`: sentencepiece-encode the plain-text
-valid source, beam search (sec. 6.1: beam 4, alpha 0.6, max length input + 50) through the translator's
+valid source, beam search (sec. 6.1: beam 4, alpha 0.6, max length input + 50) through inference/batches.py's
 `translate_ids`, decode to one line each, and score with sacreBLEU against the plain-text reference. Both are split over the ranks and summed (loss) or
 gathered (translations), so every rank ends with the same numbers and takes the same decisions.
 """
@@ -9,11 +9,16 @@ gathered (translations), so every rank ends with the same numbers and takes the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from nmtcli.data.batching import ParallelData, make_batches
-from nmtcli.inference.translator import BatchBudget, SearchSettings, encode_lines, one_line, translate_ids
+from nmtcli.data.prepare import reference_lines
+from nmtcli.inference.batches import BatchBudget, translate_ids
+from nmtcli.inference.settings import SearchSettings
+from nmtcli.inference.translator import encode_lines, one_line
 from nmtcli.model.transformer import Transformer
 from nmtcli.scoring import score
 from nmtcli.training import distributed
@@ -78,3 +83,38 @@ def valid_bleu(model: Transformer, sp, sources: list[str], references: list[str]
     hypotheses = [translations[i] for i in range(len(sources))]
     bleu = score(hypotheses, references, ["bleu"])[0]
     return {"valid_bleu": bleu.score}
+
+
+# (direction: "SRC-TGT" of multilingual data, else None; its source and target tag ids, or None; sources; references)
+ValidSet = tuple[str | None, tuple[int, int] | None, list[str], list[str]]
+
+
+def valid_sets(tokenizer, manifest: dict[str, Any], data_dir: Path, source: str, target: str) -> list[ValidSet]:
+    """Each direction BLEU is computed for: every direction of multilingual data (named SRC-TGT), else the one
+    direction (None), with the tags of `prepare --vocab-from`'s multilingual model where it has them."""
+    directions = manifest.get("directions")
+    if directions:
+        return [(f"{d['source']}-{d['target']}", (tokenizer.languages[d["source"]], tokenizer.languages[d["target"]]),
+                 reference_lines(data_dir, f"valid.{d['source']}-{d['target']}", d["source"]),
+                 reference_lines(data_dir, f"valid.{d['source']}-{d['target']}", d["target"])) for d in directions]
+    tags = manifest.get("language_tags")  # a multilingual model's codes of the data's languages (prepare --vocab-from)
+    ids = (tokenizer.languages[tags["source"]], tokenizer.languages[tags["target"]]) if tags else None
+    return [(None, ids, reference_lines(data_dir, "valid", source), reference_lines(data_dir, "valid", target))]
+
+
+def bleu_values(model: Transformer, tokenizer, sets: list[ValidSet], settings: BleuSettings, autocast, device: torch.device,
+                ranks: distributed.Ranks) -> dict[str, float]:
+    """valid_bleu of the one direction; of multilingual data each direction's (valid_bleu_SRC-TGT), and their mean
+    (valid_bleu), which decides the best checkpoint."""
+    scores = {}
+    for direction, tags, sources, references in sets:
+        found = valid_bleu(model, tokenizer, sources, references, settings, autocast, device, ranks, tags)
+        if found:
+            scores[direction] = found["valid_bleu"]
+    if list(scores) == [None]:
+        return {"valid_bleu": scores[None]}
+    values = {}
+    if scores:
+        values.update({f"valid_bleu_{d}": v for d, v in scores.items()})
+        values["valid_bleu"] = sum(scores.values()) / len(scores)
+    return values
