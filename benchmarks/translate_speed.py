@@ -35,7 +35,7 @@ Settings:
 --background-load N runs N CPU-bound processes beside the engines (background_load.py): a busy
 machine. The process setting then runs every command both quiet and loaded and compares the loaded
 time with the engine's fair share of the CPU; with --threads 0 each engine picks its own threads
-(and nmt its wait policy: README.md, Speed), as a user who sets nothing gets them.
+(and nmt its wait policy: docs/speed.md), as a user who sets nothing gets them.
 
 Every engine runs in each of --dtypes it has at each of --batches, and the table marks each one's
 best batch. On a GPU the default dtypes are fp32 and bf16, and nmt replays its steps as CUDA graphs

@@ -10,7 +10,7 @@ CPU quota, `nmt serve` beside its own web threads):
   (GNU OpenMP: 300,000 spins, some milliseconds). On a quiet machine that saves a wake-up at every
   parallel region; on a busy one the thread it waits for is not running, and the spinning eats the
   time slice that thread needed: faster on a quiet machine, several times slower on a loaded one
-  (the README's Speed section has the measurements).
+  (docs/speed.md has the measurements).
 
 `configure()` sets, before torch loads its thread pool: as many threads as CPUs this process may
 really use, and the wait policy from what the machine is doing when nmt starts: if other tasks are
@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-# The wait policy nmt sets on a busy machine when the user has set none (chosen by measurement: README.md, Speed).
+# The wait policy nmt sets on a busy machine when the user has set none (chosen by measurement: docs/speed.md).
 WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
 # Commands that run long enough for the load to change under them, beside threads of their own (the web
 # server's event loop): they always sleep at once and leave one CPU to those threads.
