@@ -1,12 +1,12 @@
 """Alignment error rate (AER) of `nmt translate --alignment` for every layer, head and average of the
 encoder-decoder attention, against hand-made gold alignments: which attention DEFAULT_HEADS reads.
 
-Gold: benchmarks/data/demo_alignment_gold.tsv, 54 short pairs (199 links) of the demo corpus's test
+Gold: studies/data/demo_alignment_gold.tsv, 54 short pairs (199 links) of the demo corpus's test
 split (nmtcli/data/demo: software messages, English -> German), aligned by hand over whitespace words
 (punctuation stays with its word), sure links only: AER = 1 - 2 |A & S| / (|A| + |S|) (Och & Ney 2003
 with P = S). The pairs are not in the training split.
 
-A second gold set with no human in it: benchmarks/data/rule_alignment_gold.tsv, 60 pairs of the
+A second gold set with no human in it: studies/data/rule_alignment_gold.tsv, 60 pairs of the
 synthetic corpus of tests/corpus.py (adjectives follow their noun, the verb goes last), whose true
 alignment is known by construction, for the test suite's model of that corpus (a model that has learned
 its task: the attention of a weak model and of a good one prefer different layers).
@@ -49,11 +49,11 @@ links made a tag swallow the sentence). The readings:
 
 Usage:
   nmt prepare demo && nmt train --preset tiny --max-steps 1000 && nmt average   # a model of the demo corpus
-  python benchmarks/alignment_aer.py -m models/tiny-demo
-  python benchmarks/alignment_aer.py -m MODEL_OF_TESTS_CORPUS --gold benchmarks/data/rule_alignment_gold.tsv
+  python studies/alignment_aer.py -m models/tiny-demo
+  python studies/alignment_aer.py -m MODEL_OF_TESTS_CORPUS --gold studies/data/rule_alignment_gold.tsv
     (the `trained_model` of tests/conftest.py: nmt prepare + nmt train --preset tiny --max-steps 300 on tests/corpus.py's pairs)
-  python benchmarks/alignment_aer.py --readings --pair models/tiny-demo benchmarks/data/demo_alignment_gold.tsv \
-      --pair MODEL_OF_TESTS_CORPUS benchmarks/data/rule_alignment_gold.tsv   # one table, a column group per pair
+  python studies/alignment_aer.py --readings --pair models/tiny-demo studies/data/demo_alignment_gold.tsv \
+      --pair MODEL_OF_TESTS_CORPUS studies/data/rule_alignment_gold.tsv   # one table, a column group per pair
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ to be German:
 - `demo`: the demo corpus shipped with nmt (4,228 training pairs of English-German UI strings): the first `--real`
   (400) as the real pairs, the German of the other 3,828 as the monolingual text (9.6 x), its own valid and test
   splits. The demo corpus is too small for "a few thousand real pairs plus ten times as much";
-- `generated`: tests/corpus.py's rule task with years (benchmarks/cleaning.py's `generated`): `--real` (300) real
+- `generated`: tests/corpus.py's rule task with years (studies/cleaning.py's `generated`): `--real` (300) real
   pairs and ten times as many German sentences of other pairs, 500 valid and 500 test pairs. The rule task is nearly
-  learnt from 1,000 pairs (BLEU 98.5 at 1,200 steps, benchmarks/results/seed-spread-cpu-2026-11-26.txt), so more real
+  learnt from 1,000 pairs (BLEU 98.5 at 1,200 steps, studies/results/seed-spread-cpu-2026-11-26.txt), so more real
   pairs leave back-translation nothing to add.
 
 Every model is `--preset tiny`, `--steps` (1,500) steps, its last checkpoints averaged: the reverse (de->en) model,
@@ -19,12 +19,12 @@ back-translations, tagged <BT>: Caswell et al. 2019); the real pairs upsampled t
 The back-translation is made once (beam 5) and reused by the second prepare (DATA/backtranslation.json). BLEU and
 chrF on the test split, `nmt score`; the table gives each condition's mean and each seed's.
 
-    python benchmarks/backtranslation.py --corpus demo --workdir /tmp/bt-demo        # 1 + 9 trainings
-    python benchmarks/backtranslation.py --corpus generated --workdir /tmp/bt-gen
-    python benchmarks/backtranslation.py --smoke --workdir /tmp/bt-smoke             # the pipeline, in seconds
+    python studies/backtranslation.py --corpus demo --workdir /tmp/bt-demo        # 1 + 9 trainings
+    python studies/backtranslation.py --corpus generated --workdir /tmp/bt-gen
+    python studies/backtranslation.py --smoke --workdir /tmp/bt-smoke             # the pipeline, in seconds
 
 A run appends each result to WORKDIR/results.jsonl and skips what is done, so a killed run continues; the table goes
-to stdout and, but for --smoke, to benchmarks/results/backtranslation-CORPUS-cpu-DATE.txt.
+to stdout and, but for --smoke, to studies/results/backtranslation-CORPUS-cpu-DATE.txt.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "studies"))
 
 CONDITIONS = {"none": [], "untagged": ["--no-bt-tag"], "tagged": []}
 SEEDS = (1, 2, 3)
@@ -188,11 +188,11 @@ def main() -> None:
         real, args.mono_ratio, args.steps, args.seeds = 100, 0.5, 5, [1]
     started = time.time()
     results, reverse = run(args.workdir, args.corpus, real, args.mono_ratio, args.steps, tuple(args.seeds), 20 if args.smoke else None)
-    text = (f"$ python benchmarks/backtranslation.py {' '.join(sys.argv[1:])}\n{args.corpus}: {real:,} real pairs, tiny, {args.steps:,} steps, "
+    text = (f"$ python studies/backtranslation.py {' '.join(sys.argv[1:])}\n{args.corpus}: {real:,} real pairs, tiny, {args.steps:,} steps, "
             f"seeds {', '.join(map(str, args.seeds))}; {time.time() - started:.0f} s\n\n{table(results, reverse)}\n")
     print(text)
     if not args.smoke:
-        out = ROOT / "benchmarks" / "results" / f"backtranslation-{args.corpus}-cpu-{time.strftime('%Y-%m-%d')}.txt"
+        out = ROOT / "studies" / "results" / f"backtranslation-{args.corpus}-cpu-{time.strftime('%Y-%m-%d')}.txt"
         out.write_text(text, encoding="utf-8")
 
 

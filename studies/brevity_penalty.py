@@ -3,7 +3,7 @@ weight `nmt average` would record (found on the data dir's validation split, tra
 split translated with the paper's search (weight 0) and with that weight: BLEU, chrF2, BLEU's brevity penalty and
 the time, one row per model, then the means over the models.
 
-    OMP_NUM_THREADS=1 python benchmarks/brevity_penalty.py --data data/demo --models runs/a/model runs/b/model
+    OMP_NUM_THREADS=1 python studies/brevity_penalty.py --data data/demo --models runs/a/model runs/b/model
 
 The models are read as they are (a model dir's own "search" section is ignored: both searches are given here).
 """

@@ -2,13 +2,13 @@
 
 Khayrallah & Koehn (2018, "On the Impact of Various Types of Noise on Neural Machine Translation") list the noise of
 web-crawled corpora: misaligned pairs, the wrong language, untranslated copies of the source, short segments. This
-benchmark adds it to two clean corpora, so that each noisy pair is known:
+study adds it to two clean corpora, so that each noisy pair is known:
 
 - `demo`: the demo corpus shipped with nmt (4,228 English-German UI strings) as your own files;
 - `generated`: 21,000 pairs of tests/corpus.py's rule task (a lexicon and a verb-final reordering), a quarter of them
   with a year in digits ("... in 1987" -> "... im jahr 1987 ..."), so that number mismatches occur as in real text.
   A tiny model learns it whatever the noise (BLEU 100.0 clean and noisy), so it cannot show what a filter is worth;
-- `reversal`: 14,000 pairs of the reversal task (benchmarks/data/reversal_task.py: random words of a 55-word lexicon,
+- `reversal`: 14,000 pairs of the reversal task (studies/data/reversal_task.py: random words of a 55-word lexicon,
   the order reversed), prepared with `--vocab-size 300` so that most German words are several pieces: a tiny model
   reaches about 80 BLEU, where the noise shows.
 
@@ -18,17 +18,17 @@ the target, from a pair of 3 words or more). A fourth kind, `wrong_language` (on
 Declaration of Human Rights in French, Spanish, Italian, Dutch, Polish, Portuguese or Swedish, tests/data/udhr.tsv),
 is counted by `filters` only.
 
-    python benchmarks/cleaning.py corpora --out /tmp/cleaning          # the corpora, with each pair's kind
-    python benchmarks/cleaning.py filters --dir /tmp/cleaning          # per filter: what it dropped of each kind, lines/s
-    python benchmarks/cleaning.py run --dir /tmp/cleaning --corpus demo --condition new   # prepare, train, average, score
-    python benchmarks/cleaning.py table --dir /tmp/cleaning            # the BLEU table of every run so far
-    python benchmarks/cleaning.py score --dir /tmp/cleaning --corpus generated --model M [--reverse-model R]
+    python studies/cleaning.py corpora --out /tmp/cleaning          # the corpora, with each pair's kind
+    python studies/cleaning.py filters --dir /tmp/cleaning          # per filter: what it dropped of each kind, lines/s
+    python studies/cleaning.py run --dir /tmp/cleaning --corpus demo --condition new   # prepare, train, average, score
+    python studies/cleaning.py table --dir /tmp/cleaning            # the BLEU table of every run so far
+    python studies/cleaning.py score --dir /tmp/cleaning --corpus generated --model M [--reverse-model R]
                                                                        # the score filter: what its worst 5/10/20% hold of each kind
 
 Conditions of `run`: `clean` (the clean pairs, today's defaults), `none` (the noisy corpus, no text filter but
 duplicates and the token filters), `old` (the noisy corpus, the filters of nmt before issue 53: the new ones off),
 `new` (the noisy corpus, the defaults). Every run: tiny, 1,500 steps, seed 1, the last checkpoints averaged, BLEU on
-the clean test split. Tens of minutes per training on a busy 2-core CPU; benchmarks/results/cleaning-cpu-*.txt has
+the clean test split. Tens of minutes per training on a busy 2-core CPU; studies/results/cleaning-cpu-*.txt has
 the numbers of docs/data.md.
 """
 

@@ -24,8 +24,8 @@ scores span too little of the range: a weak model has few good translations, a s
 each test split the confidence bins against the mean chrF in each, and what "confidence >= 0.8" selected. `--fit` prints the Calibration line to paste into confidence.py.
 
 Usage:
-  python benchmarks/confidence.py --model models/tiny-demo --data data/demo [--reverse-model DIR] [--device cpu]
-  python benchmarks/confidence.py --model A --data DA --model B --data DB      # several held-out sets in one table
+  python studies/confidence.py --model models/tiny-demo --data data/demo [--reverse-model DIR] [--device cpu]
+  python studies/confidence.py --model A --data DA --model B --data DB      # several held-out sets in one table
 """
 
 from __future__ import annotations

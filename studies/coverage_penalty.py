@@ -7,7 +7,7 @@ penalty ranks the beam's hypotheses also by how much of the source they attended
 translates a prepared data dir's test split with each model given, at each beta, through the Python API (the code
 `nmt translate` runs), and prints one row per model and beta, then the mean over the models per beta.
 
-    OMP_NUM_THREADS=1 python benchmarks/coverage_penalty.py --data data/demo --models runs/a/model runs/b/model \\
+    OMP_NUM_THREADS=1 python studies/coverage_penalty.py --data data/demo --models runs/a/model runs/b/model \\
         --betas 0 0.2 0.4 0.7 1.0
 """
 

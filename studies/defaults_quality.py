@@ -18,12 +18,12 @@ scored at several alphas: the retrained suspects.
 `filter`: the length-ratio filter of `nmt prepare`, plain 1.5 (`--ratio-slack 0`) against 1.5 + slack, on
 your own files (the demo corpus split into train/valid/test .en/.de): pairs kept, and BLEU/BP of a `run` on each.
 
-Tens of minutes per training on a busy 2-core CPU; benchmarks/results/defaults-quality-cpu-2026-11-26.txt has
+Tens of minutes per training on a busy 2-core CPU; studies/results/defaults-quality-cpu-2026-11-26.txt has
 the commands, seeds and numbers of docs/training.md and docs/data.md.
 
-    python benchmarks/defaults_quality.py length -m models/tiny-demo -d data/demo --run runs/tiny-demo
-    python benchmarks/defaults_quality.py run -d data/demo --out /tmp/dq/ls0 --steps 1000 --train-args "--label-smoothing 0"
-    python benchmarks/defaults_quality.py filter --corpus own --steps 1000 --seeds 1 2 --workdir /tmp/dq
+    python studies/defaults_quality.py length -m models/tiny-demo -d data/demo --run runs/tiny-demo
+    python studies/defaults_quality.py run -d data/demo --out /tmp/dq/ls0 --steps 1000 --train-args "--label-smoothing 0"
+    python studies/defaults_quality.py filter --corpus own --steps 1000 --seeds 1 2 --workdir /tmp/dq
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ scratch on the same model shape and the same batches (the same Trainer, random w
 the model's), alternating the two, medians; on the fixture's shape and on the shape of the real
 OPUS-MT models (6+6 layers, d_model 512, 58,101 pieces; random weights, Marian's switches).
 
-    OMP_NUM_THREADS=1 python benchmarks/finetune.py --skip-speed     # CPU; an hour or more on one core
-    python benchmarks/finetune.py --sizes 2000 --systems new --skip-speed
+    OMP_NUM_THREADS=1 python studies/finetune.py --skip-speed     # CPU; an hour or more on one core
+    python studies/finetune.py --sizes 2000 --systems new --skip-speed
 """
 
 from __future__ import annotations

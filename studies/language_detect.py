@@ -18,9 +18,9 @@ Each candidate runs in a fresh process, so that its memory is its own: RSS after
 the library), and the peak after detecting everything. Size: the installed package's files (from its
 RECORD). Speed: texts a second on one thread, the machine's load average printed beside it.
 
-    python benchmarks/language_detect.py                 # every candidate
-    python benchmarks/language_detect.py --only py3langid --per-language
-    python benchmarks/language_detect.py --words 1          # single words: what a greeting is
+    python studies/language_detect.py                 # every candidate
+    python studies/language_detect.py --only py3langid --per-language
+    python studies/language_detect.py --words 1          # single words: what a greeting is
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ runs that fixture's own pipeline (tests/corpus.py's corpus, `nmt prepare` of the
 fixture's settings and `--norm`/`--seed`/`--warmup` as asked, `nmt average`, `nmt score`) for each norm, seed and
 budget, and prints one row each: en-de / de-en / en-fr BLEU and their mean.
 
-    OMP_NUM_THREADS=1 python benchmarks/multilingual_norm.py --workdir /tmp/mlnorm --norms post pre --seeds 1 2 \\
+    OMP_NUM_THREADS=1 python studies/multilingual_norm.py --workdir /tmp/mlnorm --norms post pre --seeds 1 2 \\
         --steps 150 300
 """
 

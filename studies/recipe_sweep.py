@@ -15,7 +15,7 @@ Each run gets one CPU thread (OMP_NUM_THREADS, unless set); --jobs runs at a tim
 Printed: one row per run (BLEU, chrF2, BP and hyp/ref length at each alpha, the best validation perplexity),
 then per recipe the mean, stdev (n-1), min and max of BLEU at alpha 0.6, and the mean BP.
 
-    python benchmarks/recipe_sweep.py --data data/demo --recipe default= --recipe lr2e-3="--lr 2e-3" \\
+    python studies/recipe_sweep.py --data data/demo --recipe default= --recipe lr2e-3="--lr 2e-3" \\
         --seeds 1 2 3 4 5 --steps 1500 --jobs 2 --workdir /tmp/sweep
 """
 

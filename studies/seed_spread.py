@@ -18,8 +18,8 @@ stdev (n-1), min and max of BLEU; with --cross, every model also translated by e
 search question: the same weights through both codes, BLEU and whether the outputs are identical).
 Runs already finished in --workdir are reused (delete the dir to rerun).
 
-    python benchmarks/seed_spread.py --code old=/work/wt-old --code new=. --seeds 1 2 3 4 5 --jobs 2 --cross --workdir /tmp/ss
-    python benchmarks/seed_spread.py --seeds 1 2 3 --train-args "--warmup 400" --workdir /tmp/ss-w400
+    python studies/seed_spread.py --code old=/work/wt-old --code new=. --seeds 1 2 3 4 5 --jobs 2 --cross --workdir /tmp/ss
+    python studies/seed_spread.py --seeds 1 2 3 --train-args "--warmup 400" --workdir /tmp/ss-w400
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def nmt(code: Path, *args: str, input: str | None = None, log: Path | None = None) -> str:
     """`nmt ARGS` of the code tree `code`; with `log`, its output goes to that file (a training outlives this
-    process, which a pipe to a killed benchmark would not let it)."""
+    process, which a pipe to a killed study would not let it)."""
     env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     command = [sys.executable, "-m", "nmtcli", *args]
     # cwd: `python -m` puts the working directory before PYTHONPATH, so run from the code tree itself
@@ -88,7 +88,7 @@ def train(code: Path, name: str, data: Path, seed: int, steps: int, extra: list[
         if not final.is_dir() and not (metrics.is_file() and time.time() - metrics.stat().st_mtime < 300):
             nmt(code, "train", "--data", str(data), "--preset", "tiny", "--max-steps", str(steps), "--seed", str(seed),
                 "--device", "cpu", "-o", str(run), "--restart", "--keep-last", "1000", *extra, log=work / f"train-{name}-seed{seed}.log")
-        while not final.is_dir():  # an earlier invocation of this benchmark is still training it
+        while not final.is_dir():  # an earlier invocation of this study is still training it
             time.sleep(30)
         nmt(code, "average", str(run), "-o", str(model), log=work / f"average-{name}-seed{seed}.txt")
     models = {"default": model}

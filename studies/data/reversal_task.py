@@ -3,10 +3,10 @@ translated by the lexicon into German, the order reversed. The true word alignme
 construction (source word k <-> target word n - 1 - k), so a model of it has gold links to be measured against at
 any vocabulary size: at `--vocab-size 300` most German words are several sentencepiece pieces.
 
-    python benchmarks/data/reversal_task.py OUT [--train-pairs 20000] [--seed 0]
+    python studies/data/reversal_task.py OUT [--train-pairs 20000] [--seed 0]
 
 writes OUT/{train,valid,test}.{en,de} (valid and test 500 pairs each, no source line twice in the three) and
-OUT/alignment_gold.tsv: the first 100 test pairs with their true links, in benchmarks/alignment_aer.py's format.
+OUT/alignment_gold.tsv: the first 100 test pairs with their true links, in studies/alignment_aer.py's format.
 """
 
 from __future__ import annotations
