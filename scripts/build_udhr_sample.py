@@ -1,6 +1,6 @@
 """Rebuild `tests/data/udhr.tsv`: the Universal Declaration of Human Rights in 14 languages, one paragraph
 a line, the real text that language detection is measured on (tests/test_languages.py,
-benchmarks/language_detect.py).
+studies/language_detect.py).
 
 Source: the "UDHR in Unicode" project (https://www.unicode.org/udhr/), whose XML files carry the
 translations of the Office of the United Nations High Commissioner for Human Rights (OHCHR); OHCHR lets

@@ -37,7 +37,7 @@ def small(corpus, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def reverse_model(trained_model, tmp_path_factory) -> Path:
     """The session's trained model, declared de->en: a model that reads German and stops, what the mechanics need
-    (the quality of a back-translation is benchmarks/backtranslation.py's)."""
+    (the quality of a back-translation is studies/backtranslation.py's)."""
     out = tmp_path_factory.mktemp("reverse") / "tiny-de-en"
     shutil.copytree(trained_model, out)
     config = json.loads((out / "config.json").read_text())

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("py3langid")
 
-# The benchmark's texts: the numbers asserted here are those benchmarks/language_detect.py prints.
-sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+# The study's texts: the numbers asserted here are those studies/language_detect.py prints.
+sys.path.insert(0, str(Path(__file__).parents[1] / "studies"))
 from language_detect import read_texts
 
 from nmtcli.documents.languages import Detector
@@ -32,7 +32,7 @@ def test_paragraphs_and_snippets_in_14_languages_are_detected(detector):
     languages = sorted({language for language, _ in LONG})
     assert len(languages) == 14 and {"en", "de", "fr", "es", "it", "nl", "pt"} <= set(languages)
     long = {language: share([detector.detect(text)[0].language == language for lang, text in LONG if lang == language]) for language in languages}
-    assert min(long.values()) >= 0.96, long  # 99.2% over all (benchmarks/language_detect.py)
+    assert min(long.values()) >= 0.96, long  # 99.2% over all (studies/language_detect.py)
     short = [detector.detect(text)[0].language == language for language, text in SHORT[::4]]
     assert share(short) >= 0.85, share(short)  # 3 words: 89.7%
 

@@ -11,8 +11,8 @@ import pytest
 from nmtcli.documents.sentences import join_sentences, segmenter_language, sentence_spans, sentences
 
 
-# Golden Rules of the Pragmatic Segmenter (MIT, Kevin S. Dias; benchmarks/data/sentence_gold_*.json has them all,
-# and benchmarks/sentence_split.py the ones sentencex misses: inline lists "1. ... 2. ...", a 4-dot ellipsis).
+# Golden Rules of the Pragmatic Segmenter (MIT, Kevin S. Dias; studies/data/sentence_gold_*.json has them all,
+# and studies/sentence_split.py the ones sentencex misses: inline lists "1. ... 2. ...", a 4-dot ellipsis).
 GOLDEN_RULES = [
     ("en", "Hello World. My name is Jonas.", ["Hello World.", "My name is Jonas."]),
     ("en", "What is your name? My name is Jonas.", ["What is your name?", "My name is Jonas."]),

@@ -19,7 +19,7 @@ resumable, on the GPUs there are); this module does the rest, torch-free:
 The default ratio is 1 (as many real pairs as synthetic ones after upsampling). fairseq's WMT'18 recipe
 (examples/backtranslation: --upsample-primary 16 over 5.2M real pairs against 226M synthetic ones) trains on about
 1 real to 2.7 synthetic with a strong reverse model; where the parallel data is small the reverse model is weak and
-its noise should not outweigh the real pairs, so nmt starts at 1:1 (`--bt-ratio` to change it; benchmarks/
+its noise should not outweigh the real pairs, so nmt starts at 1:1 (`--bt-ratio` to change it; studies/
 backtranslation.py measures the setting).
 """
 

@@ -5,7 +5,7 @@ Types of Noise on Neural Machine Translation") took a Transformer from 27.2 to 1
 as large as the clean corpus, the worst kind being untranslated copies of the source. The filters here follow
 Mozilla's default OpusCleaner chain (mozilla/translations, pipeline/clean/opuscleaner/configs/default.filters.json:
 language identity, alphabetic share, number and URL mismatches, word length) plus a copy filter; their thresholds
-were set on the demo corpus and a generated one with known noise (benchmarks/cleaning.py, docs/data.md).
+were set on the demo corpus and a generated one with known noise (studies/cleaning.py, docs/data.md).
 
 Each filter judges one pair on its own (but `duplicate`, which remembers the pairs kept), in the order of
 `FILTERS`; the first that objects names the drop. Cheap filters go first, language identification last but one.
@@ -67,7 +67,7 @@ _NOT_WORD = re.compile(r"[\W_]+")
 # likeliest language, the corpus's two languages each LANGUAGE_PRIOR times likelier than any other before the text is
 # read (as `nmt serve` detects), is not the side's, with a probability of LANGUAGE_CONFIDENCE or more. Fewer letters
 # say too little: "Unschedule" (10) is German to the detector. On the demo corpus's 8,456 sides these settings drop
-# 4, and 86% of the lines in another language (benchmarks/cleaning.py).
+# 4, and 86% of the lines in another language (studies/cleaning.py).
 # The detector reads a side's first LANGUAGE_CHARS characters only: its cost grows with the text, and on the
 # Declaration's paragraphs (182 characters on average) 100 are as accurate (99.2%) and 1.7x as fast.
 MIN_LANGUAGE_LETTERS = 20

@@ -86,7 +86,7 @@ class PrepareSettings:
     drop_duplicates: bool = True
     drop_markup: bool = False
     drop_wrong_script: bool = False
-    # The filters of issue 53 (cleaning.py), on by default: benchmarks/cleaning.py measured them.
+    # The filters of issue 53 (cleaning.py), on by default: studies/cleaning.py measured them.
     drop_long_words: bool = True
     drop_non_alphabetic: bool = True
     drop_url_mismatch: bool = True

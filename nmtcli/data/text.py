@@ -23,7 +23,7 @@ from nmtcli.threads import usable_cpus
 # demo corpus's pairs, nearly all of them right. `--ratio-slack N` lets the longer side exceed the ratio by N
 # pieces (5 keeps all but 31 of those pairs); it is off by default because it did not win on BLEU: on the demo
 # corpus (tiny, 1,000 steps, seeds 1 and 2) 10.7 mean BLEU either way, with a better validation perplexity but
-# shorter outputs (benchmarks/defaults_quality.py, docs/data.md).
+# shorter outputs (studies/defaults_quality.py, docs/data.md).
 MAX_TOKENS = 250
 MAX_RATIO = 1.5
 RATIO_SLACK = 0

@@ -2,7 +2,7 @@
 
 The detector is py3langid (a maintained fork of Lui & Baldwin's langid.py: naive Bayes over byte
 n-grams, 140 languages, its model an LZMA-compressed npz inside its wheel: nothing fetched, nothing
-unpickled), chosen over lingua-language-detector by benchmarks/language_detect.py: about as accurate,
+unpickled), chosen over lingua-language-detector by studies/language_detect.py: about as accurate,
 several times faster and a fraction of the memory (docs/serving.md, "Language detection", has the table).
 Its model is loaded once per process by nmtcli/data/language_id.py, which `nmt prepare`'s language filter
 shares.

@@ -7,7 +7,7 @@ on its own, and the translations are put back where the sentences were, with the
 tabs and line breaks between them.
 
 The cutting is sentencex's (Wikimedia's rule-based segmenter, the language's abbreviations, numbers,
-quotes and ellipses; benchmarks/sentence_split.py measured it against pysbd, blingfire and punkt).
+quotes and ellipses; studies/sentence_split.py measured it against pysbd, blingfire and punkt).
 A line break always ends a sentence. A language sentencex does not know falls back along MediaWiki's
 language fallback chains (gsw -> de, ...), and from there to English rules.
 """
@@ -38,7 +38,7 @@ def sentence_spans(text: str, language: str) -> list[Span]:
 
 def spans_of(text: str, split_line: Callable[[str], Iterable[str]]) -> list[Span]:
     """The spans of `sentence_spans`, with `split_line(line)` cutting one line (no line break in it) into
-    sentences (benchmarks/sentence_split.py passes each candidate segmenter here). Each piece it returns is
+    sentences (studies/sentence_split.py passes each candidate segmenter here). Each piece it returns is
     found in the line from where the last one ended, so the spans follow the line's characters whatever the
     segmenter does with whitespace; a piece it changed (or text it skipped) ends the cutting there, and the
     rest of the line is one sentence. A list marker cut off on its own joins the sentence after it."""

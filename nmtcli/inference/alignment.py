@@ -24,10 +24,10 @@ to it most (the target piece whose row puts the most attention on the word's pie
 an inline tag around every word has a translation to wrap. A tag wraps every target word linked to its words,
 from the first to the last, so a stray link stretches it: where the two directions agree, a source word has one
 target word, and the tags land on their words more often at every stage of training measured
-(benchmarks/alignment_aer.py --readings; docs/translating.md, "Where inline tags land").
+(studies/alignment_aer.py --readings; docs/translating.md, "Where inline tags land").
 
 Which attention: DEFAULT_HEADS, chosen by alignment error rate on a hand-aligned sample of the demo
-corpus and on a rule task (benchmarks/alignment_aer.py; the numbers are in docs/translating.md).
+corpus and on a rule task (studies/alignment_aer.py; the numbers are in docs/translating.md).
 """
 
 from __future__ import annotations

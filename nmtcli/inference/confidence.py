@@ -1,7 +1,7 @@
 """How good a translation is likely to be, from the model's own probabilities: a number in [0, 1].
 
 Estimators nmt can compute without a second model were measured on held-out data against sentence chrF
-with the references (benchmarks/confidence.py; the table is in docs/python-api.md): the length-normalised
+with the references (studies/confidence.py; the table is in docs/python-api.md): the length-normalised
 log-probability, the lowest token probability, the agreement among the 4-best list and among 4 samples,
 and fitted mixes. The length-normalised log-probability ranked translations best of the single estimators
 (Spearman 0.58 on the demo corpus' test split) and costs nothing (the search computes it); the best mix (all
@@ -14,7 +14,7 @@ with the curve fitted (fractional logistic regression: cross-entropy against sen
 splits of the two held-out sets, so that a confidence reads as the chrF / 100 to expect. On the demo corpus'
 test split translations with confidence >= 0.8 had a mean chrF of 75 (79% of them 50 or more), those below it
 39. Another model's log-probabilities are on its own scale: treat the number as a ranking first, and re-fit the
-curve on your own held-out data (benchmarks/confidence.py prints the line) where a threshold matters.
+curve on your own held-out data (studies/confidence.py prints the line) where a threshold matters.
 
 Torch-free: it reads only the numbers a search returns.
 """
@@ -38,7 +38,7 @@ def mean_log_prob(log_prob: float, tokens: int) -> float:
 @dataclass(frozen=True)
 class Calibration:
     """confidence = sigmoid(slope * mean_log_prob + intercept): a logistic curve fitted to sentence chrF / 100 of
-    held-out translations (benchmarks/confidence.py)."""
+    held-out translations (studies/confidence.py)."""
 
     slope: float
     intercept: float
@@ -48,7 +48,7 @@ class Calibration:
         return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
 
 
-# Fitted by benchmarks/confidence.py on the valid splits of the demo corpus (the quickstart's model: 8 minutes of
+# Fitted by studies/confidence.py on the valid splits of the demo corpus (the quickstart's model: 8 minutes of
 # `nmt quickstart` on a shared 2-core CPU, BLEU 15.0 on its test split) and of the tests' synthetic corpus (their
 # trained_model, BLEU ~96): one model alone spans too little of the range. docs/python-api.md has the table.
 CALIBRATION = Calibration(slope=4.2417, intercept=2.0036)

@@ -23,7 +23,7 @@ AT = ("auto", "best", "last")
 DEFAULT_LAST = 5  # sec. 6.1: the base models average the last 5 checkpoints (big: 20)
 # A fine-tuning run validates about once an epoch, and on a small set each epoch moves the model a long way
 # towards the domain: its checkpoints before the best are less adapted, and averaging them in gives back part
-# of what it learned (benchmarks/finetune.py, docs/training.md). The best checkpoint alone is its model.
+# of what it learned (studies/finetune.py, docs/training.md). The best checkpoint alone is its model.
 FINETUNE_LAST = 1
 MULTILINGUAL = "mul"  # ISO 639-2 "multiple languages": a multilingual model's config.json source and target, as an import's
 

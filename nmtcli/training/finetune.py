@@ -14,7 +14,7 @@ The fine-tuning recipe (`FINETUNE`), where the paper's recipe (sec. 5.3) is for 
   for base), which throws away much of what the model knows within a few hundred steps. Other widths
   scale it as 1/d_model, not eq. 3's d_model^-0.5: Adam's best rate for a Transformer's hidden weights
   falls in proportion to the width (Yang et al. 2022, "Tensor Programs V", muP), and eq. 3's rule left
-  a narrow model four times below the rate that adapts it (benchmarks/finetune.py, docs/training.md).
+  a narrow model four times below the rate that adapts it (studies/finetune.py, docs/training.md).
   It is then decayed as 1/sqrt(step) like eq. 3.
 - Warmup of 100 steps: the optimizer starts with no moment estimates, and Adam's adaptive rate is
   unreliable for about 2 / (1 - beta2) = 100 steps (Ma & Yarats 2021, with the paper's beta2 0.98).
