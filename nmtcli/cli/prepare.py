@@ -94,7 +94,8 @@ def command(
     """
     from nmtcli.bulk import CHUNK_LINES
     from nmtcli.cli.backtranslate import check_flags
-    from nmtcli.data.prepare import PrepareSettings, prepare_files, prepare_recipe
+    from nmtcli.data.prepare import prepare_files, prepare_recipe
+    from nmtcli.data.settings import PrepareSettings
     from nmtcli.data.text import MAX_RATIO, RATIO_SLACK
 
     if list_recipes:
@@ -164,7 +165,7 @@ def _multilingual(train: list[str], valid: list[str], test: list[str], source_la
                   max_ratio, seed, options: dict, revision, output, clean_report) -> None:
     """Several --train: one data dir for one multilingual model (data/multilingual.py)."""
     from nmtcli.data.multilingual import check_corpora, parse_corpus, prepare_multilingual
-    from nmtcli.data.prepare import PrepareSettings
+    from nmtcli.data.settings import PrepareSettings
     from nmtcli.data.text import MAX_RATIO
 
     for flag, given in (("-s/-t", source_lang or target_lang), ("--vocab-from", vocab_from), ("--revision", revision)):
@@ -306,7 +307,7 @@ def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None
     say(_vocabulary_line(manifest))
     say(f"done in {manifest['seconds']} s")
     if clean_report is not None:
-        from nmtcli.data.prepare import write_clean_report
+        from nmtcli.data.text_stages import write_clean_report
 
         say(f"{clean_report}: {write_clean_report(out, clean_report):,} dropped pairs, up to 20 of each filter")
 
