@@ -101,7 +101,8 @@ def make_corpus(directory: Path, pairs: int, seed: int = 0) -> list[Path]:
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
-from nmtcli.data.prepare import PrepareSettings, prepare
+from nmtcli.data.prepare import prepare
+from nmtcli.data.settings import PrepareSettings
 from nmtcli.data.sources import ParquetFiles
 
 def cpu(who):

@@ -97,7 +97,7 @@ def nmt_in_process(*args: str, cwd: Path | None = None, input: str | bytes | Non
     What the command changes in the process (environment, working dir, torch's thread count, the
     --debug switch) is put back afterwards. Returns a CompletedProcess like run_nmt's.
     """
-    import nmtcli.cli as cli
+    from nmtcli.cli import root
     from nmtcli.cli.common import console
 
     binary = isinstance(input, bytes)
@@ -107,7 +107,7 @@ def nmt_in_process(*args: str, cwd: Path | None = None, input: str | bytes | Non
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_streams, saved_argv = (sys.stdin, sys.stdout, sys.stderr), sys.argv
     saved_console = console._width, console._force_terminal, console._color_system
-    saved_debug = cli._debug["on"]
+    saved_debug = root._debug["on"]
     torch = sys.modules.get("torch")
     saved_threads = torch.get_num_threads() if torch is not None else None
     code = 0
@@ -127,7 +127,7 @@ def nmt_in_process(*args: str, cwd: Path | None = None, input: str | bytes | Non
         sys.stderr = io.TextIOWrapper(stderr, encoding="utf-8", errors="backslashreplace", write_through=True)
         # The console was made when nmtcli was imported, in pytest's environment: as it is made in `nmt`.
         console._width, console._force_terminal, console._color_system = int(COLUMNS), None, None
-        cli._debug["on"] = bool(os.environ.get("NMT_DEBUG"))  # read once, when `nmt` starts
+        root._debug["on"] = bool(os.environ.get("NMT_DEBUG"))  # read once, when `nmt` starts
         with warnings.catch_warnings():
             warnings.resetwarnings()  # a fresh interpreter's filters, printing to stderr
             for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
@@ -147,7 +147,7 @@ def nmt_in_process(*args: str, cwd: Path | None = None, input: str | bytes | Non
         os.environ.clear()
         os.environ.update(saved_env)
         console._width, console._force_terminal, console._color_system = saved_console
-        cli._debug["on"] = saved_debug
+        root._debug["on"] = saved_debug
         if saved_threads is not None and torch.get_num_threads() != saved_threads:
             torch.set_num_threads(saved_threads)
     out, err = stdout.value(), stderr.value()

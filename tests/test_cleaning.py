@@ -10,7 +10,8 @@ from conftest import nmt_in_process
 
 from nmtcli.data.cleaning import DEFAULTS, TextFilter
 from nmtcli.data.multilingual import Corpus, prepare_multilingual
-from nmtcli.data.prepare import CLEANING_SAMPLE, PrepareSettings
+from nmtcli.data.settings import PrepareSettings
+from nmtcli.data.text_stages import CLEANING_SAMPLE
 
 pytest.importorskip("py3langid")
 
@@ -166,7 +167,7 @@ def test_every_flag_pair_reaches_the_settings():
 
 
 def test_an_older_data_dir_has_no_report_to_write(tmp_path, noisy):
-    from nmtcli.data.prepare import write_clean_report
+    from nmtcli.data.text_stages import write_clean_report
     from nmtcli.errors import NmtError
 
     (tmp_path / "old").mkdir()

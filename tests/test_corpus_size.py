@@ -11,7 +11,8 @@ import pytest
 from corpus import write_corpus, zipf_corpus
 
 from nmtcli.data.cleaning import TextFilter
-from nmtcli.data.prepare import PrepareSettings, prepare_files
+from nmtcli.data.prepare import prepare_files
+from nmtcli.data.settings import PrepareSettings
 from nmtcli.data.vocab_size import vocab_size_for
 from nmtcli.training.settings import FAIRSEQ_IWSLT_LR_SCALE, steps_for_epochs, train_settings_for, with_overrides
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from nmtcli.data.batching import BatchStream, ParallelData, collate, make_batches
-from nmtcli.data.prepare import PrepareSettings, prepare_files, read_manifest
+from nmtcli.data.prepare import prepare_files, read_manifest
+from nmtcli.data.settings import PrepareSettings
 from nmtcli.data.shards import Shard, ShardWriter
 from nmtcli.data.text import keep_pair, load_sentencepiece, read_lines
 from nmtcli.errors import NmtError
@@ -106,15 +107,15 @@ def test_a_ratio_slack_keeps_short_right_pairs_of_a_small_vocabulary(tmp_path, c
 def test_a_data_dir_prepared_before_the_ratio_slack_keeps_its_fingerprint_with_slack_0(corpus):
     # What a manifest written before --ratio-slack holds: the encode stage's key without it. `nmt prepare`
     # (--ratio-slack 0, the default) reuses such a data dir as it is; a slack re-encodes it (its output differs).
-    from nmtcli.data.prepare import _fingerprint, _stage_keys
+    from nmtcli.data.fingerprints import fingerprint, stage_keys
     from nmtcli.data.sources import TextFiles
 
     sources = {split: TextFiles(corpus[split].parent / f"{split}.en", corpus[split].parent / f"{split}.de") for split in ("train", "valid")}
     settings = PrepareSettings("en", "de", vocab_size=600, ratio_slack=0)
-    _, spm_key, encode_key = _stage_keys(sources, settings)
-    assert encode_key == _fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
-    assert _stage_keys(sources, PrepareSettings("en", "de", vocab_size=600))[2] == encode_key
-    assert _stage_keys(sources, PrepareSettings("en", "de", vocab_size=600, ratio_slack=5))[2] != encode_key
+    _, spm_key, encode_key = stage_keys(sources, settings)
+    assert encode_key == fingerprint("encode", spm_key, settings.max_tokens, settings.max_ratio)
+    assert stage_keys(sources, PrepareSettings("en", "de", vocab_size=600))[2] == encode_key
+    assert stage_keys(sources, PrepareSettings("en", "de", vocab_size=600, ratio_slack=5))[2] != encode_key
 
 
 def test_shards_round_trip_and_detect_truncation(tmp_path):

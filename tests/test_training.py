@@ -583,7 +583,8 @@ def one_bucket_data(corpus, tmp_path_factory) -> Path:
     With this corpus' few dozen words each word is one piece: source (+ EOS) and target (BOS +) lengths of
     10 to 15 tokens, all in the bucket of 16.
     """
-    from nmtcli.data.prepare import PrepareSettings, prepare_files
+    from nmtcli.data.prepare import prepare_files
+    from nmtcli.data.settings import PrepareSettings
     from nmtcli.data.text import read_lines
 
     root = tmp_path_factory.mktemp("one-bucket")

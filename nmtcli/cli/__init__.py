@@ -1,4 +1,4 @@
-"""The `nmt` command: a Typer app with one module per subcommand.
+"""The `nmt` command: the Typer app (cli/root.py) with one module per subcommand, added here, and `main`, which runs it.
 
 Commands parse flags, print, and call one function of the core. Errors a user can cause are
 `NmtError`s and print as one `nmt: error: ...` line; `--debug` (or NMT_DEBUG=1) shows the traceback.
@@ -10,56 +10,15 @@ import errno
 import os
 import sys
 import traceback
-from typing import Annotated
 
 import typer
 
-from nmtcli import __version__, threads
+from nmtcli import threads
 from nmtcli.cli import average, distill, export, import_model, info, prepare, pull, push, quickstart, score, serve, train, translate
 from nmtcli.cli.common import notice
+from nmtcli.cli.root import app, debug_enabled
 from nmtcli.cli.renamed import current_args
 from nmtcli.errors import NmtError
-
-app = typer.Typer(
-    name="nmt",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,  # completions/ holds static scripts: the dynamic ones would start Python on every TAB
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-_debug = {"on": bool(os.environ.get("NMT_DEBUG"))}
-
-
-def debug_enabled() -> bool:
-    """Whether --debug (or NMT_DEBUG) asked for tracebacks; `nmt train --gpus` passes it on to its ranks."""
-    return _debug["on"]
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"nmt {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks for errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
-) -> None:
-    """Machine translation with the Transformer of 'Attention Is All You Need'.
-
-    New here? [bold]nmt quickstart[/bold] trains and tries a small model on your CPU in five minutes.
-
-    The commands chain with no paths: [bold]nmt prepare[/bold] writes data/NAME/, [bold]nmt train[/bold]
-    writes runs/PRESET-NAME/, [bold]nmt average[/bold] writes models/RUN/, and [bold]nmt translate[/bold] /
-    [bold]nmt score[/bold] use the newest model (or $NMT_MODEL). [bold]nmt push[/bold] / [bold]nmt pull[/bold] share
-    models on the Hugging Face Hub, [bold]nmt import marian[/bold] converts OPUS-MT models, and
-    [bold]nmt export ctranslate2[/bold] writes a model for CTranslate2 (int8 quantization for the smallest, fastest CPU model).
-    """
-    _debug["on"] = _debug["on"] or debug
-
 
 for module in (quickstart, prepare, train, average, translate, serve, score, info, push, pull, distill):
     app.command(module.NAME, help=module.command.__doc__)(module.command)
@@ -119,7 +78,7 @@ def _one_line(text: str) -> str:
 
 def _fail(message: str, exit_code: int) -> None:
     """Print the one error line (after the traceback with --debug) and exit."""
-    if _debug["on"] and sys.exc_info()[0] is not None:
+    if debug_enabled() and sys.exc_info()[0] is not None:
         traceback.print_exc()
     _release_stdout()
     print(f"nmt: error: {message}", file=sys.stderr)

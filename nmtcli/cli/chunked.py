@@ -31,7 +31,7 @@ def ranks() -> tuple[int, int, int, int]:
 
 def launch(gpus: int, device: str) -> None:
     """--gpus N: this very command again as N ranks through torchrun, each translating its share of the chunks."""
-    from nmtcli.cli import debug_enabled
+    from nmtcli.cli.root import debug_enabled
     from nmtcli.training import distributed
 
     distributed.check_ranks(gpus, device)
@@ -101,14 +101,14 @@ def translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: S
     """-i FILE -o OUT: FILE (with the files read beside it) translated a chunk at a time into OUT.parts/, joined into OUT
     (translate_file, nmtcli/bulk.py); this rank's share when torchrun started several."""
     from nmtcli.bulk import decoded, renumbered
-    from nmtcli.cli.translate import _flagged, _scored, _sentence_warn, _translations
+    from nmtcli.cli.translate_lines import flagged, scored, sentence_warn, translations
 
     rank, world, local_rank, local_world = ranks()
     if world > 1:
         device, threads = rank_device(device, local_rank), rank_threads(threads, local_world)
     first = [1]  # the chunk in flight's first line, for the warnings about its lines
     numbers: dict[int, tuple[int, int]] = {}
-    translator = open_translator(device, threads, renumbered(_sentence_warn(numbers) if split_sentences else warn, lambda: first[0]))
+    translator = open_translator(device, threads, renumbered(sentence_warn(numbers) if split_sentences else warn, lambda: first[0]))
     beside = [(path, name) for path, name in ((target_file if forced_decoding else None, "targets"), (prefix_file, "prefixes"),
                                               (closest_to, "references")) if path is not None]
     below = [0, 0]
@@ -118,10 +118,10 @@ def translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: S
         read = {name: iter(decoded(column, str(path), start, warn)) for (path, name), column in zip(beside, columns[1:])}
         lines = iter(decoded(columns[0], str(input), start, warn))
         if forced_decoding:
-            return _scored(translator, settings, lines, read["targets"], output_format, alignment)
-        rated = _translations(translator, settings, lines, read.get("prefixes"), output_format, protection, split_sentences, numbers,
-                              read.get("references"), first=start)
-        return _flagged(rated, min_confidence, below)
+            return scored(translator, settings, lines, read["targets"], output_format, alignment)
+        rated = translations(translator, settings, lines, read.get("prefixes"), output_format, protection, split_sentences, numbers,
+                             read.get("references"), first=start)
+        return flagged(rated, min_confidence, below)
 
     model = Path(str(translator.name))
     weights = [p.stat() for p in sorted(model.glob("*.safetensors"))] if model.is_dir() else []
@@ -138,7 +138,7 @@ def translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: S
 def check_paths(output: Path | None, *read: Path | None) -> None:
     """-o is none of the files read (it would replace the input with its translation), and --closest-to has a line
     for each input line (two regular files: counted before any work)."""
-    from nmtcli.cli.translate import _count_lines
+    from nmtcli.cli.translate_flags import count_lines
     from nmtcli.errors import NmtError
 
     given = [p for p in read if p is not None]
@@ -146,7 +146,7 @@ def check_paths(output: Path | None, *read: Path | None) -> None:
         raise NmtError(f"-o {output} is a file this command reads", "write the translation to another file", exit_code=2)
     input, closest_to = read[0], read[-1]
     if input is not None and closest_to is not None and input.is_file() and closest_to.is_file():
-        lines, references = _count_lines(input), _count_lines(closest_to)
+        lines, references = count_lines(input), count_lines(closest_to)
         if lines != references:
             raise NmtError(f"--closest-to {closest_to} has {references:,} line(s) but --input {input} has {lines:,}",
                            "give one reference per input line", exit_code=2)

@@ -65,24 +65,8 @@ def command(
     report compares teacher and student on the test split: BLEU, chrF, lines/s on one CPU thread and on all
     (fp32 and int8), size on disk. Running the command again skips the stages done and resumes the one cut short.
     """
-    from nmtcli.cli.common import resolve_model
-
-    teacher = resolve_model(model)
-    languages = _languages(teacher, source_lang, target_lang)
+    teacher, languages, reverse, work = _inputs(model, train, valid, test, mono, source_lang, target_lang, reverse_model, preset, output)
     src, tgt = languages
-    for prefix, what in ((train, "--train"), (valid, "--valid"), (test, "--test")):
-        _check_pair(prefix, languages, what)
-    for path in mono or []:
-        _check_text(path, "--mono")
-    reverse = None
-    if reverse_model is not None:
-        from nmtcli.pair_scores import check_direction
-
-        reverse = resolve_model(reverse_model)
-        check_direction(reverse, tgt, src, "--reverse-model")
-    work = output or Path("distill") / f"{teacher.name}-{preset}"
-    if work.exists() and not work.is_dir():
-        raise NmtError(f"-o {work} is a file", "give a dir for the teacher's translations, the student's data, run and model", exit_code=2)
     stages = Stages(work)
     on = ["--device", device, "--precision", _teacher_precision(precision, device)] + (["--gpus", str(gpus)] if gpus is not None else [])
     chunks = ["--chunk-lines", str(chunk_lines)]
@@ -139,6 +123,30 @@ def command(
     stages.step("report", "teacher and student on the test split: quality, speed, size",
                 lambda: _report(work, teacher, student, test, languages, stages, device), key=stamps([teacher, Path(f"{test}.{src}"), Path(f"{test}.{tgt}")]))
     _show(json.loads((work / REPORT).read_text(encoding="utf-8")))
+
+
+def _inputs(model: str, train: str, valid: str, test: str, mono: list[Path] | None, source_lang: str | None, target_lang: str | None,
+            reverse_model: str | None, preset: str, output: Path | None) -> tuple[Path, tuple[str, str], Path | None, Path]:
+    """The teacher, the languages, the reverse model (or None) and the work dir, every input checked before any stage runs."""
+    from nmtcli.cli.common import resolve_model
+
+    teacher = resolve_model(model)
+    languages = _languages(teacher, source_lang, target_lang)
+    src, tgt = languages
+    for prefix, what in ((train, "--train"), (valid, "--valid"), (test, "--test")):
+        _check_pair(prefix, languages, what)
+    for path in mono or []:
+        _check_text(path, "--mono")
+    reverse = None
+    if reverse_model is not None:
+        from nmtcli.pair_scores import check_direction
+
+        reverse = resolve_model(reverse_model)
+        check_direction(reverse, tgt, src, "--reverse-model")
+    work = output or Path("distill") / f"{teacher.name}-{preset}"
+    if work.exists() and not work.is_dir():
+        raise NmtError(f"-o {work} is a file", "give a dir for the teacher's translations, the student's data, run and model", exit_code=2)
+    return teacher, languages, reverse, work
 
 
 class Stages:
@@ -246,7 +254,7 @@ def stamps(paths) -> list[str]:
 
 def _nmt(args: list[str]) -> None:
     """Run `nmt ARGS` in this process. sys.argv is the command's for the while: `--gpus` starts its ranks with it."""
-    from nmtcli.cli import app
+    from nmtcli.cli.root import app
 
     saved = sys.argv
     sys.argv = ["nmt", *args]

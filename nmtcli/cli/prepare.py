@@ -94,16 +94,11 @@ def command(
     """
     from nmtcli.bulk import CHUNK_LINES
     from nmtcli.cli.backtranslate import check_flags
-    from nmtcli.data.prepare import PrepareSettings, prepare_files, prepare_recipe
-    from nmtcli.data.text import MAX_RATIO, RATIO_SLACK
+    from nmtcli.data.prepare import prepare_files, prepare_recipe
 
     if list_recipes:
-        _list_recipes()
-        return
-    if name is not None and (train or valid or test):
-        raise NmtError(f"both a corpus name ({name}) and --train/--valid/--test given", "use one or the other")
-    if name is None and (not train or not valid):
-        raise NmtError("nothing to prepare", "name a corpus (`nmt prepare --list`) or pass --train PREFIX and --valid PREFIX")
+        return _list_recipes()
+    _check_inputs(name, train, valid, test)
     check_flags(target_mono, bt_model, bt_sampling, vocab_from, bt_tag, bool(train and len(train) > 1))
     back = dict(mono=target_mono, reverse_model=bt_model, sampling=bt_sampling, tag=bt_tag_token if bt_tag else None, ratio=bt_ratio,
                 seed=seed, chunk_lines=min(chunk_pairs, CHUNK_LINES)) if target_mono else None
@@ -111,23 +106,67 @@ def command(
                    drop_wrong_language=drop_wrong_language, drop_copies=drop_copies, drop_number_mismatch=drop_number_mismatch,
                    drop_url_mismatch=drop_url_mismatch, drop_non_alphabetic=drop_non_alphabetic, drop_long_words=drop_long_words)
     if train and len(train) > 1:
-        if score_model or reverse_model or drop_worst is not None:
-            raise NmtError("the score filter takes one language pair, not several --train corpora", "prepare each pair with its own "
-                           "--score-model, or leave the score filter out", exit_code=2)
-        _multilingual(train, valid or [], test or [], source_lang, target_lang, vocab_from, vocab_size, spm_sentences, max_ratio, seed,
-                      dict(max_tokens=max_tokens, workers=workers, chunk_pairs=chunk_pairs, **filters), revision, output, clean_report)
-        return
+        _check_no_score_filter(score_model, reverse_model, drop_worst)
+        return _multilingual(train, valid or [], test or [], source_lang, target_lang, vocab_from, vocab_size, spm_sentences, max_ratio, seed,
+                             dict(max_tokens=max_tokens, workers=workers, chunk_pairs=chunk_pairs, **filters), revision, output, clean_report)
+    _check_one_pair(valid, test)
+    vocabulary, vocab_size, source_lang, target_lang = _vocabulary_from(vocab_from, vocab_size, spm_sentences, name, source_lang, target_lang)
+    options = dict(max_tokens=max_tokens, seed=seed, workers=workers, chunk_pairs=chunk_pairs, **filters)
+    settings, out = _settings(name, revision, source_lang, target_lang, vocab_size, spm_sentences, max_ratio, ratio_slack, options, output)
+    scoring = _score_filter(score_model, reverse_model, drop_worst, device, settings.source_lang, settings.target_lang)
+    vocabulary = _announce(out, settings, vocabulary)
+    synthetic = _back_translate(out, settings, back)
+    with progress_bar() as progress:
+        if name is not None:
+            manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary, synthetic, scoring)
+        else:
+            manifest = prepare_files(out, Path(train[0]), Path(valid[0]), Path(test[0]) if test else None, settings,
+                                     f"{settings.source_lang}-{settings.target_lang}", progress, vocabulary, synthetic, scoring)
+    _report(out, manifest, clean_report)
+
+
+def _check_inputs(name: str | None, train: list[str] | None, valid: list[str] | None, test: list[str] | None) -> None:
+    """A corpus name, or --train and --valid (and --test): one of the two."""
+    if name is not None and (train or valid or test):
+        raise NmtError(f"both a corpus name ({name}) and --train/--valid/--test given", "use one or the other")
+    if name is None and (not train or not valid):
+        raise NmtError("nothing to prepare", "name a corpus (`nmt prepare --list`) or pass --train PREFIX and --valid PREFIX")
+
+
+def _check_no_score_filter(score_model: str | None, reverse_model: str | None, drop_worst: float | None) -> None:
+    """Several --train corpora: no score filter, which takes one language pair."""
+    if score_model or reverse_model or drop_worst is not None:
+        raise NmtError("the score filter takes one language pair, not several --train corpora", "prepare each pair with its own "
+                       "--score-model, or leave the score filter out", exit_code=2)
+
+
+def _check_one_pair(valid: list[str] | None, test: list[str] | None) -> None:
+    """One --train: one --valid and at most one --test."""
     for flag, given in (("--valid", valid), ("--test", test)):
         if given and len(given) > 1:
             raise NmtError(f"{flag} given {len(given)} times for one --train", f"pass one {flag}, or one --train per language pair (a multilingual model)", exit_code=2)
 
-    vocabulary = None
-    if vocab_from is not None:
-        vocabulary = _vocabulary(vocab_from, vocab_size, spm_sentences)
-        vocab_size = vocabulary.size  # recorded as what it is: the model's
-        if name is None and vocabulary.languages_known:  # not the "src"/"tgt" of an import that could not tell
-            source_lang, target_lang = source_lang or vocabulary.source_lang, target_lang or vocabulary.target_lang
-    options = dict(max_tokens=max_tokens, seed=seed, workers=workers, chunk_pairs=chunk_pairs, **filters)
+
+def _vocabulary_from(vocab_from: str | None, vocab_size: int | None, spm_sentences: int | None, name: str | None,
+                     source_lang: str | None, target_lang: str | None):
+    """--vocab-from: the model's vocabulary, its size (recorded as what it is: the model's) and, for your own files, its
+    languages as the defaults of -s and -t. Returns (vocabulary or None, vocab_size, source_lang, target_lang)."""
+    if vocab_from is None:
+        return None, vocab_size, source_lang, target_lang
+    vocabulary = _vocabulary(vocab_from, vocab_size, spm_sentences)
+    if name is None and vocabulary.languages_known:  # not the "src"/"tgt" of an import that could not tell
+        source_lang, target_lang = source_lang or vocabulary.source_lang, target_lang or vocabulary.target_lang
+    return vocabulary, vocabulary.size, source_lang, target_lang
+
+
+def _settings(name: str | None, revision: str | None, source_lang: str | None, target_lang: str | None, vocab_size: int | None,
+              spm_sentences: int | None, max_ratio: float | None, ratio_slack: int | None, options: dict, output: Path | None):
+    """The PrepareSettings and the data dir: a named corpus's (its languages; its vocabulary size, sentencepiece sample and
+    length ratio unless given) or your own files' (en-de unless -s/-t say otherwise)."""
+    from nmtcli.data.settings import PrepareSettings
+    from nmtcli.data.text import MAX_RATIO, RATIO_SLACK
+
+    slack = RATIO_SLACK if ratio_slack is None else ratio_slack
     if name is not None:
         from nmtcli.data.recipes import get_recipe
 
@@ -137,34 +176,21 @@ def command(
                 raise NmtError(f"{name} translates {recipe.source_lang}->{recipe.target_lang}, not {flag} {given}", f"leave out {flag}, or pick another recipe from `nmt prepare --list`")
         settings = PrepareSettings(recipe.source_lang, recipe.target_lang, vocab_size or recipe.vocab_size,
                                    spm_sentences=spm_sentences or recipe.spm_sentences, max_ratio=max_ratio or recipe.max_ratio,
-                                   ratio_slack=RATIO_SLACK if ratio_slack is None else ratio_slack, **options)
-        out = output or DATA_ROOT / name
-        scoring = _score_filter(score_model, reverse_model, drop_worst, device, settings.source_lang, settings.target_lang)
-        vocabulary = _announce(out, settings, vocabulary)
-        synthetic = _back_translate(out, settings, back)
-        with progress_bar() as progress:
-            manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary, synthetic, scoring)
-    else:
-        if revision is not None:
-            raise NmtError("--revision applies to named corpora only", "leave it out with --train/--valid")
-        src, tgt = source_lang or "en", target_lang or "de"
-        settings = PrepareSettings(src, tgt, vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO,
-                                   ratio_slack=RATIO_SLACK if ratio_slack is None else ratio_slack, **options)
-        out = output or DATA_ROOT / f"{src}-{tgt}"
-        scoring = _score_filter(score_model, reverse_model, drop_worst, device, src, tgt)
-        vocabulary = _announce(out, settings, vocabulary)
-        synthetic = _back_translate(out, settings, back)
-        with progress_bar() as progress:
-            manifest = prepare_files(out, Path(train[0]), Path(valid[0]), Path(test[0]) if test else None, settings, f"{src}-{tgt}", progress,
-                                     vocabulary, synthetic, scoring)
-    _report(out, manifest, clean_report)
+                                   ratio_slack=slack, **options)
+        return settings, output or DATA_ROOT / name
+    if revision is not None:
+        raise NmtError("--revision applies to named corpora only", "leave it out with --train/--valid")
+    src, tgt = source_lang or "en", target_lang or "de"
+    settings = PrepareSettings(src, tgt, vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO,
+                               ratio_slack=slack, **options)
+    return settings, output or DATA_ROOT / f"{src}-{tgt}"
 
 
 def _multilingual(train: list[str], valid: list[str], test: list[str], source_lang, target_lang, vocab_from, vocab_size, spm_sentences,
                   max_ratio, seed, options: dict, revision, output, clean_report) -> None:
     """Several --train: one data dir for one multilingual model (data/multilingual.py)."""
     from nmtcli.data.multilingual import check_corpora, parse_corpus, prepare_multilingual
-    from nmtcli.data.prepare import PrepareSettings
+    from nmtcli.data.settings import PrepareSettings
     from nmtcli.data.text import MAX_RATIO
 
     for flag, given in (("-s/-t", source_lang or target_lang), ("--vocab-from", vocab_from), ("--revision", revision)):
@@ -306,7 +332,7 @@ def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None
     say(_vocabulary_line(manifest))
     say(f"done in {manifest['seconds']} s")
     if clean_report is not None:
-        from nmtcli.data.prepare import write_clean_report
+        from nmtcli.data.text_stages import write_clean_report
 
         say(f"{clean_report}: {write_clean_report(out, clean_report):,} dropped pairs, up to 20 of each filter")
 

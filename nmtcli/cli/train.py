@@ -213,7 +213,7 @@ def settings_from_flags(preset: str, values: dict[str, Any], norm: str | None = 
 
 def _launch(gpus: int, values: dict[str, Any], restart: bool) -> None:
     """--gpus N: hand the flags' values to N ranks through a config file (each rank checks them)."""
-    from nmtcli.cli import debug_enabled
+    from nmtcli.cli.root import debug_enabled
     from nmtcli.training import distributed
 
     distributed.check_ranks(gpus, values.get("device"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ import typer
 from nmtcli.cli import chunked, options
 from nmtcli.cli.common import resolve_model, say, warn
 from nmtcli.cli.translate_flags import check_flags
-from nmtcli.cli.translate_flags import count_lines as _count_lines  # noqa: F401 - cli/chunked.py imports it from here
+from nmtcli.cli.translate_lines import flagged, read_text_lines, scores, sentence_warn, translations
 from nmtcli.bulk import CHUNK_LINES
 from nmtcli.inference.glossary import MAX_GLOSSARY
 
@@ -23,14 +22,6 @@ if TYPE_CHECKING:
     from nmtcli.inference.settings import SearchSettings
 
 NAME = "translate"
-
-
-def read_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    """Lines split on LF only (CRLF accepted); invalid UTF-8 is replaced, reported, and still translated."""
-    from nmtcli.bulk import decode_line
-
-    for number, raw in enumerate(stream, start=1):
-        yield decode_line(raw, number, name, warn)
 
 
 def command(
@@ -121,7 +112,7 @@ def command(
             brevity_penalty=brevity_penalty))
     sentence_numbers: dict[int, tuple[int, int]] = {}  # --split-sentences: a sentence's number -> (its line, its place in it)
     translator = _translator(engine, model, revision, device, precision, threads, output_format, settings,
-                             _sentence_warn(sentence_numbers) if split_sentences else warn, (source_lang, target_lang))
+                             sentence_warn(sentence_numbers) if split_sentences else warn, (source_lang, target_lang))
     if format == "html":
         return _html_file(translator, input, output, settings, protection, started)
     _line_file(translator, settings, input, output, prefix_file, forced_decoding, target_file, closest_to, output_format, alignment,
@@ -150,12 +141,12 @@ def _line_file(translator, settings: SearchSettings, input: Path | None, output:
     prefixes = read_text_lines(prefix_source, str(prefix_file)) if prefix_source is not None else None
     below = [0, 0]  # --min-confidence: lines flagged, lines translated
     if forced_decoding:
-        results = _scores(translator, settings, lines, target_file, output_format, alignment)
+        results = scores(translator, settings, lines, target_file, output_format, alignment)
     else:
         references = read_text_lines(open(closest_to, "rb"), str(closest_to)) if closest_to is not None else None
-        rated = _translations(translator, settings, lines, prefixes, output_format, protection, split_sentences, sentence_numbers,
-                              references)
-        results = _flagged(rated, min_confidence, below)
+        rated = translations(translator, settings, lines, prefixes, output_format, protection, split_sentences, sentence_numbers,
+                             references)
+        results = flagged(rated, min_confidence, below)
     try:
         count, first = _write(results, output)
     finally:
@@ -220,19 +211,6 @@ def _translate_html(translator, source: BinaryIO, output: Path | None, settings:
     return count
 
 
-def _scores(translator, settings: SearchSettings, lines: Iterator[str], target_file: Path, output_format: str,
-            alignment: str | None) -> Iterator[str]:
-    """--forced-decoding: each pair's score (text) or record (json), a line each."""
-    with open(target_file, "rb") as f:
-        yield from _scored(translator, settings, lines, read_text_lines(f, str(target_file)), output_format, alignment)
-
-
-def _scored(translator, settings: SearchSettings, lines: Iterator[str], targets: Iterator[str], output_format: str,
-            alignment: str | None) -> Iterator[str]:
-    for result in translator.score_with(settings, lines, targets, alignment):
-        yield f"{result.score:.6f}" if output_format == "text" else json.dumps(result.record(), ensure_ascii=False)
-
-
 def _translator(engine: str, model: str | None, revision: str | None, device: str, precision: str, threads: int | None,
                 output_format: str, settings: SearchSettings, warn=warn, languages: tuple[str | None, str | None] = (None, None)):
     """The Python API's Translator of the model dir `-m` names (or the default), on the native engine, or on
@@ -262,83 +240,6 @@ def _translator(engine: str, model: str | None, revision: str | None, device: st
         warn(f"{engine.languages[0]}->{engine.languages[1]} is a zero-shot direction: {path} was trained on {', '.join(trained)} only, "
              "so expect weaker translations (or output in another language)")
     return translator
-
-
-def _translations(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None, output_format: str,
-                  protection=None, split_sentences: bool = False, numbers: dict[int, tuple[int, int]] | None = None,
-                  references: Iterator[str] | None = None, first: int = 1) -> Iterator[tuple[str | dict, float | None]]:
-    """Each line's translation (text) or JSON record (json: nbest_record; --split-sentences: the joined record of
-    documents/pipeline.Translated, with each sentence's), with its confidence. --split-sentences: each line cut into
-    sentences in the model's source language, the sentences of all lines streamed through the engine (windows of
-    --window sentences) and joined back into one output line; `numbers` maps the sentences in flight to their lines.
-    `references` (--closest-to): one a line, the n-best translation of the best sentence chrF against it is the text.
-    `first`: the first line's number in the file (a chunk's), which keys a sampled line's draws."""
-    from nmtcli.scoring import closest
-
-    pair = getattr(translator.engine, "languages", None)  # a multilingual model's: each record says which direction
-    for done in _translated(translator, settings, lines, prefixes, split_sentences, protection, numbers, first):
-        t = done.translation
-        if references is not None:
-            hyps = t.nbest or [t]
-            reference = next(references, None)
-            if reference is None:
-                from nmtcli.errors import NmtError
-
-                raise NmtError("--closest-to has fewer lines than the input", "give one reference per input line", exit_code=2)
-            yield hyps[closest([h.text for h in hyps], reference)].text, t.confidence
-            continue
-        if output_format == "text":
-            yield t.text, t.confidence
-            continue
-        record = done.record()
-        if pair:
-            record = {**record, "source_lang": pair[0], "target_lang": pair[1]}
-        yield record, record["confidence"] if split_sentences else t.confidence
-    if references is not None and next(references, None) is not None:
-        from nmtcli.errors import NmtError
-
-        raise NmtError("--closest-to has more lines than the input", "give one reference per input line", exit_code=2)
-
-
-def _translated(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None, split_sentences: bool,
-                protection, numbers: dict[int, tuple[int, int]] | None, first: int):
-    """The API's translate_with; a chunk of sampled lines (whole) through translate_lines, each keyed by its number in
-    the file, so that its draws are those of the same line translated in one piece."""
-    if settings.sampling is None or split_sentences or first == 1:
-        return translator.translate_with(settings, lines, prefixes, split_sentences, protection, numbers if split_sentences else None)
-    from nmtcli.documents.pipeline import Translated
-
-    lines = list(lines)
-    prefixes = None if prefixes is None else list(prefixes)
-    numbers_in_file = list(range(first, first + len(lines)))
-    return (Translated(line, t) for line, t in zip(lines, translator.translate_lines(settings, lines, prefixes, numbers_in_file, protection)))
-
-
-def _flagged(rated: Iterator[tuple[str | dict, float | None]], min_confidence: float | None, below: list[int]) -> Iterator[str]:
-    """Each output line; with --min-confidence, the lines whose confidence is below it counted in below[0] (of below[1]
-    translated) and their JSON records marked "low_confidence" (true or false)."""
-    for out, confidence in rated:
-        low = min_confidence is not None and confidence is not None and confidence < min_confidence
-        below[0] += low
-        below[1] += confidence is not None
-        if isinstance(out, dict):
-            out = json.dumps({**out, "low_confidence": low} if min_confidence is not None else out, ensure_ascii=False)
-        yield out
-
-
-def _sentence_warn(numbers: dict[int, tuple[int, int]]):
-    """The CLI's warn for --split-sentences: the translator numbers the sentences it reads, and a "line N: ..."
-    warning (a sentence truncated to the model's length) names the input line and the sentence in it instead."""
-    import re
-
-    def sentence_warn(message: str) -> None:
-        found = re.match(r"line (\d+): ", message)
-        if found and int(found[1]) in numbers:
-            line, place = numbers[int(found[1])]
-            message = f"line {line}, sentence {place}: {message[found.end():]}"
-        warn(message)
-
-    return sentence_warn
 
 
 def _on_cpu(translator) -> str:

@@ -14,7 +14,8 @@ resumable, on the GPUs there are); this module does the rest, torch-free:
   types can carry it, and nothing at translation time adds it); the model learns to tell synthetic sources apart
   and translates plain input as it learnt from the real pairs;
 - the real pairs are upsampled, fairseq's `--upsample-primary`: the train split holds every kept real pair
-  `upsample` times, then every kept synthetic pair once; upsample = max(1, round(ratio x synthetic / real)).
+  `upsample` times, then every kept synthetic pair once; upsample = max(1, round(ratio x synthetic / real))
+  (the encode stage mixes them: encode_stage.py).
 
 The default ratio is 1 (as many real pairs as synthetic ones after upsampling). fairseq's WMT'18 recipe
 (examples/backtranslation: --upsample-primary 16 over 5.2M real pairs against 226M synthetic ones) trains on about
@@ -40,7 +41,10 @@ import numpy as np
 from nmtcli.checksums import file_sha256
 from nmtcli.data import language_id
 from nmtcli.data.cleaning import LANGUAGE_CHARS, LANGUAGE_PRIOR, MIN_LANGUAGE_LETTERS
+from nmtcli.data.fingerprints import run_stage, stage_keys
+from nmtcli.data.sources import TextFiles
 from nmtcli.data.text import read_lines
+from nmtcli.data.text_stages import CLEANING_SAMPLE, text_stage, write_samples
 from nmtcli.errors import NmtError
 from nmtcli.files import atomic_path
 
@@ -223,40 +227,15 @@ def samples(out_sample: Path, synthetic_sample: Path) -> Iterator[dict[str, Any]
 def clean_stage(out_dir: Path, work: Path, synthetic: Synthetic, settings: Any, progress: Any) -> tuple[dict[str, Any], str]:
     """The synthetic pairs through prepare's text filters (the real pairs' settings), into .work/backtranslation/; their
     sample of drops joins cleaning.jsonl. Returns (their counts, the stage's state)."""
-    from nmtcli.data.prepare import CLEANING_SAMPLE, _stage, _stage_keys, _text_stage, write_samples
-    from nmtcli.data.sources import TextFiles
-
     here = work / STEM
     here.mkdir(exist_ok=True)
     sources = {"train": TextFiles(synthetic.source, synthetic.target)}
-    key = _stage_keys(sources, settings)[0]
+    key = stage_keys(sources, settings)[0]
     named = lambda task, done, total: progress(task.replace("train", "back-translated pairs"), done, total)  # noqa: E731
-    counts, state = _stage(here, "text", key, [here / f"train.{lang}" for lang in (settings.source_lang, settings.target_lang)]
-                           + [here / CLEANING_SAMPLE], lambda: _text_stage(here, here, sources, settings, named))
+    counts, state = run_stage(here, "text", key, [here / f"train.{lang}" for lang in (settings.source_lang, settings.target_lang)]
+                              + [here / CLEANING_SAMPLE], lambda: text_stage(here, here, sources, settings, named))
     write_samples(out_dir / CLEANING_SAMPLE, list(samples(out_dir / CLEANING_SAMPLE, here / CLEANING_SAMPLE)))
     return counts["train"], state
-
-
-def encode_train(encoder: Any, out_dir: Path, text_dir: Path, parts_dir: Path, settings: Any, text_counts: dict[str, Any], synthetic: Synthetic,
-                 progress: Any) -> dict[str, Any]:
-    """The train split of real and synthetic pairs: each encoded into chunks under the same token filters, the synthetic
-    sources after the tag, then merged: the real chunks `upsample` times, the synthetic ones once."""
-    from nmtcli.data.prepare import WORK, _encode_parts, _merged, _read_text_pairs
-    from nmtcli.data.text import SPM_FILE
-
-    real_parts, resumed = _encode_parts(encoder, _read_text_pairs(text_dir, "train", settings), text_counts["train"]["clean_pairs"],
-                                        parts_dir, "train", settings, settings.max_ratio, progress)
-    tag = tag_id(out_dir / SPM_FILE, synthetic.tag) if synthetic.tag else None
-    synthetic_total = sum(1 for _ in read_lines(out_dir / WORK / STEM / f"train.{settings.source_lang}"))
-    synthetic_parts, more = _encode_parts(encoder, _read_text_pairs(out_dir / WORK / STEM, "train", settings), synthetic_total, parts_dir,
-                                          "train", settings, settings.max_ratio, progress, None if tag is None else (tag, None), name=STEM)
-    real, made = part_counts(real_parts), part_counts(synthetic_parts)
-    upsample = upsample_factor(real["pairs"], made["pairs"], synthetic.ratio)
-    train = _merged(real_parts * upsample + synthetic_parts, out_dir, "train", settings, resumed + more)
-    # The split's drops are the real pairs' (each once); the synthetic pairs' are the manifest's "backtranslation".
-    train["dropped"] = real["dropped"]
-    train["backtranslation"] = {"real": real, "synthetic": made, "upsample": upsample, "tag_id": tag}
-    return train
 
 
 def manifest_entry(synthetic: Synthetic, text: dict[str, Any], mix: dict[str, Any]) -> dict[str, Any]:

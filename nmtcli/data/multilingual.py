@@ -42,9 +42,10 @@ import numpy as np
 
 from nmtcli.checksums import file_sha256
 from nmtcli.data.encoding import Encoder
-from nmtcli.data.prepare import (CLEANING_SAMPLE, MANIFEST, WORK, PrepareSettings, Progress, _encode_parts, _fingerprint, _manifest_is_current,
-                                 _merged, _no_progress, _read_marker, _read_text_pairs, _stage, _stage_keys, _text_stage,
-                                 _write_marker, write_samples)
+from nmtcli.data.encode_stage import encode_parts, merge_split
+from nmtcli.data.fingerprints import MANIFEST, WORK, fingerprint, manifest_is_current, read_marker, run_stage, stage_keys, write_marker
+from nmtcli.data.settings import PrepareSettings, Progress, no_progress
+from nmtcli.data.text_stages import CLEANING_SAMPLE, read_text_pairs, text_stage, write_samples
 from nmtcli.data.shards import token_dtype
 from nmtcli.data.sources import TextFiles
 from nmtcli.data.text import SPM_FILE, load_sentencepiece, read_lines, train_sentencepiece
@@ -99,7 +100,7 @@ def temperature_quotas(lines: dict[str, int], budget: int, temperature: float = 
 
 
 def prepare_multilingual(out_dir: Path, train: list[Corpus], valid: list[Corpus], test: list[Corpus] | None,
-                         settings: PrepareSettings, progress: Progress = _no_progress) -> dict[str, Any]:
+                         settings: PrepareSettings, progress: Progress = no_progress) -> dict[str, Any]:
     """Prepare several pairs into one data dir for one multilingual model (see the module's docstring)."""
     directions = [c.direction for c in train]
     check_corpora(train, valid, test or [])
@@ -118,11 +119,11 @@ def prepare_multilingual(out_dir: Path, train: list[Corpus], valid: list[Corpus]
             if split in pairs[c.direction]:
                 pairs[c.direction][split].count()  # existence and alignment, before any work
     pair_settings = {c.direction: replace(settings, source_lang=c.source_lang, target_lang=c.target_lang) for c in train}
-    text_keys = {d: _stage_keys(pairs[d], pair_settings[d])[0] for d in directions}
+    text_keys = {d: stage_keys(pairs[d], pair_settings[d])[0] for d in directions}
     vocab = settings.vocab_size if settings.vocab_size is not None else VOCAB_RULE
-    spm_key = _fingerprint("multilingual sentencepiece", text_keys, vocab, settings.spm_sentences, settings.seed, TEMPERATURE)
-    encode_key = _fingerprint("multilingual encode", spm_key, settings.max_tokens, settings.max_ratio)
-    if (current := _manifest_is_current(out_dir, encode_key)) is not None:
+    spm_key = fingerprint("multilingual sentencepiece", text_keys, vocab, settings.spm_sentences, settings.seed, TEMPERATURE)
+    encode_key = fingerprint("multilingual encode", spm_key, settings.max_tokens, settings.max_ratio)
+    if (current := manifest_is_current(out_dir, encode_key)) is not None:
         return {**current, "reused": True}
 
     started = time.time()
@@ -135,9 +136,9 @@ def prepare_multilingual(out_dir: Path, train: list[Corpus], valid: list[Corpus]
         s = pair_settings[d]
         pair_work = work / d
         pair_work.mkdir(exist_ok=True)
-        text_counts[d], stages[f"text {d}"] = _stage(pair_work, "text", text_keys[d], [pair_work / f"train.{lang}" for lang in (s.source_lang, s.target_lang)]
-                                                      + [pair_work / CLEANING_SAMPLE],
-                                                      lambda: _text_stage(pair_work, pair_work, pairs[d], s, progress))
+        text_counts[d], stages[f"text {d}"] = run_stage(pair_work, "text", text_keys[d], [pair_work / f"train.{lang}" for lang in (s.source_lang, s.target_lang)]
+                                                         + [pair_work / CLEANING_SAMPLE],
+                                                         lambda: text_stage(pair_work, pair_work, pairs[d], s, progress))
         for split in ("valid", "test"):  # the plain text of each direction, named for it
             if split in pairs[d]:
                 for lang in (s.source_lang, s.target_lang):
@@ -148,17 +149,17 @@ def prepare_multilingual(out_dir: Path, train: list[Corpus], valid: list[Corpus]
                                               for line in read_lines(work / d / CLEANING_SAMPLE)])
     clean = sum(text_counts[d]["train"]["clean_pairs"] for d in directions)
     vocab_record = vocab_choice(settings.vocab_size, clean)
-    spm_counts, stages["sentencepiece"] = _stage(work, "sentencepiece", spm_key, [out_dir / SPM_FILE, out_dir / VOCAB_FILE],
-                                                 lambda: _sentencepiece(out_dir, work, train, text_counts, replace(settings, vocab_size=vocab_record["asked"]),
-                                                                        languages, progress))
+    spm_counts, stages["sentencepiece"] = run_stage(work, "sentencepiece", spm_key, [out_dir / SPM_FILE, out_dir / VOCAB_FILE],
+                                                    lambda: _sentencepiece(out_dir, work, train, text_counts, replace(settings, vocab_size=vocab_record["asked"]),
+                                                                           languages, progress))
     pieces = load_sentencepiece(out_dir / SPM_FILE).get_piece_size()
     vocab_size = pieces + len(languages)
     tag_ids = {lang: pieces + i for i, lang in enumerate(languages)}
 
     encoded = [out_dir / f"{split}.{side}.{ext}" for split in ("train", "valid") for side in SIDES for ext in ("bin", "idx")]
-    if (marker := _read_marker(work, "encode", encode_key)) is None or not all(p.is_file() for p in encoded):
+    if (marker := read_marker(work, "encode", encode_key)) is None or not all(p.is_file() for p in encoded):
         encode_counts = _encode(out_dir, work / f"encode-{encode_key[:16]}", train, pair_settings, sides, vocab_size, tag_ids, text_counts, progress)
-        _write_marker(work, "encode", encode_key, encode_counts)
+        write_marker(work, "encode", encode_key, encode_counts)
         stages["encode"] = "done"
     else:
         encode_counts, stages["encode"] = marker["counts"], "reused"
@@ -265,11 +266,11 @@ def _encode(out_dir: Path, parts_dir: Path, train: list[Corpus], pair_settings: 
             per_direction[d] = {}
             for split, source, total, ratio in (("train", out_dir / WORK / d, text_counts[d]["train"]["clean_pairs"], s.max_ratio),
                                                 ("valid", out_dir / WORK / d, text_counts[d]["valid"]["lines"], None)):
-                found, _ = _encode_parts(encoder, _read_text_pairs(source, split, s), total, parts_dir, split, s, ratio, progress, tags,
-                                         name=f"{split}-{d}")
+                found, _ = encode_parts(encoder, read_text_pairs(source, split, s), total, parts_dir, split, s, ratio, progress, tags,
+                                        name=f"{split}-{d}")
                 parts[split] += found
                 per_direction[d][split] = _part_counts(found)
-    counts = {split: _merged(parts[split], out_dir, split, sides, 0) for split in ("train", "valid")}
+    counts = {split: merge_split(parts[split], out_dir, split, sides, 0) for split in ("train", "valid")}
     for split in counts:
         counts[split].pop("resumed_chunks")
     if counts["train"]["pairs"] == 0:

@@ -28,24 +28,40 @@ piece, so a term replaces a piece there, not a whole sentence.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
 
 from nmtcli.inference.alignment import DEFAULT_HEADS, word_matrix
 from nmtcli.inference.coverage import coverage_penalty
-from nmtcli.inference.forced import search_score
+from nmtcli.inference.forced import AttentionHeads, Forced, search_score
 from nmtcli.inference.glossary import MAX_TERMS_PER_LINE, UNSPACED, Occurrence
 from nmtcli.inference.outputs import Hypothesis
 
 if TYPE_CHECKING:
     from nmtcli.inference.settings import SearchSettings
-    from nmtcli.inference.translator import Translator
+    from nmtcli.inference.tokenizer import Tokenizer
+    from nmtcli.model.transformer import Transformer
 
 Span = tuple[int, int]
+
+
+class TermTranslator(Protocol):
+    """What put_terms uses of the translator that calls it, inference/translator.py's Translator (which imports this
+    module): its tokenizer, model, warnings, the target tag of a multilingual model, its decoding and forced pass."""
+
+    tokenizer: Tokenizer
+    model: Transformer
+    warn: Callable[[str], None]
+    _tags: tuple[int, int] | None
+
+    def decoded(self, hyp: Hypothesis) -> str: ...
+
+    def forced(self, sources: Sequence[list[int]], targets: Sequence[list[int]], heads: AttentionHeads | None = None,
+               log_probs: bool = True) -> list[Forced]: ...
 
 
 def units_of(text: str, spans: Sequence[Span], cuts: Sequence[Span] = ()) -> list[int]:
@@ -277,7 +293,7 @@ class _Line:
     ids: list[int] | None = None
 
 
-def put_terms(translator: Translator, window: Sequence[tuple[int, str]], sentences: Sequence[list[int]],
+def put_terms(translator: TermTranslator, window: Sequence[tuple[int, str]], sentences: Sequence[list[int]],
               results: list[list[Hypothesis]], settings: SearchSettings, prefixes: Sequence[str] | None,
               attention: dict[int, Tensor]) -> None:
     """In place: every hypothesis of a line of `window` holding terms of `settings.glossary` with the terms put in (module
@@ -331,7 +347,7 @@ def put_terms(translator: Translator, window: Sequence[tuple[int, str]], sentenc
         results[i] = list(best.values())
 
 
-def _occurrences(translator: Translator, number: int, line: str, settings: SearchSettings) -> list[Occurrence]:
+def _occurrences(translator: TermTranslator, number: int, line: str, settings: SearchSettings) -> list[Occurrence]:
     """The occurrences of the glossary's terms in line `number`, at most MAX_TERMS_PER_LINE (the rest: a warning)."""
     found = settings.glossary.occurrences(line)
     if len(found) > MAX_TERMS_PER_LINE:
@@ -340,7 +356,7 @@ def _occurrences(translator: Translator, number: int, line: str, settings: Searc
     return found[:MAX_TERMS_PER_LINE]
 
 
-def _placed(translator: Translator, item: _Line, attention: Tensor) -> str:
+def _placed(translator: TermTranslator, item: _Line, attention: Tensor) -> str:
     """The text of `item`'s translation with its terms put in. `attention`: its (target pieces, source pieces), tags left out."""
     spans = translator.tokenizer.target_spans(item.text)
     target_units = units_of(item.text, spans)
