@@ -106,7 +106,7 @@ class Job:
         if self.rank == 0:
             with self._writing():
                 self.parts.mkdir(parents=True, exist_ok=True)
-            self._lock = _locked(self.parts / LOCK, self.output)
+            self._lock = locked(self.parts / LOCK, self.output)
             holds_chunks = any(p.name[:1].isdigit() for p in self.parts.iterdir())
             if not job.exists() and holds_chunks:
                 raise NmtError(f"{self.parts} holds chunks but no {JOB} saying what they translate",
@@ -234,7 +234,7 @@ def _read_job(path: Path) -> Any:
         return None
 
 
-def _locked(lock: Path, output: Path):
+def locked(lock: Path, output: Path):
     """`lock` opened and locked for this process (released when closed, or when the process ends however it ends);
     held by another, the one-line error."""
     f = open(lock, "a")
@@ -251,7 +251,7 @@ def check_unlocked(output: Path) -> None:
     """Before `nmt translate` writes OUT in one piece: no chunked translation is writing it (OUT.parts locked)."""
     lock = parts_dir(Path(output)) / LOCK
     if lock.is_file():
-        _locked(lock, output).close()
+        locked(lock, output).close()
 
 
 def decode_line(raw: bytes, number: int, name: str, warn: Callable[[str], None] | None = None) -> str:

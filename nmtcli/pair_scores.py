@@ -101,6 +101,25 @@ def score_file(model: Path, sources: Path, targets: Path, output: Path, language
     return output
 
 
+def _truncations(warn: Callable[[str], None] | None, task: str):
+    """(a warn that keeps the pairs cut to the model's length to itself, and what says them in one line after): the
+    engine's one line a pair named lines of the cleaned text, hundreds of them for a short-context model."""
+    cut: list[str] = []
+
+    def hear(message: str) -> None:
+        if " truncated to the model's " in message:
+            cut.append(message)
+        elif warn is not None:
+            warn(message)
+
+    def summary() -> None:
+        if cut and warn is not None:
+            warn(f"{task}: {len(cut):,} pairs longer than the model reads were scored on their beginning alone, a guess at "
+                 f"their cost (the first: {cut[0]}, a line of the cleaned training text)")
+
+    return hear, summary
+
+
 def scorer(forward: tuple[Path, dict] | None, reverse: tuple[Path, dict] | None, languages: tuple[str, str], device: str,
            warn: Callable[[str], None] | None = None):
     """The score filter's `score(sources, targets, work, progress)` (data/score_filter.py): the forward model's scores
@@ -110,12 +129,13 @@ def scorer(forward: tuple[Path, dict] | None, reverse: tuple[Path, dict] | None,
     def score(sources: Path, targets: Path, work: Path, progress: Progress) -> tuple[Path | None, Path | None]:
         work.mkdir(parents=True, exist_ok=True)
         out: list[Path | None] = [None, None]
-        if forward is not None:
-            out[0] = score_file(forward[0], sources, targets, work / "forward.txt", (src, tgt), forward[1], device, progress=progress,
-                                task=f"scoring {src}->{tgt}", warn=warn)
-        if reverse is not None:
-            out[1] = score_file(reverse[0], targets, sources, work / "reverse.txt", (tgt, src), reverse[1], device, progress=progress,
-                                task=f"scoring {tgt}->{src}", warn=warn)
+        for k, (model, a, b, name, pair) in enumerate(((forward, sources, targets, "forward", (src, tgt)),
+                                                       (reverse, targets, sources, "reverse", (tgt, src)))):
+            if model is not None:
+                hear, summary = _truncations(warn, f"scoring {pair[0]}->{pair[1]}")
+                out[k] = score_file(model[0], a, b, work / f"{name}.txt", pair, model[1], device, progress=progress,
+                                    task=f"scoring {pair[0]}->{pair[1]}", warn=hear)
+                summary()
         return out[0], out[1]
 
     return score

@@ -170,12 +170,14 @@ def test_a_model_trained_on_tagged_data_translates_plain_input(tagged, tmp_path)
 
 
 @pytest.mark.parametrize("case", ["wrong language", "reverse model of other languages", "empty", "missing", "no reverse model",
-                                  "vocab-from tagged", "bad sampling"])
+                                  "vocab-from tagged", "bad sampling", "tag \u2581", "tag <pad>", "tag </s>", "empty tag",
+                                  "tag with a space", "ratio inf"])
 def test_bad_back_translation_input_is_one_line(case, small, reverse_model, trained_model, tmp_path):
     mono, model, more = str(small["mono"]), str(reverse_model), []
     expected = {"wrong language": "looks like 'en' text, not 'de'", "reverse model of other languages": "translates en->de, but back-translation",
                 "empty": "is empty", "missing": "does not exist", "no reverse model": "--target-mono without --bt-model",
-                "vocab-from tagged": "--no-bt-tag", "bad sampling": "--bt-sampling 'top:3'"}[case]
+                "vocab-from tagged": "--no-bt-tag", "bad sampling": "--bt-sampling 'top:3'", "ratio inf": "--bt-ratio inf is not",
+                **{case: "cannot be the tag" for case in ("tag \u2581", "tag <pad>", "tag </s>", "empty tag", "tag with a space")}}[case]
     if case == "wrong language":
         mono = str(small["english"])
     elif case == "reverse model of other languages":
@@ -189,10 +191,15 @@ def test_bad_back_translation_input_is_one_line(case, small, reverse_model, trai
         more = ["--vocab-from", str(trained_model)]
     elif case == "bad sampling":
         more = ["--bt-sampling", "top:3"]
+    elif case == "ratio inf":  # it failed with a traceback after the whole translation
+        more = ["--bt-ratio", "inf"]
+    elif case.startswith("tag") or case == "empty tag":  # "\u2581" made every space of every pair bytes; <pad>, </s> special ids
+        more = ["--bt-tag-token", {"tag \u2581": "\u2581", "tag <pad>": "<pad>", "tag </s>": "</s>", "empty tag": "",
+                                   "tag with a space": "<B T>"}[case]]
     args = ["prepare", "--train", str(small["train"]), "--valid", str(small["valid"]), "-o", str(tmp_path / "data"), "--target-mono", mono,
             *([] if case == "no reverse model" else ["--bt-model", model]), *more]
     result = nmt_in_process(*args, check=False)
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr and "Traceback" not in result.stderr
     assert len([line for line in result.stderr.splitlines() if line.startswith("nmt: error")]) == 1
-    assert not (tmp_path / "data" / "manifest.json").exists()
+    assert not (tmp_path / "data" / "manifest.json").exists() and not (tmp_path / "data").exists()

@@ -421,3 +421,21 @@ def test_batch_stream_of_classes_resumes_in_classes(prepared):
     old = BatchStream(data, 400, seed=7, classes=True)
     old.load_state_dict({"epoch": 1, "position": 0})
     assert not old.classes
+
+
+def test_a_second_prepare_into_a_dir_being_prepared_is_refused_in_one_line(corpus, tmp_path):
+    # Two prepares into one -o at once: the second overwrote the cleaned text the first was scoring, and the first
+    # reported success with the other corpus's pairs. The data dir is locked for the whole command now.
+    from conftest import nmt_in_process
+
+    from nmtcli.bulk import locked
+
+    out = tmp_path / "data"
+    out.mkdir()
+    args = ["prepare", "--train", str(corpus["train"]), "--valid", str(corpus["valid"]), "-o", str(out)]
+    with locked(out / ".lock", out):  # as a running `nmt prepare` holds it
+        refused = nmt_in_process(*args, check=False)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines() == [f"nmt: error: another command is writing {out} ({out} is locked) "
+                                                   "(wait for it to finish, or write to another -o)"]
+    assert [p.name for p in out.iterdir()] == [".lock"]

@@ -336,9 +336,10 @@ def test_prepare_vocab_from_warns_of_text_the_model_s_vocabulary_cannot_write(op
     for split in ("train", "valid"):
         lines = Path(f"{corpus[split]}.de").read_text(encoding="utf-8").splitlines()
         holding = sum(1 for line in lines if "ü" in line or "ä" in line)
+        assert manifest["splits"][split]["pairs"] == len(lines)  # every pair kept: the counts are of the lines read
         assert holding > 0 and manifest["splits"][split]["unknown"] == {
             "source_lines": 0, "source_characters": "", "target_lines": holding, "target_characters": "äü"}
-        assert f"warning: {split}: {holding:,} target lines (de) hold characters its vocabulary lacks (ä ü)" in result.stderr
+        assert f"warning: {split}: {holding:,} of {len(lines):,} target lines (de) hold characters its vocabulary lacks (ä ü)" in result.stderr
     assert "unknown" not in json.loads((opus["data"] / "manifest.json").read_text())["splits"]["train"]  # its own text: none
     own = nmt_in_process("prepare", "--train", str(corpus["train"]), "--valid", str(corpus["valid"]), "--vocab-size", "300",
                          "-o", str(tmp_path / "own"))

@@ -282,6 +282,10 @@ def test_a_word_of_several_pieces_gets_one_link_not_one_a_piece():
     assert grow_diag_final_and(balanced(matrix)) == {(0, 2), (1, 1), (2, 0)}
     for unit in ("words", COVERING, "pieces"):
         assert alignment_text(attention[:1], source, [], unit) == "" and alignment_text(attention[:, :1], [], target, unit) == ""
+    # An n-best entry that is nothing but a space ("." -> "", its one piece a bare "\u2581") has no word to link to
+    bare = torch.tensor([[0.9, 0.1], [0.5, 0.5]])
+    for unit in ("words", COVERING):
+        assert alignment_text(bare, ["\u2581."], ["\u2581"], unit) == "", unit
 
 
 def test_grow_diag_final_and_adds_the_neighbours_of_agreed_links_then_lone_links_of_either_direction():

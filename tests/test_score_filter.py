@@ -89,6 +89,14 @@ def test_garbage_pairs_rank_among_the_worst_under_the_trained_model(trained_mode
     assert sum(p < 10 for ps in places.values() for p in ps) >= 8, places
 
 
+def test_the_share_dropped_is_the_floor_of_the_decimal_percent():
+    from nmtcli.data.score_filter import dropped_count
+
+    # 1,500 x 4.6 / 100 is 68.99999999999999 in floats: 68 pairs were dropped where the docs promise floor(69.0)
+    assert dropped_count(1500, 4.6) == 69 and dropped_count(1000, 5) == 50 and dropped_count(1, 99) == 0 and dropped_count(3, 0) == 0
+    assert all(dropped_count(n, p) == n * round(p * 10) // 1000 for n in range(1, 3000, 7) for p in (0.1, 2.3, 4.6, 5.0, 12.7, 99.0))
+
+
 def test_the_split_keeps_order_and_drops_floor_n_p_worst_first_ties_by_line(tmp_path):
     n = 103
     sources = [f"source {i}" for i in range(n)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -99,7 +100,7 @@ def command(
     if list_recipes:
         return _list_recipes()
     _check_inputs(name, train, valid, test)
-    check_flags(target_mono, bt_model, bt_sampling, vocab_from, bt_tag, bool(train and len(train) > 1))
+    check_flags(target_mono, bt_model, bt_sampling, vocab_from, bt_tag_token if bt_tag else None, bool(train and len(train) > 1), bt_ratio)
     back = dict(mono=target_mono, reverse_model=bt_model, sampling=bt_sampling, tag=bt_tag_token if bt_tag else None, ratio=bt_ratio,
                 seed=seed, chunk_lines=min(chunk_pairs, CHUNK_LINES)) if target_mono else None
     filters = dict(drop_duplicates=drop_duplicates, drop_markup=drop_markup, drop_wrong_script=drop_wrong_script,
@@ -114,15 +115,35 @@ def command(
     options = dict(max_tokens=max_tokens, seed=seed, workers=workers, chunk_pairs=chunk_pairs, **filters)
     settings, out = _settings(name, revision, source_lang, target_lang, vocab_size, spm_sentences, max_ratio, ratio_slack, options, output)
     scoring = _score_filter(score_model, reverse_model, drop_worst, device, settings.source_lang, settings.target_lang)
-    vocabulary = _announce(out, settings, vocabulary)
-    synthetic = _back_translate(out, settings, back)
-    with progress_bar() as progress:
-        if name is not None:
-            manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary, synthetic, scoring)
-        else:
-            manifest = prepare_files(out, Path(train[0]), Path(valid[0]), Path(test[0]) if test else None, settings,
-                                     f"{settings.source_lang}-{settings.target_lang}", progress, vocabulary, synthetic, scoring)
+    with _only_writer(out):
+        vocabulary = _announce(out, settings, vocabulary)
+        synthetic = _back_translate(out, settings, back)
+        with progress_bar() as progress:
+            if name is not None:
+                manifest = prepare_recipe(name, out, settings, revision, progress, vocabulary, synthetic, scoring)
+            else:
+                manifest = prepare_files(out, Path(train[0]), Path(valid[0]), Path(test[0]) if test else None, settings,
+                                         f"{settings.source_lang}-{settings.target_lang}", progress, vocabulary, synthetic, scoring)
     _report(out, manifest, clean_report)
+
+
+@contextmanager
+def _only_writer(out: Path):
+    """The data dir locked for this command (DIR/.lock, released however the process ends): a second `nmt prepare`
+    into it is refused in one line instead of overwriting the text the first one is reading."""
+    from nmtcli.bulk import locked
+
+    if out.exists() and not out.is_dir():
+        raise NmtError(f"-o {out} is a file", "give a directory for the prepared data", exit_code=2)
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with locked(out / ".lock", out):
+            yield
+    finally:
+        if made and [p.name for p in out.iterdir()] == [".lock"]:  # refused before anything was written: leave no dir
+            (out / ".lock").unlink()
+            out.rmdir()
 
 
 def _check_inputs(name: str | None, train: list[str] | None, valid: list[str] | None, test: list[str] | None) -> None:
@@ -202,7 +223,7 @@ def _multilingual(train: list[str], valid: list[str], test: list[str], source_la
     settings = PrepareSettings("src", "tgt", vocab_size, spm_sentences=spm_sentences or 1_000_000, max_ratio=max_ratio or MAX_RATIO, seed=seed, **options)
     out = output or DATA_ROOT / "+".join(c.direction for c in corpora["--train"])
     announce("prepared data", out)
-    with progress_bar() as progress:
+    with _only_writer(out), progress_bar() as progress:
         manifest = prepare_multilingual(out, corpora["--train"], corpora["--valid"], corpora["--test"] or None, settings, progress)
     _report(out, manifest, clean_report)
 
@@ -282,14 +303,14 @@ def _vocabulary(spec: str, vocab_size: int | None, spm_sentences: int | None):
     return read_vocabulary(model_dir, origin)
 
 
-def _say_unknown(split: str, side: str, lang: str | None, unknown: dict) -> None:
+def _say_unknown(split: str, side: str, lang: str | None, unknown: dict, pairs: int) -> None:
     """A warning where the vocabulary (--vocab-from) cannot write some of a side's text: what is fine-tuned on it
     learns to write nothing there (issue 51: "rüde" came out as "rde")."""
     lines = unknown.get(f"{side}_lines", 0)
     if lines:
         characters = unknown.get(f"{side}_characters", "")
         what = f"characters its vocabulary lacks ({' '.join(characters[:40])}{' ...' if len(characters) > 40 else ''})" if characters else "pieces its vocabulary lacks"
-        warn(f"{split}: {lines:,} {side} lines{f' ({lang})' if lang else ''} hold {what}: they are read as the unknown token, and a "
+        warn(f"{split}: {lines:,} of {pairs:,} {side} lines{f' ({lang})' if lang else ''} hold {what}: they are read as the unknown token, and a "
              "model trained on them cannot write them; start from a model whose vocabulary covers this text, or train one "
              "with its own vocabulary (no --vocab-from)")
 
@@ -310,7 +331,7 @@ def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None
             if split == "train" and "directions" in counts:  # multilingual data: each pair's share
                 say("  " + ", ".join(f"{d} {c['pairs']:,}" for d, c in counts["directions"].items()))
             for side, lang in (("source", manifest.get("source_lang")), ("target", manifest.get("target_lang"))):
-                _say_unknown(split, side, lang, counts.get("unknown", {}))
+                _say_unknown(split, side, lang, counts.get("unknown", {}), counts["pairs"])
             for direction, c in counts.get("directions", {"": counts}).items():
                 if c.get("language_unknown"):
                     say(f"{split}{' ' + direction if direction else ''}: language not judged for {', '.join(c['language_unknown'])} "
@@ -328,7 +349,10 @@ def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None
         models = manifest["score_filter"]
         by = ("dual conditional cross-entropy" if models["forward"] and models["reverse"] else
               f"the {'forward' if models['forward'] else 'reverse'} model's per-token cross-entropy")
-        say(f"score filter: the worst {models['percent']:g}% by {by} dropped, listed worst first in {out / DROPPED}")
+        if manifest["splits"]["train"]["dropped"].get("score"):
+            say(f"score filter: the worst {models['percent']:g}% by {by} dropped, listed worst first in {out / DROPPED}")
+        else:
+            say(f"score filter: no pair dropped (the worst {models['percent']:g}% of the pairs is less than one)")
     say(_vocabulary_line(manifest))
     say(f"done in {manifest['seconds']} s")
     if clean_report is not None:

@@ -44,17 +44,18 @@ def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: Prep
     if max_ratio is not None:
         ratio = ~empty & ~too_long & (np.maximum(src_len, tgt_len) > max_ratio * np.minimum(src_len, tgt_len) + settings.ratio_slack)
     keep = ~(empty | too_long | ratio)
-    unknown = [encoder.unknown([pair[k] for pair in pairs], tokens, lengths, side)
-               for k, (tokens, lengths, side) in enumerate(((src_tokens, src_len, "source"), (tgt_tokens, tgt_len, "target")))]
     arrays = {
         "dropped": np.array([empty.sum(), too_long.sum(), ratio.sum()], dtype=np.int64),
-        "unknown_lines": np.array([n for n, _ in unknown], dtype=np.int64),  # lines holding text the vocabulary lacks
-        "unknown_characters": np.array([c for _, c in unknown]),
         "src_tokens": src_tokens[np.repeat(keep, src_len)],
         "src_lengths": src_len[keep],
         "tgt_tokens": tgt_tokens[np.repeat(keep, tgt_len)],
         "tgt_lengths": tgt_len[keep],
     }
+    kept = [pair for pair, k in zip(pairs, keep.tolist()) if k]  # of the pairs kept: the lines the split holds
+    unknown = [encoder.unknown([pair[k] for pair in kept], arrays[f"{side}_tokens"], arrays[f"{side}_lengths"], name)
+               for k, (side, name) in enumerate((("src", "source"), ("tgt", "target")))]
+    arrays["unknown_lines"] = np.array([n for n, _ in unknown], dtype=np.int64)  # lines holding text the vocabulary lacks
+    arrays["unknown_characters"] = np.array([c for _, c in unknown])
     if tags is not None:
         for side, tag in zip(("src", "tgt"), tags):
             if tag is None:  # back-translation's tag: the source side's only

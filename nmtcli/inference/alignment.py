@@ -190,9 +190,27 @@ def with_every_source_word(links: set[tuple[int, int]], attention: Tensor, src_w
     return sorted(links | {(w, tgt_word[best[w]]) for w in range(words) if w not in linked})
 
 
+def _without_bare_boundaries(attention: Tensor, source_pieces: Sequence[str], target_pieces: Sequence[str]):
+    """The pair without the lone "▁" pieces that end a side (a translation of nothing but a space: no word of its
+    text), their rows and columns left out of the attention, EOS's kept last."""
+    def spoken(pieces: Sequence[str]) -> int:
+        n = len(pieces)
+        while n and pieces[n - 1] == WORD_BOUNDARY:
+            n -= 1
+        return n
+
+    s, t = spoken(source_pieces), spoken(target_pieces)
+    if (s, t) == (len(source_pieces), len(target_pieces)):
+        return attention, source_pieces, target_pieces
+    rows = [*range(t), attention.size(0) - 1]
+    columns = [*range(s), attention.size(1) - 1]
+    return attention[rows][:, columns], source_pieces[:s], target_pieces[:t]
+
+
 def alignment_text(attention: Tensor, source_pieces: Sequence[str], target_pieces: Sequence[str], unit: str) -> str:
     """A pair's alignment as Pharaoh "i-j ...": over `unit` (UNITS), or COVERING's links over words."""
     if unit == "pieces":
         return pharaoh(piece_links(attention), source_pieces, target_pieces, unit)
+    attention, source_pieces, target_pieces = _without_bare_boundaries(attention, source_pieces, target_pieces)
     links = covering_links if unit == COVERING else word_links
     return " ".join(f"{s}-{t}" for s, t in links(attention, source_pieces, target_pieces))
