@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -78,12 +76,10 @@ def write(prefix: Path, pairs: list[tuple[str, str]], src: str = "en", tgt: str 
 
 
 def nmt(*args: str, log: Path) -> str:
-    with open(log, "a") as f:
-        f.write(f"$ nmt {' '.join(args)}\n")
-        f.flush()
-        done = subprocess.run([sys.executable, "-m", "nmtcli", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=f, text=True, check=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
-    return done.stdout
+    """`nmt ARGS` of this tree, its stderr appended to `log` (cleaning.py's runner)."""
+    from cleaning import run_nmt
+
+    return run_nmt(*args, log=log, code=ROOT)
 
 
 def train(data: Path, out: Path, steps: int, seed: int, log: Path) -> float:

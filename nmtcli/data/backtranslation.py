@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from nmtcli.checksums import file_sha256
 from nmtcli.data import language_id
 from nmtcli.data.cleaning import LANGUAGE_CHARS, LANGUAGE_PRIOR, MIN_LANGUAGE_LETTERS
@@ -200,16 +198,6 @@ def tag_id(spm_model: Path, tag: str) -> int:
     if piece == sp.unk_id() or not sp.is_control(piece):
         raise NmtError(f"{spm_model} has no control piece {tag!r}", "prepare the data again into a new dir (-o)")
     return piece
-
-
-def part_counts(parts: Sequence[Path]) -> dict[str, Any]:
-    """Pairs kept and the token filters' drops of some encoded chunk files."""
-    pairs, dropped = 0, np.zeros(3, dtype=np.int64)
-    for part in parts:
-        with np.load(part) as chunk:
-            pairs += len(chunk["src_lengths"])
-            dropped += chunk["dropped"]
-    return {"pairs": pairs, "dropped": {n: int(v) for n, v in zip(("empty", "too_long", "ratio"), dropped) if v}}
 
 
 def samples(out_sample: Path, synthetic_sample: Path) -> Iterator[dict[str, Any]]:

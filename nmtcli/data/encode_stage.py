@@ -196,7 +196,7 @@ def _mixed_train(encoder: Encoder, out_dir: Path, text_dir: Path, parts_dir: Pat
                  synthetic: Synthetic, progress: Progress) -> dict[str, Any]:
     """The train split of real and back-translated pairs (backtranslation.py): each encoded into chunks under the same
     token filters, the synthetic sources after the tag, then merged: the real chunks `upsample` times, the synthetic ones once."""
-    from nmtcli.data.backtranslation import STEM, part_counts, tag_id, upsample_factor
+    from nmtcli.data.backtranslation import STEM, tag_id, upsample_factor
 
     real_parts, resumed = encode_parts(encoder, read_text_pairs(text_dir, "train", settings), text_counts["train"]["clean_pairs"],
                                        parts_dir, "train", settings, settings.max_ratio, progress)
@@ -211,3 +211,13 @@ def _mixed_train(encoder: Encoder, out_dir: Path, text_dir: Path, parts_dir: Pat
     train["dropped"] = real["dropped"]
     train["backtranslation"] = {"real": real, "synthetic": made, "upsample": upsample, "tag_id": tag}
     return train
+
+
+def part_counts(parts: list[Path]) -> dict[str, Any]:
+    """Pairs kept and the token filters' drops of some encoded chunk files."""
+    pairs, dropped = 0, np.zeros(3, dtype=np.int64)
+    for part in parts:
+        with np.load(part) as chunk:
+            pairs += len(chunk["src_lengths"])
+            dropped += chunk["dropped"]
+    return {"pairs": pairs, "dropped": {n: int(v) for n, v in zip(("empty", "too_long", "ratio"), dropped) if v}}

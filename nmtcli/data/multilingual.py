@@ -42,7 +42,7 @@ import numpy as np
 
 from nmtcli.checksums import file_sha256
 from nmtcli.data.encoding import Encoder
-from nmtcli.data.encode_stage import encode_parts, merge_split
+from nmtcli.data.encode_stage import encode_parts, merge_split, part_counts
 from nmtcli.data.fingerprints import MANIFEST, WORK, fingerprint, manifest_is_current, read_marker, run_stage, stage_keys, write_marker
 from nmtcli.data.settings import PrepareSettings, Progress, no_progress
 from nmtcli.data.text_stages import CLEANING_SAMPLE, read_text_pairs, text_stage, write_samples
@@ -269,22 +269,13 @@ def _encode(out_dir: Path, parts_dir: Path, train: list[Corpus], pair_settings: 
                 found, _ = encode_parts(encoder, read_text_pairs(source, split, s), total, parts_dir, split, s, ratio, progress, tags,
                                         name=f"{split}-{d}")
                 parts[split] += found
-                per_direction[d][split] = _part_counts(found)
+                per_direction[d][split] = part_counts(found)
     counts = {split: merge_split(parts[split], out_dir, split, sides, 0) for split in ("train", "valid")}
     for split in counts:
         counts[split].pop("resumed_chunks")
     if counts["train"]["pairs"] == 0:
         raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty, and --max-tokens")
     return {**counts, "directions": per_direction}
-
-
-def _part_counts(parts: list[Path]) -> dict[str, Any]:
-    pairs, dropped = 0, np.zeros(3, dtype=np.int64)
-    for part in parts:
-        with np.load(part) as chunk:
-            pairs += len(chunk["src_lengths"])
-            dropped += chunk["dropped"]
-    return {"pairs": pairs, "dropped": {n: int(v) for n, v in zip(("empty", "too_long", "ratio"), dropped) if v}}
 
 
 def _direction_counts(text: dict[str, Any], encode: dict[str, Any]) -> dict[str, Any]:
