@@ -158,7 +158,7 @@ class Translator:
         settings = self._settings(alpha=alpha, length_penalty=length_penalty, brevity_penalty=brevity_penalty)
         if alignment not in (None, "words", "pieces"):
             raise NmtError(f"unknown alignment {alignment!r}", "choose words or pieces", exit_code=2)
-        return list(self.score_with(settings, sources, targets, alignment))
+        return list(self._score_with(settings, sources, targets, alignment))
 
     def translate_html(self, document: str, *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt",
                        max_len_a: float = 1.0, max_len_b: int = 50, protect: bool = True, protect_regex: Iterable[str] = (),
@@ -173,7 +173,7 @@ class Translator:
         settings = self._settings(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                                   glossary=_glossary(glossary), coverage_penalty=coverage_penalty,
                                   brevity_penalty=brevity_penalty)
-        return self.html_with(settings, document, protection(protect, protect_regex))[0]
+        return self._html_with(settings, document, protection(protect, protect_regex))[0]
 
     def detect_language(self, text: str) -> list[tuple[str, float]]:
         """The likeliest languages of `text` as (code, confidence 0-100), best first, the model's own two a priori
@@ -208,7 +208,7 @@ class Translator:
         """The engine underneath (inference/engine.py): the native one's windows, batches, devices and graphs, or CTranslate2's."""
         return self._engine
 
-    def translate_with(self, settings: SearchSettings, texts: Iterable[str], prefixes: Iterable[str] | None = None,
+    def _translate_with(self, settings: SearchSettings, texts: Iterable[str], prefixes: Iterable[str] | None = None,
                        split_sentences: bool = False, protection: Protection | None = None,
                        numbers: dict[int, tuple[int, int]] | None = None) -> Iterator[Translated]:
         """`translate_stream` with `settings` as they are (sampling included), one prefix per text, `protection` built;
@@ -216,7 +216,7 @@ class Translator:
         `numbers`: as pipeline.translate_texts's."""
         return self._documents(checked(texts, "texts"), settings, prefixes, split_sentences, protection, numbers)
 
-    def translate_lines(self, settings: SearchSettings, lines: list[str], prefixes: list[str] | None = None,
+    def _translate_lines(self, settings: SearchSettings, lines: list[str], prefixes: list[str] | None = None,
                         numbers: list[int] | None = None, protection: Protection | None = None) -> list[Translation]:
         """`lines` translated as one unit (sorted and batched together: `nmt serve`'s batch of concurrent requests);
         `numbers` key each line's samples (default 1, 2, ...); `protection`: the spans kept (documents/protect.py)."""
@@ -229,12 +229,12 @@ class Translator:
 
         return [t.translation for t in translate_texts(lines, at_once, protection=protection, keep_alignment=settings.alignment is not None)]
 
-    def score_with(self, settings: SearchSettings, sources: Iterable[str], targets: Iterable[str],
+    def _score_with(self, settings: SearchSettings, sources: Iterable[str], targets: Iterable[str],
                    alignment: Alignment | None = None) -> Iterator[Scored]:
         """`score` with `settings` as they are, as an iterator (a window at a time)."""
         return self._engine.score(checked(sources, "sources"), checked(targets, "targets"), alignment, settings)
 
-    def html_with(self, settings: SearchSettings, document: str, protection: Protection | None = None) -> tuple[str, int]:
+    def _html_with(self, settings: SearchSettings, document: str, protection: Protection | None = None) -> tuple[str, int]:
         """`translate_html` with `settings` as they are (their alignment made COVERING); also the document's sentences."""
         from nmtcli.documents.markup import parse
         from nmtcli.documents.pipeline import Pages

@@ -198,7 +198,7 @@ def _translate_html(translator, source: BinaryIO, output: Path | None, settings:
     except UnicodeDecodeError:
         warn("the HTML input holds invalid UTF-8: replaced with U+FFFD")
         text = raw.decode("utf-8-sig", errors="replace")
-    translated, count = translator.html_with(settings, text, protection)
+    translated, count = translator._html_with(settings, text, protection)
     if output is None:
         try:
             sys.stdout.write(translated)

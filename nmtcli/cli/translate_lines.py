@@ -32,7 +32,7 @@ def scores(translator, settings: SearchSettings, lines: Iterator[str], target_fi
 def scored(translator, settings: SearchSettings, lines: Iterator[str], targets: Iterator[str], output_format: str,
            alignment: str | None) -> Iterator[str]:
     """--forced-decoding of `targets`: each pair's score (text) or record (json)."""
-    for result in translator.score_with(settings, lines, targets, alignment):
+    for result in translator._score_with(settings, lines, targets, alignment):
         yield f"{result.score:.6f}" if output_format == "text" else json.dumps(result.record(), ensure_ascii=False)
 
 
@@ -74,16 +74,16 @@ def translations(translator, settings: SearchSettings, lines: Iterator[str], pre
 
 def _translated(translator, settings: SearchSettings, lines: Iterator[str], prefixes: Iterator[str] | None, split_sentences: bool,
                 protection, numbers: dict[int, tuple[int, int]] | None, first: int):
-    """The API's translate_with; a chunk of sampled lines (whole) through translate_lines, each keyed by its number in
+    """The API's _translate_with; a chunk of sampled lines (whole) through _translate_lines, each keyed by its number in
     the file, so that its draws are those of the same line translated in one piece."""
     if settings.sampling is None or split_sentences or first == 1:
-        return translator.translate_with(settings, lines, prefixes, split_sentences, protection, numbers if split_sentences else None)
+        return translator._translate_with(settings, lines, prefixes, split_sentences, protection, numbers if split_sentences else None)
     from nmtcli.documents.pipeline import Translated
 
     lines = list(lines)
     prefixes = None if prefixes is None else list(prefixes)
     numbers_in_file = list(range(first, first + len(lines)))
-    return (Translated(line, t) for line, t in zip(lines, translator.translate_lines(settings, lines, prefixes, numbers_in_file, protection)))
+    return (Translated(line, t) for line, t in zip(lines, translator._translate_lines(settings, lines, prefixes, numbers_in_file, protection)))
 
 
 def flagged(rated: Iterator[tuple[str | dict, float | None]], min_confidence: float | None, below: list[int]) -> Iterator[str]:

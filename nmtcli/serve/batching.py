@@ -192,5 +192,5 @@ def _translate(job: Job, lines: list[str], numbers: list[int], prefixes: list[st
     faults.point("serve-batch", lines=lines)
     if targets is not None:
         s = job.settings
-        return list(job.model.translator.score_with(s, lines, targets, s.alignment))
-    return [t.nbest for t in job.model.translator.translate_lines(job.settings, lines, prefixes, numbers, job.protection)]
+        return list(job.model.translator._score_with(s, lines, targets, s.alignment))
+    return [t.nbest for t in job.model.translator._translate_lines(job.settings, lines, prefixes, numbers, job.protection)]
