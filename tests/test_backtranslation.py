@@ -137,8 +137,9 @@ def test_a_killed_back_translation_resumes_without_losing_or_doubling_a_line(tag
     data, _ = tagged
     out = tmp_path / "killed"
     args = prepare_args(small, reverse_model, out)
-    # Renames: the joined monolingual text, job.json, then each chunk's text and record; killed after chunk 0.
-    killed = run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-rename:4"}, check=False)
+    # Renames: the joined monolingual text, the attempt's record, job.json, then each chunk's text and record; killed
+    # after chunk 0.
+    killed = run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-rename:5"}, check=False)
     assert killed.returncode == -9 and (out / "backtranslation.en.parts" / "000000.json").exists()
     assert not (out / "manifest.json").exists() and not (out / "backtranslation.json").exists()
     again = nmt_in_process(*args)

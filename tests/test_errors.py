@@ -505,7 +505,8 @@ def _(c: Case):
     # filter stays off: py3langid unpacks its model into a temporary file first, which the limit would stop sooner.
     result = c.process("prepare", "--train", str(train), "--valid", str(c.fixture("corpus")["valid"]), "-o", "data",
                    "--vocab-size", "1000", "--keep-wrong-language", file_size=largest + 1000)
-    assert hidden(c.tmp / "data") == [".work"]  # what a second run resumes from; no temporary file
+    # what a second run resumes from, and the lock one run at a time holds; no temporary file
+    assert hidden(c.tmp / "data") == [".lock", ".work"]
     return result
 
 

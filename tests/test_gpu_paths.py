@@ -778,8 +778,17 @@ def test_a_graph_is_recorded_once_per_shape_class_and_replayed_by_every_later_ba
     monkeypatch.setenv("NMT_BEAM_CACHE", beam_cache)
     windows, eager = stream
     visits = []  # (search, class, Arena version) of every graphed step: a search per batch, a new class when sentences leave
+    searches_seen = []  # every search, kept alive: numbered by its place here (an id() could be reused once one is freed)
+
+    def number(search) -> int:
+        known = next((k for k, s in enumerate(searches_seen) if s is search), None)
+        if known is None:
+            searches_seen.append(search)
+            return len(searches_seen) - 1
+        return known
+
     step, record = StepGraphs.step, StepGraphs._record
-    monkeypatch.setattr(StepGraphs, "step", lambda self, search: (visits.append((id(search), search.class_key(), self.arena.version)),
+    monkeypatch.setattr(StepGraphs, "step", lambda self, search: (visits.append((number(search), search.class_key(), self.arena.version)),
                                                                   step(self, search))[1])
     captures = []  # (class, span, set of decoder buffers) of every capture
     monkeypatch.setattr(StepGraphs, "_record", lambda self, search: (captures.append(
