@@ -494,6 +494,9 @@ def test_nmt_translate_format_html_translates_the_input_as_one_document(trained_
     assert error.returncode == 2 and error.stderr.strip().splitlines()[-1] == (
         "nmt: error: --format html does not go with --output-format json (--format html writes the HTML document translated "
         "(its tags placed by the native engine's word alignment); drop one of them)")
+    # --alignment alone was first told to add --output-format json, the flag the line above refuses
+    error = nmt_main("translate", "-m", str(trained_model), "--format", "html", "--alignment", "words", input=page, check=False)
+    assert error.returncode == 2 and error.stderr.strip().splitlines()[-1].startswith("nmt: error: --format html does not go with --alignment")
 
 
 def test_random_markup_is_no_crash_and_every_tag_comes_back_whatever_the_word_order():

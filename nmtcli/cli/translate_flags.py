@@ -34,8 +34,9 @@ def check_flags(ctx: typer.Context, *, input: Path | None, output_format: str, n
     from nmtcli.cli.documents import chosen_format
 
     format = chosen_format(format, input)
-    check_forced_flags(alignment, forced_decoding, target_file, output_format, nbest, engine, input)
+    # A document's flags first: `--format html --alignment words` was told to add --output-format json, which it refuses.
     check_html_flags(format, output_format, engine, alignment, forced_decoding, prefix_file, split_sentences)
+    check_forced_flags(alignment, forced_decoding, target_file, output_format, nbest, engine, input)
     if min_confidence is not None and (forced_decoding or format != "text" or engine != "native"):
         flag = "--forced-decoding" if forced_decoding else f"--format {format}" if format != "text" else f"--engine {engine}"
         raise NmtError(f"--min-confidence does not go with {flag}", "it flags the native engine's translations of lines; "
