@@ -125,7 +125,8 @@ def train_sentencepiece(
             )
             data = Path(prefix + ".model").read_bytes()
         except RuntimeError as e:
-            raise NmtError(f"sentencepiece training failed: {e}", "check --vocab-size against the corpus size") from None
+            reserved = f"; it holds {len(control_symbols)} reserved piece(s) too ({' '.join(control_symbols)}: back-translation's tag)" if control_symbols else ""
+            raise NmtError(f"sentencepiece training failed: {e}", f"check --vocab-size against the corpus size{reserved}") from None
         finally:
             for written in (prefix + ".vocab", prefix + ".model"):
                 if os.path.exists(written):
