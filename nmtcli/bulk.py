@@ -57,6 +57,25 @@ def parts_dir(output: Path) -> Path:
     return output.with_name(output.name + PARTS)
 
 
+def drop_other_attempt(parts: Path, record: Path, name: str, attempt: Any) -> bool:
+    """Before a command's translation `name` runs into `parts` (its -o's chunks): the chunks a run cut short left there
+    are kept when `record` (JSON: each translation's last attempt, by name) says they are of this very `attempt` (the
+    same command: it resumes from them), deleted when not; `record` then names this attempt. Returns whether chunks
+    were deleted. A command that owns the chunks (nmt distill, nmt prepare's back-translation) calls it, where a user's
+    `nmt translate -o` refuses another job's chunks instead."""
+    try:
+        tried = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        tried = {}
+    tried = tried if isinstance(tried, dict) else {}
+    dropped = parts.is_dir() and tried.get(name) != attempt
+    if dropped:
+        shutil.rmtree(parts)
+    with atomic_path(record) as tmp:
+        tmp.write_text(json.dumps({**tried, name: attempt}, indent=2) + "\n", encoding="utf-8")
+    return dropped
+
+
 def index(paths: Sequence[Path], chunk_lines: int) -> tuple[list[Chunk], list[dict[str, Any]]]:
     """Each input file read once: the chunks (every file's byte offset at each chunk's first line) and each file's
     size and sha256. The files must have as many lines as the first (a target, prefix or reference file beside it)."""

@@ -143,7 +143,7 @@ WORD_READINGS = {
     "word-column": lambda att, sw, tw: {(s, t) for t, s in enumerate(word_links(att, sw, tw)[0])},
     # the word matrix balanced (Sinkhorn), the two directions agreed on: COVERING's links before each source word is covered
     "word-balanced-intersection": lambda att, sw, tw: agreed(balanced(word_matrix(_core(att), sw, tw))),
-    # the same matrix, grow-diag-final-and: `--alignment words` (inference/alignment.py word_links)
+    # the same matrix, grow-diag-final-and: `--alignment words` (inference/alignment.py word_alignment)
     "word-balanced-gdfa": lambda att, sw, tw: grow_diag_final_and(balanced(word_matrix(_core(att), sw, tw))),
 }
 NOTES = {"column": "`--alignment pieces`; words before", "intersection": "COVERING before", "word-balanced-intersection": "COVERING now",

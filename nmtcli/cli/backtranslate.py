@@ -31,6 +31,7 @@ def back_translate(out: Path, mono: list[Path], reverse_model: str, sampling: st
                    source_lang: str, target_lang: str, seed: int, chunk_lines: int) -> Synthetic:
     """Check the inputs, translate the monolingual text (or find it translated), and return the synthetic pairs."""
     from nmtcli.cli.common import resolve_model
+    from nmtcli.bulk import drop_other_attempt, parts_dir
     from nmtcli.cli.distill import _nmt
     from nmtcli.data import backtranslation as bt
 
@@ -52,31 +53,11 @@ def back_translate(out: Path, mono: list[Path], reverse_model: str, sampling: st
     args = ["translate", "-m", str(model), "-i", str(target), "-o", str(source), *search, *languages,
             "--chunk-lines", str(chunk_lines), "--precision", _precision()]
     say(f"back-translation of {lines:,} lines by {model} (resumable: the same command continues it)")
-    _drop_other_attempt(out, source, {**wanted, "args": args})
+    if drop_other_attempt(parts_dir(source), out / ATTEMPT, "backtranslation", {**wanted, "args": args}):
+        say(f"back-translation: the chunks of an earlier attempt with other files, model or settings dropped ({parts_dir(source)})")
     say(f"$ nmt {' '.join(shlex.quote(a) for a in args)}")
     _nmt(args)
     return bt.Synthetic(source, target, tag, ratio, bt.write_record(out, wanted, source, target, lines))
-
-
-def _drop_other_attempt(out: Path, source: Path, attempt: dict) -> None:
-    """The chunks an earlier, cut-short back-translation left in SOURCE.parts: kept when it was this very one (the same
-    files, model, search and chunk size: it resumes), dropped with a line when not (prepare owns them)."""
-    import json
-    import shutil
-
-    from nmtcli.bulk import parts_dir
-    from nmtcli.files import atomic_path
-
-    parts, record = parts_dir(source), out / ATTEMPT
-    try:
-        before = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        before = None
-    if parts.is_dir() and before != attempt:
-        say(f"back-translation: the chunks of an earlier attempt with other files, model or settings dropped ({parts})")
-        shutil.rmtree(parts)
-    with atomic_path(record) as tmp:
-        tmp.write_text(json.dumps(attempt, indent=2) + "\n", encoding="utf-8")
 
 
 def _precision() -> str:

@@ -19,7 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from nmtcli.bulk import parts_dir
+from nmtcli.bulk import drop_other_attempt, parts_dir
 from nmtcli.cli.common import console, say
 from nmtcli.errors import NmtError
 from nmtcli.files import atomic_path
@@ -174,12 +174,8 @@ class Stages:
         key = stamps(reads)
 
         def attempt() -> None:
-            attempts = self.work / ATTEMPTS
-            tried = json.loads(attempts.read_text(encoding="utf-8")) if attempts.is_file() else {}
-            if parts is not None and parts.is_dir() and tried.get(name) != args + key:
-                shutil.rmtree(parts)
-            with atomic_path(attempts) as tmp:
-                tmp.write_text(json.dumps({**tried, name: args + key}, indent=2) + "\n", encoding="utf-8")
+            if parts is not None:
+                drop_other_attempt(parts, self.work / ATTEMPTS, name, args + key)
             _nmt(args)
 
         self.step(name, what, attempt, args, key)

@@ -51,8 +51,9 @@ def _encode_chunk(encoder: Encoder, pairs: list[tuple[str, str]], settings: Prep
         "tgt_tokens": tgt_tokens[np.repeat(keep, tgt_len)],
         "tgt_lengths": tgt_len[keep],
     }
-    kept = [pair for pair, k in zip(pairs, keep.tolist()) if k]  # of the pairs kept: the lines the split holds
-    unknown = [encoder.unknown([pair[k] for pair in kept], arrays[f"{side}_tokens"], arrays[f"{side}_lengths"], name)
+    # of the pairs kept (the lines the split holds), read only where a side has text its vocabulary lacks
+    unknown = [encoder.unknown((pair[k] for pair, kept in zip(pairs, keep.tolist()) if kept), arrays[f"{side}_tokens"],
+                               arrays[f"{side}_lengths"], name)
                for k, (side, name) in enumerate((("src", "source"), ("tgt", "target")))]
     arrays["unknown_lines"] = np.array([n for n, _ in unknown], dtype=np.int64)  # lines holding text the vocabulary lacks
     arrays["unknown_characters"] = np.array([c for _, c in unknown])

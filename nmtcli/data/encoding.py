@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
@@ -126,11 +126,14 @@ class Encoder:
         results = list(self._pool.map(_work, slices, [self.dtype] * len(slices), [side] * len(slices)))
         return np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
 
-    def unknown(self, sentences: Sequence[str], tokens: np.ndarray, lengths: np.ndarray, side: str,
+    def unknown(self, sentences: Iterable[str], tokens: np.ndarray, lengths: np.ndarray, side: str,
                 sample: int = 100) -> tuple[int, str]:
         """(how many of `sentences` encode to the unknown id somewhere, the characters of the first `sample` of them
-        that the vocabulary lacks: each alone encodes to it). tokens, lengths: `encode`'s for the sentences."""
+        that the vocabulary lacks: each alone encodes to it). tokens, lengths: `encode`'s for the sentences, which are
+        read only where the unknown id is among the tokens (nmt's own vocabularies fall back to bytes: never)."""
         model = self._local[side]
+        if not (tokens == model.unknown_id).any():
+            return 0, ""
         starts = (np.cumsum(lengths) - lengths)[lengths > 0]
         hits = np.add.reduceat((tokens == model.unknown_id).astype(np.int64), starts) if len(starts) else []
         flagged = [s for s, n in zip((s for s, k in zip(sentences, lengths) if k > 0), hits) if n]

@@ -8,9 +8,9 @@ a target word's links compete with the other target words'), and the links are M
 argmax) and each source word's most attending target word (the columns'), starting from where they agree and
 growing into the neighbouring links of either. A word of five pieces then gets its own one link or two, not one a
 piece: on a rule task whose words are several pieces each (`--vocab-size 300`) the links were 2.4 a target word and
-35-46% right when each piece's link was kept (issue 51), and are now 99.7% right with 99.7% of the true links found;
-on the demo corpus's hand-aligned set the alignment error rate fell from 32.4% to 30.1% (docs/translating.md,
-"How well"). `--alignment pieces` keeps the pieces' reading: each target piece aligned to the source piece its
+35-46% right when each piece's link was kept (issue 51), and are now 99.6% right with every true link found; on the
+demo corpus's hand-aligned set the alignment error rate fell from 32.4% to 30.4% (docs/translating.md, "Readings
+over words"). `--alignment pieces` keeps the pieces' reading: each target piece aligned to the source piece its
 decoder position attends to most (fairseq's `--print-alignment`, Marian's `--alignment hard`), each source piece's
 attention first divided by the sum of what every target position gives it (its column's sum). The target's EOS
 is not aligned. Links are written in Pharaoh format, "i-j" for source position i and target position j: a word is
@@ -155,7 +155,7 @@ def _balanced_words(attention: Tensor, source_pieces: Sequence[str], target_piec
     return balanced(word_matrix(attention[offset : offset + target, :source], src_word, tgt_word)), src_word, tgt_word
 
 
-def word_links(attention: Tensor, source_pieces: Sequence[str], target_pieces: Sequence[str],
+def word_alignment(attention: Tensor, source_pieces: Sequence[str], target_pieces: Sequence[str],
                offset: int = DEFAULT_OFFSET) -> list[tuple[int, int]]:
     """(source word, target word) links of `--alignment words` (module docstring), sorted. attention: (target
     pieces + 1, source pieces + 1) from `Forced.attention`, the last row and column being EOS's."""
@@ -212,5 +212,5 @@ def alignment_text(attention: Tensor, source_pieces: Sequence[str], target_piece
     if unit == "pieces":
         return pharaoh(piece_links(attention), source_pieces, target_pieces, unit)
     attention, source_pieces, target_pieces = _without_bare_boundaries(attention, source_pieces, target_pieces)
-    links = covering_links if unit == COVERING else word_links
+    links = covering_links if unit == COVERING else word_alignment
     return " ".join(f"{s}-{t}" for s, t in links(attention, source_pieces, target_pieces))

@@ -333,8 +333,6 @@ def put_terms(translator: TermTranslator, window: Sequence[tuple[int, str]], sen
                             f"{limit} tokens; translated without them")
     for item, forced in zip(fits, translator.forced([sentences[x.index] for x in fits], [x.ids for x in fits], DEFAULT_HEADS)):
         h, source = item.hyp, sentences[item.index]
-        if tag:  # the target tag is forced, as the search forces it: no probability of its own
-            forced.log_probs[0] = 0.0
         h.tokens, h.text, h.log_prob = item.ids, item.text, forced.log_prob
         h.score = search_score(forced, settings.alpha, settings.length_penalty, settings.brevity.of(len(source), len(h.tokens)))
         if settings.coverage_penalty > 0:

@@ -269,9 +269,15 @@ class Translator(Engine):
     def forced(self, sources: Sequence[list[int]], targets: Sequence[list[int]], heads: AttentionHeads | None = None,
                log_probs: bool = True) -> list[Forced]:
         """One teacher-forced pass over (source, target) id pairs (inference/forced.py) on this engine's device, batch
-        budget and precision: the alignments', the coverage penalty's, the glossary's and forced scores' pass."""
-        return force_ids(self.model, sources, targets, self.budget.tokens, self.device, lambda: half_autocast(self.device, self.precision),
-                         heads, self.warn, log_probs=log_probs)
+        budget and precision: the alignments', the coverage penalty's, the glossary's and forced scores' pass. A
+        multilingual model's target tag, first of a target, gets no probability of its own: the search forces it."""
+        forced = force_ids(self.model, sources, targets, self.budget.tokens, self.device, lambda: half_autocast(self.device, self.precision),
+                           heads, self.warn, log_probs=log_probs)
+        if log_probs and self._tags:
+            for f, target in zip(forced, targets):
+                if target[:1] == [self._tags[1]]:
+                    f.log_probs[0] = 0.0
+        return forced
 
     def _rerank(self, sentences: list[list[int]], results: list[list[Hypothesis]], beta: float) -> dict[int, Tensor]:
         """In place: the hypotheses of each line scored by s(Y, X) = score + cp(X; Y) (inference/coverage.py) and sorted by
@@ -319,11 +325,9 @@ class Translator(Engine):
             sources, given = self._tagged(sources, given)
             forced = self.forced(sources, given, DEFAULT_HEADS if alignment else None)
             for src, tgt, f in zip(sources, given, forced):
-                tag = 1 if self._tags and tgt[:1] == [self._tags[1]] else 0
-                if tag:  # the target tag, forced as the search forces it: no probability of its own, and no word
-                    f.log_probs[0] = 0.0
-                result = scored(f, [self.pieces[t] for t in tgt[tag:]], s.alpha, s.length_penalty, s.brevity.of(len(src), len(tgt)))
-                result.token_log_probs = result.token_log_probs[tag:]
+                first = 1 if self._tags and tgt[:1] == [self._tags[1]] else 0  # the target tag is no word of it
+                result = scored(f, [self.pieces[t] for t in tgt[first:]], s.alpha, s.length_penalty, s.brevity.of(len(src), len(tgt)))
+                result.token_log_probs = result.token_log_probs[first:]
                 if alignment:
                     result.alignment = self._alignment(f.attention, src, tgt, alignment)
                 yield result
