@@ -57,6 +57,7 @@ def command(
     drop_number_mismatch: Annotated[bool, typer.Option("--drop-number-mismatch/--keep-number-mismatch", help="Drop training pairs whose sides hold different numbers (digit runs, as sets).", rich_help_panel=CLEANING)] = True,
     drop_url_mismatch: Annotated[bool, typer.Option("--drop-url-mismatch/--keep-url-mismatch", help="Drop training pairs whose sides hold different URLs.", rich_help_panel=CLEANING)] = True,
     drop_non_alphabetic: Annotated[bool, typer.Option("--drop-non-alphabetic/--keep-non-alphabetic", help="Drop training pairs with a side of 8 characters or more (spaces aside) under half of them letters.", rich_help_panel=CLEANING)] = True,
+    drop_misaligned: Annotated[bool, typer.Option("--drop-misaligned/--keep-misaligned", help="Drop training pairs whose words do not translate each other: IBM Model 1, learnt from the corpus in both directions, scores each pair no better than 95% of random pairings of the corpus's sentences of its lengths (a second pass after the other text filters; sides with under half their words seen twice are not judged).", rich_help_panel=CLEANING)] = True,
     drop_long_words: Annotated[bool, typer.Option("--drop-long-words/--keep-long-words", help="Drop training pairs with a word over 70 characters (URLs aside; scripts without spaces are not judged).", rich_help_panel=CLEANING)] = True,
     clean_report: Annotated[Optional[Path], typer.Option("--clean-report", help="Write up to 20 pairs each text filter dropped (drawn with --seed), one JSON object a line: filter, source, target (and direction for several pairs), to see whether it was right.", metavar="FILE", show_default=False, rich_help_panel=CLEANING)] = None,
     target_mono: Annotated[Optional[list[Path]], typer.Option("--target-mono", help="Target-language text, one sentence a line, to back-translate with --bt-model and train on beside the real pairs (Sennrich et al. 2016). Repeatable. Its translation is kept in the data dir (backtranslation.SRC, resumable, reused by the next prepare into it).", metavar="FILE", show_default=False, rich_help_panel=BACK)] = None,
@@ -105,7 +106,7 @@ def command(
                 seed=seed, chunk_lines=min(chunk_pairs, CHUNK_LINES)) if target_mono else None
     filters = dict(drop_duplicates=drop_duplicates, drop_markup=drop_markup, drop_wrong_script=drop_wrong_script,
                    drop_wrong_language=drop_wrong_language, drop_copies=drop_copies, drop_number_mismatch=drop_number_mismatch,
-                   drop_url_mismatch=drop_url_mismatch, drop_non_alphabetic=drop_non_alphabetic, drop_long_words=drop_long_words)
+                   drop_url_mismatch=drop_url_mismatch, drop_non_alphabetic=drop_non_alphabetic, drop_long_words=drop_long_words, drop_misaligned=drop_misaligned)
     if train and len(train) > 1:
         _check_no_score_filter(score_model, reverse_model, drop_worst)
         return _multilingual(train, valid or [], test or [], source_lang, target_lang, vocab_from, vocab_size, spm_sentences, max_ratio, seed,

@@ -32,7 +32,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +214,9 @@ def samples(out_sample: Path, synthetic_sample: Path) -> Iterator[dict[str, Any]
 
 def clean_stage(out_dir: Path, work: Path, synthetic: Synthetic, settings: Any, progress: Any) -> tuple[dict[str, Any], str]:
     """The synthetic pairs through prepare's text filters (the real pairs' settings), into .work/backtranslation/; their
-    sample of drops joins cleaning.jsonl. Returns (their counts, the stage's state)."""
+    sample of drops joins cleaning.jsonl. Returns (their counts, the stage's state). The misaligned filter is not among
+    them: each synthetic source is a model's translation of its own target line, so misalignment is not their noise."""
+    settings = replace(settings, drop_misaligned=False)
     here = work / STEM
     here.mkdir(exist_ok=True)
     sources = {"train": TextFiles(synthetic.source, synthetic.target)}

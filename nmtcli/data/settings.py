@@ -44,6 +44,7 @@ class PrepareSettings:
     drop_number_mismatch: bool = True
     drop_copies: bool = True
     drop_wrong_language: bool = True
+    drop_misaligned: bool = True  # a second pass over the cleaned pairs (lexical.py)
     # How the work is done, not what it produces (left out of the fingerprints):
     workers: int = 0  # encoding processes and sentencepiece training threads; 0: all cores
     chunk_pairs: int = 100_000  # pairs per encoding chunk: the unit of resume

@@ -1,7 +1,8 @@
 """The stages of `nmt prepare` over text: 1, the text filters and the plain-text references; 2, the joint BPE.
 
   text            source pairs -> text filters (empty, markup, script, duplicates, ... cleaning.py) -> .work/train.<lang>,
-                  a sample of what each filter dropped -> cleaning.jsonl, and the plain-text valid/test references
+                  then the misaligned pairs out (a second pass: lexical.py), a sample of what each filter dropped ->
+                  cleaning.jsonl, and the plain-text valid/test references
   sentencepiece   a seeded sample of the cleaned training pairs -> sentencepiece.model
 
 Each streams its input: memory does not grow with the corpus.
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nmtcli.data.lexical import misaligned_stage
 from nmtcli.data.settings import PairSource, PrepareSettings, Progress
 from nmtcli.data.sources import TextFiles
 from nmtcli.data.text import SPM_FILE, read_lines, train_sentencepiece
@@ -48,15 +50,19 @@ def text_stage(out_dir: Path, work: Path, sources: dict[str, PairSource], settin
         for f in files:
             f.close()  # flushed before the atomic rename of the ExitStack
     filters = text_filter.counts()
-    counts["train"] = {
+    train = {
         "input_pairs": seen,
         "clean_pairs": filters[-1]["after"] if filters else seen,
         "filters": filters,
         "dropped": {k: v for k, v in text_filter.dropped.items() if v},
         **({"language_unknown": text_filter.languages_unknown} if text_filter.languages_unknown else {}),
     }
-    write_samples(out_dir / CLEANING_SAMPLE, [{"filter": name, "source": s, "target": t}
-                                              for name, sample in text_filter.samples.items() for s, t in sample])
+    records = [{"filter": name, "source": s, "target": t} for name, sample in text_filter.samples.items() for s, t in sample]
+    if settings.drop_misaligned and train["clean_pairs"]:
+        train, misaligned = misaligned_stage(work, (src, tgt), settings.seed, train, text_filter.sample_size, progress)
+        records += misaligned
+    counts["train"] = train
+    write_samples(out_dir / CLEANING_SAMPLE, records)
     if counts["train"]["clean_pairs"] == 0:
         raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty")
 

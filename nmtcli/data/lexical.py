@@ -1,0 +1,280 @@
+"""The `misaligned` filter of `nmt prepare`: pairs whose sides are not translations of each other (issue 53).
+
+A misaligned pair (the target of another sentence, a fragment cut from elsewhere) passes every filter that reads one
+pair at a time: both sides are fluent text of the right languages and lengths. What gives it away is that its words do
+not translate each other. IBM Model 1 (Brown et al. 1993, "The Mathematics of Statistical Machine Translation"),
+trained by EM on the corpus itself in both directions, gives each pair a lexical score: the mean over the target's
+words of log (1 / (l + 1)) sum_i t(f_j | e_i), with e_0 the empty word, and the same from target to source; a pair's
+score is the lower of the two, so a pair one side of which holds words the other lacks scores low (Zipporah and
+Bicleaner's lexical features read corpora this way).
+
+Which score is too low depends on the corpus and the sentences' lengths, so the threshold is not a constant: the
+sample's sentences are paired at random (a derangement of a shuffled order, NULL_ROUNDS times), and a pair is dropped
+when it scores no better than the best NULL_SHARE of random pairings of sentences of its lengths. A random pairing is
+what a misaligned pair is, so NULL_SHARE of them are caught by construction; a clean pair is dropped only when its
+words explain each other no better than chance would. Pairs with a side of no word (digits and punctuation only) are
+not judged.
+
+Memory and time: the model is trained on a seeded sample of up to SAMPLE_PAIRS pairs (or MAX_LINKS word pairs), each
+side cut at MAX_WORDS words; words seen fewer than MIN_COUNT times in it share one id per side (so names and numbers
+copied across learn to align with each other). The corpus is then scored in chunks of CHUNK pairs: memory does not
+grow with the corpus. studies/cleaning.py measured what it drops of each kind of noise (docs/data.md).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nmtcli.data.text import read_lines
+from nmtcli.files import atomic_path
+
+NULL_SHARE = 0.95  # of random pairings of the corpus's sentences, the share a pair must score above to be kept
+NULL_ROUNDS = 4  # random pairings of the sample drawn to learn what chance scores
+SAMPLE_PAIRS = 100_000
+MAX_LINKS = 20_000_000  # word pairs (e_i, f_j) of the training sample, with the empty word: ~0.6 GB while it trains
+MAX_WORDS = 50
+MIN_COUNT = 2
+MIN_KNOWN = 0.5  # of a side's words, those seen MIN_COUNT times in the sample, for the pair to be judged
+FOLDS = 2  # each pair is scored by models trained on the other folds' pairs
+ITERATIONS = 5  # of EM; Model 1's likelihood is convex, five steps get most of the way
+CHUNK = 20_000
+FLOOR = 1e-7  # the probability of a word pair never seen in the sample
+NULL = 0  # the empty word's id (source side of each direction)
+# Length buckets (in words) of the thresholds: random pairings of sentences of the same buckets are compared.
+EDGES = np.array([2, 3, 4, 6, 9, 13, 20])
+MIN_BUCKET = 50  # random pairings a bucket needs for its own threshold; fewer: the threshold over all lengths
+
+_WORD = re.compile(r"[\u0E00-\u0E7F\u3040-\u30FF\u3400-\u4DBF\u4E00-\u9FFF]|[^\W_]+")
+
+
+def words(text: str) -> list[str]:
+    """The words of a side, lowercased, at most MAX_WORDS; a character each for scripts written without spaces."""
+    return _WORD.findall(text.lower())[:MAX_WORDS]
+
+
+class Vocabulary:
+    """A side's word ids: the words seen MIN_COUNT times or more in the sample (the known words), from 1 (0: the empty word)."""
+
+    def __init__(self, counts: Counter[str]):
+        kept = sorted(w for w, n in counts.items() if n >= MIN_COUNT)
+        self.ids = {w: i + 1 for i, w in enumerate(kept)}
+
+    def __len__(self) -> int:
+        return len(self.ids) + 1
+
+    def encode(self, side: list[str]) -> np.ndarray | None:
+        """The ids of the side's known words; None where fewer than MIN_KNOWN of its words are known (or none is): a
+        side the model cannot read is not judged."""
+        known = [self.ids[w] for w in side if w in self.ids]
+        return np.array(known, dtype=np.int64) if known and len(known) >= MIN_KNOWN * len(side) else None
+
+
+def _links(sources: list[np.ndarray], targets: list[np.ndarray], target_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (e_i, f_j) of each pair, the empty word first on the source side: (key e * target_size + f, the target word
+    it belongs to (a running index over all pairs' target words), each source side's length with the empty word)."""
+    keys, groups, lengths, offset = [], [], [], 0
+    for e, f in zip(sources, targets):
+        e = np.concatenate(([NULL], e))
+        keys.append(np.add.outer(e * target_size, f).ravel())
+        groups.append(np.tile(np.arange(offset, offset + len(f)), len(e)))
+        lengths.append(len(e))
+        offset += len(f)
+    if not keys:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(keys), np.concatenate(groups), np.array(lengths)
+
+
+@dataclass
+class Model1:
+    """t(f | e) of one direction, sparse: the sorted keys e * target_size + f of the word pairs seen, and their t."""
+
+    keys: np.ndarray
+    t: np.ndarray
+    target_size: int
+
+    @classmethod
+    def train(cls, sources: list[np.ndarray], targets: list[np.ndarray], source_size: int, target_size: int) -> Model1:
+        keys, groups, _ = _links(sources, targets, target_size)
+        unique, index = np.unique(keys, return_inverse=True)
+        of_source = unique // target_size
+        t = np.full(len(unique), 1.0 / target_size)
+        for _ in range(ITERATIONS):
+            p = t[index]
+            share = p / np.bincount(groups, weights=p)[groups]  # E: each e_i's share of explaining f_j
+            counts = np.bincount(index, weights=share, minlength=len(unique))
+            t = counts / np.bincount(of_source, weights=counts, minlength=source_size)[of_source]  # M: normalised per e
+        return cls(unique, t.astype(np.float32), target_size)
+
+    def scores(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
+        """Per pair: the mean over its target words of log P(f_j | e) under Model 1."""
+        keys, groups, lengths = _links(sources, targets, self.target_size)
+        at = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
+        p = np.where(self.keys[at] == keys, self.t[at], 0.0) if len(self.keys) else np.zeros(len(keys))
+        target_lengths = np.array([len(f) for f in targets])
+        per_word = np.bincount(groups, weights=p, minlength=int(target_lengths.sum())) / np.repeat(lengths, target_lengths)
+        owner = np.repeat(np.arange(len(targets)), target_lengths)
+        return np.bincount(owner, weights=np.log(np.maximum(per_word, FLOOR)), minlength=len(targets)) / np.maximum(target_lengths, 1)
+
+
+def fold_of(lines: np.ndarray, seed: int) -> np.ndarray:
+    """Each line's fold (0 to FOLDS - 1), from its index and the seed: a multiplicative hash, no table of the corpus."""
+    return ((lines.astype(np.uint64) * np.uint64(2654435761) + np.uint64(seed)) % np.uint64(2**32) % np.uint64(FOLDS)).astype(np.int64)
+
+
+@dataclass
+class LexicalJudge:
+    """Per fold, both directions' Model 1 trained on the other folds' pairs; the thresholds chance sets, per pair of
+    length buckets. A pair is scored by the models of its fold, which never saw it: a model scoring the pairs it was
+    trained on finds even a misaligned one likely where its words are rare (EM fits their t to that very pair)."""
+
+    vocabularies: tuple[Vocabulary, Vocabulary]
+    models: list[tuple[Model1, Model1]]
+    thresholds: np.ndarray  # [source bucket, target bucket] -> the score a pair must beat
+    overall: float
+    seed: int
+
+    @classmethod
+    def fit(cls, lines: np.ndarray, pairs: list[tuple[str, str]], seed: int) -> LexicalJudge:
+        """Train on the sample `pairs` (at line indices `lines` of the corpus) and learn what random pairings score."""
+        split = [(words(s), words(t)) for s, t in pairs]
+        vocabularies = (Vocabulary(Counter(w for s, _ in split for w in s)), Vocabulary(Counter(w for _, t in split for w in t)))
+        encoded = [(vocabularies[0].encode(s), vocabularies[1].encode(t)) for s, t in split]
+        usable = np.array([e is not None and f is not None for e, f in encoded], dtype=bool)
+        sources = [e for (e, _), ok in zip(encoded, usable) if ok]
+        targets = [f for (_, f), ok in zip(encoded, usable) if ok]
+        folds = fold_of(np.asarray(lines, dtype=np.int64)[usable], seed) if len(sources) else np.zeros(0, np.int64)
+        sizes = (len(vocabularies[0]), len(vocabularies[1]))
+        models = []
+        for fold in range(FOLDS):
+            rest = np.flatnonzero(folds != fold)
+            e, f = [sources[i] for i in rest], [targets[i] for i in rest]
+            models.append((Model1.train(e, f, *sizes), Model1.train(f, e, *sizes[::-1])))
+        judge = cls(vocabularies, models, np.full((len(EDGES) + 1,) * 2, -np.inf), -np.inf, seed)
+        rng = np.random.default_rng(seed)
+        chance, buckets = [], []
+        for fold in range(FOLDS):  # random pairings of a fold's sentences, scored by the models that saw neither
+            inside = np.flatnonzero(folds == fold)
+            if len(inside) < 2:
+                continue
+            for _ in range(NULL_ROUNDS):
+                order = rng.permutation(inside)
+                e, f = [sources[i] for i in order], [targets[i] for i in np.roll(order, 1)]  # each source beside another's target
+                chance.append(judge._scores(fold, e, f))
+                buckets.append(judge._buckets(e, f))
+        if not chance:
+            return judge
+        chance, buckets = np.concatenate(chance), np.concatenate(buckets)
+        judge.overall = float(np.quantile(chance, NULL_SHARE))
+        for b in np.unique(buckets):
+            inside = chance[buckets == b]
+            judge.thresholds.flat[b] = np.quantile(inside, NULL_SHARE) if len(inside) >= MIN_BUCKET else judge.overall
+        judge.thresholds[np.isneginf(judge.thresholds)] = judge.overall
+        return judge
+
+    def _scores(self, fold: int, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
+        forward, backward = self.models[fold]
+        return np.minimum(forward.scores(sources, targets), backward.scores(targets, sources))
+
+    def _buckets(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
+        rows = np.searchsorted(EDGES, [len(s) for s in sources], side="right")
+        cols = np.searchsorted(EDGES, [len(t) for t in targets], side="right")
+        return rows * (len(EDGES) + 1) + cols
+
+    def misaligned(self, first_line: int, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+        """Of the pairs from line `first_line` of the corpus on: (True to drop a pair, its score; NaN where not judged)."""
+        encoded = [(self.vocabularies[0].encode(words(s)), self.vocabularies[1].encode(words(t))) for s, t in pairs]
+        judged = np.array([e is not None and f is not None for e, f in encoded], dtype=bool)
+        folds = fold_of(np.arange(first_line, first_line + len(pairs)), self.seed)
+        scores = np.full(len(pairs), np.nan)
+        drop = np.zeros(len(pairs), dtype=bool)
+        for fold in range(FOLDS):
+            at = np.flatnonzero(judged & (folds == fold))
+            if not len(at):
+                continue
+            sources, targets = [encoded[i][0] for i in at], [encoded[i][1] for i in at]
+            values = self._scores(fold, sources, targets)
+            scores[at] = values
+            drop[at] = values <= self.thresholds.flat[self._buckets(sources, targets)]
+        return drop, scores
+
+
+def sample(pairs: Iterable[tuple[str, str]], total: int, seed: int) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """A seeded sample of up to SAMPLE_PAIRS of the `total` pairs, fewer where they hold more than MAX_LINKS word pairs:
+    (their line indices, the pairs)."""
+    rng = np.random.default_rng(seed)
+    chosen = set(rng.choice(total, size=SAMPLE_PAIRS, replace=False).tolist()) if total > SAMPLE_PAIRS else None
+    lines, picked = [], []
+    for i, pair in enumerate(pairs):
+        if chosen is None or i in chosen:
+            lines.append(i)
+            picked.append(pair)
+    links = np.array([(min(len(s.split()), MAX_WORDS) + 1) * min(len(t.split()), MAX_WORDS) for s, t in picked], dtype=np.int64)
+    if links.sum() > MAX_LINKS:  # a random part of the sample, in corpus order
+        order = rng.permutation(len(picked))
+        keep = np.sort(order[np.cumsum(links[order]) <= MAX_LINKS])
+        lines, picked = [lines[i] for i in keep], [picked[i] for i in keep]
+    return np.array(lines, dtype=np.int64), picked
+
+
+def judge_chunks(judge: LexicalJudge, pairs: Iterable[tuple[str, str]], progress: Callable[[int], None] = lambda n: None,
+                 ) -> Iterator[tuple[list[tuple[str, str]], np.ndarray, np.ndarray]]:
+    """The pairs in chunks of CHUNK: (chunk, which to drop, their scores)."""
+    chunk: list[tuple[str, str]] = []
+    done = 0
+    for pair in pairs:
+        chunk.append(pair)
+        if len(chunk) == CHUNK:
+            yield chunk, *judge.misaligned(done, chunk)
+            done += len(chunk)
+            progress(done)
+            chunk = []
+    if chunk:
+        yield chunk, *judge.misaligned(done, chunk)
+        progress(done + len(chunk))
+
+
+def misaligned_stage(work: Path, languages: tuple[str, str], seed: int, train: dict[str, Any], sample_size: int,
+                     progress: Callable[[str, int, int | None], None]) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """The cleaned training pairs (work/train.<lang>, as the text filters left them) judged, the misaligned ones dropped
+    in place (an atomic rewrite): returns the text stage's train counts with `misaligned` after the other filters, and a
+    seeded sample of `sample_size` of the dropped pairs for cleaning.jsonl (worst first)."""
+    paths = [work / f"train.{lang}" for lang in languages]
+    pairs = train["clean_pairs"]
+
+    def read() -> Iterator[tuple[str, str]]:
+        return zip(read_lines(paths[0]), read_lines(paths[1]), strict=True)
+
+    progress("learning word translations", 0, None)
+    judge = LexicalJudge.fit(*sample(read(), pairs, seed), seed)
+    progress("judging alignment", 0, pairs)
+    rng, dropped, kept_sample = random.Random(seed), 0, []
+    with ExitStack() as stack:
+        outs = [stack.enter_context(open(stack.enter_context(atomic_path(p)), "w", encoding="utf-8", newline="\n")) for p in paths]
+        for chunk, drop, scores in judge_chunks(judge, read(), lambda n: progress("judging alignment", n, pairs)):
+            for (s, t), gone, score in zip(chunk, drop.tolist(), scores.tolist()):
+                if not gone:
+                    outs[0].write(s + "\n")
+                    outs[1].write(t + "\n")
+                    continue
+                dropped += 1  # reservoir sampling, as the text filters sample theirs
+                if len(kept_sample) < sample_size:
+                    kept_sample.append((score, s, t))
+                elif (i := rng.randrange(dropped)) < sample_size:
+                    kept_sample[i] = (score, s, t)
+        for f in outs:
+            f.close()  # flushed before the atomic renames
+    counts = dict(train)
+    counts["filters"] = [*train["filters"], {"filter": "misaligned", "before": pairs, "after": pairs - dropped}]
+    counts["dropped"] = {**train["dropped"], **({"misaligned": dropped} if dropped else {})}
+    counts["clean_pairs"] = pairs - dropped
+    records = [{"filter": "misaligned", "score": round(score, 3), "source": s, "target": t} for score, s, t in sorted(kept_sample)]
+    return counts, records
