@@ -82,14 +82,14 @@ def wmt_like_pairs(pairs: int, seed: int = 0, parts: int = 1, learnable: bool = 
         yield rows
 
 
-def make_corpus(directory: Path, pairs: int, seed: int = 0) -> list[Path]:
+def make_corpus(directory: Path, pairs: int, seed: int = 0, learnable: bool = False) -> list[Path]:
     """The pairs as parquet files with the Hub's WMT schema (3 train files and a validation file)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     paths = []
     struct = pa.struct([("de", pa.string()), ("en", pa.string())])
-    for part, rows in enumerate(wmt_like_pairs(pairs, seed, parts=3)):
+    for part, rows in enumerate(wmt_like_pairs(pairs, seed, parts=3, learnable=learnable)):
         path = directory / f"train-{part:05d}-of-00003.parquet"
         pq.write_table(pa.table({"translation": pa.array([{"en": s, "de": t} for s, t in rows], type=struct)}), path)
         paths.append(path)
@@ -119,11 +119,13 @@ sources = {
     "train": ParquetFiles(tuple(paths[:-1]), "en", "de", {"benchmark": "train"}),
     "valid": ParquetFiles((paths[-1],), "en", "de", {"benchmark": "valid"}),
 }
-settings = PrepareSettings("en", "de", args["vocab_size"], spm_sentences=args["spm_sentences"], workers=args["workers"])
+settings = PrepareSettings("en", "de", args["vocab_size"], spm_sentences=args["spm_sentences"], workers=args["workers"],
+                           drop_misaligned=args["drop_misaligned"])
 start = (time.time(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN))
 manifest = prepare(Path(args["out"]), sources, settings, "benchmark", progress)
 end = (time.time(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN))
-bounds = {"clean": (start, marks["sampling for sentencepiece"]),
+misaligned = marks.get("learning word translations", marks["sampling for sentencepiece"])
+bounds = {"clean": (start, misaligned), "misaligned": (misaligned, marks["sampling for sentencepiece"]),
           "bpe": (marks["sampling for sentencepiece"], marks["encoding train"]),
           "encode": (marks["encoding train"], end)}
 stages = {k: {"wall": b[0] - a[0], "own_cpu": b[1] - a[1], "worker_cpu": b[2] - a[2]} for k, (a, b) in bounds.items()}
@@ -164,17 +166,20 @@ def main() -> None:
     parser.add_argument("--spm-sentences", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, default=0, help="encoding/BPE threads (0: all cores)")
     parser.add_argument("--keep", type=Path, help="write the corpus and data here and keep them")
+    parser.add_argument("--aligned", action="store_true", help="targets that translate their sources word by word (the "
+                        "misaligned filter then judges a real corpus; by default every target is another sentence's shape)")
+    parser.add_argument("--keep-misaligned", action="store_true", help="the misaligned filter off (the cost without it)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         started = time.time()
-        paths = make_corpus(root, args.pairs)
+        paths = make_corpus(root, args.pairs, learnable=args.aligned)
         print(f"synthetic corpus: {args.pairs:,} pairs, {sum(p.stat().st_size for p in paths) / 1e6:.0f} MB parquet, "
               f"made in {time.time() - started:.0f} s", file=sys.stderr)
         child_args = {"paths": [str(p) for p in paths], "out": str(root / "prepared"), "vocab_size": args.vocab_size,
-                      "spm_sentences": args.spm_sentences, "workers": args.workers}
+                      "spm_sentences": args.spm_sentences, "workers": args.workers, "drop_misaligned": not args.keep_misaligned}
         started = time.time()
         child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(child_args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         peak_tree = peak_own = 0
@@ -197,12 +202,15 @@ def main() -> None:
           f"load average before/after: {os.getloadavg()[0]:.1f}")
     print(f"{'stage':<14}{'wall s':>9}{'pairs/s':>10}{'own CPU s':>11}{'worker CPU s':>14}{'4.5M, 8 idle cores':>21}")
     estimate_total = 0.0
-    for name, label, pairs, factor in (("clean", "clean", n, scale), ("bpe", "BPE training", sampled, bpe_scale), ("encode", "encode", n, scale)):
+    for name, label, pairs, factor in (("clean", "clean", n, scale), ("misaligned", "misaligned", n, scale),
+                                       ("bpe", "BPE training", sampled, bpe_scale), ("encode", "encode", n, scale)):
         st = stages[name]
         # On 8 idle cores: the single-threaded part takes its CPU time, the parallel part (workers,
         # and sentencepiece's own threads in BPE training, counted in own CPU) at most 1/8 of it.
         if name == "encode":
             estimate = (st["own_cpu"] + st["worker_cpu"] / 8) * factor
+        elif name == "misaligned":  # own CPU: mostly the fit, on a sample that stops growing at 100,000 pairs
+            estimate = st["own_cpu"] * min(factor, 100_000 / n if n < 100_000 else 1) + st["worker_cpu"] / 8 * factor
         elif name == "bpe":
             estimate = st["own_cpu"] * factor  # upper bound: sentencepiece training is partly multi-threaded
         else:

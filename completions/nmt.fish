@@ -194,6 +194,8 @@ complete -c nmt -n "__nmt_using 'prepare'" -l drop-url-mismatch -d 'Drop trainin
 complete -c nmt -n "__nmt_using 'prepare'" -l keep-url-mismatch -d 'The opposite of --drop-url-mismatch'
 complete -c nmt -n "__nmt_using 'prepare'" -l drop-non-alphabetic -d 'Drop training pairs with a side of 8 characters or more (spaces aside) under half of them letters'
 complete -c nmt -n "__nmt_using 'prepare'" -l keep-non-alphabetic -d 'The opposite of --drop-non-alphabetic'
+complete -c nmt -n "__nmt_using 'prepare'" -l drop-misaligned -d 'Drop training pairs whose words do not translate each other: IBM Model 1, learnt from the corpus in both directions, scores each pair no better than 95% of random pairings of the corpus\'s sentences of its lengths (a second pass after the other text filters; sides with under half their words seen twice are not judged)'
+complete -c nmt -n "__nmt_using 'prepare'" -l keep-misaligned -d 'The opposite of --drop-misaligned'
 complete -c nmt -n "__nmt_using 'prepare'" -l drop-long-words -d 'Drop training pairs with a word over 70 characters (URLs aside; scripts without spaces are not judged)'
 complete -c nmt -n "__nmt_using 'prepare'" -l keep-long-words -d 'The opposite of --drop-long-words'
 complete -c nmt -n "__nmt_using 'prepare'" -l clean-report -r -F -d 'Write up to 20 pairs each text filter dropped (drawn with --seed), one JSON object a line: filter, source, target (and direction for several pairs), to see whether it was right'

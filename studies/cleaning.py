@@ -44,6 +44,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -58,8 +60,8 @@ OTHER_LANGUAGES = ("fr", "es", "it", "nl", "pl", "pt", "sv")
 YEAR = 0.25  # share of generated pairs with a year in digits
 # The flags that switch off each filter issue 53 added (the `old` condition).
 NEW_FILTERS_OFF = ["--keep-wrong-language", "--keep-copies", "--keep-number-mismatch", "--keep-url-mismatch",
-                   "--keep-non-alphabetic", "--keep-long-words"]
-TRAIN = ["--preset", "tiny", "--max-steps", "1500", "--seed", "1"]
+                   "--keep-non-alphabetic", "--keep-long-words", "--keep-misaligned"]
+TRAIN = ["--preset", "tiny", "--max-steps", "1500"]
 CORPORA = ("demo", "generated", "reversal")
 PREPARE = {"reversal": ["--vocab-size", "300"]}  # the corpus's own prepare flags, in every condition
 
@@ -181,6 +183,19 @@ def filters(workdir: Path) -> None:
             cells = [f"{sum(d for d, k in zip(drops, kinds) if k == kind):,} ({100 * sum(d for d, k in zip(drops, kinds) if k == kind) / n:.1f}%)"
                      for kind, n in totals.items()]
             print(f"| {filter_name} | {' | '.join(cells)} | {rate:,.0f} |")
+        # The misaligned filter judges a corpus, not a pair: over the pairs every text filter kept, as `nmt prepare` runs it.
+        from nmtcli.data import lexical
+
+        chain = TextFilter("en", "de")
+        kept = [i for i, (s, t) in enumerate(pairs) if chain.reason(s, t) is None]
+        started = time.perf_counter()
+        judge = lexical.LexicalJudge.fit(*lexical.sample((pairs[i] for i in kept), len(kept), 1), 1)
+        drops = np.zeros(len(pairs), dtype=bool)
+        drops[kept] = np.concatenate([d for _, d, _ in lexical.judge_chunks(judge, (pairs[i] for i in kept))])
+        rate = len(kept) / (time.perf_counter() - started)
+        cells = [f"{drops[[k == kind for k in kinds]].sum():,} of {sum(1 for i in kept if kinds[i] == kind):,} kept"
+                 for kind in totals]
+        print(f"| misaligned (after the others) | {' | '.join(cells)} | {rate:,.0f} |")
 
 
 def run_nmt(*args: str, log: Path, code: Path) -> str:
@@ -192,15 +207,16 @@ def run_nmt(*args: str, log: Path, code: Path) -> str:
     return done.stdout
 
 
-def run(workdir: Path, corpus: str, condition: str, code: Path = ROOT) -> dict:
+def run(workdir: Path, corpus: str, condition: str, code: Path = ROOT, seed: int = 1) -> dict:
     """Prepare, train, average, score one condition; appends the result to WORKDIR/results.jsonl. `code`: the nmt source
-    tree to run (another checkout: that version's defaults, no cleaning flags)."""
+    tree to run (another checkout: that version's defaults, no cleaning flags); `seed`: the training's (the data's is
+    always 1), a seed but the first trains into runs/CONDITION-seedN from the same data."""
     base = workdir / corpus
     train = base / ("clean" if condition == "clean" else "noisy") / "train"
     flags = {"clean": [], "new": [], "old": NEW_FILTERS_OFF, "none": [*NEW_FILTERS_OFF, "--max-ratio", "1000"]}[condition]
     if code != ROOT:
         flags = []
-    out = base / "runs" / condition
+    out = base / "runs" / (condition if seed == 1 else f"{condition}-seed{seed}")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
     data = out / "data"
@@ -210,13 +226,13 @@ def run(workdir: Path, corpus: str, condition: str, code: Path = ROOT) -> dict:
         nmt("prepare", "--train", str(train), "--valid", str(base / "clean" / "valid"), "--test", str(base / "clean" / "test"),
             "-s", "en", "-t", "de", "-o", str(data), *PREPARE.get(corpus, []), *flags)
         started = time.time()
-        nmt("train", "--data", str(data), *TRAIN, "-o", str(out / "run"))
+        nmt("train", "--data", str(data), *TRAIN, "--seed", str(seed), "-o", str(out / "run"))
         minutes = round((time.time() - started) / 60, 1)
         nmt("average", str(out / "run"), "-o", str(out / "model"))
     scores = json.loads(nmt("score", "-m", str(out / "model"), "--json"))["scores"]
     manifest = json.loads((data / "manifest.json").read_text())
     bleu = next(x["score"] for x in scores if x["name"] == "BLEU")
-    result = {"corpus": corpus, "condition": condition, "code": str(code), "flags": flags, "bleu": bleu, "train_minutes": minutes,
+    result = {"corpus": corpus, "condition": condition, "seed": seed, "code": str(code), "flags": flags, "bleu": bleu, "train_minutes": minutes,
               "input_pairs": manifest["splits"]["train"]["input_pairs"], "pairs": manifest["splits"]["train"]["pairs"],
               "dropped": manifest["splits"]["train"]["dropped"]}
     with open(workdir / "results.jsonl", "a") as f:
@@ -265,11 +281,11 @@ def score(workdir: Path, corpus: str, model: Path, reverse: Path | None, percent
 
 def table(workdir: Path) -> None:
     results = [json.loads(line) for line in (workdir / "results.jsonl").read_text().splitlines()]
-    print("| corpus | condition | training pairs kept of | BLEU | dropped |")
-    print("|---|---|---|---|---|")
+    print("| corpus | condition | seed | training pairs kept of | BLEU | dropped |")
+    print("|---|---|---|---|---|---|")
     for r in results:
         dropped = ", ".join(f"{k} {v:,}" for k, v in r["dropped"].items())
-        print(f"| {r['corpus']} | {r['condition']} | {r['pairs']:,} of {r['input_pairs']:,} | {r['bleu']:.1f} | {dropped} |")
+        print(f"| {r['corpus']} | {r['condition']} | {r.get('seed', 1)} | {r['pairs']:,} of {r['input_pairs']:,} | {r['bleu']:.1f} | {dropped} |")
 
 
 def main() -> None:
@@ -284,6 +300,7 @@ def main() -> None:
     r.add_argument("--corpus", choices=CORPORA, required=True)
     r.add_argument("--condition", choices=("clean", "none", "old", "new"), required=True)
     r.add_argument("--code", type=Path, default=ROOT, help="the nmt source tree to run (default: this one)")
+    r.add_argument("--seed", type=int, default=1, help="the training's seed (default 1)")
     commands.add_parser("table").add_argument("--dir", type=Path, required=True)
     sc = commands.add_parser("score")
     sc.add_argument("--dir", type=Path, required=True)
@@ -296,7 +313,7 @@ def main() -> None:
     elif args.command == "filters":
         filters(args.dir)
     elif args.command == "run":
-        run(args.dir, args.corpus, args.condition, args.code.resolve())
+        run(args.dir, args.corpus, args.condition, args.code.resolve(), args.seed)
     elif args.command == "score":
         score(args.dir, args.corpus, args.model, args.reverse_model)
     else:

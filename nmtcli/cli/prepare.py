@@ -85,7 +85,7 @@ def command(
 
     Drops, from the training split, empty pairs, pairs with a word over 70 characters or mostly not letters,
     mismatched numbers or URLs, copies of the source, a side in another language (py3langid), exact
-    duplicates, pairs over --max-tokens subword tokens and pairs whose length ratio exceeds --max-ratio,
+    duplicates, pairs whose words do not translate each other (IBM Model 1 learnt from the corpus), pairs over --max-tokens subword tokens and pairs whose length ratio exceeds --max-ratio,
     and optionally markup and wrong-script pairs; each filter has a --keep-* switch, and --clean-report
     FILE shows a sample of what each dropped. --score-model (and --reverse-model) drop the --drop-worst
     percent a model finds least likely. Validation pairs lose only empty and over-long ones.

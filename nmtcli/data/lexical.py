@@ -23,10 +23,12 @@ grow with the corpus. studies/cleaning.py measured what it drops of each kind of
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import re
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +48,11 @@ MIN_COUNT = 2
 MIN_KNOWN = 0.5  # of a side's words, those seen MIN_COUNT times in the sample, for the pair to be judged
 FOLDS = 5  # each pair is scored by models trained on the other folds' pairs
 ITERATIONS = 5  # of EM; Model 1's likelihood is convex, five steps get most of the way
-CHUNK = 20_000
-FLOOR = 1e-7  # the probability of a word pair never seen in the sample
+CHUNK = 5_000
+FLOOR = 1e-7  # the probability of a target word no source word explains (as far as the table goes)
+PRUNE = 1e-3  # t(f | e) below this is left out of the table once trained (counted as 0)
+TRAIN_WORDS = 30  # pairs with a side of more known words than this are judged but not learnt from (links grow as the square)
+NULL_PAIRS = 40_000  # random pairings scored in all, at most
 NULL = 0  # the empty word's id (source side of each direction)
 # Length buckets (in words) of the thresholds: random pairings of sentences of the same buckets are compared.
 EDGES = np.array([2, 3, 4, 6, 9, 13, 20])
@@ -80,17 +85,22 @@ class Vocabulary:
 
 def _links(sources: list[np.ndarray], targets: list[np.ndarray], target_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every (e_i, f_j) of each pair, the empty word first on the source side: (key e * target_size + f, the target word
-    it belongs to (a running index over all pairs' target words), each source side's length with the empty word)."""
-    keys, groups, lengths, offset = [], [], [], 0
-    for e, f in zip(sources, targets):
-        e = np.concatenate(([NULL], e))
-        keys.append(np.add.outer(e * target_size, f).ravel())
-        groups.append(np.tile(np.arange(offset, offset + len(f)), len(e)))
-        lengths.append(len(e))
-        offset += len(f)
-    if not keys:
+    it belongs to (a running index over all pairs' target words), each source side's length with the empty word).
+    Built without a loop over the pairs: entry r of pair k is (i, j) = divmod(r, |f_k|)."""
+    if not sources:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(keys), np.concatenate(groups), np.array(lengths)
+    e_lengths = np.array([len(e) + 1 for e in sources])
+    f_lengths = np.array([len(f) for f in targets])
+    e_start = np.cumsum(e_lengths) - e_lengths
+    e_all = np.insert(np.concatenate(sources), e_start - np.arange(len(sources)), NULL)  # the empty word before each side
+    f_all = np.concatenate(targets)
+    f_start = np.cumsum(f_lengths) - f_lengths
+    sizes = e_lengths * f_lengths
+    pair = np.repeat(np.arange(len(sources)), sizes)
+    r = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    i, j = np.divmod(r, f_lengths[pair])
+    target_word = f_start[pair] + j
+    return e_all[e_start[pair] + i] * target_size + f_all[target_word], target_word, e_lengths
 
 
 @dataclass
@@ -112,7 +122,8 @@ class Model1:
             share = p / np.bincount(groups, weights=p)[groups]  # E: each e_i's share of explaining f_j
             counts = np.bincount(index, weights=share, minlength=len(unique))
             t = counts / np.bincount(of_source, weights=counts, minlength=source_size)[of_source]  # M: normalised per e
-        return cls(unique, t.astype(np.float32), target_size)
+        kept = t >= PRUNE  # the long tail of chance co-occurrences: a small table is a fast one to look up
+        return cls(unique[kept], t[kept].astype(np.float32), target_size)
 
     def scores(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
         """Per pair: the mean over its target words of log P(f_j | e) under Model 1."""
@@ -153,19 +164,25 @@ class LexicalJudge:
         targets = [f for (_, f), ok in zip(encoded, usable) if ok]
         folds = fold_of(np.asarray(lines, dtype=np.int64)[usable], seed) if len(sources) else np.zeros(0, np.int64)
         sizes = (len(vocabularies[0]), len(vocabularies[1]))
+        short = np.array([len(e) <= TRAIN_WORDS and len(f) <= TRAIN_WORDS for e, f in zip(sources, targets)], dtype=bool)
+        if short.sum() < len(short) / 4:  # a corpus of long sentences: learn from them all
+            short[:] = True
         models = []
         for fold in range(FOLDS):
-            rest = np.flatnonzero(folds != fold)
+            rest = np.flatnonzero((folds != fold) & short)
             e, f = [sources[i] for i in rest], [targets[i] for i in rest]
             models.append((Model1.train(e, f, *sizes), Model1.train(f, e, *sizes[::-1])))
         judge = cls(vocabularies, models, np.full((len(EDGES) + 1,) * 2, -np.inf), -np.inf, seed)
         rng = np.random.default_rng(seed)
         chance, buckets = [], []
+        rounds = min(NULL_ROUNDS, -(-NULL_PAIRS // max(len(sources), 1)))
         for fold in range(FOLDS):  # random pairings of a fold's sentences, scored by the models that saw neither
             inside = np.flatnonzero(folds == fold)
             if len(inside) < 2:
                 continue
-            for _ in range(NULL_ROUNDS):
+            if len(inside) > NULL_PAIRS // FOLDS:
+                inside = np.sort(rng.choice(inside, NULL_PAIRS // FOLDS, replace=False))
+            for _ in range(rounds):
                 order = rng.permutation(inside)
                 e, f = [sources[i] for i in order], [targets[i] for i in np.roll(order, 1)]  # each source beside another's target
                 chance.append(judge._scores(fold, e, f))
@@ -225,25 +242,57 @@ def sample(pairs: Iterable[tuple[str, str]], total: int, seed: int) -> tuple[np.
     return np.array(lines, dtype=np.int64), picked
 
 
-def judge_chunks(judge: LexicalJudge, pairs: Iterable[tuple[str, str]], progress: Callable[[int], None] = lambda n: None,
-                 ) -> Iterator[tuple[list[tuple[str, str]], np.ndarray, np.ndarray]]:
-    """The pairs in chunks of CHUNK: (chunk, which to drop, their scores)."""
+_judge: LexicalJudge | None = None  # a worker process's
+
+
+def _start_worker(judge: LexicalJudge) -> None:
+    global _judge
+    _judge = judge
+
+
+def _judge_chunk(first_line: int, chunk: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    return _judge.misaligned(first_line, chunk)
+
+
+def _chunks(pairs: Iterable[tuple[str, str]]) -> Iterator[tuple[int, list[tuple[str, str]]]]:
     chunk: list[tuple[str, str]] = []
     done = 0
     for pair in pairs:
         chunk.append(pair)
         if len(chunk) == CHUNK:
-            yield chunk, *judge.misaligned(done, chunk)
+            yield done, chunk
             done += len(chunk)
-            progress(done)
             chunk = []
     if chunk:
-        yield chunk, *judge.misaligned(done, chunk)
-        progress(done + len(chunk))
+        yield done, chunk
+
+
+def judge_chunks(judge: LexicalJudge, pairs: Iterable[tuple[str, str]], progress: Callable[[int], None] = lambda n: None,
+                 workers: int = 1) -> Iterator[tuple[list[tuple[str, str]], np.ndarray, np.ndarray]]:
+    """The pairs in chunks of CHUNK, in order: (chunk, which to drop, their scores). With `workers` > 1 the chunks are
+    judged in that many processes (spawned: a clean interpreter each, the judge sent once), 2 a worker in flight, so
+    memory holds a few chunks whatever the corpus; the result does not depend on them."""
+    if workers <= 1:
+        for first, chunk in _chunks(pairs):
+            yield chunk, *judge.misaligned(first, chunk)
+            progress(first + len(chunk))
+        return
+    with ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(judge,)) as pool:
+        pending: deque[tuple[int, list[tuple[str, str]], Future]] = deque()
+        for first, chunk in _chunks(pairs):
+            pending.append((first, chunk, pool.submit(_judge_chunk, first, chunk)))
+            if len(pending) >= 2 * workers:
+                first, chunk, future = pending.popleft()
+                yield chunk, *future.result()
+                progress(first + len(chunk))
+        while pending:
+            first, chunk, future = pending.popleft()
+            yield chunk, *future.result()
+            progress(first + len(chunk))
 
 
 def misaligned_stage(work: Path, languages: tuple[str, str], seed: int, train: dict[str, Any], sample_size: int,
-                     progress: Callable[[str, int, int | None], None]) -> tuple[dict[str, Any], list[dict[str, str]]]:
+                     progress: Callable[[str, int, int | None], None], workers: int = 1) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """The cleaned training pairs (work/train.<lang>, as the text filters left them) judged, the misaligned ones dropped
     in place (an atomic rewrite): returns the text stage's train counts with `misaligned` after the other filters, and a
     seeded sample of `sample_size` of the dropped pairs for cleaning.jsonl (worst first)."""
@@ -259,7 +308,8 @@ def misaligned_stage(work: Path, languages: tuple[str, str], seed: int, train: d
     rng, dropped, kept_sample = random.Random(seed), 0, []
     with ExitStack() as stack:
         outs = [stack.enter_context(open(stack.enter_context(atomic_path(p)), "w", encoding="utf-8", newline="\n")) for p in paths]
-        for chunk, drop, scores in judge_chunks(judge, read(), lambda n: progress("judging alignment", n, pairs)):
+        for chunk, drop, scores in judge_chunks(judge, read(), lambda n: progress("judging alignment", n, pairs),
+                                                   workers if pairs > 4 * CHUNK else 1):
             for (s, t), gone, score in zip(chunk, drop.tolist(), scores.tolist()):
                 if not gone:
                     outs[0].write(s + "\n")

@@ -59,7 +59,7 @@ def text_stage(out_dir: Path, work: Path, sources: dict[str, PairSource], settin
     }
     records = [{"filter": name, "source": s, "target": t} for name, sample in text_filter.samples.items() for s, t in sample]
     if settings.drop_misaligned and train["clean_pairs"]:
-        train, misaligned = misaligned_stage(work, (src, tgt), settings.seed, train, text_filter.sample_size, progress)
+        train, misaligned = misaligned_stage(work, (src, tgt), settings.seed, train, text_filter.sample_size, progress, text_filter.workers)
         records += misaligned
     counts["train"] = train
     write_samples(out_dir / CLEANING_SAMPLE, records)

@@ -1,0 +1,123 @@
+"""The misaligned filter of `nmt prepare` (nmtcli/data/lexical.py, issue 53): pairs whose words do not translate each
+other are dropped, translations are kept, on a rule corpus and on the real demo corpus; counted and sampled as the
+text filters are; `--keep-misaligned` switches it off."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+from conftest import nmt_in_process
+from corpus import sentence_pair
+
+from nmtcli.data import lexical
+from nmtcli.data.sources import BundledTsv
+
+
+def judge(pairs: list[tuple[str, str]], seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(drop, score) of every pair, as `nmt prepare` judges a corpus of these pairs."""
+    fitted = lexical.LexicalJudge.fit(*lexical.sample(iter(pairs), len(pairs), seed), seed)
+    chunks = list(lexical.judge_chunks(fitted, iter(pairs)))
+    return np.concatenate([d for _, d, _ in chunks]), np.concatenate([s for _, _, s in chunks])
+
+
+def with_misaligned(clean: list[tuple[str, str]], share: float, seed: int) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """`clean` plus share x len(clean) pairs of one pair's source and another's target, shuffled: (pairs, is misaligned)."""
+    rng = random.Random(seed)
+    noise = []
+    for _ in range(int(share * len(clean))):
+        i, j = rng.sample(range(len(clean)), 2)
+        noise.append((clean[i][0], clean[j][1]))
+    marked = [(p, False) for p in clean] + [(p, True) for p in noise]
+    rng.shuffle(marked)
+    return [p for p, _ in marked], np.array([m for _, m in marked])
+
+
+def test_random_pairings_are_dropped_and_translations_kept_on_a_rule_corpus():
+    rng = random.Random(3)
+    pairs, bad = with_misaligned([sentence_pair(rng) for _ in range(3_000)], 0.1, 4)
+    drop, score = judge(pairs)
+    assert drop[bad].mean() >= 0.9  # 95% of random pairings by construction, less the chance pairs that share words
+    assert drop[~bad].mean() <= 0.005
+    assert np.nanmedian(score[~bad]) > np.nanmedian(score[bad]) + 1.0
+
+
+def test_on_the_real_demo_corpus_each_pair_is_judged_by_models_that_never_saw_it():
+    # 4,228 UI strings, most words seen a few times: a model that had seen a misaligned pair would have fitted its
+    # words' translations to it and found it likely (before the folds, 0 of its misaligned pairs were caught).
+    clean = list(BundledTsv("demo/demo.en-de.tsv.xz", "train", "en", "de")._lines())
+    pairs, bad = with_misaligned(clean, 0.15, 5)
+    drop, score = judge(pairs)
+    assert drop[bad].mean() >= 0.9
+    assert drop[~bad].mean() <= 0.10  # short strings of rare words look like chance to a lexicon of 4,000 pairs
+    assert np.isnan(score).mean() < 0.3  # most pairs are judged
+
+
+def test_pairs_the_model_cannot_read_are_kept_unjudged():
+    rng = random.Random(0)
+    pairs = [sentence_pair(rng) for _ in range(500)]
+    odd = [("404", "404"), ("Xyzzy plugh", "Frobozz quendor"), ("", "Hund"), ("… !!", "…")]
+    drop, score = judge(pairs + odd)
+    assert not drop[-len(odd):].any() and np.isnan(score[-len(odd):]).all()
+
+
+def test_the_judgement_is_seeded_and_does_not_depend_on_the_chunks(monkeypatch):
+    rng = random.Random(1)
+    pairs, _ = with_misaligned([sentence_pair(rng) for _ in range(1_000)], 0.2, 2)
+    first, scores = judge(pairs)
+    monkeypatch.setattr(lexical, "CHUNK", 77)
+    again, scores_again = judge(pairs)
+    assert (first == again).all() and np.allclose(scores, scores_again, equal_nan=True)
+
+
+def test_a_sample_over_the_link_budget_is_a_random_part_in_corpus_order(monkeypatch):
+    monkeypatch.setattr(lexical, "MAX_LINKS", 5_000)
+    pairs = [(f"w{i} a b c", f"x{i} d e f") for i in range(1_000)]  # (4 + the empty word) x 4 = 20 word pairs each
+    lines, picked = lexical.sample(iter(pairs), len(pairs), 1)
+    assert len(picked) == 5_000 // 20 and list(lines) == sorted(lines) and lines[0] < 100 and lines[-1] > 900
+    assert picked == [pairs[i] for i in lines]
+
+
+def write(prefix, pairs):
+    for side, lang in ((0, "en"), (1, "de")):
+        prefix.with_name(f"{prefix.name}.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
+    return prefix
+
+
+def test_prepare_drops_counts_and_samples_them_and_keep_misaligned_switches_it_off(tmp_path, corpus):
+    clean = list(zip((corpus["train"].parent / "train.en").read_text().splitlines()[:1_000],
+                     (corpus["train"].parent / "train.de").read_text().splitlines()[:1_000]))
+    pairs, bad = with_misaligned(clean, 0.1, 7)
+    train = write(tmp_path / "noisy", pairs)
+    valid = write(tmp_path / "valid", clean[:5])
+    args = ["prepare", "--train", str(train), "--valid", str(valid), "--vocab-size", "500", "--max-ratio", "100"]
+    result = nmt_in_process(*args, "-o", str(tmp_path / "d"), "--clean-report", str(tmp_path / "r.jsonl"))
+    split = json.loads((tmp_path / "d" / "manifest.json").read_text())["splits"]["train"]
+    names = [f["filter"] for f in split["filters"]]
+    assert names.index("misaligned") == names.index("duplicate") + 1 < names.index("ratio")  # after the text filters
+    assert 90 <= split["dropped"]["misaligned"] <= 100 and split["pairs"] == len(pairs) - sum(split["dropped"].values())
+    assert f"misaligned {split['dropped']['misaligned']}" in result.stderr
+    report = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()]
+    misaligned = [r for r in report if r["filter"] == "misaligned"]
+    noise = {p for p, b in zip(pairs, bad) if b}
+    assert len(misaligned) == 20 and all((r["source"], r["target"]) in noise for r in misaligned)
+    assert [r["score"] for r in misaligned] == sorted(r["score"] for r in misaligned)
+
+    nmt_in_process(*args, "-o", str(tmp_path / "k"), "--keep-misaligned")
+    manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    assert "misaligned" not in [f["filter"] for f in manifest["splits"]["train"]["filters"]] and manifest["settings"]["drop_misaligned"] is False
+    assert manifest["splits"]["train"]["pairs"] == len(pairs) - sum(manifest["splits"]["train"]["dropped"].values()) > split["pairs"]
+
+
+def test_judging_in_worker_processes_gives_the_same_drops_in_the_same_order(monkeypatch):
+    rng = random.Random(2)
+    pairs, _ = with_misaligned([sentence_pair(rng) for _ in range(2_000)], 0.2, 3)
+    fitted = lexical.LexicalJudge.fit(*lexical.sample(iter(pairs), len(pairs), 1), 1)
+    monkeypatch.setattr(lexical, "CHUNK", 150)  # 16 chunks, 4 in flight at once
+    one = list(lexical.judge_chunks(fitted, iter(pairs)))
+    done = []
+    two = list(lexical.judge_chunks(fitted, iter(pairs), done.append, workers=2))
+    assert [c for c, _, _ in two] == [c for c, _, _ in one]
+    assert all((a[1] == b[1]).all() and np.allclose(a[2], b[2], equal_nan=True) for a, b in zip(one, two))
+    assert done[-1] == len(pairs) and done == sorted(done)
