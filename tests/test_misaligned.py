@@ -121,3 +121,14 @@ def test_judging_in_worker_processes_gives_the_same_drops_in_the_same_order(monk
     assert [c for c, _, _ in two] == [c for c, _, _ in one]
     assert all((a[1] == b[1]).all() and np.allclose(a[2], b[2], equal_nan=True) for a, b in zip(one, two))
     assert done[-1] == len(pairs) and done == sorted(done)
+
+
+def test_files_out_of_step_are_named_in_one_line(tmp_path, corpus):
+    # A line missing on one side: every pair after it is another sentence's target.
+    sources = (corpus["train"].parent / "train.en").read_text().splitlines()[:1_000]
+    targets = (corpus["train"].parent / "train.de").read_text().splitlines()[:1_000]
+    train = write(tmp_path / "shifted", list(zip(sources[:100] + sources[101:], targets[:100] + targets[102:] + ["der hund"])))
+    valid = write(tmp_path / "valid", list(zip(sources[:5], targets[:5])))
+    result = nmt_in_process("prepare", "--train", str(train), "--valid", str(valid), "--vocab-size", "500", "-o", str(tmp_path / "d"))
+    warning = [line for line in result.stderr.splitlines() if "look misaligned" in line]
+    assert len(warning) == 1 and "train:" in warning[0] and "--keep-misaligned" in warning[0] and "shifts every pair" in warning[0]

@@ -316,6 +316,20 @@ def _say_unknown(split: str, side: str, lang: str | None, unknown: dict, pairs: 
              "with its own vocabulary (no --vocab-from)")
 
 
+MISALIGNED_WARNING = 0.5  # of the pairs judged: more than this looks like files out of step, not noise
+
+
+def _say_misaligned(split: str, counts: dict) -> None:
+    """A warning where the misaligned filter dropped most of the pairs: the files are likely out of step (a line
+    missing on one side shifts every pair after it), which no filter can mend."""
+    step = next((f for f in counts.get("filters", []) if f["filter"] == "misaligned"), None)
+    if step and step["before"] and (step["before"] - step["after"]) > MISALIGNED_WARNING * step["before"]:
+        gone = step["before"] - step["after"]
+        warn(f"{split}: {gone:,} of {step['before']:,} pairs ({100 * gone / step['before']:.0f}%) look misaligned (their words do not "
+             "translate each other): check that each line of the source file is the translation of the same line of the target file "
+             "(a line missing on one side shifts every pair after it); --keep-misaligned keeps them")
+
+
 def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None:
     """What was prepared, on stderr: per split the pairs kept of those read and why the others were dropped; the
     sample of dropped pairs written to --clean-report."""
@@ -334,6 +348,7 @@ def _report(out: Path, manifest: dict, clean_report: Path | None = None) -> None
             for side, lang in (("source", manifest.get("source_lang")), ("target", manifest.get("target_lang"))):
                 _say_unknown(split, side, lang, counts.get("unknown", {}), counts["pairs"])
             for direction, c in counts.get("directions", {"": counts}).items():
+                _say_misaligned(f"{split}{' ' + direction if direction else ''}", c)
                 if c.get("language_unknown"):
                     say(f"{split}{' ' + direction if direction else ''}: language not judged for {', '.join(c['language_unknown'])} "
                         "(the detector does not know it)")
