@@ -25,7 +25,8 @@ is counted by `filters` only.
     python studies/cleaning.py score --dir /tmp/cleaning --corpus generated --model M [--reverse-model R]
                                                                        # the score filter: what its worst 5/10/20% hold of each kind
 
-Conditions of `run`: `clean` (the clean pairs, today's defaults), `none` (the noisy corpus, no text filter but
+Conditions of `run`: `clean` (the clean pairs, today's defaults), `clean-keep-misaligned` (the same without the
+misaligned filter: what it costs on clean data), `none` (the noisy corpus, no text filter but
 duplicates and the token filters), `old` (the noisy corpus, the filters of nmt before issue 53: the new ones off),
 `new` (the noisy corpus, the defaults). Every run: tiny, 1,500 steps, seed 1, the last checkpoints averaged, BLEU on
 the clean test split. Tens of minutes per training on a busy 2-core CPU; studies/results/cleaning-cpu-*.txt has
@@ -212,8 +213,9 @@ def run(workdir: Path, corpus: str, condition: str, code: Path = ROOT, seed: int
     tree to run (another checkout: that version's defaults, no cleaning flags); `seed`: the training's (the data's is
     always 1), a seed but the first trains into runs/CONDITION-seedN from the same data."""
     base = workdir / corpus
-    train = base / ("clean" if condition == "clean" else "noisy") / "train"
-    flags = {"clean": [], "new": [], "old": NEW_FILTERS_OFF, "none": [*NEW_FILTERS_OFF, "--max-ratio", "1000"]}[condition]
+    train = base / ("clean" if condition.startswith("clean") else "noisy") / "train"
+    flags = {"clean": [], "clean-keep-misaligned": ["--keep-misaligned"], "new": [], "old": NEW_FILTERS_OFF,
+             "none": [*NEW_FILTERS_OFF, "--max-ratio", "1000"]}[condition]
     if code != ROOT:
         flags = []
     out = base / "runs" / (condition if seed == 1 else f"{condition}-seed{seed}")
@@ -298,7 +300,7 @@ def main() -> None:
     r = commands.add_parser("run")
     r.add_argument("--dir", type=Path, required=True)
     r.add_argument("--corpus", choices=CORPORA, required=True)
-    r.add_argument("--condition", choices=("clean", "none", "old", "new"), required=True)
+    r.add_argument("--condition", choices=("clean", "clean-keep-misaligned", "none", "old", "new"), required=True)
     r.add_argument("--code", type=Path, default=ROOT, help="the nmt source tree to run (default: this one)")
     r.add_argument("--seed", type=int, default=1, help="the training's seed (default 1)")
     commands.add_parser("table").add_argument("--dir", type=Path, required=True)

@@ -9,16 +9,23 @@ score is the lower of the two, so a pair one side of which holds words the other
 Bicleaner's lexical features read corpora this way).
 
 Which score is too low depends on the corpus and the sentences' lengths, so the threshold is not a constant: the
-sample's sentences are paired at random (a derangement of a shuffled order, NULL_ROUNDS times), and a pair is dropped
-when it scores no better than the best NULL_SHARE of random pairings of sentences of its lengths. A random pairing is
-what a misaligned pair is, so NULL_SHARE of them are caught by construction; a clean pair is dropped only when its
-words explain each other no better than chance would. Pairs with a side of no word (digits and punctuation only) are
-not judged.
+sample's sentences are paired at random (each source beside another pair's target, in a shuffled order, up to
+NULL_ROUNDS times), and a pair is dropped when it scores no better than the best NULL_SHARE of random pairings of
+sentences of its lengths (EDGES' buckets). A random pairing is what a misaligned pair is, so NULL_SHARE of them are
+caught by construction; a right pair is dropped only when its words explain each other no better than chance would.
 
-Memory and time: the model is trained on a seeded sample of up to SAMPLE_PAIRS pairs (or MAX_LINKS word pairs), each
-side cut at MAX_WORDS words; words seen fewer than MIN_COUNT times in it share one id per side (so names and numbers
-copied across learn to align with each other). The corpus is then scored in chunks of CHUNK pairs: memory does not
-grow with the corpus. studies/cleaning.py measured what it drops of each kind of noise (docs/data.md).
+Two guards keep that honest where words are rare. A model scoring the pairs it was trained on finds even a misaligned
+pair likely when its words occur nowhere else (EM fits their t to that very pair: on the demo corpus of 4,228 UI
+strings it caught none of the misaligned pairs): so the sample is cut into FOLDS folds by line number, and each pair,
+random pairings included, is scored by models trained on the other folds. And only the words seen MIN_COUNT times in
+the sample are read: a side with fewer than MIN_KNOWN of its words known (names, numbers, code, a word seen once) is
+not judged, nor is a side of no word at all.
+
+Memory and time: the models are trained on a seeded sample of up to SAMPLE_PAIRS pairs (fewer where they hold more than
+MAX_LINKS word pairs), learning only from pairs of TRAIN_WORDS words or fewer a side; each side is read to MAX_WORDS
+words; the tables keep t >= PRUNE. The corpus is then judged in chunks of CHUNK pairs, in worker processes: memory does
+not grow with the corpus. studies/cleaning.py measured what it drops of each kind of noise, and what a model trained
+on what it keeps is worth (docs/data.md).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from nmtcli.files import atomic_path
 NULL_SHARE = 0.95  # of random pairings of the corpus's sentences, the share a pair must score above to be kept
 NULL_ROUNDS = 4  # random pairings of the sample drawn to learn what chance scores
 SAMPLE_PAIRS = 100_000
-MAX_LINKS = 20_000_000  # word pairs (e_i, f_j) of the training sample, with the empty word: ~0.6 GB while it trains
+MAX_LINKS = 20_000_000  # word pairs (e_i, f_j) of the training sample, with the empty word: ~0.9 GB while it trains
 MAX_WORDS = 50
 MIN_COUNT = 2
 MIN_KNOWN = 0.5  # of a side's words, those seen MIN_COUNT times in the sample, for the pair to be judged
