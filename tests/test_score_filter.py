@@ -198,3 +198,32 @@ def test_a_model_of_other_languages_is_one_line(trained_model, reverse_model, no
                "--valid", f"de-en={corpus['valid']}", "--score-model", str(trained_model)]
     assert "one language pair" in one_error_line(nmt_in_process(*several, check=False))
     assert not out.exists()  # refused before anything was written
+
+
+def unnamed_copy(model: Path, out: Path, languages: dict | None) -> Path:
+    """A copy of `model` whose config.json names no languages: none at all (None), or `languages` (an unnamed import's)."""
+    import shutil
+
+    shutil.copytree(model, out)
+    config = json.loads((out / "config.json").read_text())
+    config.pop("languages")
+    if languages is not None:
+        config["languages"] = languages
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_a_model_that_names_no_languages_scores_with_a_one_line_warning(trained_model, noisy, corpus, tmp_path):
+    """The direction of a model whose config.json names no languages cannot be checked: the filter uses it and says so,
+    once, naming what to do (it scored silently; an unnamed import's "src"/"tgt" was refused as "src->tgt")."""
+    prefix, _ = noisy
+    forward = unnamed_copy(trained_model, tmp_path / "forward", None)
+    reverse = unnamed_copy(trained_model, tmp_path / "reverse", {"source": "src", "target": "tgt"})
+    result = nmt_in_process(*prepare_args(prefix, corpus, tmp_path / "data", "--score-model", str(forward), "--reverse-model", str(reverse)))
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("nmt: warning: cannot check")]
+    assert warnings == [f"nmt: warning: cannot check that {flag} {model} translates {pair}: its config.json names no languages (it is "
+                        f"used as one: make sure it is, or add \"languages\": {{\"source\": \"{pair[:2]}\", \"target\": \"{pair[-2:]}\"}} "
+                        "to its config.json to have it checked)"
+                        for flag, model, pair in (("--score-model", forward, "en->de"), ("--reverse-model", reverse, "de->en"))], result.stderr
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["dropped"] == {"score": 10} and manifest["score_filter"]["reverse"]["model"] == str(reverse.resolve())

@@ -70,23 +70,13 @@ def _precision() -> str:
 
 
 def _check_reverse(model: Path, source_lang: str, target_lang: str) -> list[str]:
-    """The reverse model translates target -> source. Returns the flags `nmt translate` needs for it (a multilingual
-    model: -s TGT -t SRC, which it checks itself)."""
-    from nmtcli.files import read_json
+    """The reverse model translates target -> source (pair_scores.check_direction, as the score filter's models). Returns
+    the flags `nmt translate` needs for it (a multilingual model: -s TGT -t SRC)."""
+    from nmtcli.pair_scores import check_direction
 
-    config = read_json(model / "config.json", (f"--bt-model {model} is not a model dir (no config.json)",
-                                               "give a model dir or Hub id of a model that translates the target language into the source"),
-                       "the model dir is damaged: write it again (nmt average, import or pull)")
-    if (config.get("tokenizer") or {}).get("kind") == "multilingual":
+    if check_direction(model, target_lang, source_lang, "--bt-model", purpose=f"back-translation for {source_lang}->{target_lang} data",
+                       fix=f"give a model that translates {target_lang} into {source_lang} (train one on the real pairs reversed)", warn=warn):
         return ["-s", target_lang, "-t", source_lang]
-    own = config.get("languages") if isinstance(config.get("languages"), dict) else {}
-    known = own.get("source") not in (None, "src") and own.get("target") not in (None, "tgt")
-    if not known:
-        warn(f"--bt-model {model} does not say its languages: taken for {target_lang}->{source_lang}")
-    elif (own["source"], own["target"]) != (target_lang, source_lang):
-        raise NmtError(f"--bt-model {model} translates {own['source']}->{own['target']}, but back-translation for "
-                       f"{source_lang}->{target_lang} data needs a {target_lang}->{source_lang} model",
-                       f"give a model that translates {target_lang} into {source_lang} (train one on the real pairs reversed)", exit_code=2)
     return []
 
 
