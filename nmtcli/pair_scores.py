@@ -144,17 +144,23 @@ def _truncations(warn: Callable[[str], None] | None, task: str):
 
 def scorer(forward: tuple[Path, dict] | None, reverse: tuple[Path, dict] | None, languages: tuple[str, str], device: str,
            warn: Callable[[str], None] | None = None):
-    """The score filter's `score(sources, targets, work, progress)` (data/score_filter.py): the forward model's scores
-    of the pairs, the reverse model's of the pairs turned round."""
+    """The score filter's `score(sources, targets, work, progress, resumed)` (data/score_filter.py): the forward model's
+    scores of the pairs, the reverse model's of the pairs turned round; `resumed` gets, by model ("forward",
+    "reverse"), the chunks of its scores an interrupted run left done (bulk.chunks_done), which this one takes up."""
+    from nmtcli.bulk import chunks_done
+
     src, tgt = languages
 
-    def score(sources: Path, targets: Path, work: Path, progress: Progress) -> tuple[Path | None, Path | None]:
+    def score(sources: Path, targets: Path, work: Path, progress: Progress,
+              resumed: dict[str, int] | None = None) -> tuple[Path | None, Path | None]:
         work.mkdir(parents=True, exist_ok=True)
         out: list[Path | None] = [None, None]
         for k, (model, a, b, name, pair) in enumerate(((forward, sources, targets, "forward", (src, tgt)),
                                                        (reverse, targets, sources, "reverse", (tgt, src)))):
             if model is not None:
                 hear, summary = _truncations(warn, f"scoring {pair[0]}->{pair[1]}")
+                if resumed is not None:
+                    resumed[name] = chunks_done(work / f"{name}.txt")
                 out[k] = score_file(model[0], a, b, work / f"{name}.txt", pair, model[1], device, progress=progress,
                                     task=f"scoring {pair[0]}->{pair[1]}", warn=hear)
                 summary()

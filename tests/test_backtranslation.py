@@ -146,6 +146,8 @@ def test_a_killed_back_translation_resumes_without_losing_or_doubling_a_line(tag
     assert "resuming" in again.stderr and "100 of 600 lines already translated" in again.stderr
     assert lines_of(out / "backtranslation.en") == lines_of(data / "backtranslation.en")
     assert manifest_of(out)["backtranslation"]["pairs"] == manifest_of(data)["backtranslation"]["pairs"]
+    # The chunk taken up is the manifest's (the top-level count is the encode stage's), the uninterrupted run's none.
+    assert manifest_of(out)["backtranslation"]["resumed_chunks"] == 1 and manifest_of(data)["backtranslation"]["resumed_chunks"] == 0
     # A second run with the same inputs: nothing translated, nothing prepared.
     third = nmt_in_process(*args)
     assert "reused" in third.stderr and "already prepared" in third.stderr

@@ -31,7 +31,7 @@ def back_translate(out: Path, mono: list[Path], reverse_model: str, sampling: st
                    source_lang: str, target_lang: str, seed: int, chunk_lines: int) -> Synthetic:
     """Check the inputs, translate the monolingual text (or find it translated), and return the synthetic pairs."""
     from nmtcli.cli.common import resolve_model
-    from nmtcli.bulk import drop_other_attempt, parts_dir
+    from nmtcli.bulk import chunks_done, drop_other_attempt, parts_dir
     from nmtcli.cli.distill import _nmt
     from nmtcli.data import backtranslation as bt
 
@@ -55,9 +55,10 @@ def back_translate(out: Path, mono: list[Path], reverse_model: str, sampling: st
     say(f"back-translation of {lines:,} lines by {model} (resumable: the same command continues it)")
     if drop_other_attempt(parts_dir(source), out / ATTEMPT, "backtranslation", {**wanted, "args": args}):
         say(f"back-translation: the chunks of an earlier attempt with other files, model or settings dropped ({parts_dir(source)})")
+    resumed = chunks_done(source)  # `nmt translate` takes them up (and says so)
     say(f"$ nmt {' '.join(shlex.quote(a) for a in args)}")
     _nmt(args)
-    return bt.Synthetic(source, target, tag, ratio, bt.write_record(out, wanted, source, target, lines))
+    return bt.Synthetic(source, target, tag, ratio, bt.write_record(out, wanted, source, target, lines), resumed)
 
 
 def _precision() -> str:
