@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nmtcli import faults
 from nmtcli.errors import FileSystemError, NmtError, file_system_error
 from nmtcli.files import atomic_path, file_system_errors
 
@@ -74,6 +75,21 @@ def drop_other_attempt(parts: Path, record: Path, name: str, attempt: Any) -> bo
     with atomic_path(record) as tmp:
         tmp.write_text(json.dumps({**tried, name: attempt}, indent=2) + "\n", encoding="utf-8")
     return dropped
+
+
+def chunks_done(output: Path) -> int:
+    """The chunks of OUT that a run cut short left done in OUT.parts/ (a record, and its text of the recorded size, as
+    Job.is_done reads them): what the next run of the same job resumes from, and does not translate again. 0 for an
+    OUT finished (its parts are gone) or never started."""
+    parts = parts_dir(Path(output))
+    done = 0
+    for record in parts.glob("[0-9]*.json") if parts.is_dir() else ():
+        try:
+            size = json.loads(record.read_text(encoding="utf-8")).get("bytes")
+            done += record.with_suffix(".txt").stat().st_size == size
+        except (OSError, ValueError, AttributeError):
+            continue
+    return done
 
 
 def index(paths: Sequence[Path], chunk_lines: int) -> tuple[list[Chunk], list[dict[str, Any]]]:
@@ -198,6 +214,7 @@ class Job:
         with self._writing(record), atomic_path(record) as tmp:
             tmp.write_text(json.dumps({"first": chunk.first, "lines": count, "bytes": size, "sha256": digest.hexdigest()}),
                            encoding="utf-8")
+        faults.point("chunk-written", chunk=chunk.index)
 
     # --- the run ------------------------------------------------------------------------------------
 

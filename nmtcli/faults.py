@@ -10,6 +10,8 @@ NMT_TEST_FAULT (read here only, so it also reaches the `nmt` processes the tests
   oom-above:LINES            the same for every translation batch of more than LINES lines
   kill-after-rename:N        SIGKILL right after the N-th file this process renames into place
                              (every model dir write: import, average, pull -o)
+  kill-after-chunk:N         SIGKILL right after the N-th chunk this process writes whole into an OUT.parts/
+                             (bulk.py: chunked translation, back-translation, the score filter's scores)
   serve-slow-lines           `nmt serve` holds a batch for S seconds on a line "<slow S>"
   graph-oom:PHASE:N          a GPU's out-of-memory error the N-th time a CUDA graph PHASE (warm-up,
                              capture, replay; arena: a buffer of the graphs' Arena taken) is reached
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 _renamed = 0
+_chunks = 0
 _reached: dict[str, int] = {}  # CUDA graph phase -> times reached while a graph-* fault was set
 
 
@@ -46,6 +49,13 @@ def _count_rename(value: str) -> None:
     global _renamed
     _renamed += 1
     if int(value) == _renamed:
+        _kill()
+
+
+def _count_chunk(value: str, chunk: int) -> None:
+    global _chunks
+    _chunks += 1
+    if int(value) == _chunks:
         _kill()
 
 
@@ -106,6 +116,7 @@ def _kill() -> None:
 # (fault point, NMT_TEST_FAULT kind) -> what happens there.
 _FAULTS: dict[tuple[str, str], Callable[..., None]] = {
     ("renamed", "kill-after-rename"): _count_rename,
+    ("chunk-written", "kill-after-chunk"): _count_chunk,
     ("checkpoint-half-written", "kill-in-checkpoint"): _kill_at_step,
     ("train-step", "fail"): _fail_at_step,
     ("train-step", "oom"): _oom_at_step,

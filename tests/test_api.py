@@ -87,6 +87,9 @@ def test_nbest_prefix_alignment_and_streaming(translator):
     assert len(five.nbest) == 3 and five.nbest[0].text == five.text and five.alignment == five.nbest[0].alignment
     assert [h.score for h in five.nbest] == sorted((h.score for h in five.nbest), reverse=True)
     assert re.fullmatch(r"(\d+-\d+ ?)+", five.alignment)
+    aligned = translator.translate(LINES, alignment="words")  # an empty or blank text: "" (no links), not None (not asked)
+    assert [t.alignment for t in aligned[1::2]] == ["", ""] and all(t.alignment for t in aligned[::2])
+    assert all(set(t.record()) == set(aligned[0].record()) for t in aligned)
     prefixed = translator.translate(LINES[:3], prefix="der katze")
     assert prefixed[0].text.startswith("der katze") and prefixed[1].text == "der katze"
     per_text = translator.translate(LINES[:2], prefix=["ein", ""])

@@ -146,6 +146,8 @@ def test_a_killed_back_translation_resumes_without_losing_or_doubling_a_line(tag
     assert "resuming" in again.stderr and "100 of 600 lines already translated" in again.stderr
     assert lines_of(out / "backtranslation.en") == lines_of(data / "backtranslation.en")
     assert manifest_of(out)["backtranslation"]["pairs"] == manifest_of(data)["backtranslation"]["pairs"]
+    # The chunk taken up is the manifest's (the top-level count is the encode stage's), the uninterrupted run's none.
+    assert manifest_of(out)["backtranslation"]["resumed_chunks"] == 1 and manifest_of(data)["backtranslation"]["resumed_chunks"] == 0
     # A second run with the same inputs: nothing translated, nothing prepared.
     third = nmt_in_process(*args)
     assert "reused" in third.stderr and "already prepared" in third.stderr
@@ -204,3 +206,29 @@ def test_bad_back_translation_input_is_one_line(case, small, reverse_model, trai
     assert expected in result.stderr and "Traceback" not in result.stderr
     assert len([line for line in result.stderr.splitlines() if line.startswith("nmt: error")]) == 1
     assert not (tmp_path / "data" / "manifest.json").exists() and not (tmp_path / "data").exists()
+    if case == "reverse model of other languages":  # docs/errors.md's row, word for word
+        from test_errors import doc_rows, matches
+
+        line = result.stderr.strip().splitlines()[-1].replace(model, "models/en-de")
+        assert matches(doc_rows()["bt-reverse-model-languages"].message, line), line
+
+
+def test_back_translation_checks_its_model_as_the_score_filter_checks_a_reverse_model(small, trained_model, tmp_path):
+    """One check of a model's languages (pair_scores.check_direction) for --bt-model and the score filter's
+    --reverse-model, both target -> source: a model whose config.json names none (or an unnamed import's "src"/"tgt")
+    gets the same one-line warning from both, but for the flag (back-translation said it in other words, the score
+    filter nothing or a refusal of "src->tgt")."""
+    from test_score_filter import unnamed_copy
+
+    empty = tmp_path / "empty.de"
+    empty.write_text("\n")
+    for k, languages in enumerate((None, {"source": "src", "target": "tgt"})):
+        model = unnamed_copy(trained_model, tmp_path / f"model-{k}", languages)
+        base = ["prepare", "--train", str(small["train"]), "--valid", str(small["valid"]), "--vocab-size", "300"]
+        back = nmt_in_process(*base, "-o", str(tmp_path / f"bt-{k}"), "--target-mono", str(empty), "--bt-model", str(model), check=False)
+        assert back.returncode == 2 and "--target-mono" in back.stderr and "is empty" in back.stderr  # refused after the check
+        scored = nmt_in_process(*base, "-o", str(tmp_path / f"scored-{k}"), "--reverse-model", str(model), "--device", "cpu")
+        said = [[line for line in result.stderr.splitlines() if line.startswith("nmt: warning:") and str(model) in line]
+                for result in (back, scored)]
+        assert len(said[0]) == 1 and said[0] == [line.replace("--reverse-model", "--bt-model") for line in said[1]], said
+        assert "cannot check that --bt-model" in said[0][0] and "translates de->en: its config.json names no languages" in said[0][0]

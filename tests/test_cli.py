@@ -194,6 +194,29 @@ def test_json_output_carries_scores_tokens_and_nbest(trained_model, nmt_main):
     assert records[0]["translation"] == text
 
 
+def test_an_empty_line_has_every_key_of_a_translated_lines_record(trained_model, nmt_main, tmp_path):
+    """--alignment: an empty or blank line, and a line that is only a protected span (nothing for the model to read),
+    get "alignment": "" where every other line's record has its links: a program reading the records finds the same
+    keys in each (they had none). The same through a file in chunks (-i -o), and --split-sentences' sentences."""
+    lines = ["the dog sees a cat", "", "   ", "{{name}}", "the red car visits every house"]
+    text = "".join(line + "\n" for line in lines)
+    for unit in ("words", "pieces"):
+        out = nmt_main("translate", "-m", str(trained_model), "--output-format", "json", "--alignment", unit, "--nbest", "2", input=text)
+        records = [json.loads(line) for line in out.stdout.splitlines()]
+        assert len(records) == 5 and all(set(r) == set(records[0]) for r in records), records
+        assert [r["alignment"] for r in records[1:4]] == ["", "", ""] and records[0]["alignment"] and records[4]["alignment"]
+        assert [r["translation"] for r in records[1:4]] == ["", "", "{{name}}"] and records[3]["nbest"][0]["alignment"] == ""
+    (tmp_path / "in.en").write_text(text)
+    nmt_main("translate", "-m", str(trained_model), "--output-format", "json", "--alignment", "pieces", "--nbest", "2",
+             "-i", str(tmp_path / "in.en"), "-o", str(tmp_path / "out.jsonl"), "--chunk-lines", "2")
+    assert [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()] == records
+    split = nmt_main("translate", "-m", str(trained_model), "--output-format", "json", "--alignment", "words", "--split-sentences",
+                     input="the dog sees a cat. {{name}}\n\n")
+    joined = [json.loads(line) for line in split.stdout.splitlines()]
+    assert set(joined[0]) == set(joined[1]) and joined[1]["sentences"] == []
+    assert all("alignment" in sentence for sentence in joined[0]["sentences"]), joined
+
+
 def test_int8_translates_every_line_in_order(trained_model, nmt_main):
     text = "the dog sees a cat\n\nthe red car visits every house\n"
     int8 = nmt_main("translate", "-m", str(trained_model), "--device", "cpu", "--precision", "int8", input=text).stdout.splitlines()

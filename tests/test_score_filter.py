@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import nmt_in_process
+from conftest import nmt_in_process, run_nmt
 
 from nmtcli.checksums import file_sha256
 from nmtcli.data.score_filter import DROPPED, costs, dual_cross_entropy, ranked, read_log_probs, split_pairs
@@ -134,7 +134,7 @@ def test_prepare_drops_the_worst_pairs_counts_them_and_reports_them(trained_mode
     names = [f["filter"] for f in train["filters"]]
     assert names.index("duplicate") < names.index("score") < names.index("too_long")  # after the text filters, before the BPE's
     assert train["filters"][names.index("score")] == {"filter": "score", "before": 200, "after": 190}
-    assert manifest["score_filter"] == {"percent": 5.0, "reverse": None, "forward": {
+    assert manifest["score_filter"] == {"percent": 5.0, "reverse": None, "resumed_chunks": 0, "forward": {
         "model": str(trained_model.resolve()), "revision": None, "sha256": {"model.safetensors": file_sha256(trained_model / "model.safetensors")}}}
     dropped = [json.loads(line) for line in lines_of(out / DROPPED)]
     assert [d["cost"] for d in dropped] == sorted((d["cost"] for d in dropped), reverse=True)
@@ -198,3 +198,51 @@ def test_a_model_of_other_languages_is_one_line(trained_model, reverse_model, no
                "--valid", f"de-en={corpus['valid']}", "--score-model", str(trained_model)]
     assert "one language pair" in one_error_line(nmt_in_process(*several, check=False))
     assert not out.exists()  # refused before anything was written
+
+
+def unnamed_copy(model: Path, out: Path, languages: dict | None) -> Path:
+    """A copy of `model` whose config.json names no languages: none at all (None), or `languages` (an unnamed import's)."""
+    import shutil
+
+    shutil.copytree(model, out)
+    config = json.loads((out / "config.json").read_text())
+    config.pop("languages")
+    if languages is not None:
+        config["languages"] = languages
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_a_model_that_names_no_languages_scores_with_a_one_line_warning(trained_model, noisy, corpus, tmp_path):
+    """The direction of a model whose config.json names no languages cannot be checked: the filter uses it and says so,
+    once, naming what to do (it scored silently; an unnamed import's "src"/"tgt" was refused as "src->tgt")."""
+    prefix, _ = noisy
+    forward = unnamed_copy(trained_model, tmp_path / "forward", None)
+    reverse = unnamed_copy(trained_model, tmp_path / "reverse", {"source": "src", "target": "tgt"})
+    result = nmt_in_process(*prepare_args(prefix, corpus, tmp_path / "data", "--score-model", str(forward), "--reverse-model", str(reverse)))
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("nmt: warning: cannot check")]
+    assert warnings == [f"nmt: warning: cannot check that {flag} {model} translates {pair}: its config.json names no languages (it is "
+                        f"used as one: make sure it is, or add \"languages\": {{\"source\": \"{pair[:2]}\", \"target\": \"{pair[-2:]}\"}} "
+                        "to its config.json to have it checked)"
+                        for flag, model, pair in (("--score-model", forward, "en->de"), ("--reverse-model", reverse, "de->en"))], result.stderr
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["dropped"] == {"score": 10} and manifest["score_filter"]["reverse"]["model"] == str(reverse.resolve())
+
+
+def test_a_killed_score_stage_resumes_from_its_chunks_and_the_manifest_counts_them(trained_model, noisy, corpus, tmp_path):
+    """Killed once the model's first chunk of scores is written whole: the next run takes that chunk up instead of
+    scoring it again, and the manifest says so (`score_filter.resumed_chunks`; the top-level `resumed_chunks` is the
+    encode stage's, which had not started); what is dropped is what an uninterrupted run drops."""
+    prefix, _ = noisy
+    out = tmp_path / "data"
+    args = prepare_args(prefix, corpus, out, "--score-model", str(trained_model))
+    killed = run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-chunk:1"}, check=False)
+    assert killed.returncode == -9 and not (out / "manifest.json").exists(), killed.stderr
+    nmt_in_process(*args)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["score_filter"]["resumed_chunks"] == 1 and manifest["resumed_chunks"] == 0
+    fresh = tmp_path / "fresh"
+    nmt_in_process(*prepare_args(prefix, corpus, fresh, "--score-model", str(trained_model)))
+    assert json.loads((fresh / "manifest.json").read_text())["score_filter"]["resumed_chunks"] == 0
+    assert (out / DROPPED).read_bytes() == (fresh / DROPPED).read_bytes() and manifest["splits"]["train"]["dropped"] == {"score": 10}
+

@@ -282,6 +282,22 @@ def test_nmt_translate_aligns_and_scores_given_targets_as_nmt_translate_does(ser
     assert same and all(a == pytest.approx(b, abs=1e-5) for a, b in same)  # where the text re-encodes to the search's tokens: its score
 
 
+def test_every_record_has_the_same_keys_an_empty_or_low_confidence_line_too(server):
+    """With "alignment", an empty line's record gets "alignment": "" where the others have their links (it had no such
+    key); with "min_confidence", a line answered as sent keeps the keys of the record it replaces, emptied (a split
+    line's "sentences" and no "tokens", as every split line's record)."""
+    body = {"lines": LINES, "source": "en", "target": "de", "alignment": "words"}
+    for extra in ({}, {"min_confidence": 1.0}, {"split_sentences": True}, {"split_sentences": True, "min_confidence": 1.0}):
+        status, answer, _ = request(server, "POST", "/nmt/translate", {**body, **extra})
+        records = answer["translations"]
+        assert status == 200 and len(records) == len(LINES) and all(set(r) == set(records[0]) for r in records), (extra, records)
+        if "split_sentences" not in extra:
+            assert records[1]["alignment"] == "" and all(r["alignment"] for r in records if r["tokens"])
+        if "min_confidence" in extra:  # every translated line is below 1
+            assert [r["low_confidence"] for r in records] == [bool(line) for line in LINES]
+            assert all(r["translation"] == line and r["nbest"] == [] for r, line in zip(records, LINES))
+
+
 PARAGRAPH = "  Dr. Smith sees the dog at 3 p.m. on Jan. 5. The dog sees a cat!\tA red car?\r\n\r\nthe old man reads a book. \u2028The end.  "
 
 

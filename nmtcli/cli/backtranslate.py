@@ -31,7 +31,7 @@ def back_translate(out: Path, mono: list[Path], reverse_model: str, sampling: st
                    source_lang: str, target_lang: str, seed: int, chunk_lines: int) -> Synthetic:
     """Check the inputs, translate the monolingual text (or find it translated), and return the synthetic pairs."""
     from nmtcli.cli.common import resolve_model
-    from nmtcli.bulk import drop_other_attempt, parts_dir
+    from nmtcli.bulk import chunks_done, drop_other_attempt, parts_dir
     from nmtcli.cli.distill import _nmt
     from nmtcli.data import backtranslation as bt
 
@@ -55,9 +55,10 @@ def back_translate(out: Path, mono: list[Path], reverse_model: str, sampling: st
     say(f"back-translation of {lines:,} lines by {model} (resumable: the same command continues it)")
     if drop_other_attempt(parts_dir(source), out / ATTEMPT, "backtranslation", {**wanted, "args": args}):
         say(f"back-translation: the chunks of an earlier attempt with other files, model or settings dropped ({parts_dir(source)})")
+    resumed = chunks_done(source)  # `nmt translate` takes them up (and says so)
     say(f"$ nmt {' '.join(shlex.quote(a) for a in args)}")
     _nmt(args)
-    return bt.Synthetic(source, target, tag, ratio, bt.write_record(out, wanted, source, target, lines))
+    return bt.Synthetic(source, target, tag, ratio, bt.write_record(out, wanted, source, target, lines), resumed)
 
 
 def _precision() -> str:
@@ -70,23 +71,13 @@ def _precision() -> str:
 
 
 def _check_reverse(model: Path, source_lang: str, target_lang: str) -> list[str]:
-    """The reverse model translates target -> source. Returns the flags `nmt translate` needs for it (a multilingual
-    model: -s TGT -t SRC, which it checks itself)."""
-    from nmtcli.files import read_json
+    """The reverse model translates target -> source (pair_scores.check_direction, as the score filter's models). Returns
+    the flags `nmt translate` needs for it (a multilingual model: -s TGT -t SRC)."""
+    from nmtcli.pair_scores import check_direction
 
-    config = read_json(model / "config.json", (f"--bt-model {model} is not a model dir (no config.json)",
-                                               "give a model dir or Hub id of a model that translates the target language into the source"),
-                       "the model dir is damaged: write it again (nmt average, import or pull)")
-    if (config.get("tokenizer") or {}).get("kind") == "multilingual":
+    if check_direction(model, target_lang, source_lang, "--bt-model", purpose=f"back-translation for {source_lang}->{target_lang} data",
+                       fix=f"give a model that translates {target_lang} into {source_lang} (train one on the real pairs reversed)", warn=warn):
         return ["-s", target_lang, "-t", source_lang]
-    own = config.get("languages") if isinstance(config.get("languages"), dict) else {}
-    known = own.get("source") not in (None, "src") and own.get("target") not in (None, "tgt")
-    if not known:
-        warn(f"--bt-model {model} does not say its languages: taken for {target_lang}->{source_lang}")
-    elif (own["source"], own["target"]) != (target_lang, source_lang):
-        raise NmtError(f"--bt-model {model} translates {own['source']}->{own['target']}, but back-translation for "
-                       f"{source_lang}->{target_lang} data needs a {target_lang}->{source_lang} model",
-                       f"give a model that translates {target_lang} into {source_lang} (train one on the real pairs reversed)", exit_code=2)
     return []
 
 

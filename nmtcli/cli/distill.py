@@ -20,7 +20,7 @@ from typing import Annotated, Optional
 import typer
 
 from nmtcli.bulk import drop_other_attempt, parts_dir
-from nmtcli.cli.common import console, say
+from nmtcli.cli.common import console, say, warn
 from nmtcli.errors import NmtError
 from nmtcli.files import atomic_path
 
@@ -142,7 +142,7 @@ def _inputs(model: str, train: str, valid: str, test: str, mono: list[Path] | No
         from nmtcli.pair_scores import check_direction
 
         reverse = resolve_model(reverse_model)
-        check_direction(reverse, tgt, src, "--reverse-model")
+        check_direction(reverse, tgt, src, "--reverse-model", warn=warn)
     work = output or Path("distill") / f"{teacher.name}-{preset}"
     if work.exists() and not work.is_dir():
         raise NmtError(f"-o {work} is a file", "give a dir for the teacher's translations, the student's data, run and model", exit_code=2)

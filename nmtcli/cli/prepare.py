@@ -242,8 +242,8 @@ def _score_filter(score_model: str | None, reverse_model: str | None, drop_worst
     from nmtcli.pair_scores import locate, scorer
 
     resolve_device(device)  # a GPU that is not there: said before anything is written
-    forward = locate(score_model, src, tgt, "--score-model") if score_model is not None else None
-    reverse = locate(reverse_model, tgt, src, "--reverse-model") if reverse_model is not None else None
+    forward = locate(score_model, src, tgt, "--score-model", warn) if score_model is not None else None
+    reverse = locate(reverse_model, tgt, src, "--reverse-model", warn) if reverse_model is not None else None
     percent = DEFAULT_PERCENT if drop_worst is None else drop_worst
     return ScoreFilter(percent, {"forward": forward and forward[1], "reverse": reverse and reverse[1]}, scorer(forward, reverse, (src, tgt), device, warn))
 

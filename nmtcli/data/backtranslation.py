@@ -58,13 +58,15 @@ _LETTER = re.compile(r"[^\W\d_]")
 class Synthetic:
     """The back-translated pairs of a data dir: `source` (the reverse model's translations) beside `target` (the
     monolingual text), the tag put before each source (None: untagged), the real:synthetic ratio, and `record`:
-    what they were made from (monolingual files, reverse model, method)."""
+    what they were made from (monolingual files, reverse model, method); `resumed_chunks`: the chunks of the
+    translation that an interrupted run had left done and this one took up (0 where it was reused whole)."""
 
     source: Path
     target: Path
     tag: str | None
     ratio: float
     record: dict[str, Any]
+    resumed_chunks: int = 0
 
     def identity(self) -> list[Any]:
         """What the prepared data depends on: the synthetic text (by the record's checksums), the tag and the ratio."""
@@ -257,4 +259,5 @@ def manifest_entry(synthetic: Synthetic, text: dict[str, Any], mix: dict[str, An
         "real_pairs": r,
         # The train split: the kept real pairs `upsample` times over (copy k: pairs k*r .. (k+1)*r - 1), then the synthetic ones.
         "train_ranges": {"real": [0, r * upsample], "synthetic": [r * upsample, r * upsample + s]},
+        "resumed_chunks": synthetic.resumed_chunks,  # this run's, as the manifest's own (the encode stage's)
     }

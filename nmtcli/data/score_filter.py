@@ -29,7 +29,7 @@ import random
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -142,19 +142,26 @@ def read_records(path: Path, picked: list[int]) -> list[dict[str, Any]]:
 class ScoreFilter:
     """`nmt prepare --score-model/--reverse-model/--drop-worst`: the models (`models`: "forward" and "reverse", each
     described by what identifies it, path and weights' sha256, or None) and the percent dropped. `score(sources,
-    targets, work, progress)` writes each model's per-token log-probabilities of the pairs under `work` and returns
-    their files (forward, reverse; None for a model not given): the layers above do the forced decoding."""
+    targets, work, progress, resumed)` writes each model's per-token log-probabilities of the pairs under `work` and
+    returns their files (forward, reverse; None for a model not given): the layers above do the forced decoding, in
+    resumable chunks, and put in `resumed` (`resumed_chunks`) how many of each model's chunks an interrupted run had
+    left done (the manifest's "score_filter.resumed_chunks": this run's, 0 where the stage was skipped)."""
 
     percent: float
     models: dict[str, Any]
-    score: Callable[[Path, Path, Path, Progress], tuple[Path | None, Path | None]]
+    score: Callable[[Path, Path, Path, Progress, dict[str, int]], tuple[Path | None, Path | None]]
+    resumed_chunks: dict[str, int] = field(default_factory=dict, compare=False)
 
     def describe(self) -> dict[str, Any]:
+        """The manifest's "score_filter"."""
+        return {**self._identity(), "resumed_chunks": sum(self.resumed_chunks.values())}
+
+    def _identity(self) -> dict[str, Any]:
         return {"percent": self.percent, **self.models}
 
     def key(self, text_key: str) -> str:
         """The score stage's fingerprint: the cleaned text's, the models and the percent."""
-        return hashlib.sha256(json.dumps(["score", text_key, self.describe()], sort_keys=True).encode()).hexdigest()
+        return hashlib.sha256(json.dumps(["score", text_key, self._identity()], sort_keys=True).encode()).hexdigest()
 
 
 def score_stage(out_dir: Path, work: Path, text_key: str, text_counts: dict[str, Any], languages: tuple[str, str],
@@ -166,7 +173,7 @@ def score_stage(out_dir: Path, work: Path, text_key: str, text_counts: dict[str,
     pairs = text_counts["train"]["clean_pairs"]
     # The scores depend on the text and the models, not on the percent: another --drop-worst reuses them.
     models = hashlib.sha256(json.dumps([text_key, score_filter.models], sort_keys=True).encode()).hexdigest()[:16]
-    forward, reverse = score_filter.score(src, tgt, work / f"scores-{models}", progress)
+    forward, reverse = score_filter.score(src, tgt, work / f"scores-{models}", progress, score_filter.resumed_chunks)
     f_values, r_values = (read_log_probs(path, pairs) if path is not None else None for path in (forward, reverse))
     cost = costs(f_values, r_values)
     progress("score filter", 0, pairs)

@@ -24,7 +24,7 @@ from nmtcli.documents.markup import Document
 from nmtcli.documents.protect import Protection, find_spans, protected_nbest
 from nmtcli.documents.sentences import Span, join_sentences, joined_over, sentence_spans
 from nmtcli.inference.confidence import joined_confidence
-from nmtcli.inference.results import Translation, best_of, kth_best, nbest_record
+from nmtcli.inference.results import Translation, best_of, kth_best
 
 # translate(lines, covering): each line's n-best list (best first; [] for an empty line), in order.
 TranslateLines = Callable[[Iterator[str], "Callable[[int], bool] | None"], Iterable[list[Translation]]]
@@ -39,9 +39,9 @@ class Translated:
     spans: list[Span] | None = None
 
     @classmethod
-    def joined(cls, text: str, spans: list[Span], results: Sequence[Sequence[Translation]]) -> Translated:
-        """A text translated sentence by sentence, from each sentence's n-best list."""
-        return cls(text, joined_translation(text, spans, results), spans)
+    def joined(cls, text: str, spans: list[Span], results: Sequence[Sequence[Translation]], alignment: bool = False) -> Translated:
+        """A text translated sentence by sentence, from each sentence's n-best list (`alignment`: it was asked for)."""
+        return cls(text, joined_translation(text, spans, results, alignment), spans)
 
     def record(self) -> dict:
         """The JSON record of `nmt translate --output-format json` and /nmt/translate: a whole text's is its n-best
@@ -57,7 +57,7 @@ class Translated:
         entries = [{"translation": h.text, "score": _rounded(h.score), "log_prob": _rounded(h.log_prob),
                     "confidence": _rounded(h.confidence)} for h in t.nbest]
         best = entries[0] if entries else {"translation": t.text, "score": None, "log_prob": None, "confidence": None}
-        sentences = [{"source": self.source[a:b], "start": a, "end": b, **nbest_record(s.nbest)} for (a, b), s in zip(self.spans, t.sentences)]
+        sentences = [{"source": self.source[a:b], "start": a, "end": b, **s.record()} for (a, b), s in zip(self.spans, t.sentences)]
         return {**best, "nbest": entries, "sentences": sentences}
 
     def kth(self, k: int) -> str:
@@ -71,10 +71,10 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def joined_translation(text: str, spans: Sequence[Span], results: Sequence[Sequence[Translation]]) -> Translation:
+def joined_translation(text: str, spans: Sequence[Span], results: Sequence[Sequence[Translation]], alignment: bool = False) -> Translation:
     """A text translated sentence by sentence as one Translation: the joined best, score and log_prob summed over the
     sentences (None where an engine gives none), their tokens in order, the confidence over all of them; its `nbest`
-    the joined k-th best; `sentences` each sentence's best with its n-best list."""
+    the joined k-th best; `sentences` each sentence's best with its n-best list (best_of: `alignment` asked for)."""
     joined = []
     for k in range(max((len(hyps) for hyps in results), default=0)):
         chosen = [kth_best(hyps, k) for hyps in results]
@@ -82,7 +82,7 @@ def joined_translation(text: str, spans: Sequence[Span], results: Sequence[Seque
         joined.append(Translation(join_sentences(text, spans, [h.text if h else "" for h in chosen]), _sum(h.score for h in found),
                                   _sum(h.log_prob for h in found), [t for h in found for t in h.tokens],
                                   confidence=joined_confidence(found)))
-    sentences = [best_of(hyps) for hyps in results]
+    sentences = [best_of(hyps, alignment) for hyps in results]
     if not joined:
         return Translation(join_sentences(text, spans, [""] * len(spans)), None, None, sentences=sentences)
     best = joined[0]
@@ -121,13 +121,13 @@ class Split:
     def sentences(self) -> list[str]:
         return [text[a:b] for text, spans in zip(self.texts, self.spans) for a, b in spans]
 
-    def joined(self, results: Sequence[list[Translation]]) -> list[Translated]:
-        """Each text's translation, from one n-best list per sentence of `sentences`."""
+    def joined(self, results: Sequence[list[Translation]], alignment: bool = False) -> list[Translated]:
+        """Each text's translation, from one n-best list per sentence of `sentences` (`alignment`: it was asked for)."""
         if len(results) != len(self.sentences):
             raise ValueError(f"{len(results)} results for {len(self.sentences)} sentences")
         out, start = [], 0
         for text, spans in zip(self.texts, self.spans):
-            out.append(Translated.joined(text, spans, results[start:start + len(spans)]))
+            out.append(Translated.joined(text, spans, results[start:start + len(spans)], alignment))
             start += len(spans)
         return out
 
@@ -165,8 +165,8 @@ def translate_texts(texts: Iterable[str], translate: TranslateLines, *, language
                     numbers: dict[int, tuple[int, int]] | None = None) -> Iterator[Translated]:
     """Each text of `texts` translated, in order, streamed: whole (`language` None), or cut into sentences by
     `language`'s rules, the sentences of all texts read by one `translate` call, and each text given back as soon as
-    its last sentence is translated. `protection`: the spans kept (`keep_alignment`: the alignment was asked for, and
-    stays on the translations). `numbers` (split only, if given) maps each sentence's number, as the engine counts
+    its last sentence is translated. `protection`: the spans kept. `keep_alignment`: the alignment was asked for (it
+    stays on the translations with spans kept, and a text with nothing to translate gets ""). `numbers` (split only, if given) maps each sentence's number, as the engine counts
     the lines it reads from 1, to (its text's number, its place in the text) while it is in flight: a warning about
     "line N" can name the text and the sentence instead."""
     if protection is not None:
@@ -176,12 +176,12 @@ def translate_texts(texts: Iterable[str], translate: TranslateLines, *, language
             return protected_nbest(lines, protection, keep_alignment, inner)
 
     if language is None:
-        yield from _whole(texts, translate)
+        yield from _whole(texts, translate, keep_alignment)
     else:
-        yield from _split(texts, translate, language, protection, {} if numbers is None else numbers)
+        yield from _split(texts, translate, language, protection, {} if numbers is None else numbers, keep_alignment)
 
 
-def _whole(texts: Iterable[str], translate: TranslateLines) -> Iterator[Translated]:
+def _whole(texts: Iterable[str], translate: TranslateLines, alignment: bool) -> Iterator[Translated]:
     read: deque[str] = deque()  # texts read by the engine, not yet given back
 
     def reading() -> Iterator[str]:
@@ -190,11 +190,11 @@ def _whole(texts: Iterable[str], translate: TranslateLines) -> Iterator[Translat
             yield text
 
     for hyps in translate(reading(), None):
-        yield Translated(read.popleft(), best_of(hyps))
+        yield Translated(read.popleft(), best_of(hyps, alignment))
 
 
 def _split(texts: Iterable[str], translate: TranslateLines, language: str, protection: Protection | None,
-           numbers: dict[int, tuple[int, int]]) -> Iterator[Translated]:
+           numbers: dict[int, tuple[int, int]], alignment: bool) -> Iterator[Translated]:
     plans: deque[tuple[str, list[Span]]] = deque()  # texts whose sentences are read, not yet given back
     read = written = 0  # sentence numbers, as the engine counts them
 
@@ -219,7 +219,7 @@ def _split(texts: Iterable[str], translate: TranslateLines, language: str, prote
             for _ in spans:
                 written += 1
                 del numbers[written]
-            yield Translated.joined(text, spans, own)
+            yield Translated.joined(text, spans, own, alignment)
 
     for result in translate(sentences(), None):
         done.append(result)

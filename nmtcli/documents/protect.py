@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from nmtcli.documents.html_tokens import WORD
 from nmtcli.documents.placement import Node, Sentence, render_sentence, without
 from nmtcli.errors import NmtError
-from nmtcli.inference.results import Translation
+from nmtcli.inference.results import Translation, untranslated
 
 _PAIRED = r"|\([^\s<>\"()]*\)|\{[^\s<>\"{}]*\}|\[[^\s<>\"\[\]]*\])"
 _URL_PART = r"(?:[^\s<>\"()\[\]{}]" + _PAIRED
@@ -161,7 +161,7 @@ class Protected:
         if not self.changed:
             return list(hyps)
         if not self.text:
-            return [Translation(self.original.strip(), 0.0, 0.0, [], None, None)]
+            return [untranslated(keep_alignment, self.original.strip(), 0.0)]
         return [Translation(self.restore_text(h.text, h.alignment), h.score, h.log_prob, h.tokens,
                             h.alignment if keep_alignment else None, h.confidence) for h in hyps]
 

@@ -18,7 +18,7 @@ class Translation:
     score: log_prob over the length penalty: what the search ranks by (None: nothing was translated).
     log_prob: the model's log-probability of the translation, EOS included (None: nothing was translated).
     tokens: the output's sentencepiece pieces.
-    alignment: Pharaoh "i-j ..." source-target links, when asked for.
+    alignment: Pharaoh "i-j ..." source-target links, when asked for ("" for a text with nothing translated).
     confidence: in [0, 1], how good the translation is likely to be: the sentence chrF / 100 that
         translations with these scores reached on held-out data (nmtcli/inference/confidence.py,
         docs/python-api.md); None where nothing was translated.
@@ -38,8 +38,8 @@ class Translation:
 
     def record(self) -> dict:
         """The JSON record `nmt translate --output-format json` writes and /nmt/translate answers for this text
-        (nbest_record of its n-best list)."""
-        return nbest_record(self.nbest)
+        (nbest_record of its n-best list; an alignment "" says one was asked for)."""
+        return nbest_record(self.nbest, self.alignment is not None)
 
 
 def kth_best(hyps: Sequence[Translation], k: int) -> Translation | None:
@@ -52,20 +52,32 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def nbest_record(hyps: Sequence[Translation]) -> dict:
+def untranslated(alignment: bool, text: str = "", log_prob: float | None = None) -> Translation:
+    """The translation of a text the model had nothing to read in (empty, blank, or only protected spans: `text`, kept
+    as it is, with `log_prob` as its score): no tokens, and the alignment "" where one was asked for, so that its record
+    has the keys of every translated line's record (a program reading the JSON lines finds "alignment" in each)."""
+    return Translation(text, log_prob, log_prob, alignment="" if alignment else None)
+
+
+def _entry(h: Translation) -> dict:
+    return {"translation": h.text, "score": _rounded(h.score), "log_prob": _rounded(h.log_prob), "tokens": h.tokens,
+            "confidence": _rounded(h.confidence), **({"alignment": h.alignment} if h.alignment is not None else {})}
+
+
+def nbest_record(hyps: Sequence[Translation], alignment: bool = False) -> dict:
     """One line's result as `nmt translate --output-format json` writes it and `nmt serve` answers it:
-    the best translation's fields plus the n-best list."""
-    entries = [{"translation": h.text, "score": _rounded(h.score), "log_prob": _rounded(h.log_prob), "tokens": h.tokens,
-                "confidence": _rounded(h.confidence), **({"alignment": h.alignment} if h.alignment is not None else {})}
-               for h in hyps]
-    best = entries[0] if entries else {"translation": "", "score": None, "log_prob": None, "tokens": [], "confidence": None}
+    the best translation's fields plus the n-best list; an empty line's (no translations) those of `untranslated`
+    (`alignment`: whether the alignment was asked for)."""
+    entries = [_entry(h) for h in hyps]
+    best = entries[0] if entries else _entry(untranslated(alignment))
     return {**best, "nbest": entries}
 
 
-def best_of(hyps: Sequence[Translation]) -> Translation:
-    """A line's n-best list as one Translation: the best, with the list in `nbest`; an empty line's is empty."""
+def best_of(hyps: Sequence[Translation], alignment: bool = False) -> Translation:
+    """A line's n-best list as one Translation: the best, with the list in `nbest`; an empty line's is empty
+    (`untranslated`; `alignment`: whether the alignment was asked for)."""
     if not hyps:
-        return Translation("", None, None)
+        return untranslated(alignment)
     first = hyps[0]
     return Translation(first.text, first.score, first.log_prob, first.tokens, first.alignment, first.confidence, list(hyps))
 

@@ -169,10 +169,11 @@ class Service:
         answer = {"model": model.name, "source": model.source, "target": model.target, "settings": _settings_record(s)}
         if ask.targets is not None:  # forced decoding: the records of `nmt translate --score-only --output-format json`
             return JSONResponse({**answer, "scores": [scored.record() for scored in results]})
+        aligned = s.alignment is not None  # an empty line's record gets "alignment" too
         if split is not None:  # one record per line, its sentences' translations joined (documents/pipeline.py)
-            records = [done.record() for done in split.joined(results)]
+            records = [done.record() for done in split.joined(results, aligned)]
         else:
-            records = [nbest_record(hyps) for hyps in results]
+            records = [nbest_record(hyps, aligned) for hyps in results]
         if ask.min_confidence is not None:
             records = [_confident(record, line, ask.min_confidence) for record, line in zip(records, ask.lines)]
         return JSONResponse({**answer, "translations": records})
@@ -372,7 +373,7 @@ class Service:
         documents = await self._translate_html(request, model, parsed, ask.settings, sentences)
         s = ask.settings
         records = [{"translation": translated[0], "nbest": [{"translation": text} for text in translated],
-                    "sentences": [{"source": source, **nbest_record(hyps)} for source, hyps in parts]}
+                    "sentences": [{"source": source, **nbest_record(hyps, alignment=True)} for source, hyps in parts]}
                    for translated, parts in zip(documents, sentences)]
         return {"model": model.name, "source": model.source, "target": model.target, "format": "html",
                 "settings": _settings_record(s), "translations": records}
@@ -433,13 +434,14 @@ def _settings_record(s: SearchSettings) -> dict[str, Any]:
 
 def _confident(record: dict[str, Any], line: str, least: float) -> dict[str, Any]:
     """/nmt/translate's `min_confidence`: a record whose confidence is below `least` becomes the line as it was sent,
-    flagged "low_confidence" (its score, log_prob and confidence kept, the model's translations left out); every other
-    record is flagged false. (LibreTranslate #670: rather no translation than a bad one.)"""
+    flagged "low_confidence" (its score, log_prob and confidence kept, the model's translations left out: its keys
+    those of every other record, emptied); every other record is flagged false. (LibreTranslate #670: rather no
+    translation than a bad one.)"""
     confidence = record.get("confidence")
     if confidence is None or confidence >= least:
         return {**record, "low_confidence": False}
-    return {"translation": line, "low_confidence": True, "confidence": confidence, "score": record["score"],
-            "log_prob": record["log_prob"], "tokens": [], "nbest": []}
+    left_out = {key: "" if key == "alignment" else [] for key in ("tokens", "alignment", "nbest", "sentences") if key in record}
+    return {**record, **left_out, "translation": line, "low_confidence": True}
 
 
 async def _disconnected(request: Request) -> None:
