@@ -216,8 +216,8 @@ def run(workdir: Path, corpus: str, condition: str, code: Path = ROOT, seed: int
     train = base / ("clean" if condition.startswith("clean") else "noisy") / "train"
     flags = {"clean": [], "clean-keep-misaligned": ["--keep-misaligned"], "new": [], "old": NEW_FILTERS_OFF,
              "none": [*NEW_FILTERS_OFF, "--max-ratio", "1000"]}[condition]
-    if code != ROOT:
-        flags = []
+    if code != ROOT and condition in ("old", "none"):
+        flags = []  # a checkout from before issue 53: its defaults are the old filters, and it knows no --keep-* flag
     out = base / "runs" / (condition if seed == 1 else f"{condition}-seed{seed}")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
