@@ -179,16 +179,6 @@ def test_the_link_budget_counts_a_character_a_word_where_the_script_has_no_space
     assert len(lexical.sample(iter(pairs), len(pairs), 1)) == 10_000 // (22 * 20)
 
 
-def test_every_pair_dropped_as_misaligned_says_so_and_how_to_keep_them(tmp_path):
-    # Model 1 reads no length: "dog" x i beside "hund" x i explains itself no better than beside "hund" x j.
-    train = write(tmp_path / "dogs", [(" ".join(["dog"] * i), " ".join(["hund"] * i)) for i in range(1, 40)])
-    result = nmt_in_process("prepare", "--train", str(train), "--valid", str(train), "-o", str(tmp_path / "d"), check=False)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.splitlines()[-1] == ("nmt: error: no training pair survived cleaning: the misaligned filter dropped the last 39 "
-                                              "(their words do not translate each other) (check that each line of the source file is the "
-                                              "translation of the same line of the target file, or pass --keep-misaligned)")
-
-
 WORKERS_KILLED = """
 import itertools, multiprocessing, random, sys, time
 from corpus import sentence_pair
