@@ -87,8 +87,8 @@ def test_a_sample_over_the_link_budget_is_a_random_part_in_corpus_order(monkeypa
     assert picked == [pairs[i] for i in lines]
 
 
-def write(prefix, pairs):
-    for side, lang in ((0, "en"), (1, "de")):
+def write(prefix, pairs, languages=("en", "de")):
+    for side, lang in enumerate(languages):
         prefix.with_name(f"{prefix.name}.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
     return prefix
 
@@ -222,3 +222,16 @@ def test_judging_workers_end_when_prepare_is_killed():
 def test_a_latin_word_does_not_run_on_into_the_chinese_after_it():
     assert lexical.words("使用iPhone手机") == ["使", "用", "iphone", "手", "机"]  # was 使 用 iphone手机
     assert lexical.words("Windows版です") == ["windows", "版", "で", "す"]
+
+
+def test_a_direction_of_several_out_of_step_is_named(tmp_path, corpus):
+    # Each direction's counts had no "filters": the warning never fired for several --train.
+    sources = (corpus["train"].parent / "train.en").read_text().splitlines()[:600]
+    targets = (corpus["train"].parent / "train.de").read_text().splitlines()[:600]
+    good = write(tmp_path / "good", list(zip(sources, targets)))
+    shifted = write(tmp_path / "shifted", list(zip(sources[:50] + sources[51:], targets[:50] + targets[52:] + ["der hund"])), ("en", "nl"))
+    valid = write(tmp_path / "valid", list(zip(sources[:5], targets[:5])), ("en", "nl"))
+    result = nmt_in_process("prepare", "--train", f"en-de={good}", "--valid", f"en-de={good}", "--train", f"en-nl={shifted}",
+                            "--valid", f"en-nl={valid}", "--vocab-size", "500", "--keep-wrong-language", "-o", str(tmp_path / "d"))
+    warnings = [line for line in result.stderr.splitlines() if "look misaligned" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("nmt: warning: train en-nl: ")
