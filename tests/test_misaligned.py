@@ -235,3 +235,11 @@ def test_a_direction_of_several_out_of_step_is_named(tmp_path, corpus):
                             "--valid", f"en-nl={valid}", "--vocab-size", "500", "--keep-wrong-language", "-o", str(tmp_path / "d"))
     warnings = [line for line in result.stderr.splitlines() if "look misaligned" in line]
     assert len(warnings) == 1 and warnings[0].startswith("nmt: warning: train en-nl: ")
+
+
+def test_a_seed_the_sampling_cannot_take_is_refused_in_one_line(tmp_path, corpus):
+    for seed in ("-1", str(2**32)):  # numpy's generators and sentencepiece's took neither: a traceback after the cleaning
+        result = nmt_in_process("prepare", "--train", str(corpus["train"]), "--valid", str(corpus["valid"]), "--seed", seed,
+                                "-o", str(tmp_path / "d"), check=False)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith("nmt: error: Invalid value for '--seed'")
