@@ -176,7 +176,7 @@ complete -c nmt -n "__nmt_using 'prepare'" -l target-lang -s t -x -d 'Target lan
 complete -c nmt -n "__nmt_using 'prepare'" -l vocab-from -x -d 'Encode with this model\'s tokenizer instead of training a new one (a model dir or Hub id; nmt\'s own, or from `nmt import marian|m2m100|nllb`), so that `nmt train --init MODEL` can fine-tune it on this data'
 complete -c nmt -n "__nmt_using 'prepare'" -l vocab-size -x -d 'Joint sentencepiece BPE vocabulary (sec. 5.1: about 37,000 for WMT14\'s 4.5M pairs)'
 complete -c nmt -n "__nmt_using 'prepare'" -l spm-sentences -x -d 'Training pairs sampled (seeded) to train sentencepiece; each gives two lines'
-complete -c nmt -n "__nmt_using 'prepare'" -l seed -x -d 'Seed for sampling the sentencepiece training text'
+complete -c nmt -n "__nmt_using 'prepare'" -l seed -x -d 'Seed (0 to 4294967295) for sampling the sentencepiece training text, the misaligned filter\'s sample, folds and random pairings, and --clean-report\'s pairs: another seed drops a few other borderline pairs'
 complete -c nmt -n "__nmt_using 'prepare'" -l max-tokens -x -d 'Drop pairs with a side longer than this many subword tokens'
 complete -c nmt -n "__nmt_using 'prepare'" -l max-ratio -x -d 'Drop training pairs whose longer side has more than this many times the shorter side\'s subword tokens (plus --ratio-slack)'
 complete -c nmt -n "__nmt_using 'prepare'" -l ratio-slack -x -d 'Tokens the longer side may have beyond --max-ratio x the shorter: short pairs ("Upload" -> "Hochladen", 2 pieces against 5 in a small vocabulary) are kept (5 keeps all but 0.7% of the demo corpus, the plain 1.5 drops 17%)'

@@ -24,9 +24,12 @@ wins, and so does `--threads`.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import multiprocessing.connection
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -126,3 +129,20 @@ def configure(command: str | None = None) -> dict[str, str]:
     chosen = choose(os.environ, busy=True if long_running else None, spare=1 if long_running else 0)
     os.environ.update(chosen)
     return chosen
+
+
+def exit_with_parent() -> None:
+    """In a worker process (a pool's initializer): end it once the process that started it is gone. A pool's worker
+    holds both ends of the pool's pipes, so when `nmt prepare` is killed (-9, the OOM killer) no end of file reaches it:
+    the misaligned filter's workers, blocked writing a result no one reads, waited for ever holding the judge. The
+    parent's sentinel (a pipe the parent holds open) is readable from the moment the parent is gone, even if that was
+    before this runs."""
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not a worker
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

@@ -190,7 +190,7 @@ def filters(workdir: Path) -> None:
         chain = TextFilter("en", "de")
         kept = [i for i, (s, t) in enumerate(pairs) if chain.reason(s, t) is None]
         started = time.perf_counter()
-        judge = lexical.LexicalJudge.fit(*lexical.sample((pairs[i] for i in kept), len(kept), 1), 1)
+        judge = lexical.LexicalJudge.fit(lexical.sample((pairs[i] for i in kept), len(kept), 1), 1)
         drops = np.zeros(len(pairs), dtype=bool)
         drops[kept] = np.concatenate([d for _, d, _ in lexical.judge_chunks(judge, (pairs[i] for i in kept))])
         rate = len(kept) / (time.perf_counter() - started)

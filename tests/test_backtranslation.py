@@ -105,6 +105,9 @@ def test_the_manifest_records_the_back_translation(tagged, reverse_model, small)
     # every synthetic pair is accounted for: kept, or dropped by a named filter
     assert back["pairs"] + sum(back["dropped"].values()) == MONO
     assert back["filters"][0] == {"filter": "empty", "before": MONO, "after": MONO}
+    # the real pairs are judged for misalignment, the synthetic ones (a model's translation of each line) are not
+    assert "misaligned" in [f["filter"] for f in manifest["splits"]["train"]["filters"]]
+    assert "misaligned" not in [f["filter"] for f in back["filters"]] and "misaligned" not in back["dropped"]
     assert manifest["splits"]["train"]["pairs"] == back["real_pairs"] * back["upsample"] + back["pairs"]
     for name in ("backtranslation.en", "backtranslation.de", "backtranslation.json"):
         assert name in manifest["files"]

@@ -164,6 +164,9 @@ def test_distill_runs_every_stage_and_reports(distilled, trained_model):
     assert set(report["stages"]) == {"translate", "join", "score", "filter", "prepare", "train", "average"}  # those before it
     manifest = json.loads((out / "data" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["input_pairs"] == 285 and manifest["vocab_from"]["model"] == str(trained_model)
+    # each target is the teacher's translation of its own source: the misaligned filter has nothing to find (as for
+    # back-translated pairs), and dropped some 5% of them by chance
+    assert manifest["settings"]["drop_misaligned"] is False and "misaligned" not in manifest["splits"]["train"]["dropped"]
     assert json.loads((out / "model" / "config.json").read_text())["model"]["vocab_size"] == \
         json.loads((trained_model / "config.json").read_text())["model"]["vocab_size"]
 

@@ -262,6 +262,14 @@ def _(c: Case):
     return c.nmt("prepare", "--train", "train", "--valid", "train", "-s", "en", "-t", "de")
 
 
+@row("corpus-all-misaligned")
+def _(c: Case):
+    # Model 1 reads no length: "dog" x i beside "hund" x i explains itself no better than beside "hund" x j.
+    c.write("train.en", "".join(" ".join(["dog"] * i) + "\n" for i in range(1, 40)))
+    c.write("train.de", "".join(" ".join(["hund"] * i) + "\n" for i in range(1, 40)))
+    return c.nmt("prepare", "--train", "train", "--valid", "train", "-s", "en", "-t", "de")
+
+
 @row("text-not-utf8")
 def _(c: Case):
     c.write("train.en", b"good\nbad \xff byte\n")

@@ -108,7 +108,7 @@ def command(
     data, run, student = work / "data", work / "run", work / "model"
     stages.run("prepare", "the student's data: the kept pairs, the real validation and test splits, the teacher's vocabulary",
                ["prepare", "--train", str(kept), "--valid", valid, "--test", test, "-s", src, "-t", tgt, "--vocab-from", str(teacher),
-                "-o", str(data)], [teacher, *(Path(f"{p}.{lang}") for p in (valid, test) for lang in languages)])
+                "--keep-misaligned", "-o", str(data)], [teacher, *(Path(f"{p}.{lang}") for p in (valid, test) for lang in languages)])
     limits = (["--max-steps", str(max_steps)] if max_steps else []) + (["--max-time", max_time] if max_time else [])
     training = ["train", "--data", str(data), "--preset", preset, "-o", str(run), "--seed", str(seed), *limits, "--device", device]
     if not stages.is_done("train", training):

@@ -22,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from nmtcli.data import language_id
 from nmtcli.errors import NmtError
+from nmtcli.threads import exit_with_parent
 
 # In order. `empty` always applies; the others are switched by PrepareSettings (the defaults below).
 FILTERS = ("empty", "markup", "script", "long_word", "non_alphabetic", "url_mismatch", "number_mismatch", "copy", "wrong_language", "duplicate")
@@ -183,6 +184,7 @@ _judge: PairJudge | None = None  # a worker process's
 def _start_worker(source_lang: str, target_lang: str, names: list[str]) -> None:
     global _judge
     _judge = PairJudge(source_lang, target_lang, names)
+    exit_with_parent()
 
 
 def _judge_slice(pairs: list[tuple[str, str]]) -> list[str | None]:

@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import sentencepiece as spm
 
-from nmtcli.threads import usable_cpus
+from nmtcli.threads import exit_with_parent, usable_cpus
 
 # Multilingual OPUS-MT models select the output language with a leading token such as ">>fra<<";
 # it is a vocabulary entry of its own and must not go through sentencepiece.
@@ -86,6 +86,7 @@ _models: dict[str, _Model] = {}
 
 def _load(model_paths: dict[str, str], pieces: PieceMap | None) -> None:
     _models.update({side: _Model(path, pieces, side) for side, path in model_paths.items()})
+    exit_with_parent()
 
 
 def encode_flat(sp: spm.SentencePieceProcessor | _Model, sentences: Sequence[str], dtype: str) -> tuple[np.ndarray, np.ndarray]:

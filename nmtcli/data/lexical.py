@@ -16,10 +16,11 @@ caught by construction; a right pair is dropped only when its words explain each
 
 Two guards keep that honest where words are rare. A model scoring the pairs it was trained on finds even a misaligned
 pair likely when its words occur nowhere else (EM fits their t to that very pair: on the demo corpus of 4,228 UI
-strings it caught none of the misaligned pairs): so the sample is cut into FOLDS folds by line number, and each pair,
-random pairings included, is scored by models trained on the other folds. And only the words seen MIN_COUNT times in
-the sample are read: a side with fewer than MIN_KNOWN of its words known (names, numbers, code, a word seen once) is
-not judged, nor is a side of no word at all.
+strings it caught none of the misaligned pairs): so the sample is cut into FOLDS folds, by a hash of the words the
+model reads of each pair (copies of a pair share a fold), and each pair, random pairings included, is scored by models
+trained on the other folds; copies are learnt from once. And only the words seen in MIN_COUNT distinct pairs of the
+sample are read: a side with fewer than MIN_KNOWN of its words known (names, numbers, code, a rare word) is not judged,
+nor is a side of no word at all.
 
 Memory and time: the models are trained on a seeded sample of up to SAMPLE_PAIRS pairs (fewer where they hold more than
 MAX_LINKS word pairs), learning only from pairs of TRAIN_WORDS words or fewer a side; each side is read to MAX_WORDS
@@ -30,9 +31,13 @@ on what it keeps is worth (docs/data.md).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import multiprocessing
 import random
 import re
+import sys
+import unicodedata
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -45,6 +50,7 @@ import numpy as np
 
 from nmtcli.data.text import read_lines
 from nmtcli.files import atomic_path
+from nmtcli.threads import exit_with_parent
 
 NULL_SHARE = 0.95  # of random pairings of the corpus's sentences, the share a pair must score above to be kept
 NULL_ROUNDS = 4  # random pairings of the sample drawn to learn what chance scores
@@ -65,12 +71,34 @@ NULL = 0  # the empty word's id (source side of each direction)
 EDGES = np.array([2, 3, 4, 6, 9, 13, 20])
 MIN_BUCKET = 50  # random pairings a bucket needs for its own threshold; fewer: the threshold over all lengths
 
-_WORD = re.compile(r"[\u0E00-\u0E7F\u3040-\u30FF\u3400-\u4DBF\u4E00-\u9FFF]|[^\W_]+")
+NO_SPACES = "\u0E00-\u0E7F\u3040-\u30FF\u3400-\u4DBF\u4E00-\u9FFF"  # Thai, kana, CJK: a word a character
+
+
+@functools.cache
+def _word() -> re.Pattern[str]:
+    """A character of a script without spaces, or a run of letters and digits of other scripts with the combining marks
+    among them (Unicode's M categories). Python's \\w has no marks: without them Hindi's दुनिया read as द न य (its vowel
+    signs dropped) and a decomposed é cut the word in two; and a Latin word ran on into the Chinese after it ("iphone手机")."""
+    ranges: list[list[int]] = []  # [first, last] code points of each run of marks
+    for c in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(c))[0] == "M":
+            if ranges and ranges[-1][1] == c - 1:
+                ranges[-1][1] = c
+            else:
+                ranges.append([c, c])
+    marks = "".join(f"{chr(first)}-{chr(last)}" for first, last in ranges)
+    letters = rf"[^\W_{NO_SPACES}]"
+    return re.compile(rf"[{NO_SPACES}]|{letters}+(?:[{marks}]+{letters}*)*")
+
+
+_ASCII_WORD = re.compile(r"[a-z0-9]+")  # the same words where the text is ASCII, read in half the time
 
 
 def words(text: str) -> list[str]:
-    """The words of a side, lowercased, at most MAX_WORDS; a character each for scripts written without spaces."""
-    return _WORD.findall(text.lower())[:MAX_WORDS]
+    """The words of a side (NFKC, lowercased), at most MAX_WORDS; a character each for scripts written without spaces."""
+    if text.isascii():
+        return _ASCII_WORD.findall(text.lower())[:MAX_WORDS]
+    return _word().findall(unicodedata.normalize("NFKC", text).lower())[:MAX_WORDS]
 
 
 class Vocabulary:
@@ -93,7 +121,8 @@ class Vocabulary:
 def _links(sources: list[np.ndarray], targets: list[np.ndarray], target_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every (e_i, f_j) of each pair, the empty word first on the source side: (key e * target_size + f, the target word
     it belongs to (a running index over all pairs' target words), each source side's length with the empty word).
-    Built without a loop over the pairs: entry r of pair k is (i, j) = divmod(r, |f_k|)."""
+    Built without a loop over the pairs, row by row: row (k, i) is e_i of pair k beside each f_j of pair k in turn. Four
+    arrays the size of the links at most (a fifth of this took 0.85 GB for 16M links, the fit's budget)."""
     if not sources:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     e_lengths = np.array([len(e) + 1 for e in sources])
@@ -102,12 +131,14 @@ def _links(sources: list[np.ndarray], targets: list[np.ndarray], target_size: in
     e_all = np.insert(np.concatenate(sources), e_start - np.arange(len(sources)), NULL)  # the empty word before each side
     f_all = np.concatenate(targets)
     f_start = np.cumsum(f_lengths) - f_lengths
-    sizes = e_lengths * f_lengths
-    pair = np.repeat(np.arange(len(sources)), sizes)
-    r = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    i, j = np.divmod(r, f_lengths[pair])
-    target_word = f_start[pair] + j
-    return e_all[e_start[pair] + i] * target_size + f_all[target_word], target_word, e_lengths
+    row_length = np.repeat(f_lengths, e_lengths)  # one row per source word (and empty word) of each pair
+    row_start = np.cumsum(row_length) - row_length
+    target_word = np.arange(int(row_length.sum()), dtype=np.int64)
+    target_word += np.repeat(np.repeat(f_start, e_lengths) - row_start, row_length)  # j + the pair's first target word
+    keys = np.repeat(e_all, row_length)
+    keys *= target_size
+    keys += f_all[target_word]
+    return keys, target_word, e_lengths
 
 
 @dataclass
@@ -143,9 +174,13 @@ class Model1:
         return np.bincount(owner, weights=np.log(np.maximum(per_word, FLOOR)), minlength=len(targets)) / np.maximum(target_lengths, 1)
 
 
-def fold_of(lines: np.ndarray, seed: int) -> np.ndarray:
-    """Each line's fold (0 to FOLDS - 1), from its index and the seed: a multiplicative hash, no table of the corpus."""
-    return ((lines.astype(np.uint64) * np.uint64(2654435761) + np.uint64(seed)) % np.uint64(2**32) % np.uint64(FOLDS)).astype(np.int64)
+def fold_of(sources: list[np.ndarray], targets: list[np.ndarray], seed: int) -> np.ndarray:
+    """Each pair's fold (0 to FOLDS - 1), from the words the model reads of it and the seed: a hash, no table of the
+    corpus. Copies of a pair (--keep-duplicates, or sides that differ only in case or punctuation) share a fold, so the
+    models that judge a pair saw none of them (with folds by line, a misaligned pair in the demo corpus twice was caught
+    19% of the time, three times 3%, against 96% once)."""
+    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{len(e)}:".encode() + e.tobytes() + f.tobytes(), digest_size=8).digest(), "little")
+                     % FOLDS for e, f in zip(sources, targets)], dtype=np.int64)
 
 
 @dataclass
@@ -161,22 +196,31 @@ class LexicalJudge:
     seed: int
 
     @classmethod
-    def fit(cls, lines: np.ndarray, pairs: list[tuple[str, str]], seed: int) -> LexicalJudge:
-        """Train on the sample `pairs` (at line indices `lines` of the corpus) and learn what random pairings score."""
+    def fit(cls, pairs: list[tuple[str, str]], seed: int) -> LexicalJudge:
+        """Train on the sample `pairs` (sample()) and learn what random pairings score."""
         split = [(words(s), words(t)) for s, t in pairs]
-        vocabularies = (Vocabulary(Counter(w for s, _ in split for w in s)), Vocabulary(Counter(w for _, t in split for w in t)))
+        # Words counted once a pair of words (its copies share its fold: a word seen only in them is one no model that
+        # judges the pair has seen; counted in each copy, "midnight" -> "Mitternacht" twice scored the floor and went).
+        distinct = dict.fromkeys((tuple(s), tuple(t)) for s, t in split)
+        vocabularies = (Vocabulary(Counter(w for s, _ in distinct for w in s)), Vocabulary(Counter(w for _, t in distinct for w in t)))
         encoded = [(vocabularies[0].encode(s), vocabularies[1].encode(t)) for s, t in split]
         usable = np.array([e is not None and f is not None for e, f in encoded], dtype=bool)
         sources = [e for (e, _), ok in zip(encoded, usable) if ok]
         targets = [f for (_, f), ok in zip(encoded, usable) if ok]
-        folds = fold_of(np.asarray(lines, dtype=np.int64)[usable], seed) if len(sources) else np.zeros(0, np.int64)
+        folds = fold_of(sources, targets, seed)
         sizes = (len(vocabularies[0]), len(vocabularies[1]))
         short = np.array([len(e) <= TRAIN_WORDS and len(f) <= TRAIN_WORDS for e, f in zip(sources, targets)], dtype=bool)
         if short.sum() < len(short) / 4:  # a corpus of long sentences: learn from them all
             short[:] = True
+        # Each side's text as the model reads it, numbered. Copies of a pair are learnt from once (a pair repeated pulls its
+        # words' translations towards its own); a source beside another pair's target is no random pairing where either
+        # side is the same text (a repeated sentence, --keep-duplicates): it is a translation, and as likely.
+        same_source, same_target = _numbered(sources), _numbered(targets)
+        once = np.zeros(len(sources), dtype=bool)
+        once[np.unique(same_source * (same_target.max(initial=0) + 1) + same_target, return_index=True)[1]] = True
         models = []
         for fold in range(FOLDS):
-            rest = np.flatnonzero((folds != fold) & short)
+            rest = np.flatnonzero((folds != fold) & short & once)
             e, f = [sources[i] for i in rest], [targets[i] for i in rest]
             models.append((Model1.train(e, f, *sizes), Model1.train(f, e, *sizes[::-1])))
         judge = cls(vocabularies, models, np.full((len(EDGES) + 1,) * 2, -np.inf), -np.inf, seed)
@@ -191,7 +235,11 @@ class LexicalJudge:
                 inside = np.sort(rng.choice(inside, NULL_PAIRS // FOLDS, replace=False))
             for _ in range(rounds):
                 order = rng.permutation(inside)
-                e, f = [sources[i] for i in order], [targets[i] for i in np.roll(order, 1)]  # each source beside another's target
+                other = np.roll(order, 1)  # each source beside another's target
+                apart = (same_source[order] != same_source[other]) & (same_target[order] != same_target[other])
+                if not apart.any():
+                    continue
+                e, f = [sources[i] for i in order[apart]], [targets[i] for i in other[apart]]
                 chance.append(judge._scores(fold, e, f))
                 buckets.append(judge._buckets(e, f))
         if not chance:
@@ -213,15 +261,17 @@ class LexicalJudge:
         cols = np.searchsorted(EDGES, [len(t) for t in targets], side="right")
         return rows * (len(EDGES) + 1) + cols
 
-    def misaligned(self, first_line: int, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
-        """Of the pairs from line `first_line` of the corpus on: (True to drop a pair, its score; NaN where not judged)."""
+    def misaligned(self, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+        """Of the pairs: (True to drop a pair, its score; NaN where not judged)."""
         encoded = [(self.vocabularies[0].encode(words(s)), self.vocabularies[1].encode(words(t))) for s, t in pairs]
         judged = np.array([e is not None and f is not None for e, f in encoded], dtype=bool)
-        folds = fold_of(np.arange(first_line, first_line + len(pairs)), self.seed)
+        readable = np.flatnonzero(judged)
+        folds = np.full(len(pairs), -1)  # -1: not judged
+        folds[readable] = fold_of([encoded[i][0] for i in readable], [encoded[i][1] for i in readable], self.seed)
         scores = np.full(len(pairs), np.nan)
         drop = np.zeros(len(pairs), dtype=bool)
         for fold in range(FOLDS):
-            at = np.flatnonzero(judged & (folds == fold))
+            at = np.flatnonzero(folds == fold)
             if not len(at):
                 continue
             sources, targets = [encoded[i][0] for i in at], [encoded[i][1] for i in at]
@@ -231,22 +281,25 @@ class LexicalJudge:
         return drop, scores
 
 
-def sample(pairs: Iterable[tuple[str, str]], total: int, seed: int) -> tuple[np.ndarray, list[tuple[str, str]]]:
-    """A seeded sample of up to SAMPLE_PAIRS of the `total` pairs, fewer where they hold more than MAX_LINKS word pairs:
-    (their line indices, the pairs)."""
+def _numbered(sides: list[np.ndarray]) -> np.ndarray:
+    """Each side's number, the same for the same word ids."""
+    numbers: dict[bytes, int] = {}
+    return np.array([numbers.setdefault(side.tobytes(), len(numbers)) for side in sides], dtype=np.int64)
+
+
+def sample(pairs: Iterable[tuple[str, str]], total: int, seed: int) -> list[tuple[str, str]]:
+    """A seeded sample of up to SAMPLE_PAIRS of the `total` pairs, fewer where they hold more than MAX_LINKS word pairs,
+    in corpus order."""
     rng = np.random.default_rng(seed)
     chosen = set(rng.choice(total, size=SAMPLE_PAIRS, replace=False).tolist()) if total > SAMPLE_PAIRS else None
-    lines, picked = [], []
-    for i, pair in enumerate(pairs):
-        if chosen is None or i in chosen:
-            lines.append(i)
-            picked.append(pair)
-    links = np.array([(min(len(s.split()), MAX_WORDS) + 1) * min(len(t.split()), MAX_WORDS) for s, t in picked], dtype=np.int64)
+    picked = [pair for i, pair in enumerate(pairs) if chosen is None or i in chosen]
+    # As the model counts them: a character a word in scripts without spaces, where str.split() sees one word a sentence.
+    links = np.array([(len(words(s)) + 1) * len(words(t)) for s, t in picked], dtype=np.int64)
     if links.sum() > MAX_LINKS:  # a random part of the sample, in corpus order
         order = rng.permutation(len(picked))
         keep = np.sort(order[np.cumsum(links[order]) <= MAX_LINKS])
-        lines, picked = [lines[i] for i in keep], [picked[i] for i in keep]
-    return np.array(lines, dtype=np.int64), picked
+        picked = [picked[i] for i in keep]
+    return picked
 
 
 _judge: LexicalJudge | None = None  # a worker process's
@@ -255,10 +308,11 @@ _judge: LexicalJudge | None = None  # a worker process's
 def _start_worker(judge: LexicalJudge) -> None:
     global _judge
     _judge = judge
+    exit_with_parent()
 
 
-def _judge_chunk(first_line: int, chunk: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
-    return _judge.misaligned(first_line, chunk)
+def _judge_chunk(chunk: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    return _judge.misaligned(chunk)
 
 
 def _chunks(pairs: Iterable[tuple[str, str]]) -> Iterator[tuple[int, list[tuple[str, str]]]]:
@@ -281,13 +335,13 @@ def judge_chunks(judge: LexicalJudge, pairs: Iterable[tuple[str, str]], progress
     memory holds a few chunks whatever the corpus; the result does not depend on them."""
     if workers <= 1:
         for first, chunk in _chunks(pairs):
-            yield chunk, *judge.misaligned(first, chunk)
+            yield chunk, *judge.misaligned(chunk)
             progress(first + len(chunk))
         return
     with ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(judge,)) as pool:
         pending: deque[tuple[int, list[tuple[str, str]], Future]] = deque()
         for first, chunk in _chunks(pairs):
-            pending.append((first, chunk, pool.submit(_judge_chunk, first, chunk)))
+            pending.append((first, chunk, pool.submit(_judge_chunk, chunk)))
             if len(pending) >= 2 * workers:
                 first, chunk, future = pending.popleft()
                 yield chunk, *future.result()
@@ -310,7 +364,7 @@ def misaligned_stage(work: Path, languages: tuple[str, str], seed: int, train: d
         return zip(read_lines(paths[0]), read_lines(paths[1]), strict=True)
 
     progress("learning word translations", 0, None)
-    judge = LexicalJudge.fit(*sample(read(), pairs, seed), seed)
+    judge = LexicalJudge.fit(sample(read(), pairs, seed), seed)
     progress("judging alignment", 0, pairs)
     rng, dropped, kept_sample = random.Random(seed), 0, []
     with ExitStack() as stack:

@@ -279,10 +279,11 @@ def _encode(out_dir: Path, parts_dir: Path, train: list[Corpus], pair_settings: 
 
 
 def _direction_counts(text: dict[str, Any], encode: dict[str, Any]) -> dict[str, Any]:
-    """One direction's training pairs: read, kept, and dropped by each text and token filter."""
+    """One direction's training pairs: read, kept, dropped by each text and token filter, and the text filters in order
+    (what each had before it: the misaligned filter's warning reads it)."""
     dropped = {**text["dropped"], **encode["dropped"]}
     unknown = {"language_unknown": text["language_unknown"]} if "language_unknown" in text else {}
-    return {"input_pairs": text["input_pairs"], **encode, "dropped": dict(sorted(dropped.items())), **unknown}
+    return {"input_pairs": text["input_pairs"], **encode, "dropped": dict(sorted(dropped.items())), "filters": text["filters"], **unknown}
 
 
 def _splits(text: dict[str, Any], encode: dict[str, Any], directions: list[str], test: bool) -> dict[str, Any]:

@@ -64,6 +64,10 @@ def text_stage(out_dir: Path, work: Path, sources: dict[str, PairSource], settin
     counts["train"] = train
     write_samples(out_dir / CLEANING_SAMPLE, records)
     if counts["train"]["clean_pairs"] == 0:
+        if misaligned := train["dropped"].get("misaligned"):
+            raise NmtError(f"no training pair survived cleaning: the misaligned filter dropped the last {misaligned:,} (their words do not "
+                           "translate each other)", "check that each line of the source file is the translation of the same line of the "
+                           "target file, or pass --keep-misaligned")
         raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty")
 
     # Plain-text references: every line, uncleaned, in order (what `nmt score` compares against).
