@@ -58,7 +58,9 @@ def test_cleaning_drops_empty_long_and_unbalanced_training_pairs(tmp_path, corpu
     tgt += ["der hund", "", "der hund katze sieht " * 40, unbalanced]
     train = write_pair(tmp_path, "train", src, tgt)
     valid = write_pair(tmp_path, "valid", ["a cat", ""], [unbalanced, "x"])
-    manifest = prepare_files(tmp_path / "out", train, valid, None, PrepareSettings("en", "de", vocab_size=1000, max_tokens=100), "t")
+    # The misaligned filter off: "a cat" beside a sentence of 16 words is the ratio filter's to drop here.
+    settings = PrepareSettings("en", "de", vocab_size=1000, max_tokens=100, drop_misaligned=False)
+    manifest = prepare_files(tmp_path / "out", train, valid, None, settings, "t")
     assert manifest["splits"]["train"]["dropped"] == {"empty": 2, "ratio": 1, "too_long": 1}
     assert manifest["splits"]["train"]["pairs"] == 400
     # The ratio filter is for training data only; validation keeps the unbalanced pair.
@@ -219,7 +221,7 @@ def test_optional_filters_and_their_counts_reach_the_manifest(tmp_path, corpus):
     train_counts = manifest["splits"]["train"]
     assert train_counts["dropped"] == {"duplicate": 1, "markup": 1, "script": 1}
     assert [f["filter"] for f in train_counts["filters"]] == ["empty", "markup", "script", "long_word", "non_alphabetic", "url_mismatch",
-                                                              "number_mismatch", "copy", "wrong_language", "duplicate", "too_long", "ratio"]
+                                                              "number_mismatch", "copy", "wrong_language", "duplicate", "misaligned", "too_long", "ratio"]
     assert train_counts["filters"][-1]["after"] == train_counts["pairs"] == 300
     # Without the optional filters the markup and Cyrillic pairs are kept (the ratio filter may still apply).
     plain = prepare_files(tmp_path / "plain", train, valid, None, PrepareSettings("en", "de", vocab_size=500), "t")

@@ -117,9 +117,9 @@ def test_the_split_keeps_order_and_drops_floor_n_p_worst_first_ties_by_line(tmp_
 
 
 def prepare_args(noisy_prefix: Path, corpus, out: Path, *more: str) -> list[str]:
-    # The copy, language and ratio filters off: the score filter is to find the garbage itself.
+    # The copy, language, misaligned and ratio filters off: the score filter is to find the garbage itself.
     return ["prepare", "--train", str(noisy_prefix), "--valid", str(corpus["valid"]), "--vocab-size", "500", "--max-ratio", "100", "--keep-copies",
-            "--keep-wrong-language", "--device", "cpu", "-o", str(out), *more]
+            "--keep-wrong-language", "--keep-misaligned", "--device", "cpu", "-o", str(out), *more]
 
 
 def test_prepare_drops_the_worst_pairs_counts_them_and_reports_them(trained_model, noisy, corpus, tmp_path):
