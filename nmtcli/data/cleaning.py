@@ -19,6 +19,7 @@ import random
 import re
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 from nmtcli.data import language_id
 from nmtcli.errors import NmtError
@@ -75,6 +76,22 @@ MIN_LANGUAGE_LETTERS = 20
 LANGUAGE_PRIOR = 10.0
 LANGUAGE_CONFIDENCE = 0.5
 LANGUAGE_CHARS = 100
+
+
+def reservoir_add(sample: list, item: object, seen: int, size: int, rng: random.Random) -> None:
+    """Reservoir sampling: `item`, the `seen`-th of its kind (from 1), into `sample` of at most `size`, so that every
+    item seen so far is in it with the same chance (the samples of cleaning.jsonl, --clean-report)."""
+    if len(sample) < size:
+        sample.append(item)
+    elif (i := rng.randrange(seen)) < size:
+        sample[i] = item
+
+
+def with_filter(train: dict[str, Any], name: str, dropped: int) -> dict[str, Any]:
+    """A split's counts (`filters`, `dropped`, `clean_pairs`) with a filter run after the others, which dropped `dropped`."""
+    pairs = train["clean_pairs"]
+    return {**train, "filters": [*train["filters"], {"filter": name, "before": pairs, "after": pairs - dropped}],
+            "dropped": {**train["dropped"], **({name: dropped} if dropped else {})}, "clean_pairs": pairs - dropped}
 
 
 def script_of(lang: str) -> re.Pattern[str] | None:
@@ -267,11 +284,7 @@ class TextFilter:
     def _sample(self, name: str, src: str, tgt: str) -> None:
         if not self.sample_size:
             return
-        sample, n = self.samples[name], self.dropped[name]
-        if len(sample) < self.sample_size:
-            sample.append((src, tgt))
-        elif (i := self._random.randrange(n)) < self.sample_size:
-            sample[i] = (src, tgt)
+        reservoir_add(self.samples[name], (src, tgt), self.dropped[name], self.sample_size, self._random)
 
     def counts(self) -> list[dict[str, int | str]]:
         return [{"filter": n, "before": self.before[n], "after": self.before[n] - self.dropped[n]} for n in self.names]

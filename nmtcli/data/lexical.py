@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from nmtcli.data.cleaning import reservoir_add, with_filter
 from nmtcli.data.text import read_lines
 from nmtcli.files import atomic_path
 from nmtcli.threads import exit_with_parent
@@ -192,7 +193,6 @@ class LexicalJudge:
     vocabularies: tuple[Vocabulary, Vocabulary]
     models: list[tuple[Model1, Model1]]
     thresholds: np.ndarray  # [source bucket, target bucket] -> the score a pair must beat
-    overall: float
     seed: int
 
     @classmethod
@@ -223,7 +223,7 @@ class LexicalJudge:
             rest = np.flatnonzero((folds != fold) & short & once)
             e, f = [sources[i] for i in rest], [targets[i] for i in rest]
             models.append((Model1.train(e, f, *sizes), Model1.train(f, e, *sizes[::-1])))
-        judge = cls(vocabularies, models, np.full((len(EDGES) + 1,) * 2, -np.inf), -np.inf, seed)
+        judge = cls(vocabularies, models, np.full((len(EDGES) + 1,) * 2, -np.inf), seed)
         rng = np.random.default_rng(seed)
         chance, buckets = [], []
         rounds = min(NULL_ROUNDS, -(-NULL_PAIRS // max(len(sources), 1)))
@@ -245,11 +245,11 @@ class LexicalJudge:
         if not chance:
             return judge
         chance, buckets = np.concatenate(chance), np.concatenate(buckets)
-        judge.overall = float(np.quantile(chance, NULL_SHARE))
+        overall = float(np.quantile(chance, NULL_SHARE))
         for b in np.unique(buckets):
             inside = chance[buckets == b]
-            judge.thresholds.flat[b] = np.quantile(inside, NULL_SHARE) if len(inside) >= MIN_BUCKET else judge.overall
-        judge.thresholds[np.isneginf(judge.thresholds)] = judge.overall
+            judge.thresholds.flat[b] = np.quantile(inside, NULL_SHARE) if len(inside) >= MIN_BUCKET else overall
+        judge.thresholds[np.isneginf(judge.thresholds)] = overall
         return judge
 
     def _scores(self, fold: int, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
@@ -376,16 +376,9 @@ def misaligned_stage(work: Path, languages: tuple[str, str], seed: int, train: d
                     outs[0].write(s + "\n")
                     outs[1].write(t + "\n")
                     continue
-                dropped += 1  # reservoir sampling, as the text filters sample theirs
-                if len(kept_sample) < sample_size:
-                    kept_sample.append((score, s, t))
-                elif (i := rng.randrange(dropped)) < sample_size:
-                    kept_sample[i] = (score, s, t)
+                dropped += 1
+                reservoir_add(kept_sample, (score, s, t), dropped, sample_size, rng)  # as the text filters sample theirs
         for f in outs:
             f.close()  # flushed before the atomic renames
-    counts = dict(train)
-    counts["filters"] = [*train["filters"], {"filter": "misaligned", "before": pairs, "after": pairs - dropped}]
-    counts["dropped"] = {**train["dropped"], **({"misaligned": dropped} if dropped else {})}
-    counts["clean_pairs"] = pairs - dropped
     records = [{"filter": "misaligned", "score": round(score, 3), "source": s, "target": t} for score, s, t in sorted(kept_sample)]
-    return counts, records
+    return with_filter(train, "misaligned", dropped), records

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from nmtcli.data.cleaning import with_filter
 from nmtcli.errors import NmtError
 from nmtcli.files import atomic_path
 
@@ -196,8 +197,4 @@ def score_stage(out_dir: Path, work: Path, text_key: str, text_counts: dict[str,
     with atomic_path(cleaning_sample) as tmp:
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in text_records + read_records(out_dir / DROPPED, picked)),
                        encoding="utf-8")
-    train = dict(text_counts["train"])
-    train["filters"] = [*train["filters"], {"filter": "score", "before": pairs, "after": pairs - split.dropped}]
-    train["dropped"] = {**train["dropped"], **({"score": split.dropped} if split.dropped else {})}
-    train["clean_pairs"] = pairs - split.dropped
-    return {**text_counts, "train": train}
+    return {**text_counts, "train": with_filter(text_counts["train"], "score", split.dropped)}
