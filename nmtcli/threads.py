@@ -24,12 +24,9 @@ wins, and so does `--threads`.
 from __future__ import annotations
 
 import math
-import multiprocessing
-import multiprocessing.connection
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -137,6 +134,9 @@ def exit_with_parent() -> None:
     the misaligned filter's workers, blocked writing a result no one reads, waited for ever holding the judge. The
     parent's sentinel (a pipe the parent holds open) is readable from the moment the parent is gone, even if that was
     before this runs."""
+    import multiprocessing.connection  # here, not at the top: every `nmt` command imports this module as it starts
+    import threading
+
     parent = multiprocessing.parent_process()
     if parent is None:  # not a worker
         return
