@@ -6,7 +6,7 @@
 # The subcommands of a command path ("", "import").
 __nmt_subcommands() {
     case $1 in
-        '') REPLY='quickstart prepare train average translate serve score info push pull distill import export' ;;
+        '') REPLY='quickstart prepare train average shortlist translate serve score info push pull distill import export' ;;
         'import') REPLY='marian m2m100 nllb' ;;
         'export') REPLY='ctranslate2' ;;
         *) REPLY='' ;;
@@ -21,13 +21,14 @@ __nmt_options() {
         'prepare') REPLY='--list --train --valid --test --source-lang -s --target-lang -t --vocab-from --vocab-size --spm-sentences --seed --max-tokens --max-ratio --ratio-slack --drop-duplicates --keep-duplicates --drop-markup --drop-wrong-script --drop-wrong-language --keep-wrong-language --drop-copies --keep-copies --drop-number-mismatch --keep-number-mismatch --drop-url-mismatch --keep-url-mismatch --drop-non-alphabetic --keep-non-alphabetic --drop-misaligned --keep-misaligned --drop-long-words --keep-long-words --clean-report --target-mono --bt-model --bt-sampling --bt-tag --no-bt-tag --bt-tag-token --bt-ratio --score-model --reverse-model --drop-worst --device --revision --workers --chunk-pairs --output -o --help -h' ;;
         'train') REPLY='--data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --compile --no-compile --shape-classes --no-shape-classes --cuda-graphs --no-cuda-graphs --peak-tflops --restart --help -h' ;;
         'average') REPLY='--last --at --output -o --calibrate --no-calibrate --device --help -h' ;;
-        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --forced-decoding --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --closest-to --chunk-lines --gpus --help -h' ;;
-        'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --access-log --no-access-log --protect --no-protect --glossary --max-glossary --max-request-glossary --help -h' ;;
+        'shortlist') REPLY='--data --per-piece --frequent --seed --check --no-check --device --help -h' ;;
+        'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --shortlist --no-shortlist --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --forced-decoding --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --closest-to --chunk-lines --gpus --help -h' ;;
+        'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --shortlist --no-shortlist --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --access-log --no-access-log --protect --no-protect --glossary --max-glossary --max-request-glossary --help -h' ;;
         'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
         'pull') REPLY='--revision --output -o --help -h' ;;
-        'distill') REPLY='--model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --reverse-model --max-steps --max-time --seed --export-ctranslate2 --chunk-lines --precision --gpus --device --output -o --help -h' ;;
+        'distill') REPLY='--model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --reverse-model --max-steps --max-time --seed --shortlist --no-shortlist --export-ctranslate2 --chunk-lines --precision --gpus --device --output -o --help -h' ;;
         'import') REPLY='--help -h' ;;
         'import marian') REPLY='--output -o --revision --source-lang -s --target-lang -t --help -h' ;;
         'import m2m100') REPLY='--output -o --revision --help -h' ;;
@@ -110,6 +111,11 @@ __nmt_option_value() {
         'average --at') REPLY='text' ;;
         'average --output'|'average -o') REPLY='files' ;;
         'average --device') REPLY='choices auto cpu cuda' ;;
+        'shortlist --data') REPLY='files' ;;
+        'shortlist --per-piece') REPLY='text' ;;
+        'shortlist --frequent') REPLY='text' ;;
+        'shortlist --seed') REPLY='text' ;;
+        'shortlist --device') REPLY='choices auto cpu cuda' ;;
         'translate --model'|'translate -m') REPLY='files' ;;
         'translate --revision') REPLY='text' ;;
         'translate --input'|'translate -i') REPLY='files' ;;
@@ -231,6 +237,7 @@ __nmt_argument_value() {
     case "$1 $2" in
         'prepare 0') REPLY='choices wmt14-en-de wmt14-de-en wmt14-en-fr demo demo-de-en' ;;  # NAME
         'average '*) REPLY='files' ;;  # PATHS
+        'shortlist 0') REPLY='files' ;;  # MODEL_DIR
         'score 0') REPLY='files' ;;  # HYP
         'info 0') REPLY='text' ;;  # DIR|OWNER/NAME
         'push 0') REPLY='files' ;;  # MODEL_DIR

@@ -6,7 +6,7 @@
 function __nmt_subcommands
     switch "$argv"
         case ''
-            printf '%s\n' quickstart prepare train average translate serve score info push pull distill import export
+            printf '%s\n' quickstart prepare train average shortlist translate serve score info push pull distill import export
         case 'import'
             printf '%s\n' marian m2m100 nllb
         case 'export'
@@ -25,6 +25,8 @@ function __nmt_value_options
             printf '%s\n' --data --init --preset --output -o --norm --config --gpus --max-steps --epochs --min-steps --max-time --batch-tokens --tokens-per-step --update-freq --warmup --lr-scale --lr --label-smoothing --adam-beta1 --adam-beta2 --adam-eps --seed --save-every --keep-last --valid-every --valid-bleu --patience --min-delta --log-every --device --precision --peak-tflops
         case 'average'
             printf '%s\n' --last --at --output -o --device
+        case 'shortlist'
+            printf '%s\n' --data --per-piece --frequent --seed --device
         case 'translate'
             printf '%s\n' --model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --engine --prefix-file --alignment --target-file --format --target-lang -t --source-lang -s --min-confidence --protect --glossary --max-glossary --closest-to --chunk-lines --gpus
         case 'serve'
@@ -144,6 +146,7 @@ complete -c nmt -n "__nmt_using ''" -a quickstart -d 'Prepare the bundled demo c
 complete -c nmt -n "__nmt_using ''" -a prepare -d 'Download or read parallel text, clean it, train a joint BPE vocabulary and binarize it for training'
 complete -c nmt -n "__nmt_using ''" -a train -d 'Train with the paper\'s recipe: Adam (0.9, 0.98, 1e-9), warmup then 1/sqrt(step), label smoothing 0.1'
 complete -c nmt -n "__nmt_using ''" -a average -d 'Average checkpoints element-wise into a self-contained model dir'
+complete -c nmt -n "__nmt_using ''" -a shortlist -d 'Learn a lexical shortlist for a model: beam search then scores only the target pieces a batch\'s sources can translate to'
 complete -c nmt -n "__nmt_using ''" -a translate -d 'Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens'
 complete -c nmt -n "__nmt_using ''" -a serve -d 'Serve translation over HTTP: LibreTranslate\'s API, nmt\'s own, and a page to try it at /'
 complete -c nmt -n "__nmt_using ''" -a score -d 'Score translations with sacreBLEU (BLEU, chrF, TER), printed with their signatures'
@@ -269,6 +272,17 @@ complete -c nmt -n "__nmt_using 'average'" -l device -x -a '(__nmt_values_device
 complete -c nmt -n "__nmt_using 'average'" -l help -s h -d 'Show this message and exit'
 complete -c nmt -n "__nmt_at_argument 'average' 0+" -F  # PATHS
 
+# nmt shortlist
+complete -c nmt -n "__nmt_using 'shortlist'" -l data -r -F -d 'The data dir the model was trained on (prepared by `nmt prepare`, or with --vocab-from MODEL): its training pairs, in the model\'s pieces'
+complete -c nmt -n "__nmt_using 'shortlist'" -l per-piece -x -d 'Target pieces kept for each source piece: the most probable under IBM Model 1 (Marian\'s students: 50)'
+complete -c nmt -n "__nmt_using 'shortlist'" -l frequent -x -d 'The most frequent target pieces, in every batch\'s list'
+complete -c nmt -n "__nmt_using 'shortlist'" -l seed -x -d 'Seed of the sample of pairs Model 1 learns from'
+complete -c nmt -n "__nmt_using 'shortlist'" -l check -d 'Translate the first 500 lines of the data\'s validation split with and without the shortlist and record BLEU and lines/s of both (as `nmt info` shows them)'
+complete -c nmt -n "__nmt_using 'shortlist'" -l no-check -d 'The opposite of --check'
+complete -c nmt -n "__nmt_using 'shortlist'" -l device -x -a '(__nmt_values_device)' -d 'auto, cpu, cuda or cuda:N'
+complete -c nmt -n "__nmt_using 'shortlist'" -l help -s h -d 'Show this message and exit'
+complete -c nmt -n "__nmt_at_argument 'shortlist' 0" -F  # MODEL_DIR
+
 # nmt translate
 complete -c nmt -n "__nmt_using 'translate'" -l model -s m -r -F -d 'Model dir, or a Hub id OWNER/NAME (downloaded once into the Hub cache; HF_HUB_OFFLINE=1 uses the cache only)'
 complete -c nmt -n "__nmt_using 'translate'" -l revision -x -d 'Branch, tag or commit of the Hub model given with -m'
@@ -279,6 +293,8 @@ complete -c nmt -n "__nmt_using 'translate'" -l alpha -x -d 'Length penalty expo
 complete -c nmt -n "__nmt_using 'translate'" -l length-penalty -x -a '(__nmt_values_length_penalty)' -d 'gnmt: ((5+|Y|)/6)^alpha, the paper\'s; power: |Y|^alpha (fairseq, CTranslate2)'
 complete -c nmt -n "__nmt_using 'translate'" -l coverage-penalty -x -d 'GNMT\'s coverage penalty beta: the beam\'s translations reranked by how much of the source they attended to, for a model that ends sentences early (0.2-1.0; docs/translating.md)'
 complete -c nmt -n "__nmt_using 'translate'" -l brevity-penalty -x -d 'Weight of the brevity penalty: a translation shorter than the length its source predicts (the training data\'s target pieces per source piece) pays weight * log of BLEU\'s brevity penalty'
+complete -c nmt -n "__nmt_using 'translate'" -l shortlist -d 'Where the model dir has a lexical shortlist (`nmt shortlist`; `nmt distill` writes one for its student), beam and greedy search score only the target pieces the batch\'s sources can translate to: faster on a CPU, the same translations almost everywhere (docs/speed.md). --no-shortlist: the whole vocabulary'
+complete -c nmt -n "__nmt_using 'translate'" -l no-shortlist -d 'The opposite of --shortlist'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-a -x -d 'Output length limit a*|x|+b: the a (sec. 6.1: 1)'
 complete -c nmt -n "__nmt_using 'translate'" -l max-len-b -x -d 'Output length limit a*|x|+b: the b (sec. 6.1: 50)'
 complete -c nmt -n "__nmt_using 'translate'" -l nbest -x -d 'Translations per line, best first (at most --beam); with --sampling, samples per line in the order drawn'
@@ -323,6 +339,8 @@ complete -c nmt -n "__nmt_using 'serve'" -l alpha -x -d 'Length penalty exponent
 complete -c nmt -n "__nmt_using 'serve'" -l length-penalty -x -a '(__nmt_values_length_penalty)' -d 'gnmt: ((5+|Y|)/6)^alpha, the paper\'s; power: |Y|^alpha'
 complete -c nmt -n "__nmt_using 'serve'" -l coverage-penalty -x -d 'GNMT\'s coverage penalty beta: the beam\'s translations reranked by how much of the source they attended to, for a model that ends sentences early (0.2-1.0; docs/translating.md)'
 complete -c nmt -n "__nmt_using 'serve'" -l brevity-penalty -x -d 'Weight of the brevity penalty: a translation shorter than the length its source predicts (the training data\'s target pieces per source piece) pays weight * log of BLEU\'s brevity penalty'
+complete -c nmt -n "__nmt_using 'serve'" -l shortlist -d 'Where the model dir has a lexical shortlist (`nmt shortlist`; `nmt distill` writes one for its student), beam and greedy search score only the target pieces the batch\'s sources can translate to: faster on a CPU, the same translations almost everywhere (docs/speed.md). --no-shortlist: the whole vocabulary'
+complete -c nmt -n "__nmt_using 'serve'" -l no-shortlist -d 'The opposite of --shortlist'
 complete -c nmt -n "__nmt_using 'serve'" -l max-len-a -x -d 'Output length limit a*|x|+b: the a'
 complete -c nmt -n "__nmt_using 'serve'" -l max-len-b -x -d 'Output length limit a*|x|+b: the b'
 complete -c nmt -n "__nmt_using 'serve'" -l batching -d 'Translate the lines of concurrent requests together (dynamic batching); off: one request at a time'
@@ -400,6 +418,8 @@ complete -c nmt -n "__nmt_using 'distill'" -l reverse-model -x -d 'A TGT->SRC mo
 complete -c nmt -n "__nmt_using 'distill'" -l max-steps -x -d 'The student\'s training steps at most (default: the preset\'s epochs, stopping early on validation BLEU)'
 complete -c nmt -n "__nmt_using 'distill'" -l max-time -x -d 'The student\'s training time at most, e.g. 30m or 2h'
 complete -c nmt -n "__nmt_using 'distill'" -l seed -x -d 'The student\'s seed (weights, data order, dropout): the same seed, the same student'
+complete -c nmt -n "__nmt_using 'distill'" -l shortlist -d 'Learn the student\'s lexical shortlist from the kept pairs (`nmt shortlist`): its search then scores only the target pieces a sentence\'s source can translate to, the main speed-up of a student with a large vocabulary on a CPU'
+complete -c nmt -n "__nmt_using 'distill'" -l no-shortlist -d 'The opposite of --shortlist'
 complete -c nmt -n "__nmt_using 'distill'" -l export-ctranslate2 -d 'Also write OUT/ctranslate2, the student for CTranslate2 in int8 (needs the ctranslate2 extra)'
 complete -c nmt -n "__nmt_using 'distill'" -l chunk-lines -x -d 'Lines the teacher translates per resumable chunk'
 complete -c nmt -n "__nmt_using 'distill'" -l precision -x -a '(__nmt_values_precision)' -d 'The teacher\'s number format for translating and scoring: auto (int8 on a CPU, bf16 on a GPU: the fastest at a cost of a translation here and there where candidates are close), fp32, int8, bf16, fp16'

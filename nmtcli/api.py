@@ -51,7 +51,7 @@ class Translator:
     @classmethod
     def load(cls, model: str | os.PathLike[str], *, device: str = "auto", precision: str | None = None,
              revision: str | None = None, source_lang: str | None = None, target_lang: str | None = None,
-             engine: EngineName = "native", dtype: str | None = None) -> Translator:
+             engine: EngineName = "native", dtype: str | None = None, shortlist: bool = True) -> Translator:
         """The model of a model dir (written by `nmt average`, `nmt import`, `nmt pull`) or a Hub id OWNER/NAME
         (downloaded once into the Hub cache, at `revision`), as `nmt translate -m` takes it, on `device` (auto,
         cpu, cuda, cuda:N) computing in `precision` (fp32, the default; int8 on a CPU; bf16 or fp16 on a GPU;
@@ -59,12 +59,17 @@ class Translator:
         A multilingual model (M2M-100, NLLB-200) translates into `target_lang` (its code, or ISO 639-1/-3: "de"),
         from `source_lang` (default English). `engine`: "native" (nmt's PyTorch search), or "ctranslate2" for a
         dir written by `nmt export ctranslate2` (the ctranslate2 extra; the text of the best translation only: the
-        power length penalty, no n-best lists, alignments, scores, HTML or confidence)."""
+        power length penalty, no n-best lists, alignments, scores, HTML or confidence). `shortlist`: where the model dir has
+        a lexical shortlist (`nmt shortlist`), beam and greedy search score only the pieces it allows (False: the whole
+        vocabulary; `nmt translate --no-shortlist`)."""
         if dtype is not None:
             warnings.warn("Translator.load(dtype=...) is now precision=...", DeprecationWarning, stacklevel=2)
             precision = precision or dtype
+        from nmtcli.inference.settings import SearchSettings
+
+        settings = None if shortlist or engine != "native" else SearchSettings(shortlist=False)
         return cls(open_engine(model, device=device, precision=precision, revision=revision, languages=(source_lang, target_lang),
-                               engine=engine), str(model))
+                               engine=engine, settings=settings), str(model))
 
     # --- what the model is ------------------------------------------------------------------------
 

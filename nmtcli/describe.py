@@ -23,7 +23,7 @@ from nmtcli.data.text import SPM_FILE
 from nmtcli.errors import NmtError
 from nmtcli.files import read_json
 from nmtcli.inference.language_codes import zero_shot
-from nmtcli.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
+from nmtcli.model.checkpoint import CONFIG_FILE, SHORTLIST_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
 
 EXPECTED = "pass a model dir, a run dir or a Hub id OWNER/NAME: what `nmt average`, `nmt train` and `nmt push` make"
 
@@ -93,10 +93,25 @@ def _model_dir(model_dir: Path, progress: Progress | None, git_blob: bool) -> tu
     if (model_dir / SPM_FILE).is_file():
         report["sentencepiece_pieces"] = _pieces(model_dir / SPM_FILE)
     report["parameters"] = _parameters(values["model"])
+    if (model_dir / SHORTLIST_FILE).is_file():
+        report["shortlist"] = _shortlist_info(model_dir / SHORTLIST_FILE)
     trained = (values.get("training") or {}).get("directions")
     if trained and (values.get("tokenizer") or {}).get("languages"):  # a multilingual model of nmt's: which directions it learned
         report["directions"] = {"trained": trained, "zero_shot": zero_shot(list(values["tokenizer"]["languages"]), trained)}
     return report, files
+
+
+def _shortlist_info(path: Path) -> dict[str, Any]:
+    """How a model's lexical shortlist was learnt and what its check measured: the "info" of its safetensors header, read
+    without loading it (inference/shortlist.py loads it); {"unreadable": True} for a file that is not one."""
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size)) if 0 < size < 1 << 20 else {}
+        info = json.loads(header.get("__metadata__", {}).get("info", "{}"))
+        return info if isinstance(info, dict) else {"unreadable": True}
+    except (OSError, ValueError, AttributeError):
+        return {"unreadable": True}
 
 
 def describe_model_dir(model_dir: Path, progress: Progress | None = None) -> dict[str, Any]:

@@ -483,7 +483,7 @@ def test_a_search_over_random_logits_equals_the_search_that_ranks_full_log_softm
 
     def random_steps(seed):
         g = torch.Generator().manual_seed(seed)
-        return lambda model, tokens, state: _random_logits(g, *incremental.decode_step(model, tokens, state).shape, torch.float32)
+        return lambda model, tokens, state, project=None: _random_logits(g, *incremental.decode_step(model, tokens, state).shape, torch.float32)
 
     model = tiny_model(12, vocab_size=V)
     src = _batch(_in_vocabulary(SENTENCES, V))

@@ -75,7 +75,7 @@ def test_greedy_over_random_logits_takes_log_softmaxs_argmax_and_sums_its_log_pr
     g = torch.Generator().manual_seed(5)
     steps = []
 
-    def random_step(model, tokens, state):
+    def random_step(model, tokens, state, project=None):
         logits = _random_logits(g, *incremental.decode_step(model, tokens, state).shape, dtype)
         steps.append(logits.clone())
         return logits

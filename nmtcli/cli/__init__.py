@@ -14,13 +14,13 @@ import traceback
 import typer
 
 from nmtcli import threads
-from nmtcli.cli import average, distill, export, import_model, info, prepare, pull, push, quickstart, score, serve, train, translate
+from nmtcli.cli import average, distill, export, import_model, info, prepare, pull, push, quickstart, score, serve, shortlist, train, translate
 from nmtcli.cli.common import notice
 from nmtcli.cli.root import app, debug_enabled
 from nmtcli.cli.renamed import current_args
 from nmtcli.errors import NmtError
 
-for module in (quickstart, prepare, train, average, translate, serve, score, info, push, pull, distill):
+for module in (quickstart, prepare, train, average, shortlist, translate, serve, score, info, push, pull, distill):
     app.command(module.NAME, help=module.command.__doc__)(module.command)
 for group in (import_model, export):
     app.add_typer(group.app, name=group.NAME)

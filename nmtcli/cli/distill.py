@@ -49,6 +49,7 @@ def command(
     max_steps: Annotated[Optional[int], typer.Option(help="The student's training steps at most (default: the preset's epochs, stopping early on validation BLEU).", min=1)] = None,
     max_time: Annotated[Optional[str], typer.Option(help="The student's training time at most, e.g. 30m or 2h.")] = None,
     seed: Annotated[int, typer.Option(help="The student's seed (weights, data order, dropout): the same seed, the same student.")] = 1,
+    shortlist: Annotated[bool, typer.Option("--shortlist/--no-shortlist", help="Learn the student's lexical shortlist from the kept pairs (`nmt shortlist`): its search then scores only the target pieces a sentence's source can translate to, the main speed-up of a student with a large vocabulary on a CPU.")] = True,
     export_ctranslate2: Annotated[bool, typer.Option("--export-ctranslate2", help="Also write OUT/ctranslate2, the student for CTranslate2 in int8 (needs the ctranslate2 extra).")] = False,
     chunk_lines: Annotated[int, typer.Option(help="Lines the teacher translates per resumable chunk.", min=1)] = 5_000,
     precision: Annotated[str, typer.Option(help="The teacher's number format for translating and scoring: auto (int8 on a CPU, bf16 on a GPU: the fastest at a cost of a translation here and there where candidates are close), fp32, int8, bf16, fp16.")] = "auto",
@@ -63,7 +64,7 @@ def command(
     student (student-tiny: 6 encoder and 2 decoder layers, 256 wide) is trained on the rest with the teacher's
     vocabulary and stops early on validation BLEU against real references; its checkpoints are averaged. The
     report compares teacher and student on the test split: BLEU, chrF, lines/s on one CPU thread and on all
-    (fp32 and int8), size on disk. Running the command again skips the stages done and resumes the one cut short.
+    (fp32 and int8, and int8 with the student's lexical shortlist), size on disk. Running the command again skips the stages done and resumes the one cut short.
     """
     teacher, languages, reverse, work = _inputs(model, train, valid, test, mono, source_lang, target_lang, reverse_model, preset, output)
     src, tgt = languages
@@ -117,6 +118,9 @@ def command(
     stages.run("train", f"the student ({preset}) learns from the kept pairs, {length}", training)
     stages.run("average", "the student's checkpoints averaged into a model dir (sec. 6.1)",
                ["average", str(run), "-o", str(student), "--device", device])
+    if shortlist:
+        stages.run("shortlist", "the student's lexical shortlist, learnt from the kept pairs (IBM Model 1), checked on the validation split",
+                   ["shortlist", str(student), "--data", str(data), "--seed", str(seed), "--device", device])
     if export_ctranslate2:
         stages.run("export", "the student for CTranslate2, int8",
                    ["export", "ctranslate2", str(student), str(work / "ctranslate2"), "--quantization", "int8", "--force"])
@@ -358,7 +362,7 @@ def _show(report: dict) -> None:
     for column in ("model", "precision", "BLEU", "chrF", "lines/s, 1 thread", "lines/s, all threads", "MB on disk"):
         table.add_column(column, justify="right" if column != "model" else "left")
     for row in report["models"]:
-        table.add_row(row["model"], row["precision"], f"{row['bleu']:.1f}", f"{row['chrf']:.1f}", f"{row['lines_per_s_1']:,.1f}",
+        table.add_row(row["model"], row["precision"] + (" + shortlist" if row.get("shortlist") else ""), f"{row['bleu']:.1f}", f"{row['chrf']:.1f}", f"{row['lines_per_s_1']:,.1f}",
                       f"{row['lines_per_s_all']:,.1f}", f"{row['mb']:.1f}")
     console.print(table)
     say(f"distilled {report['lines_translated']:,} pairs, kept {report['lines_kept']:,}, the student trained {report['student_steps'] or 0:,} steps; "

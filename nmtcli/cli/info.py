@@ -195,6 +195,8 @@ def _overview(report: dict[str, Any]):
             on = search.get("calibrated_on") or {}
             how = f"; calibrated on {on['lines']:,} validation lines: BP {on['bp'][0]:.3f} -> {on['bp'][1]:.3f}" if on.get("bp") else ""
             row("search", f"brevity penalty {search.get('brevity_penalty', 0):g}, length ratio {search.get('length_ratio', 1.0):.3f}{how}")
+        if "shortlist" in report:
+            row("shortlist", _shortlist_row(report["shortlist"]))
         for label, metrics in report.get("scores", {}).items():
             row(f"score {label}", ", ".join(f"{name} {v['score']:.2f}" for name, v in metrics.items()))
     checked = report.get("hub")
@@ -204,6 +206,18 @@ def _overview(report: dict[str, Any]):
         row("hub", f"{checked['repo_id']} at commit {checked['commit']}" + (f" ({checked['revision']})" if checked["revision"] else ""))
         row("hub check", f"{verdict} ({against})")
     return table
+
+
+def _shortlist_row(info: dict[str, Any]) -> str:
+    """`nmt shortlist`'s file: how it was learnt, and its check's BLEU and lines/s without and with it."""
+    if info.get("unreadable"):
+        return "[red]shortlist.safetensors is unreadable[/red]: make it again with `nmt shortlist`, or delete it"
+    text = f"{info.get('per_piece')} pieces a source piece + {info.get('frequent')} frequent, from {info.get('learnt_from', 0):,} pairs"
+    if info.get("valid_bleu"):
+        (full, short), (slow, fast) = info["valid_bleu"], info["valid_lines_per_s"]
+        text += (f"; {info.get('valid_lines')} validation lines: BLEU {full:.2f} -> {short:.2f}, {slow:.1f} -> {fast:.1f} lines/s"
+                 f" on {info.get('device')}")
+    return text
 
 
 def _init_row(init: dict[str, Any], row) -> None:

@@ -37,6 +37,12 @@ def brevity_penalty(also: str = "") -> OptionInfo:
                         min=0.0, max=20.0, show_default=False)
 
 
+def shortlist() -> OptionInfo:
+    return typer.Option("--shortlist/--no-shortlist", help="Where the model dir has a lexical shortlist (`nmt shortlist`; `nmt distill` writes "
+                        "one for its student), beam and greedy search score only the target pieces the batch's sources can translate "
+                        "to: faster on a CPU, the same translations almost everywhere (docs/speed.md). --no-shortlist: the whole vocabulary.")
+
+
 def max_len_a(also: str = "") -> OptionInfo:
     return typer.Option(help=f"Output length limit a*|x|+b: the a{also}.", min=0.0)
 

@@ -29,6 +29,7 @@ def command(
     length_penalty: Annotated[str, options.length_penalty()] = "gnmt",
     coverage_penalty: Annotated[float, options.coverage_penalty("; /nmt/translate may ask for another")] = 0.0,
     brevity_penalty: Annotated[Optional[float], options.brevity_penalty(", for every model served; /nmt/translate may ask for another")] = None,
+    shortlist: Annotated[bool, options.shortlist()] = True,
     max_len_a: Annotated[float, options.max_len_a()] = 1.0,
     max_len_b: Annotated[int, options.max_len_b()] = 50,
     batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Translate the lines of concurrent requests together (dynamic batching); off: one request at a time.")] = True,
@@ -94,7 +95,7 @@ def command(
     if threads is not None:
         torch.set_num_threads(threads)
     settings = SearchSettings(beam=beam, alpha=alpha, coverage_penalty=coverage_penalty, brevity_penalty=brevity_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                              length_penalty=length_penalty, batch_tokens=batch_tokens)
+                              length_penalty=length_penalty, batch_tokens=batch_tokens, shortlist=shortlist)
     if model:
         dirs = [(spec, resolve_model(spec)) for spec in model]
     else:

@@ -35,6 +35,7 @@ def command(
     length_penalty: Annotated[str, options.length_penalty(" (fairseq, CTranslate2)")] = "gnmt",
     coverage_penalty: Annotated[float, options.coverage_penalty()] = 0.0,
     brevity_penalty: Annotated[Optional[float], options.brevity_penalty()] = None,
+    shortlist: Annotated[bool, options.shortlist()] = True,
     max_len_a: Annotated[float, options.max_len_a(" (sec. 6.1: 1)")] = 1.0,
     max_len_b: Annotated[int, options.max_len_b(" (sec. 6.1: 50)")] = 50,
     nbest: Annotated[int, typer.Option(help="Translations per line, best first (at most --beam); with --sampling, samples per line in the order drawn. More than 1 needs --output-format json.", min=1)] = 1,
@@ -87,7 +88,7 @@ def command(
     settings = SearchSettings(beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                               length_penalty=length_penalty, batch_tokens=batch_tokens, window=window, cuda_graphs=cuda_graphs,
                               alignment=COVERING if format == "html" else None if forced_decoding else alignment, glossary=terms,
-                              coverage_penalty=coverage_penalty, brevity_penalty=brevity_penalty)
+                              coverage_penalty=coverage_penalty, brevity_penalty=brevity_penalty, shortlist=shortlist)
     if sampling is not None:
         settings = dataclasses.replace(settings, sampling=sampling, temperature=1.0 if temperature is None else temperature,
                                        seed=settings.seed if seed is None else seed)

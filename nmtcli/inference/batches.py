@@ -21,6 +21,7 @@ from nmtcli.errors import NmtError
 from nmtcli.inference.beam import Hypothesis, beam_search
 from nmtcli.inference.graphs import StepGraphs
 from nmtcli.inference.greedy import greedy_search
+from nmtcli.inference.shortlist import Shortlist
 from nmtcli.inference.sampling import parse_sampling, sample
 from nmtcli.inference.settings import SearchSettings
 from nmtcli.model.transformer import Transformer
@@ -49,6 +50,7 @@ def translate_ids(
     warn: Warn | None = None,
     prefixes: Sequence[list[int]] | None = None,
     numbers: Sequence[int] | None = None,
+    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
     """The n-best lists of `sentences` (token ids, without EOS), in input order; [] for an empty one.
     `prefixes`: target ids each sentence's translations start with ([] for none; an empty sentence with a
@@ -58,6 +60,7 @@ def translate_ids(
     `budget.tokens` padded source tokens, padded, searched, and put back in input order. `nmt translate`,
     `nmt serve` and validation BLEU during training all translate through here. With `settings.sampling`,
     the n-best lists are samples, keyed by `numbers` (each sentence's line number; default 1, 2, ...).
+    `shortlist`: a model's lexical shortlist, which beam and greedy search decode over (inference/shortlist.py).
     """
     warn = warn or (lambda message: None)
     numbers = numbers or range(1, len(sentences) + 1)
@@ -72,7 +75,7 @@ def translate_ids(
         with on_device(device), autocast():
             graphs.reserve_window(model, plan, settings.beam, settings.nbest, settings.max_len_a, settings.max_len_b)
     for batch in length_sorted_batches(sentences, budget, prefixes):
-        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, numbers, prefixes)):
+        for (pos, _), hyps in zip(batch, _search(model, batch, settings, budget, device, autocast, graphs, warn, numbers, prefixes, shortlist)):
             results[pos] = hyps
     return results
 
@@ -96,7 +99,7 @@ def length_sorted_batches(sentences: Sequence[list[int]], budget: BatchBudget,
 
 def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSettings, budget: BatchBudget, device: torch.device,
             autocast: Callable[[], AbstractContextManager], graphs: StepGraphs | None, warn: Warn,
-            numbers: Sequence[int], prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+            numbers: Sequence[int], prefixes: Sequence[list[int]] | None = None, shortlist: Shortlist | None = None) -> list[list[Hypothesis]]:
     """Search one batch; out of memory, let go of the graphs and their Arena and search it in halves (and keep the
     smaller batches from then on); a single line once more without graphs before it is given up."""
     try:
@@ -110,9 +113,9 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
                 return sample(model, src, parse_sampling(s.sampling), s.temperature, s.seed, torch.tensor([numbers[pos] for pos, _ in batch]),
                               s.nbest, s.max_len_a, s.max_len_b)
             if s.beam == 1:  # one hypothesis: nothing for a penalty to choose between
-                return greedy_search(model, src, s.max_len_a, s.max_len_b, prefixes=forced)
+                return greedy_search(model, src, s.max_len_a, s.max_len_b, prefixes=forced, shortlist=shortlist)
             return beam_search(model, src, s.beam, s.alpha, s.max_len_a, s.max_len_b, s.nbest, s.length_penalty, graphs=graphs,
-                               prefixes=forced, brevity=s.brevity)
+                               prefixes=forced, brevity=s.brevity, shortlist=shortlist)
     except (RuntimeError, MemoryError) as e:
         if not is_out_of_memory(e):
             raise
@@ -126,7 +129,7 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
     if len(batch) == 1:
         if graphed:  # a shape class pads the line's batch: once more as it is, without graphs
             warn(f"out of memory with CUDA graphs translating a single line of {len(batch[0][1])} tokens; searching it again without them")
-            return _search(model, batch, s, budget, device, autocast, None, warn, numbers, prefixes)
+            return _search(model, batch, s, budget, device, autocast, None, warn, numbers, prefixes, shortlist)
         raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {device}",
                        "use a smaller --beam, or a device with more memory")
     longest = len(batch[-1][1]) + 1
@@ -135,8 +138,8 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
         budget.sentences = max(1, min(budget.sentences, len(batch)) // 2)
     warn(f"out of memory with a batch of {len(batch):,} lines; continuing with --batch-tokens {budget.tokens:,}")
     half = len(batch) // 2
-    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn, numbers, prefixes)
-            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn, numbers, prefixes))
+    return (_search(model, batch[:half], s, budget, device, autocast, graphs, warn, numbers, prefixes, shortlist)
+            + _search(model, batch[half:], s, budget, device, autocast, graphs, warn, numbers, prefixes, shortlist))
 
 
 def _pad(model: Transformer, sentences: list[list[int]], device: torch.device) -> torch.Tensor:

@@ -29,6 +29,7 @@ from nmtcli.inference.outputs import (Hypothesis, ban, default_leave_fraction, d
                                       log_probs_of, max_output_lengths, never_produced, top_k_per_row)
 from nmtcli.inference.penalties import NO_BREVITY, Brevity, expected_lengths, lp
 from nmtcli.inference.prefixes import alone, prefix_rows, prefix_tensors
+from nmtcli.inference.shortlist import Shortlist, for_batch
 from nmtcli.model.incremental import decode_step, select_in_front, start_decoding
 from nmtcli.model.transformer import Transformer
 
@@ -55,6 +56,7 @@ def beam_search(
     graphs=None,
     prefixes: Sequence[list[int]] | None = None,
     brevity: Brevity = NO_BREVITY,
+    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
     """src: (B, S) ids ending in EOS, right-padded. Returns the `nbest` best hypotheses of each sentence.
     `prefixes`: token ids each sentence's output must start with ([] for none; see prefix_tensors).
@@ -65,6 +67,8 @@ def beam_search(
     score is its current log-probability divided by the largest penalty it could reach (a brevity penalty
     is never above 0, so it only lowers the finished ones).
     `graphs`: a `StepGraphs` (inference/graphs.py) that replays captured steps on a GPU.
+    `shortlist`: the model's lexical shortlist (inference/shortlist.py): each step scores only the target pieces the
+    batch's sources can translate to (not with graphs).
     """
     if beam < 1 or nbest < 1 or nbest > beam:
         raise ValueError(f"need 1 <= nbest ({nbest}) <= beam ({beam})")
@@ -72,13 +76,14 @@ def beam_search(
         raise ValueError(f"alpha must be >= 0, not {alpha}")
     lp(1, alpha, length_penalty)  # an unknown kind fails here, before any work
     sync_every = sync_every or default_sync_every(src.device)
-    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, graphs, brevity)
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, graphs, brevity, shortlist)
     try:
         return search.run(sync_every, graphs, default_leave_fraction(src.device))
     except GraphsOff:
         pass  # outside the handler, the failed search's memory can go before the new search's is taken
     del search
-    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, brevity=brevity)
+    search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, brevity=brevity,
+                        shortlist=shortlist)
     return search.run(sync_every, None, default_leave_fraction(src.device))
 
 
@@ -116,7 +121,7 @@ class BeamSearch:
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
                  nbest: int, length_penalty: str, min_len: int, prefixes: Sequence[list[int]] | None = None, graphs=None,
-                 brevity: Brevity = NO_BREVITY):
+                 brevity: Brevity = NO_BREVITY, shortlist: Shortlist | None = None):
         cfg = model.config
         self.model, self.beam, self.nbest, self.alpha, self.length_penalty = model, beam, nbest, alpha, length_penalty
         self.brevity = brevity
@@ -137,13 +142,16 @@ class BeamSearch:
         self.min_len = torch.tensor(min_len, device=device)
         self.expected_len = expected_lengths(model, src, brevity)
         memory, src_mask = model.encode(src)
+        # With a shortlist a step's logits are those of its ids alone: their columns stand for the vocabulary's ids.
+        self.output = for_batch(model, shortlist, src, prefixes) if self.graphs is None else None
+        width = cfg.vocab_size if self.output is None else len(self.output)
         capacity, alloc = self.steps, None
         if self.graphs is not None:
             capacity, self.prefix, alloc = self.graphs.class_tensors(cfg, src, self.steps, self.prefix, max_len_a, max_len_b)
             self.shape_key = (src.size(1), capacity, 0 if self.prefix is None else self.prefix.size(1), K, nbest, alpha, length_penalty,
                               brevity.weight, decoder_dtype(memory))
         self.state = start_decoding(model, memory, src_mask, K, capacity=capacity, alloc=alloc, reorders=True)
-        if 2 * K <= cfg.vocab_size:  # the first step's one row per sentence offers the 2K candidates a step ranks
+        if 2 * K <= width:  # the first step's one row per sentence offers the 2K candidates a step ranks
             self.state.cache.start_with(n)  # all beams start identical: the first step decodes one row per sentence
         C = self.state.cache.capacity
         self.sentence = torch.arange(n, device=device)  # original index of each sentence still in the batch
@@ -158,6 +166,12 @@ class BeamSearch:
         self.finished_length = torch.zeros((n, nbest), dtype=torch.long, device=device)
         self.done = torch.zeros(n, dtype=torch.bool, device=device)
         self.banned = never_produced(model, device)
+        self.eos_column = cfg.eos_id
+        self.allowed = None  # with a shortlist (n, S): 0 where a column's id is in the sentence's own list, -inf elsewhere
+        if self.output is not None:
+            self.allowed = self.output.mask
+            self.banned = torch.isin(self.output.ids, self.banned).nonzero().flatten()
+            self.eos_column = int(self.output.column(torch.tensor(cfg.eos_id, device=device)))
         self.results: list[list[Hypothesis]] = [[] for _ in range(real)]
         self.generation = next(_GENERATIONS)  # new whenever the state gets new tensors (decided sentences leave)
         if self.graphs is not None:
@@ -175,7 +189,9 @@ class BeamSearch:
         n, K = self.scores.shape
         cache = self.state.cache
         R = cache.rows // n  # rows per sentence: K, or 1 in a first step that decodes the one start of all beams
-        logits = decode_step(self.model, self.last[: n * R], self.state)  # (n * R, V), in the projection's dtype
+        logits = decode_step(self.model, self.last[: n * R], self.state, None if self.output is None else self.output.project)  # (n * R, V or S)
+        if self.allowed is not None:  # each sentence over its own shortlist, normalised over it
+            logits = (logits.view(n, R, -1) + self.allowed.unsqueeze(1)).view(n * R, -1)
         generated = cache.position  # tokens generated, EOS included, once this step's token is chosen
         log_probs, top_tokens = self.candidates(logits, generated, R)
         per_row = log_probs.size(1)
@@ -205,7 +221,8 @@ class BeamSearch:
     def candidates(self, logits: Tensor, generated: Tensor, R: int,
                    normalizer: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """The tokens each row may add this step and their log-probabilities, best first: (rows, 2K) each (fewer
-        for a vocabulary under 2K). `logits` (rows, V), the model's, in its dtype, are masked in place.
+        for a vocabulary under 2K). `logits` (rows, V), the model's, in its dtype, are masked in place; with a shortlist
+        (rows, S), the shortlist's ids' (the tokens returned are the vocabulary's).
 
         Within a row every candidate shares the row's score, so the 2K best candidates of a sentence are among the
         2K best tokens of each of its rows; and log p = logit - logsumexp(row) keeps the logits' order, so those
@@ -219,14 +236,18 @@ class BeamSearch:
             normalizer = log_normalizer(logits)  # of the model's distribution, before any token is masked
         # PAD and BOS never, EOS not before min_len: a -inf logit is a -inf log-probability.
         ban(logits, self.banned)
-        logits[:, cfg.eos_id].masked_fill_(generated <= self.min_len, float("-inf"))
+        eos_column = self.eos_column
+        logits[:, eos_column].masked_fill_(generated <= self.min_len, float("-inf"))
         per_row = min(2 * K, logits.size(1))
         top_logits, tokens = top_k_per_row(logits, per_row)
+        if self.output is not None:
+            tokens = self.output.ids[tokens]
         log_probs = log_probs_of(top_logits, normalizer)
-        eos = log_probs_of(logits[:, cfg.eos_id : cfg.eos_id + 1], normalizer)  # (rows, 1)
+        eos = log_probs_of(logits[:, eos_column : eos_column + 1], normalizer)  # (rows, 1)
         if self.prefix is not None:  # a row inside its prefix offers the prefix's next token alone (at its log-probability)
             forced, token = prefix_rows(self.prefix, self.prefix_len, generated, R)
-            token_log_prob = log_probs_of(logits.gather(1, token), normalizer)  # masked: PAD, BOS, EOS too early are -inf
+            column = token if self.output is None else self.output.column(token)  # a prefix's ids are in the shortlist
+            token_log_prob = log_probs_of(logits.gather(1, column), normalizer)  # masked: PAD, BOS, EOS too early are -inf
             if cfg.language_tags:  # a multilingual model's first prefix token, the target language's tag, is certain
                 token_log_prob = token_log_prob.masked_fill(forced & (generated == 1), 0.0)
             log_probs = torch.where(forced, alone(token_log_prob, per_row), log_probs)
@@ -329,7 +350,8 @@ class BeamSearch:
     def _by_sentence(self) -> tuple[str, ...]:
         """The state's tensors with one entry per sentence (n, ...): they leave the batch with their sentences."""
         return ("sentence", "max_len", "max_penalty", "expected_len", "tokens", "parents", "scores", "finished_score", "finished_log_prob",
-                "finished_beam", "finished_length", "done", *(("prefix", "prefix_len") if self.prefix is not None else ()))
+                "finished_beam", "finished_length", "done", *(("prefix", "prefix_len") if self.prefix is not None else ()),
+                *(("allowed",) if self.allowed is not None else ()))
 
     # What a step changes: checked and restored by inference/graphs.py.
     _STEP_STATE = ("last", "tokens", "parents", "scores", "finished_score", "finished_log_prob", "finished_beam",

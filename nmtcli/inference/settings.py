@@ -34,6 +34,7 @@ class SearchSettings:
     coverage_penalty: float = 0.0  # GNMT's coverage penalty beta: the beam's hypotheses reranked by it (inference/coverage.py); 0: off
     brevity_penalty: float | None = None  # the brevity penalty's weight (penalties.Brevity); None: the model's own (`nmt average` calibrates it), else 0
     length_ratio: float | None = None  # target pieces per source piece the brevity penalty expects; None: the model's own, else 1.0
+    shortlist: bool = True  # beam and greedy search score only the pieces the model's lexical shortlist allows, where it has one (inference/shortlist.py)
 
     @property
     def brevity(self) -> Brevity:

@@ -39,6 +39,7 @@ from nmtcli.inference.precision import autocast as half_autocast
 from nmtcli.inference.results import Translation
 from nmtcli.inference.sampling import check_sampling
 from nmtcli.inference.settings import SearchSettings, batching_for, check_brevity, check_coverage, check_search
+from nmtcli.inference.shortlist import load as load_shortlist
 from nmtcli.inference.language_codes import resolve
 from nmtcli.inference.tokenizer import MultilingualVocabulary, Tokenizer, load_tokenizer
 from nmtcli.model.checkpoint import load_model
@@ -112,6 +113,7 @@ class Translator(Engine):
                 f"{model_dir}: the tokenizer has {self.tokenizer.size} pieces but the model only {cfg.vocab_size}",
                 "the model dir mixes files of different models",
             )
+        self.shortlist = load_shortlist(Path(model_dir), cfg.vocab_size)  # the model dir's (inference/shortlist.py), or None
         self.max_source_tokens = cfg.max_positions - 1  # one position for EOS
         self.languages: tuple[str, str] | None = None  # a multilingual model's (source, target) codes
         self._tags: tuple[int, int] | None = None  # and their tags' ids
@@ -244,7 +246,8 @@ class Translator(Engine):
         covered = settings.coverage_penalty > 0 and settings.sampling is None and settings.beam > 1  # the penalty reranks all K
         results = translate_ids(self.model, sentences, replace(settings, nbest=settings.beam) if covered else settings, self.budget,
                                 self.device, autocast=lambda: half_autocast(self.device, self.precision), graphs=self.graphs,
-                                warn=self.warn, prefixes=prefix_ids, numbers=[number for number, _ in window])
+                                warn=self.warn, prefixes=prefix_ids, numbers=[number for number, _ in window],
+                                shortlist=self.shortlist if settings.shortlist else None)
         attention: dict[int, Tensor] = {}  # id(hypothesis) -> its attention, read once for the penalty and the alignments
         if covered:
             attention = self._rerank(sentences, results, settings.coverage_penalty)

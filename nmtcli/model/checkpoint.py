@@ -25,6 +25,7 @@ from nmtcli.provenance import versions
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CARD_FILE = "README.md"
+SHORTLIST_FILE = "shortlist.safetensors"  # a model's lexical shortlist, where it has one (inference/shortlist.py)
 
 
 def save_weights(path: Path, state: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:

@@ -294,8 +294,9 @@ def decoding_kernels(dtype: torch.dtype, device: torch.device):
     return sdpa_kernel(list(DECODING_KERNELS[dtype]))
 
 
-def decode_step(model: Transformer, tokens: Tensor, state: DecoderState) -> Tensor:
-    """One step of incremental decoding: the newest token of each row (N,) -> next-token logits (N, V)."""
+def decode_step(model: Transformer, tokens: Tensor, state: DecoderState, project: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """One step of incremental decoding: the newest token of each row (N,) -> next-token logits (N, V), or (N, S)
+    through `project`, the output projection restricted to a shortlist's S ids (inference/shortlist.py)."""
     x = embed_at(model.embedding, tokens, state.cache.position)
     state.cache.begin_step()
     with decoding_kernels(state.cache.keys[0].dtype, x.device):
@@ -304,7 +305,7 @@ def decode_step(model: Transformer, tokens: Tensor, state: DecoderState) -> Tens
     state.cache.end_step()
     if model.decoder.final_norm is not None:
         x = model.decoder.final_norm(x)
-    return model.logits(x)[:, 0]
+    return (project or model.logits)(x)[:, 0]
 
 
 def embed_at(embedding: Embedding, tokens: Tensor, position: Tensor) -> Tensor:

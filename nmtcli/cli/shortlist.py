@@ -1,0 +1,101 @@
+"""`nmt shortlist`: learn a model's lexical shortlist from its training data, and measure what it keeps and saves."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nmtcli.cli import options
+from nmtcli.cli.common import progress_bar, say
+
+NAME = "shortlist"
+CHECK_LINES = 500  # of the validation split, translated with and without the shortlist
+TASK = "pairs read"
+
+
+def command(
+    model_dir: Annotated[Path, typer.Argument(help="The model dir to write shortlist.safetensors into.", show_default=False)],
+    data: Annotated[Path, typer.Option("--data", help="The data dir the model was trained on (prepared by `nmt prepare`, or with --vocab-from MODEL): its training pairs, in the model's pieces.")],
+    per_piece: Annotated[int, typer.Option(help="Target pieces kept for each source piece: the most probable under IBM Model 1 (Marian's students: 50).", min=1, max=1000)] = 50,
+    frequent: Annotated[int, typer.Option(help="The most frequent target pieces, in every batch's list.", min=0)] = 100,
+    seed: Annotated[int, typer.Option(help="Seed of the sample of pairs Model 1 learns from.", min=0, max=2**32 - 1)] = 1,
+    check: Annotated[bool, typer.Option("--check/--no-check", help=f"Translate the first {CHECK_LINES} lines of the data's validation split with and without the shortlist and record BLEU and lines/s of both (as `nmt info` shows them).")] = True,
+    device: Annotated[str, options.device()] = "auto",
+) -> None:
+    """Learn a lexical shortlist for a model: beam search then scores only the target pieces a batch's sources can translate to.
+
+    For each source piece, the target pieces that translate it under IBM Model 1 (learnt by EM from the training
+    pairs' pieces), plus the most frequent target pieces, the source's own pieces and EOS: a batch is decoded over
+    their union, and the output projection and softmax shrink with it. What it is worth depends on the model: a
+    student with 32,000 pieces and two decoder layers spends most of a step there (benchmarks/shortlist_speed.py),
+    a model with a small vocabulary little. The check says both for this model, on its own validation lines;
+    `nmt translate --no-shortlist` decodes over the whole vocabulary again.
+    """
+    from nmtcli.data.prepare import read_manifest
+    from nmtcli.data.shards import Shard
+    from nmtcli.data.vocabulary import data_vocabulary, read_vocabulary
+    from nmtcli.errors import NmtError
+    from nmtcli.inference.shortlist import learn
+
+    vocabulary = read_vocabulary(model_dir)
+    manifest = read_manifest(data)
+    if data_vocabulary(manifest) != vocabulary.files or manifest["vocab_size"] != vocabulary.size:
+        raise NmtError(f"{data} was not prepared with the vocabulary of {model_dir}",
+                       f"prepare the training data with `nmt prepare --vocab-from {model_dir} ...`, then pass that dir")
+    source_lang, target_lang = manifest["source_lang"], manifest["target_lang"]
+    try:
+        source, target = (Shard(data / f"train.{lang}", vocabulary.size) for lang in (source_lang, target_lang))
+    except (OSError, ValueError) as e:
+        raise NmtError(f"cannot read the training split of {data}: {e}", "prepare the data again") from None
+    if len(source) != len(target):
+        raise NmtError(f"{data}'s training split has {len(source):,} {source_lang} lines but {len(target):,} {target_lang} ones", "prepare the data again")
+    started = time.perf_counter()
+    with progress_bar("pairs") as progress:
+        def pairs():
+            for i in range(len(source)):
+                if i % 10_000 == 0:
+                    progress(TASK, i, len(source))
+                yield source[i], target[i]
+            progress(TASK, len(source), len(source))
+
+        shortlist = learn(pairs(), vocabulary.size, per_piece, frequent, seed)
+    shortlist.info.update(data=str(data.resolve()), seconds=round(time.perf_counter() - started, 1), vocabulary=vocabulary.files)
+    say(f"learnt from {shortlist.info['learnt_from']:,} of {len(source):,} pairs in {shortlist.info['seconds']} s: "
+        f"{shortlist.info['source_pieces']:,} source pieces listed, {len(shortlist.always):,} target pieces always in")
+    if check:
+        shortlist.info.update(_check(model_dir, data, manifest, shortlist, device))
+    path = shortlist.save(model_dir)
+    say(f"wrote {path}; `nmt translate` uses it (--no-shortlist: the whole vocabulary)")
+    if check:
+        full, short = shortlist.info["valid_bleu"]
+        if short < full - 1.0:
+            say(f"warning: the shortlist costs {full - short:.1f} BLEU on the validation lines: try a larger --per-piece or --frequent, "
+                f"or delete {path}")
+
+
+def _check(model_dir: Path, data: Path, manifest: dict, shortlist, device: str) -> dict:
+    """BLEU and lines/s on the first CHECK_LINES validation lines, without and with the shortlist."""
+    import sacrebleu
+
+    from nmtcli.data.prepare import reference_lines
+    from nmtcli.device import resolve_device
+    from nmtcli.inference.settings import SearchSettings
+    from nmtcli.inference.translator import Translator
+
+    sources = reference_lines(data, "valid", manifest["source_lang"])[:CHECK_LINES]
+    references = reference_lines(data, "valid", manifest["target_lang"])[:CHECK_LINES]
+    tags = manifest.get("language_tags") or {}
+    translator = Translator(model_dir, resolve_device(device), languages=(tags.get("source"), tags.get("target")))
+    translator.shortlist = shortlist
+    bleu, pace = [], []
+    for on in (False, True):
+        started = time.perf_counter()
+        hypotheses = [hyps[0].text if hyps else "" for hyps in translator.translate_lines(sources, SearchSettings(shortlist=on))]
+        pace.append(round(len(sources) / max(1e-9, time.perf_counter() - started), 1))
+        bleu.append(round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2))
+    say(f"validation ({len(sources)} lines): BLEU {bleu[0]:.2f} without, {bleu[1]:.2f} with the shortlist; "
+        f"{pace[0]:.1f} -> {pace[1]:.1f} lines/s ({pace[1] / max(pace[0], 1e-9):.2f}x) on {translator.device}")
+    return {"valid_lines": len(sources), "valid_bleu": bleu, "valid_lines_per_s": pace, "device": str(translator.device)}
