@@ -108,9 +108,11 @@ def _shortlist_info(path: Path) -> dict[str, Any]:
         with open(path, "rb") as f:
             size = int.from_bytes(f.read(8), "little")
             header = json.loads(f.read(size)) if 0 < size < 1 << 20 else {}
+        end = max((t["data_offsets"][1] for name, t in header.items() if name != "__metadata__"), default=-1)
         info = json.loads(header.get("__metadata__", {}).get("info", "{}"))
-        return info if isinstance(info, dict) else {"unreadable": True}
-    except (OSError, ValueError, AttributeError):
+        whole = path.stat().st_size == 8 + size + end  # a file cut short has its header but not all its tensors
+        return info if isinstance(info, dict) and whole else {"unreadable": True}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError, IndexError):
         return {"unreadable": True}
 
 

@@ -27,7 +27,7 @@ PUBLIC = ["Glossary", "NmtError", "NotAvailable", "Scored", "Translation", "Tran
 SIGNATURES = {
     "load": "(model: 'str | os.PathLike[str]', *, device: 'str' = 'auto', precision: 'str | None' = None, "
             "revision: 'str | None' = None, source_lang: 'str | None' = None, target_lang: 'str | None' = None, "
-            "engine: 'EngineName' = 'native', dtype: 'str | None' = None) -> 'Translator'",
+            "engine: 'EngineName' = 'native', dtype: 'str | None' = None, shortlist: 'bool' = True) -> 'Translator'",
     "translate": "(self, texts: 'Iterable[str]', *, beam: 'int' = 4, alpha: 'float' = 0.6, nbest: 'int' = 1, "
                  "prefix: 'str | Iterable[str] | None' = None, glossary: 'GlossaryLike | None' = None, "
                  "split_sentences: 'bool' = False, alignment: 'Alignment | None' = None, batch_tokens: 'int | None' = None, "

@@ -146,7 +146,7 @@ def distilled(trained_model, small_corpus, tmp_path_factory) -> tuple[Path, subp
 def test_distill_runs_every_stage_and_reports(distilled, trained_model):
     out, result = distilled
     for command in ("$ nmt translate -m", "--closest-to", "$ nmt translate --forced-decoding", "$ nmt prepare --train",
-                    "--vocab-from", "$ nmt train --data", "$ nmt average"):
+                    "--vocab-from", "$ nmt train --data", "$ nmt average", "$ nmt shortlist"):
         assert command in result.stdout + result.stderr
     assert len(lines_of(out / "teacher" / "train.de")) == 300
     assert len(lines_of(out / "kept.en")) == len(lines_of(out / "kept.de")) == 285  # 5% of 300 dropped
@@ -157,11 +157,14 @@ def test_distill_runs_every_stage_and_reports(distilled, trained_model):
     kept_scores = sorted(float(s) for s in lines_of(out / "teacher" / "scores.txt"))[15:]
     assert len(dropped) == 15 and scores == sorted(scores) and max(scores) <= min(kept_scores)
     report = json.loads((out / "report.json").read_text())
-    assert [(r["model"], r["precision"]) for r in report["models"]] == [("teacher", "fp32"), ("student", "fp32"), ("student", "int8")]
+    assert [(r["model"], r["precision"], r["shortlist"]) for r in report["models"]] == [
+        ("teacher", "fp32", False), ("student", "fp32", False), ("student", "int8", False), ("student", "int8", True)]
+    assert report["int8_student_vs_teacher_1_thread"] == round(report["models"][3]["lines_per_s_1"] / report["models"][0]["lines_per_s_1"], 2)
     assert report["models"][0]["bleu"] > 50  # the teacher, on its own task
     assert report["lines_translated"] == 300 and report["lines_kept"] == 285
     assert all(r["lines_per_s_1"] > 0 and r["mb"] > 0 for r in report["models"])
-    assert set(report["stages"]) == {"translate", "join", "score", "filter", "prepare", "train", "average"}  # those before it
+    assert set(report["stages"]) == {"translate", "join", "score", "filter", "prepare", "train", "average", "shortlist"}  # those before it
+    assert (out / "model" / "shortlist.safetensors").is_file()
     manifest = json.loads((out / "data" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["input_pairs"] == 285 and manifest["vocab_from"]["model"] == str(trained_model)
     # each target is the teacher's translation of its own source: the misaligned filter has nothing to find (as for
@@ -174,14 +177,14 @@ def test_distill_runs_every_stage_and_reports(distilled, trained_model):
 def test_distill_again_skips_what_is_done_and_redoes_what_changed(distilled, trained_model, small_corpus):
     out, _ = distilled
     again = nmt_in_process(*distill_args(trained_model, small_corpus, out))
-    assert again.stderr.count("done already") == 8
+    assert again.stderr.count("done already") == 9
     changed = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10"))
     assert changed.stderr.count("done already") == 3  # translate, join, score; the filter onwards again
     assert len(lines_of(out / "kept.en")) == 270
     assert "starts again" in changed.stderr  # the student learns from the new data from scratch
     assert "resuming from" not in changed.stderr
     settled = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10"))
-    assert settled.stderr.count("done already") == 8
+    assert settled.stderr.count("done already") == 9
 
 
 @pytest.mark.slow

@@ -13,7 +13,10 @@ from nmtcli.cli.common import progress_bar, say
 
 NAME = "shortlist"
 CHECK_LINES = 500  # of the validation split, translated with and without the shortlist
+WARM_LINES = 20
 TASK = "pairs read"
+MAX_LOSS = 1.0  # BLEU on the validation lines a shortlist may cost before the command warns
+MIN_GAIN = 1.2  # the speed-up below which it says the shortlist is not worth having
 
 
 def command(
@@ -70,10 +73,13 @@ def command(
     path = shortlist.save(model_dir)
     say(f"wrote {path}; `nmt translate` uses it (--no-shortlist: the whole vocabulary)")
     if check:
-        full, short = shortlist.info["valid_bleu"]
-        if short < full - 1.0:
+        (full, short), (slow, fast) = shortlist.info["valid_bleu"], shortlist.info["valid_lines_per_s"]
+        if short < full - MAX_LOSS:
             say(f"warning: the shortlist costs {full - short:.1f} BLEU on the validation lines: try a larger --per-piece or --frequent, "
                 f"or delete {path}")
+        if fast < MIN_GAIN * slow:
+            say(f"warning: the shortlist makes this model only {fast / max(slow, 1e-9):.2f}x as fast (its output projection is a small "
+                f"part of a step: a small vocabulary or a narrow model): delete {path} to translate as before")
 
 
 def _check(model_dir: Path, data: Path, manifest: dict, shortlist, device: str) -> dict:
@@ -91,6 +97,7 @@ def _check(model_dir: Path, data: Path, manifest: dict, shortlist, device: str) 
     translator = Translator(model_dir, resolve_device(device), languages=(tags.get("source"), tags.get("target")))
     translator.shortlist = shortlist
     bleu, pace = [], []
+    translator.translate_lines(sources[:WARM_LINES], SearchSettings(shortlist=False))  # the first batch's allocations, not timed
     for on in (False, True):
         started = time.perf_counter()
         hypotheses = [hyps[0].text if hyps else "" for hyps in translator.translate_lines(sources, SearchSettings(shortlist=on))]

@@ -67,14 +67,15 @@ class Shortlist:
     def vocab_size(self) -> int:
         return self.table.size(0)
 
-    def lists(self, src: Tensor, forced: Sequence[Sequence[int]] = (), specials: Sequence[int] = ()) -> list[Tensor]:
-        """Each sentence's target ids (unsorted, with repeats) of a batch (B, S) of source ids: its pieces' lists, the
-        pieces every sentence has, its own pieces, `specials` (EOS, UNK) and its `forced` ones (its prefix)."""
+    def lists(self, src: Tensor, forced: Sequence[Sequence[int]] = (), specials: Sequence[int] = (), pad: int = 0) -> list[Tensor]:
+        """Each sentence's target ids (unsorted, with repeats) of a batch (B, S) of source ids right-padded with `pad`: its
+        pieces' lists, the pieces every sentence has, its own pieces, `specials` (EOS, UNK) and its `forced` ones (its
+        prefix). The padding is none of its pieces: a sentence has the same list alone and in a batch."""
         table = self.table.to(src.device)
         always = torch.cat([self.always.to(src.device), torch.tensor(list(specials), dtype=torch.long, device=src.device)])
         out = []
         for b in range(src.size(0)):
-            own = src[b][(src[b] >= 0) & (src[b] < self.vocab_size)]
+            own = src[b][(src[b] >= 0) & (src[b] < self.vocab_size) & (src[b] != pad)]
             listed = table.index_select(0, own).flatten()
             prefix = torch.tensor(list(forced[b]) if b < len(forced) else [], dtype=torch.long, device=src.device)
             ids = torch.cat([listed[listed >= 0], always, own, prefix])
@@ -159,7 +160,7 @@ def for_batch(model: Transformer, shortlist: Shortlist | None, src: Tensor, pref
     if shortlist is None or src.size(0) == 0:
         return None
     cfg = model.config
-    lists = shortlist.lists(src, prefixes or (), (cfg.eos_id, cfg.unk_id))
+    lists = shortlist.lists(src, prefixes or (), (cfg.eos_id, cfg.unk_id), cfg.pad_id)
     if len(torch.unique(torch.cat(lists))) > WORTH * cfg.vocab_size:
         return None
     return Restricted(model, lists)

@@ -1,0 +1,143 @@
+"""Lexical shortlists (inference/shortlist.py, `nmt shortlist`): what they list, that a search over one is the search over
+the vocabulary restricted to each sentence's own list, and what a user sees of them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+import torch
+from conftest import nmt_in_process
+
+from nmtcli.inference import shortlist as shortlists
+from nmtcli.inference.settings import SearchSettings
+from nmtcli.inference.shortlist import Shortlist, learn, load
+from nmtcli.inference.translator import Translator
+from nmtcli.model.checkpoint import SHORTLIST_FILE
+
+PER_PIECE, FREQUENT = 6, 20  # small lists: the tests' model has 1,000 pieces, and a batch must decode over fewer
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="module")
+def listed(trained_model, prepared, tmp_path_factory):
+    """A copy of the tests' model with a shortlist `nmt shortlist` learnt from its training data; the command's output."""
+    model = tmp_path_factory.mktemp("shortlist") / "model"
+    shutil.copytree(trained_model, model)
+    result = nmt_in_process("shortlist", str(model), "--data", str(prepared), "--per-piece", str(PER_PIECE), "--frequent", str(FREQUENT),
+                            "--device", "cpu")
+    return model, result
+
+
+def test_learn_lists_each_source_pieces_translation_first():
+    rng = np.random.default_rng(0)
+    fillers = np.arange(5, 10)  # target pieces every sentence has (articles, punctuation): the frequent ones
+    pairs = []
+    for _ in range(3000):
+        source = rng.choice(np.arange(10, 60), size=rng.integers(2, 8), replace=False)
+        target = np.concatenate([source[::-1] + 100, rng.choice(fillers, size=2)])  # each source piece s is target piece s + 100
+        pairs.append((source, rng.permutation(target)))
+    shortlist = learn(iter(pairs), 200, per_piece=3, frequent=5)
+    assert shortlist.table.shape == (200, 3)
+    assert torch.equal(shortlist.table[10:60, 0], torch.arange(110, 160))  # its translation, first
+    assert bool((shortlist.table[60:] == -1).all()) and bool((shortlist.table[:10] == -1).all())  # pieces never seen as a source
+    assert set(fillers.tolist()) <= set(shortlist.always.tolist())
+    assert shortlist.info["pairs"] == 3000 and shortlist.info["learnt_from"] == 3000
+
+
+def test_a_sentence_lists_its_pieces_translations_its_own_pieces_the_frequent_ones_and_its_prefix():
+    table = torch.full((50, 2), -1)
+    table[10] = torch.tensor([30, 31])
+    table[11, 0] = 32
+    shortlist = Shortlist(table, torch.tensor([5, 6]), {})
+    src = torch.tensor([[10, 3, 0], [11, 12, 3]])  # right-padded with PAD (0), which is none of its pieces
+    first, second = (set(ids.tolist()) for ids in shortlist.lists(src, [[40], []], (3, 1), 0))
+    assert first == {30, 31, 5, 6, 3, 1, 10, 40}
+    assert second == {32, 5, 6, 3, 1, 11, 12}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_shortlist_of_every_piece_searches_exactly_as_the_whole_vocabulary(trained_model, corpus, monkeypatch, precision):
+    """The restricted projection, its columns and masks, EOS, banned pieces and prefixes: with every piece listed, beam
+    (n-best, prefixes) and greedy search give the same translations and scores as without a shortlist."""
+    monkeypatch.setattr(shortlists, "WORTH", 1.01)  # a list of the whole vocabulary is not worth it, but must be right
+    translator = Translator(trained_model, "cpu", precision=precision)
+    lines = lines_of(Path(f"{corpus['test']}.en"))[:40]
+    prefixes = ["die" if i % 3 == 0 else "" for i in range(len(lines))]
+    everything = Shortlist(torch.full((translator.model.config.vocab_size, 1), -1), torch.arange(translator.model.config.vocab_size), {})
+    for settings in (SearchSettings(beam=4, nbest=2), SearchSettings(beam=1)):
+        translator.shortlist = None
+        full = translator.translate_lines(lines, settings, prefixes)
+        translator.shortlist = everything
+        short = translator.translate_lines(lines, settings, prefixes)
+        assert [[h.text for h in hyps] for hyps in short] == [[h.text for h in hyps] for hyps in full]
+        assert np.allclose([h.score for hyps in short for h in hyps], [h.score for hyps in full for h in hyps], atol=1e-4)
+
+
+def test_each_sentence_is_searched_over_its_own_list_alone_or_in_any_batch(listed, corpus):
+    model, _ = listed
+    translator = Translator(model, "cpu")
+    assert translator.shortlist is not None
+    lines = lines_of(Path(f"{corpus['test']}.en"))[:60]
+    batched = translator.translate_lines(lines, SearchSettings(beam=4))
+    alone = [translator.translate_lines([line], SearchSettings(beam=4))[0] for line in lines]
+    assert [h[0].text for h in batched] == [h[0].text for h in alone]
+    assert np.allclose([h[0].score for h in batched], [h[0].score for h in alone], atol=1e-4)
+    for line, hyps in zip(lines, batched):
+        src = torch.tensor([translator.tokenizer.encode([line])[0] + [translator.model.config.eos_id]])
+        own = set(translator.shortlist.lists(src, (), (translator.model.config.eos_id, translator.model.config.unk_id))[0].tolist())
+        pieces = {translator.pieces.index(p) for p in hyps[0].tokens}
+        assert pieces <= own, (line, pieces - own)
+    vocabulary = translator.model.config.vocab_size
+    sizes = [len(set(translator.shortlist.lists(torch.tensor([translator.tokenizer.encode([line])[0]]))[0].tolist())) for line in lines]
+    assert max(sizes) < vocabulary / 4  # each sentence's list is a small part of the vocabulary
+
+
+def test_nmt_shortlist_checks_itself_and_translate_uses_it_unless_told_not_to(listed, corpus):
+    model, result = listed
+    assert result.returncode == 0, result.stderr
+    assert "validation (200 lines): BLEU" in result.stderr and (model / SHORTLIST_FILE).is_file()
+    info = load(model, 1000).info
+    full, short = info["valid_bleu"]
+    assert info["per_piece"] == PER_PIECE and info["frequent"] == FREQUENT and info["valid_lines"] == 200
+    assert short >= full - 2.0  # the lexicon task: Model 1 lists every word's translation
+    shown = nmt_in_process("info", str(model))
+    assert "shortlist" in shown.stdout and f"{PER_PIECE} pieces a source piece" in shown.stdout
+    source = Path(f"{corpus['test']}.en").read_text(encoding="utf-8")
+    references = lines_of(Path(f"{corpus['test']}.de"))
+    on = nmt_in_process("translate", "-m", str(model), "--device", "cpu", input=source).stdout.splitlines()
+    off = nmt_in_process("translate", "-m", str(model), "--device", "cpu", "--no-shortlist", input=source).stdout.splitlines()
+    plain = Translator(model, "cpu", SearchSettings(shortlist=False))
+    assert off == [hyps[0].text for hyps in plain.translate_lines(source.splitlines())]  # --no-shortlist: the whole vocabulary
+    assert len(on) == len(off) == len(references)
+    on_bleu, off_bleu = (sacrebleu.corpus_bleu(h, [references]).score for h in (on, off))
+    assert on_bleu >= off_bleu - 2.0 and on_bleu > 80
+
+
+def test_a_shortlist_for_another_model_or_damaged_is_one_line(listed, prepared, marian_dir, tmp_path):
+    model, _ = listed
+    other = tmp_path / "other"
+    shutil.copytree(model, other)
+    moved = load(other, 1000)
+    moved.info["vocabulary"] = {"sentencepiece.model": "0" * 64}  # learnt for another vocabulary of as many pieces
+    moved.save(other)
+    result = nmt_in_process("translate", "-m", str(other), "--device", "cpu", input="a dog\n", check=False)
+    assert result.returncode != 0 and "another vocabulary" in result.stderr and "Traceback" not in result.stderr
+    damaged = tmp_path / "damaged"
+    shutil.copytree(model, damaged)
+    data = (damaged / SHORTLIST_FILE).read_bytes()
+    (damaged / SHORTLIST_FILE).write_bytes(data[: len(data) // 2])
+    result = nmt_in_process("translate", "-m", str(damaged), "--device", "cpu", input="a dog\n", check=False)
+    assert result.returncode != 0 and "not a readable shortlist" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "shortlist.safetensors is unreadable" in nmt_in_process("info", str(damaged)).stdout
+    imported = tmp_path / "imported"
+    nmt_in_process("import", "marian", str(marian_dir), "-o", str(imported))
+    result = nmt_in_process("shortlist", str(imported), "--data", str(prepared), check=False)
+    assert result.returncode != 0 and "was not prepared with the vocabulary" in result.stderr
+    assert not (imported / SHORTLIST_FILE).exists()
