@@ -195,3 +195,30 @@ def test_multilingual_data_is_cleaned_per_pair_in_each_pairs_languages(tmp_path,
     report = [json.loads(line) for line in (tmp_path / "m" / CLEANING_SAMPLE).read_text(encoding="utf-8").splitlines()]
     dropped = {(r["direction"], r["filter"], r["source"], r["target"]) for r in report}
     assert ("en-de", "wrong_language", *french) in dropped and not any(d == "en-fr" and (s, t) == french for d, _, s, t in dropped)
+
+
+def test_short_copies_stay_only_where_other_pairs_vouch_for_their_words(tmp_path, noisy):
+    """One or two words the same on both sides stay where another pair's target holds them ("PDF"), go where none does
+    ("Save": untranslated); compounds ("Partner name" -> "Partnername") and numbers are no copies of this kind."""
+    short = [("Save", "Save"), ("PDF", "PDF"), ("download the PDF", "das PDF herunterladen"), ("Partner name", "Partnername"),
+             ("404", "404"), ("OK", "OK.")]
+    train = write_pair(tmp_path, "short", noisy["clean"] + short)
+    flags = ["--valid", str(noisy["valid"]), "--vocab-size", "500", "--keep-misaligned"]
+    nmt_in_process("prepare", "--train", str(train), *flags, "-o", str(tmp_path / "data"))
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    steps = {f["filter"]: (f["before"], f["after"]) for f in manifest["splits"]["train"]["filters"]}
+    assert steps["short_copy"] == (306, 304) and manifest["splits"]["train"]["dropped"]["short_copy"] == 2
+    records = [json.loads(line) for line in (tmp_path / "data" / CLEANING_SAMPLE).read_text(encoding="utf-8").splitlines()]
+    assert sorted((r["source"], r["target"]) for r in records if r["filter"] == "short_copy") == [("OK", "OK."), ("Save", "Save")]
+    nmt_in_process("prepare", "--train", str(train), *flags, "--keep-copies", "-o", str(tmp_path / "kept"))
+    kept = json.loads((tmp_path / "kept" / "manifest.json").read_text())["splits"]["train"]
+    assert "short_copy" not in [f["filter"] for f in kept["filters"]] and "short_copy" not in kept["dropped"]
+
+
+def test_a_corpus_of_unvouched_short_copies_is_refused_in_one_line(tmp_path):
+    names = ["Paris", "London", "Berlin", "Madrid"]
+    train = write_pair(tmp_path, "names", [(n, n) for n in names])
+    result = nmt_in_process("prepare", "--train", str(train), "--valid", str(train), "-o", str(tmp_path / "d"), check=False)
+    assert result.returncode != 0 and "one- or two-word copies" in result.stderr and "--keep-copies" in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("nmt: error: no training pair survived cleaning") and "Traceback" not in result.stderr

@@ -221,7 +221,8 @@ def test_optional_filters_and_their_counts_reach_the_manifest(tmp_path, corpus):
     train_counts = manifest["splits"]["train"]
     assert train_counts["dropped"] == {"duplicate": 1, "markup": 1, "script": 1}
     assert [f["filter"] for f in train_counts["filters"]] == ["empty", "markup", "script", "long_word", "non_alphabetic", "url_mismatch",
-                                                              "number_mismatch", "copy", "wrong_language", "duplicate", "misaligned", "too_long", "ratio"]
+                                                              "number_mismatch", "copy", "wrong_language", "duplicate", "short_copy", "misaligned",
+                                                              "too_long", "ratio"]
     assert train_counts["filters"][-1]["after"] == train_counts["pairs"] == 300
     # Without the optional filters the markup and Cyrillic pairs are kept (the ratio filter may still apply).
     plain = prepare_files(tmp_path / "plain", train, valid, None, PrepareSettings("en", "de", vocab_size=500), "t")

@@ -104,7 +104,7 @@ def test_wmt14_prepares_end_to_end_from_the_hub(reference, wmt_files):
     assert steps["duplicate"][0] - steps["duplicate"][1] == 10
     assert train["pairs"] == steps["ratio"][1] == manifest["splits"]["train"]["pairs"]
     assert [f["filter"] for f in train["filters"]] == ["empty", "long_word", "non_alphabetic", "url_mismatch", "number_mismatch", "copy",
-                                                       "wrong_language", "duplicate", "misaligned", "too_long", "ratio"]
+                                                       "wrong_language", "duplicate", "short_copy", "misaligned", "too_long", "ratio"]
     assert manifest["splits"]["valid"]["pairs"] == 3000
     assert manifest["splits"]["test"]["lines"] == 3003
     assert set(manifest["files"]) >= {"sentencepiece.model", "train.en.bin", "train.de.idx", "valid.en.bin", "test.en", "test.de"}
@@ -305,13 +305,15 @@ def test_demo_is_shipped_with_its_license_and_prepares_offline(tmp_path):
     text_filter = TextFilter("en", "de")  # the default text filters: 15 of the 4,228 pairs are dropped (docs/data.md)
     train_pairs = [p for line, p in zip(lines, pairs) if line.startswith("train\t") and text_filter.reason(*p) is None]
     steps = {f["filter"]: (f["before"], f["after"]) for f in manifest["splits"]["train"]["filters"]}
-    assert steps["misaligned"][0] == len(train_pairs) and 0 < len(train_pairs) - steps["misaligned"][1] < 0.1 * len(train_pairs)
+    assert steps["short_copy"] == (len(train_pairs), len(train_pairs) - 1)  # "Dr" -> "Dr.": no other pair's target has "Dr"
+    assert steps["misaligned"][0] == steps["short_copy"][1] and 0 < len(train_pairs) - steps["misaligned"][1] < 0.1 * len(train_pairs)
     assert manifest["vocabulary"] == {"asked": 4000, "by": "recipe", "training_pairs": steps["misaligned"][1]}
     assert "vocabulary: 4,000 pieces (the demo recipe's)" in result.stderr
     assert "train:" in result.stderr
     # The recipe's plain ratio 3.0 (no --ratio-slack): the data the quickstart's numbers were measured on.
     assert manifest["settings"]["ratio_slack"] == 0 and manifest["splits"]["train"]["dropped"] == {
-        "ratio": 19, "misaligned": 276, "copy": 1, "non_alphabetic": 1, "number_mismatch": 8, "url_mismatch": 1, "wrong_language": 4}
+        "ratio": 19, "misaligned": 276, "copy": 1, "short_copy": 1, "non_alphabetic": 1, "number_mismatch": 8, "url_mismatch": 1,
+        "wrong_language": 4}
 
 
 def test_recipe_and_file_arguments_are_checked(tmp_path, nmt_main):

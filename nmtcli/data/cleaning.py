@@ -131,10 +131,15 @@ def numbers(text: str) -> set[str]:
     return set(_DIGITS.findall(text))
 
 
+def bare(text: str) -> str:
+    """`text` without its spaces and punctuation: what the copy filters compare."""
+    return _NOT_WORD.sub("", text)
+
+
 def copy(src: str, tgt: str) -> bool:
     if len(src.split()) < MIN_COPY_WORDS:
         return False
-    return _NOT_WORD.sub("", src) == _NOT_WORD.sub("", tgt)
+    return bare(src) == bare(tgt)
 
 
 def language_judge(lang: str, other: str) -> Callable[[str], bool] | None:

@@ -68,7 +68,8 @@ def stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocabu
     score filter's models and percent, where it runs between the text and the vocabulary)."""
     # The switches, not the filters they make: that would load the language detector before anything is written.
     filters = [settings.drop_long_words, settings.drop_non_alphabetic, settings.drop_url_mismatch, settings.drop_number_mismatch,
-               settings.drop_copies, settings.drop_wrong_language, *(["misaligned"] if settings.drop_misaligned else [])]
+               settings.drop_copies, settings.drop_wrong_language, *(["misaligned"] if settings.drop_misaligned else []),
+               *(["short_copy"] if settings.drop_copies else [])]
     text_key = fingerprint("text", {k: v.identity() for k, v in sorted(sources.items())}, settings.source_lang, settings.target_lang,
                            settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script, filters, settings.seed, SAMPLES)
     # A vocabulary size from the corpus is a function of the text stage's output: the rule stands for it.

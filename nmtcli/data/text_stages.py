@@ -1,7 +1,8 @@
 """The stages of `nmt prepare` over text: 1, the text filters and the plain-text references; 2, the joint BPE.
 
   text            source pairs -> text filters (empty, markup, script, duplicates, ... cleaning.py) -> .work/train.<lang>,
-                  then the misaligned pairs out (a second pass: lexical.py), a sample of what each filter dropped ->
+                  then the short copies nothing vouches for (short_copies.py) and the misaligned pairs (lexical.py) out,
+                  each a pass of its own, a sample of what each filter dropped ->
                   cleaning.jsonl, and the plain-text valid/test references
   sentencepiece   a seeded sample of the cleaned training pairs -> sentencepiece.model
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from nmtcli.data.lexical import misaligned_stage
 from nmtcli.data.settings import PairSource, PrepareSettings, Progress
+from nmtcli.data.short_copies import short_copy_stage
 from nmtcli.data.sources import TextFiles
 from nmtcli.data.text import SPM_FILE, read_lines, train_sentencepiece
 from nmtcli.errors import NmtError
@@ -58,6 +60,9 @@ def text_stage(out_dir: Path, work: Path, sources: dict[str, PairSource], settin
         **({"language_unknown": text_filter.languages_unknown} if text_filter.languages_unknown else {}),
     }
     records = [{"filter": name, "source": s, "target": t} for name, sample in text_filter.samples.items() for s, t in sample]
+    if settings.drop_copies and train["clean_pairs"]:  # the copy filter's second part: short copies nothing vouches for
+        train, copies = short_copy_stage(work, (src, tgt), settings.seed, train, text_filter.sample_size, progress)
+        records += copies
     if settings.drop_misaligned and train["clean_pairs"]:
         train, misaligned = misaligned_stage(work, (src, tgt), settings.seed, train, text_filter.sample_size, progress, text_filter.workers)
         records += misaligned
@@ -68,6 +73,10 @@ def text_stage(out_dir: Path, work: Path, sources: dict[str, PairSource], settin
             raise NmtError(f"no training pair survived cleaning: the misaligned filter dropped the last {misaligned:,} (their words do not "
                            "translate each other)", "check that each line of the source file is the translation of the same line of the "
                            "target file, or pass --keep-misaligned")
+        last = train["filters"][-1] if train["filters"] else {}
+        if last.get("filter") == "short_copy" and last["before"]:
+            raise NmtError(f"no training pair survived cleaning: the last {last['before']:,} were one- or two-word copies (the target is the "
+                           "source) that no other pair's target vouches for", "check that the target file is a translation, or pass --keep-copies")
         raise NmtError("no training pair survived cleaning", "check that the files are aligned and not empty")
 
     # Plain-text references: every line, uncleaned, in order (what `nmt score` compares against).
