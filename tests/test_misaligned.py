@@ -103,7 +103,7 @@ def test_prepare_drops_counts_and_samples_them_and_keep_misaligned_switches_it_o
     result = nmt_in_process(*args, "-o", str(tmp_path / "d"), "--clean-report", str(tmp_path / "r.jsonl"))
     split = json.loads((tmp_path / "d" / "manifest.json").read_text())["splits"]["train"]
     names = [f["filter"] for f in split["filters"]]
-    assert names.index("misaligned") == names.index("duplicate") + 1 < names.index("ratio")  # after the text filters
+    assert names.index("misaligned") == names.index("short_copy") + 1 == names.index("duplicate") + 2 < names.index("ratio")  # after the text filters
     assert 90 <= split["dropped"]["misaligned"] <= 100 and split["pairs"] == len(pairs) - sum(split["dropped"].values())
     assert f"misaligned {split['dropped']['misaligned']}" in result.stderr
     report = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()]
