@@ -246,6 +246,7 @@ def test_distill_from_an_imported_opus_mt_teacher(marian_dir, small_corpus, tmp_
     result = nmt_in_process(*distill_args(tmp_path / "teacher", small_corpus, tmp_path / "work"), "--drop-worst", "0")
     report = json.loads((tmp_path / "work" / "report.json").read_text())
     assert report["lines_kept"] == 300 and "teacher and student on the test split" in result.stderr
+    assert (tmp_path / "work" / "model" / "shortlist.safetensors").is_file() and report["models"][-1]["shortlist"]  # of Marian's pieces
     manifest = json.loads((tmp_path / "work" / "data" / "manifest.json").read_text())
     assert manifest["vocab_from"]["kind"] == "marian"  # the teacher's own per-side tokenizers encoded the student's data
     tokenizer = [name for name in ("source.spm", "target.spm", "vocab.json") if (tmp_path / "teacher" / name).exists()]
