@@ -141,3 +141,25 @@ def test_a_shortlist_for_another_model_or_damaged_is_one_line(listed, prepared, 
     result = nmt_in_process("shortlist", str(imported), "--data", str(prepared), check=False)
     assert result.returncode != 0 and "was not prepared with the vocabulary" in result.stderr
     assert not (imported / SHORTLIST_FILE).exists()
+
+
+def test_a_batch_whose_lists_cover_most_of_the_vocabulary_still_searches_each_sentence_over_its_own(listed, corpus, monkeypatch):
+    """Where a batch's union of lists is too large to be worth gathering, the search projects onto the whole vocabulary
+    (for_batch's fallback), but each sentence stays masked to its own list: it translates as it does alone."""
+    model, _ = listed
+    translator = Translator(model, "cpu", SearchSettings(batch_tokens=10_000))  # the 20 lines in one batch
+    cfg = translator.model.config
+    lines = lines_of(Path(f"{corpus['test']}.en"))[:20]
+    encoded = [translator.tokenizer.encode([line])[0] + [cfg.eos_id] for line in lines]
+    own = [translator.shortlist.lists(torch.tensor([ids]), (), (cfg.eos_id, cfg.unk_id))[0] for ids in encoded]
+    single, union = max(len(set(ids.tolist())) for ids in own), len(set(torch.cat(own).tolist()))
+    assert single < union
+    monkeypatch.setattr(shortlists, "WORTH", (single + union) / 2 / cfg.vocab_size)  # alone restricted, the batch falls back
+    batch = torch.tensor([ids + [cfg.pad_id] * (max(map(len, encoded)) - len(ids)) for ids in encoded])
+    assert len(shortlists.for_batch(translator.model, translator.shortlist, batch, None)) == cfg.vocab_size
+    assert len(shortlists.for_batch(translator.model, translator.shortlist, batch[:1, : len(encoded[0])], None)) < cfg.vocab_size
+    for settings in (SearchSettings(beam=4), SearchSettings(beam=1)):
+        batched = translator.translate_lines(lines, settings)
+        alone = [translator.translate_lines([line], settings)[0] for line in lines]
+        assert [h[0].text for h in batched] == [h[0].text for h in alone]
+        assert np.allclose([h[0].score for h in batched], [h[0].score for h in alone], atol=1e-4)

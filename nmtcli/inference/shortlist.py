@@ -121,22 +121,27 @@ class Restricted:
     `ids`: `project(hidden)` gives the logits (..., S) of those ids, in the model's own way (oneDNN-packed fp32 or int8
     on a CPU, half on a GPU); `mask` (B, S) is 0 where an id is in the sentence's own list and -inf elsewhere, so
     each sentence is searched over its own list whatever else shares its batch (a line translates the same alone, in
-    any batch, in `nmt serve` beside any request); `column(ids)` where each of `ids` is among the S."""
+    any batch, in `nmt serve` beside any request); `column(ids)` where each of `ids` is among the S. `whole`: the S are
+    the whole vocabulary, projected by the model's own output layer (no rows gathered), each sentence still masked."""
 
-    def __init__(self, model: Transformer, lists: list[Tensor]):
+    def __init__(self, model: Transformer, lists: list[Tensor], whole: bool = False):
         device = lists[0].device
-        self.ids = torch.unique(torch.cat(lists))
-        weight = model.embedding.tokens.weight.detach().index_select(0, self.ids)
-        bias = None if model.final_logits_bias is None else model.final_logits_bias.detach().index_select(0, self.ids)
-        kind = model.packed_output
-        if isinstance(kind, Int8Linear):
-            self.project: Callable[[Tensor], Tensor] = Int8Linear(weight, bias)
-        elif isinstance(kind, PackedLinear):
-            self.project = PackedLinear(weight, bias)
-        elif isinstance(kind, HalfOutput):
-            self.project = HalfOutput(weight, bias, kind.weight.dtype)
+        if whole:
+            self.ids = torch.arange(model.config.vocab_size, device=device)
+            self.project: Callable[[Tensor], Tensor] = model.logits
         else:
-            self.project = lambda hidden: F.linear(hidden, weight, bias)
+            self.ids = torch.unique(torch.cat(lists))
+            weight = model.embedding.tokens.weight.detach().index_select(0, self.ids)
+            bias = None if model.final_logits_bias is None else model.final_logits_bias.detach().index_select(0, self.ids)
+            kind = model.packed_output
+            if isinstance(kind, Int8Linear):
+                self.project = Int8Linear(weight, bias)
+            elif isinstance(kind, PackedLinear):
+                self.project = PackedLinear(weight, bias)
+            elif isinstance(kind, HalfOutput):
+                self.project = HalfOutput(weight, bias, kind.weight.dtype)
+            else:
+                self.project = lambda hidden: F.linear(hidden, weight, bias)
         self._column = torch.zeros(model.config.vocab_size, dtype=torch.long, device=device)
         self._column[self.ids] = torch.arange(len(self.ids), device=device)
         self.mask = torch.full((len(lists), len(self.ids)), float("-inf"), device=device)
@@ -151,19 +156,19 @@ class Restricted:
         return self._column[ids]
 
 
-WORTH = 0.8  # a batch whose union of lists holds more of the vocabulary than this decodes over the whole of it
+WORTH = 0.8  # a batch whose union of lists holds more of the vocabulary than this projects onto the whole of it
 
 
 def for_batch(model: Transformer, shortlist: Shortlist | None, src: Tensor, prefixes: Sequence[Sequence[int]] | None) -> Restricted | None:
-    """The restricted projection a search of the batch `src` runs with, or None (no shortlist, or one whose lists
-    leave out too little of the vocabulary to be worth gathering its rows)."""
+    """The restricted projection a search of the batch `src` runs with, or None (no shortlist). Where the batch's lists
+    leave out too little of the vocabulary to be worth gathering its rows, the projection is the model's own over the
+    whole vocabulary, each sentence still masked to its own list: the choice changes a batch's speed, never a line's
+    translation (which is its translation alone)."""
     if shortlist is None or src.size(0) == 0:
         return None
     cfg = model.config
     lists = shortlist.lists(src, prefixes or (), (cfg.eos_id, cfg.unk_id), cfg.pad_id)
-    if len(torch.unique(torch.cat(lists))) > WORTH * cfg.vocab_size:
-        return None
-    return Restricted(model, lists)
+    return Restricted(model, lists, whole=len(torch.unique(torch.cat(lists))) > WORTH * cfg.vocab_size)
 
 
 # --- learning one -----------------------------------------------------------------------------------------
