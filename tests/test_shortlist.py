@@ -163,3 +163,28 @@ def test_a_batch_whose_lists_cover_most_of_the_vocabulary_still_searches_each_se
         alone = [translator.translate_lines([line], settings)[0] for line in lines]
         assert [h[0].text for h in batched] == [h[0].text for h in alone]
         assert np.allclose([h[0].score for h in batched], [h[0].score for h in alone], atol=1e-4)
+
+
+def test_serve_no_shortlist_holds_for_both_endpoints(listed, corpus):
+    """`nmt serve --no-shortlist`: /translate and /nmt/translate both search the whole vocabulary (/nmt/translate had made
+    its own settings from the request and searched over the shortlist again). A score tells them apart: the softmax over
+    a list gives each translation a little more probability than over the whole vocabulary."""
+    from test_prefix import _post_all
+
+    from nmtcli.serve.app import ServeConfig, create_app
+    from nmtcli.serve.models import ServedModel
+
+    model, _ = listed
+    lines = lines_of(Path(f"{corpus['test']}.en"))[:12]
+    whole = SearchSettings(shortlist=False)
+    translator = Translator(model, "cpu", whole)
+    expected = [hyps[0] for hyps in translator.translate_lines(lines, whole)]
+    listed_scores = [hyps[0].score for hyps in translator.translate_lines(lines, SearchSettings())]
+    assert not np.allclose([h.score for h in expected], listed_scores, atol=1e-3)
+    answers = [_post_all(create_app([ServedModel("tiny", "en", "de", translator)], ServeConfig(search=whole)), path, [body])[0]
+               for path, body in (("/translate", {"q": lines, "source": "en", "target": "de"}), ("/nmt/translate", {"lines": lines}))]
+    (status, libre), (nmt_status, records) = answers
+    assert status == nmt_status == 200
+    assert libre["translatedText"] == [h.text for h in expected]
+    assert [r["translation"] for r in records["translations"]] == [h.text for h in expected]
+    assert np.allclose([r["score"] for r in records["translations"]], [h.score for h in expected], atol=1e-4)
