@@ -11,7 +11,9 @@ import pytest
 import sacrebleu
 import torch
 from conftest import nmt_in_process
+from safetensors.torch import save_file
 
+from nmtcli.errors import NmtError
 from nmtcli.inference import shortlist as shortlists
 from nmtcli.inference.settings import SearchSettings
 from nmtcli.inference.shortlist import Shortlist, learn, load
@@ -135,7 +137,7 @@ def test_a_shortlist_for_another_model_or_damaged_is_one_line(listed, prepared, 
     (damaged / SHORTLIST_FILE).write_bytes(data[: len(data) // 2])
     result = nmt_in_process("translate", "-m", str(damaged), "--device", "cpu", input="a dog\n", check=False)
     assert result.returncode != 0 and "not a readable shortlist" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert "shortlist.safetensors is unreadable" in nmt_in_process("info", str(damaged)).stdout
+    assert "shortlist.safetensors is not a readable shortlist" in nmt_in_process("info", str(damaged)).stdout
     imported = tmp_path / "imported"
     nmt_in_process("import", "marian", str(marian_dir), "-o", str(imported))
     result = nmt_in_process("shortlist", str(imported), "--data", str(prepared), check=False)
@@ -188,3 +190,51 @@ def test_serve_no_shortlist_holds_for_both_endpoints(listed, corpus):
     assert libre["translatedText"] == [h.text for h in expected]
     assert [r["translation"] for r in records["translations"]] == [h.text for h in expected]
     assert np.allclose([r["score"] for r in records["translations"]], [h.score for h in expected], atol=1e-4)
+
+
+def _tensors(table, always, metadata: dict | None = None):
+    info = {"format": shortlists.FORMAT, "info": "{}"} if metadata is None else metadata
+    return lambda path: save_file({"table": table, "always": always}, str(path), info)
+
+
+V = 1000
+BAD_FILES = {
+    "zero bytes": (lambda path: path.write_bytes(b""), "is not a readable shortlist (Error while deserializing header"),
+    "other tensors": (lambda path: save_file({"weight": torch.zeros(2)}, str(path)), "is not a readable shortlist (File does not contain tensor table)"),
+    "metadata not JSON": (_tensors(torch.zeros(V, 2, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                                   {"format": shortlists.FORMAT, "info": "{nope"}), "is not a readable shortlist (Expecting"),
+    "no format": (_tensors(torch.zeros(V, 2, dtype=torch.int32), torch.zeros(1, dtype=torch.int32), {}), "is not an nmt shortlist"),
+    "a float table": (_tensors(torch.full((V, 2), 1.5), torch.zeros(1)), "is not an nmt shortlist"),
+    "a table of another vocabulary size": (_tensors(torch.zeros(100, 2, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)),
+                                           "was made for a vocabulary of 100 pieces, but the model has 1,000"),
+    "ids past the vocabulary": (_tensors(torch.full((V, 2), V + 5, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)),
+                                "lists ids outside the model's vocabulary of 1,000 pieces"),
+    "negative ids": (_tensors(torch.full((V, 2), -7, dtype=torch.int32), torch.tensor([-2], dtype=torch.int32)),
+                     "lists ids outside the model's vocabulary of 1,000 pieces"),
+    "a directory": (lambda path: path.mkdir(), "is not a file"),
+    "a link to nothing": (lambda path: path.symlink_to(path.parent / "gone"), "is not a file"),
+}
+
+
+@pytest.mark.parametrize("what", BAD_FILES)
+def test_a_damaged_or_foreign_shortlist_file_is_refused_in_one_line_that_says_what_is_wrong(what, tmp_path):
+    make, expected = BAD_FILES[what]
+    make(tmp_path / SHORTLIST_FILE)
+    with pytest.raises(NmtError) as refused:
+        load(tmp_path, V)
+    assert refused.value.message.startswith(f"{tmp_path / SHORTLIST_FILE} {expected}") and "\n" not in str(refused.value)
+
+
+def test_nmt_info_says_why_translate_refuses_a_shortlist_and_shows_odd_records_without_failing(listed, tmp_path):
+    model, _ = listed
+    for name, make in (("ids", _tensors(torch.full((V, 2), V, dtype=torch.int32), torch.zeros(1, dtype=torch.int32))),
+                       ("odd", _tensors(torch.full((V, 2), -1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                                        {"format": shortlists.FORMAT, "info": '{"valid_bleu": [1], "valid_lines_per_s": "x"}'}))):
+        shutil.copytree(model, tmp_path / name)
+        make(tmp_path / name / SHORTLIST_FILE)
+    shown = nmt_in_process("info", str(tmp_path / "ids"))
+    assert "shortlist.safetensors lists ids outside the model's vocabulary of 1,000 pieces" in " ".join(shown.stdout.split())
+    refused = nmt_in_process("translate", "-m", str(tmp_path / "ids"), "--device", "cpu", input="a dog\n", check=False)
+    assert refused.returncode == 1 and "lists ids outside the model's vocabulary" in refused.stderr and "Traceback" not in refused.stderr
+    odd = nmt_in_process("info", str(tmp_path / "odd"))
+    assert odd.returncode == 0 and "Traceback" not in odd.stderr and "shortlist" in odd.stdout

@@ -97,20 +97,27 @@ def load(model_dir: Path, vocab_size: int) -> Shortlist | None:
     from safetensors import safe_open
 
     path = Path(model_dir) / SHORTLIST_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
     hint = f"delete {path} and make it again: `nmt shortlist {model_dir} --data DIR`"
+    if not path.is_file():  # a dir, or a link to nothing: meant as one, so not passed over in silence
+        raise NmtError(f"{path} is not a file", hint)
     try:
         with safe_open(str(path), "pt") as f:
             metadata = dict(f.metadata() or {})
-            table, always = f.get_tensor("table").long(), f.get_tensor("always").long()
+            table, always = f.get_tensor("table"), f.get_tensor("always")
         info = json.loads(metadata.get("info") or "{}")
     except Exception as e:  # safetensors raises its own errors for a file cut short or not its format
         raise NmtError(f"{path} is not a readable shortlist ({str(e).splitlines()[0] if str(e) else type(e).__name__})", hint) from None
-    if metadata.get("format") != FORMAT or not isinstance(info, dict) or table.dim() != 2 or always.dim() != 1:
+    integer = not (table.is_floating_point() or table.is_complex() or table.dtype == torch.bool
+                   or always.is_floating_point() or always.is_complex() or always.dtype == torch.bool)
+    if metadata.get("format") != FORMAT or not isinstance(info, dict) or table.dim() != 2 or always.dim() != 1 or not integer:
         raise NmtError(f"{path} is not an nmt shortlist", hint)
-    if table.size(0) != vocab_size or bool((table >= vocab_size).any()) or bool((always >= vocab_size).any()):
+    table, always = table.long(), always.long()
+    if table.size(0) != vocab_size:
         raise NmtError(f"{path} was made for a vocabulary of {table.size(0):,} pieces, but the model has {vocab_size:,}", hint)
+    if bool(((table < -1) | (table >= vocab_size)).any()) or bool(((always < 0) | (always >= vocab_size)).any()):
+        raise NmtError(f"{path} lists ids outside the model's vocabulary of {vocab_size:,} pieces", hint)
     if info.get("vocabulary") and info["vocabulary"] != read_vocabulary(model_dir).files:  # another model's pieces, as many
         raise NmtError(f"{path} was made for another vocabulary than {model_dir}'s (its tokenizer files differ)", hint)
     return Shortlist(table, always, info)
