@@ -4,6 +4,7 @@ the vocabulary restricted to each sentence's own list, and what a user sees of t
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -181,7 +182,7 @@ def test_serve_no_shortlist_holds_for_both_endpoints(listed, corpus):
     whole = SearchSettings(shortlist=False)
     translator = Translator(model, "cpu", whole)
     expected = [hyps[0] for hyps in translator.translate_lines(lines, whole)]
-    listed_scores = [hyps[0].score for hyps in translator.translate_lines(lines, SearchSettings())]
+    listed_scores = [hyps[0].score for hyps in Translator(model, "cpu").translate_lines(lines)]
     assert not np.allclose([h.score for h in expected], listed_scores, atol=1e-3)
     answers = [_post_all(create_app([ServedModel("tiny", "en", "de", translator)], ServeConfig(search=whole)), path, [body])[0]
                for path, body in (("/translate", {"q": lines, "source": "en", "target": "de"}), ("/nmt/translate", {"lines": lines}))]
@@ -238,3 +239,70 @@ def test_nmt_info_says_why_translate_refuses_a_shortlist_and_shows_odd_records_w
     assert refused.returncode == 1 and "lists ids outside the model's vocabulary" in refused.stderr and "Traceback" not in refused.stderr
     odd = nmt_in_process("info", str(tmp_path / "odd"))
     assert odd.returncode == 0 and "Traceback" not in odd.stderr and "shortlist" in odd.stdout
+
+
+def test_nmt_shortlist_replaces_a_damaged_file_and_says_what_it_lacks_before_learning(listed, prepared, tmp_path):
+    """A damaged shortlist stands in the way of neither `--no-shortlist` nor the `nmt shortlist` that replaces it (whose
+    check had loaded the model dir's present file and failed on it); a data dir without the validation split the check
+    needs, or a model that is no local dir, is refused before the learning, and nothing is written."""
+    model, _ = listed
+    damaged = tmp_path / "damaged"
+    shutil.copytree(model, damaged)
+    (damaged / SHORTLIST_FILE).write_bytes(b"\0" * 64)
+    assert nmt_in_process("translate", "-m", str(damaged), "--device", "cpu", "--no-shortlist", input="a dog\n").stdout.strip()
+    no_valid = tmp_path / "data"
+    shutil.copytree(prepared, no_valid)
+    (no_valid / "valid.en").unlink()
+    refused = nmt_in_process("shortlist", str(damaged), "--data", str(no_valid), check=False)
+    assert refused.returncode == 1 and "has no valid split (valid.en)" in refused.stderr and "learnt from" not in refused.stderr
+    assert (damaged / SHORTLIST_FILE).read_bytes() == b"\0" * 64
+    remade = nmt_in_process("shortlist", str(damaged), "--data", str(prepared), "--per-piece", str(PER_PIECE), "--frequent", str(FREQUENT),
+                            "--device", "cpu")
+    assert remade.returncode == 0 and load(damaged, V).info["valid_lines"] == 200
+    hub = nmt_in_process("shortlist", "alice/tiny-en-de", "--data", str(prepared), check=False)
+    assert hub.returncode == 1 and "alice/tiny-en-de is not a model dir" in hub.stderr and "nmt pull" in hub.stderr
+
+
+def test_a_search_given_step_graphs_decodes_over_the_whole_vocabulary_even_where_they_are_off(listed, corpus):
+    """A GPU's graphed beam search does without the shortlist; so must the same search once its graphs have turned
+    themselves off (a failed capture), or its lines would translate one way or the other by what befell the graphs."""
+    from nmtcli.inference.batches import _pad
+    from nmtcli.inference.beam import beam_search
+    from nmtcli.inference.graphs import StepGraphs
+
+    model, _ = listed
+    translator = Translator(model, "cpu")
+    src = _pad(translator.model, translator.tokenizer.encode(lines_of(Path(f"{corpus['test']}.en"))[:8]), torch.device("cpu"))
+    off = StepGraphs()
+    off.enabled = False
+    whole, short = beam_search(translator.model, src), beam_search(translator.model, src, shortlist=translator.shortlist)
+    graphed = beam_search(translator.model, src, graphs=off, shortlist=translator.shortlist)
+    assert [h[0].tokens for h in graphed] == [h[0].tokens for h in whole]
+    assert np.allclose([h[0].score for h in graphed], [h[0].score for h in whole], atol=1e-5)
+    assert not np.allclose([h[0].score for h in short], [h[0].score for h in whole], atol=1e-3)
+
+
+def test_a_multilingual_model_s_shortlist_serves_the_directions_it_was_learnt_for(m2m100_dirs, tmp_path):
+    """A shortlist learnt from en->de pairs lists German pieces: an imported M2M-100 translating into French with it would
+    search for French among them. It records its direction, and the model's other directions search the whole vocabulary."""
+    pytest.importorskip("transformers")
+    from corpus import write_corpus
+
+    model, data = tmp_path / "m2m100", tmp_path / "data"
+    nmt_in_process("import", "m2m100", str(m2m100_dirs["m2m100"]), "-o", str(model))
+    corpus = write_corpus(tmp_path / "corpus", {"train": 300, "valid": 20}, seed=5)
+    nmt_in_process("prepare", "--vocab-from", str(model), "-s", "en", "-t", "de", "--train", str(corpus["train"]), "--valid",
+                   str(corpus["valid"]), "--max-ratio", "3", "-o", str(data))
+    made = nmt_in_process("shortlist", str(model), "--data", str(data), "--device", "cpu")
+    assert "validation (20 lines)" in made.stderr
+    lines = lines_of(Path(f"{corpus['valid']}.en"))[:6]
+    settings = SearchSettings(beam=2, max_len_a=0, max_len_b=12)
+    into_german = Translator(model, "cpu", settings, languages=("en", "de"))
+    assert into_german.shortlist is not None and into_german.shortlist.info["directions"] == ["en-de"]
+    tag = into_german.tokenizer.languages["de"]
+    assert all(hyps[0].tokens[0] == tag for hyps in into_german._translate_window(list(enumerate(lines, 1))))  # the tag is forced in
+    into_french = into_german.with_languages("en", "fr")  # `nmt serve`'s way to another direction
+    assert into_french.shortlist is None and Translator(model, "cpu", settings, languages=("en", "fr")).shortlist is None
+    whole = Translator(model, "cpu", replace(settings, shortlist=False), languages=("en", "fr"))
+    assert list(into_french.translate(lines)) == list(whole.translate(lines))
+    assert into_french.with_languages("en", "de").shortlist is into_german.shortlist

@@ -67,6 +67,12 @@ class Shortlist:
     def vocab_size(self) -> int:
         return self.table.size(0)
 
+    def serves(self, source: str, target: str) -> bool:
+        """Whether a multilingual model translating source -> target (its codes) searches with this shortlist: a direction
+        of the data it was learnt from (`info["directions"]`, "SRC-TGT"); one learnt without directions serves any."""
+        directions = self.info.get("directions")
+        return not directions or f"{source}-{target}" in directions
+
     def lists(self, src: Tensor, forced: Sequence[Sequence[int]] = (), specials: Sequence[int] = (), pad: int = 0) -> list[Tensor]:
         """Each sentence's target ids (unsorted, with repeats) of a batch (B, S) of source ids right-padded with `pad`: its
         pieces' lists, the pieces every sentence has, its own pieces, `specials` (EOS, UNK) and its `forced` ones (its
