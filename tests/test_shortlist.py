@@ -306,3 +306,31 @@ def test_a_multilingual_model_s_shortlist_serves_the_directions_it_was_learnt_fo
     whole = Translator(model, "cpu", replace(settings, shortlist=False), languages=("en", "fr"))
     assert list(into_french.translate(lines)) == list(whole.translate(lines))
     assert into_french.with_languages("en", "de").shortlist is into_german.shortlist
+
+
+def test_a_killed_chunked_translation_resumes_only_with_the_shortlist_it_started_with(listed, corpus, tmp_path):
+    """A shortlist added or deleted between a kill and the resume would join lines searched two ways: the resume is
+    refused; with --no-shortlist the added file changes nothing, and the job resumes (it had been refused: the shortlist
+    counted among the weights)."""
+    from conftest import run_nmt
+
+    model, _ = listed
+    bare = tmp_path / "model"
+    shutil.copytree(model, bare, ignore=shutil.ignore_patterns(SHORTLIST_FILE))
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(lines_of(Path(f"{corpus['test']}.en"))[:30]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.de"
+    args = ("translate", "-m", str(bare), "-i", str(source), "-o", str(out), "--chunk-lines", "10", "--threads", "1")
+    killed = run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-chunk:1"}, check=False)
+    assert killed.returncode == -9 and not out.exists()
+    shutil.copy(model / SHORTLIST_FILE, bare / SHORTLIST_FILE)
+    refused = run_nmt(*args, check=False)
+    assert refused.returncode == 2 and "another translation" in refused.stderr
+    resumed = run_nmt(*args, "--no-shortlist")
+    assert "10 of 30 lines already translated" in resumed.stderr
+    whole = Translator(bare, "cpu", SearchSettings(shortlist=False))
+    assert lines_of(out) == list(whole.translate(lines_of(source)))
+    out.unlink()
+    run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-chunk:1"}, check=False)  # with the shortlist this time
+    (bare / SHORTLIST_FILE).unlink()
+    assert run_nmt(*args, check=False).returncode == 2

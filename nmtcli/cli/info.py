@@ -216,6 +216,8 @@ def _shortlist_row(info: dict[str, Any]) -> str:
     if info.get("problem"):
         return f"[red]{escape(info['problem'])}[/red]: make it again with `nmt shortlist`, or delete it"
     text = f"{info.get('per_piece')} pieces a source piece + {info.get('frequent')} frequent, from {_count(info.get('learnt_from'))} pairs"
+    if isinstance(info.get("directions"), list):  # a multilingual model's: its other directions search the whole vocabulary
+        text += f" ({', '.join(map(str, info['directions']))} only)"
     bleu, pace = info.get("valid_bleu"), info.get("valid_lines_per_s")
     if all(isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v) for v in (bleu, pace)):
         (full, short), (slow, fast) = bleu, pace

@@ -19,9 +19,11 @@ within the shortlist, a little higher than under the whole vocabulary. What is k
 in docs/speed.md (BLEU with and without, the same lines), and what it saves in benchmarks/shortlist_speed.py.
 
 A shortlist belongs to a model dir (`shortlist.safetensors`, written by `nmt shortlist`, or by `nmt distill` for its
-student) and is used by every beam and greedy search of that model on a CPU unless `--no-shortlist`; sampling draws
-from the whole vocabulary, forced decoding (`nmt score`, alignments, the glossary's pass) scores with it, and a search
-replayed as CUDA graphs (a GPU, where the projection is cheap) does without.
+student) and is used by every beam and greedy search of that model unless `--no-shortlist`; sampling draws from the
+whole vocabulary, forced decoding (`--forced-decoding`, alignments, the coverage penalty's and the glossary's passes)
+scores over the whole vocabulary, and a beam search given CUDA graphs (a GPU, where the projection is cheap) does
+without, also where the graphs turn themselves off. A multilingual model's shortlist lists the target pieces of the
+directions of the data it was learnt from (`info["directions"]`): its other directions search the whole vocabulary.
 """
 
 from __future__ import annotations
