@@ -334,3 +334,20 @@ def test_a_killed_chunked_translation_resumes_only_with_the_shortlist_it_started
     run_nmt(*args, env={"NMT_TEST_FAULT": "kill-after-chunk:1"}, check=False)  # with the shortlist this time
     (bare / SHORTLIST_FILE).unlink()
     assert run_nmt(*args, check=False).returncode == 2
+
+
+def test_a_model_averaged_over_a_dir_keeps_a_shortlist_of_its_vocabulary_and_drops_another_s(listed, trained_run, tmp_path):
+    """`nmt average -o DIR` replaces a model dir's files and keeps the others: a shortlist learnt for the vocabulary of
+    the model it replaced (which `nmt translate` would refuse) goes; one of the same vocabulary stays, and is said to."""
+    model, _ = listed
+    same, other = tmp_path / "same", tmp_path / "other"
+    for d in (same, other):
+        shutil.copytree(model, d)
+    foreign = load(other, V)
+    foreign.info["vocabulary"] = {"sentencepiece.model": "0" * 64}
+    foreign.save(other)
+    kept = nmt_in_process("average", str(trained_run), "--last", "1", "-o", str(same), "--no-calibrate")
+    assert f"kept {same / SHORTLIST_FILE}" in " ".join(kept.stderr.split()) and load(same, V) is not None
+    dropped = nmt_in_process("average", str(trained_run), "--last", "1", "-o", str(other), "--no-calibrate")
+    assert f"removed {other / SHORTLIST_FILE}" in " ".join(dropped.stderr.split()) and not (other / SHORTLIST_FILE).exists()
+    assert nmt_in_process("translate", "-m", str(other), "--device", "cpu", input="a dog\n").stdout.strip()

@@ -154,3 +154,19 @@ def _check(model_dir: Path, checked: list, shortlist, device: str) -> dict:
     say(f"validation ({len(references)} lines): BLEU {bleu[0]:.2f} without, {bleu[1]:.2f} with the shortlist; "
         f"{pace[0]:.1f} -> {pace[1]:.1f} lines/s ({pace[1] / max(pace[0], 1e-9):.2f}x) on {translator.device}")
     return {"valid_lines": len(references), "valid_bleu": bleu, "valid_lines_per_s": pace, "device": str(translator.device)}
+
+
+def written_over(model_dir: Path) -> None:
+    """After a command wrote a model into `model_dir` (average, import, pull -o): a shortlist left there by the model it
+    replaced goes where it was learnt for another vocabulary, and is said to be kept where it fits this one."""
+    from nmtcli.inference.shortlist import drop_foreign
+    from nmtcli.model.checkpoint import SHORTLIST_FILE, read_model_dir_config
+
+    if not (Path(model_dir) / SHORTLIST_FILE).is_file():
+        return
+    if drop_foreign(model_dir, int(read_model_dir_config(model_dir)["model"]["vocab_size"])):
+        say(f"removed {Path(model_dir) / SHORTLIST_FILE}: it was learnt for the vocabulary of the model this one replaced "
+            f"(`nmt shortlist {model_dir} --data DIR` learns one for this one)")
+    else:
+        say(f"kept {Path(model_dir) / SHORTLIST_FILE} (the same vocabulary: its lists still hold; its check measured the model "
+            f"this one replaced, `nmt shortlist {model_dir} --data DIR` measures this one)")

@@ -100,6 +100,10 @@ class Shortlist:
         return path
 
 
+class ForeignShortlist(NmtError):
+    """A shortlist file learnt for another vocabulary than its model dir's (a model dir written over another's)."""
+
+
 def load(model_dir: Path, vocab_size: int) -> Shortlist | None:
     """The model dir's shortlist, None where it has none; one clear error where the file is not one for this model."""
     from safetensors import safe_open
@@ -123,12 +127,27 @@ def load(model_dir: Path, vocab_size: int) -> Shortlist | None:
         raise NmtError(f"{path} is not an nmt shortlist", hint)
     table, always = table.long(), always.long()
     if table.size(0) != vocab_size:
-        raise NmtError(f"{path} was made for a vocabulary of {table.size(0):,} pieces, but the model has {vocab_size:,}", hint)
+        raise ForeignShortlist(f"{path} was made for a vocabulary of {table.size(0):,} pieces, but the model has {vocab_size:,}", hint)
     if bool(((table < -1) | (table >= vocab_size)).any()) or bool(((always < 0) | (always >= vocab_size)).any()):
         raise NmtError(f"{path} lists ids outside the model's vocabulary of {vocab_size:,} pieces", hint)
     if info.get("vocabulary") and info["vocabulary"] != read_vocabulary(model_dir).files:  # another model's pieces, as many
-        raise NmtError(f"{path} was made for another vocabulary than {model_dir}'s (its tokenizer files differ)", hint)
+        raise ForeignShortlist(f"{path} was made for another vocabulary than {model_dir}'s (its tokenizer files differ)", hint)
     return Shortlist(table, always, info)
+
+
+def drop_foreign(model_dir: Path, vocab_size: int) -> Path | None:
+    """The model dir's shortlist removed where it was learnt for another vocabulary than the model's: what `nmt average
+    -o`, `nmt import -o` and `nmt pull -o` leave of the model they write over (they replace its files, and keep others),
+    which no search of the new model could use. Returns the path removed, or None (none, this model's, or damaged)."""
+    try:
+        load(model_dir, vocab_size)
+    except ForeignShortlist:
+        path = Path(model_dir) / SHORTLIST_FILE
+        path.unlink()
+        return path
+    except NmtError:  # damaged: nmt translate and nmt info say so
+        pass
+    return None
 
 
 class Restricted:
