@@ -93,27 +93,24 @@ def _model_dir(model_dir: Path, progress: Progress | None, git_blob: bool) -> tu
     if (model_dir / SPM_FILE).is_file():
         report["sentencepiece_pieces"] = _pieces(model_dir / SPM_FILE)
     report["parameters"] = _parameters(values["model"])
-    if (model_dir / SHORTLIST_FILE).is_file():
-        report["shortlist"] = _shortlist_info(model_dir / SHORTLIST_FILE)
+    if (model_dir / SHORTLIST_FILE).exists() or (model_dir / SHORTLIST_FILE).is_symlink():
+        report["shortlist"] = _shortlist_info(model_dir, int(values["model"]["vocab_size"]))
     trained = (values.get("training") or {}).get("directions")
     if trained and (values.get("tokenizer") or {}).get("languages"):  # a multilingual model of nmt's: which directions it learned
         report["directions"] = {"trained": trained, "zero_shot": zero_shot(list(values["tokenizer"]["languages"]), trained)}
     return report, files
 
 
-def _shortlist_info(path: Path) -> dict[str, Any]:
-    """How a model's lexical shortlist was learnt and what its check measured: the "info" of its safetensors header, read
-    without loading it (inference/shortlist.py loads it); {"unreadable": True} for a file that is not one."""
+def _shortlist_info(model_dir: Path, vocab_size: int) -> dict[str, Any]:
+    """How a model's lexical shortlist was learnt and what its check measured (the "info" it records), or {"problem": why
+    `nmt translate` refuses it} for a file that is not one for this model (inference/shortlist.py's load, which judges)."""
+    from nmtcli.inference.shortlist import load
+
     try:
-        with open(path, "rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size)) if 0 < size < 1 << 20 else {}
-        end = max((t["data_offsets"][1] for name, t in header.items() if name != "__metadata__"), default=-1)
-        info = json.loads(header.get("__metadata__", {}).get("info", "{}"))
-        whole = path.stat().st_size == 8 + size + end  # a file cut short has its header but not all its tensors
-        return info if isinstance(info, dict) and whole else {"unreadable": True}
-    except (OSError, ValueError, AttributeError, KeyError, TypeError, IndexError):
-        return {"unreadable": True}
+        shortlist = load(model_dir, vocab_size)
+    except NmtError as e:
+        return {"problem": e.message.replace(str(Path(model_dir) / SHORTLIST_FILE), SHORTLIST_FILE)}
+    return shortlist.info if shortlist is not None else {}
 
 
 def describe_model_dir(model_dir: Path, progress: Progress | None = None) -> dict[str, Any]:

@@ -21,10 +21,11 @@ from typing import Any
 from nmtcli.card import hub_card
 from nmtcli.errors import NmtError
 from nmtcli.files import atomic_copy, staged_dir
-from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
+from nmtcli.model.checkpoint import CARD_FILE, CONFIG_FILE, SHORTLIST_FILE, WEIGHTS_FILE, check_weights, read_model_dir_config
 
-# What a model dir consists of (nmt's own: sentencepiece.model; imported Marian: source/target.spm, vocab.json).
-MODEL_DIR_PATTERNS = [CONFIG_FILE, WEIGHTS_FILE, "*.model", "*.spm", "vocab.json", CARD_FILE, "scores.json"]
+# What a model dir consists of (nmt's own: sentencepiece.model; imported Marian: source/target.spm, vocab.json), and its lexical
+# shortlist where it has one (a student's speed on a CPU: pushed and pulled with it; a safetensors file, loaded as data).
+MODEL_DIR_PATTERNS = [CONFIG_FILE, WEIGHTS_FILE, "*.model", "*.spm", "vocab.json", CARD_FILE, "scores.json", SHORTLIST_FILE]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 

@@ -133,3 +133,18 @@ def test_a_calibrated_brevity_penalty_is_warned_of_at_export_and_a_weight_is_ref
     assert _ct2(out, "--beam", "1", "--brevity-penalty", "0") == _ct2(out, "--beam", "1")
     plain = nmt_in_process("export", "ctranslate2", str(random_model), str(tmp_path / "plain"))
     assert "brevity penalty" not in plain.stderr
+
+
+def test_exporting_a_model_with_a_shortlist_says_the_export_leaves_it_out(random_model, tmp_path):
+    import shutil
+
+    import torch
+
+    from nmtcli.inference.shortlist import Shortlist
+
+    model = tmp_path / "model"
+    shutil.copytree(random_model, model)
+    Shortlist(torch.full((1000, 2), -1), torch.arange(10), {}).save(model)
+    done = nmt_in_process("export", "ctranslate2", str(model), str(tmp_path / "ct2"))
+    assert "has a lexical shortlist, which the export leaves out: CTranslate2 searches the whole vocabulary" in " ".join(done.stderr.split())
+    assert not list((tmp_path / "ct2").glob("shortlist*"))

@@ -189,3 +189,26 @@ def test_import_marian_from_a_hub_id(marian_dir, hub, env, tmp_path):
     lines = "the small dog sees a red ball\n"
     assert nmt_in_process("translate", "-m", str(tmp_path / "hub"), input=lines).stdout == \
         nmt_in_process("translate", "-m", str(tmp_path / "local"), input=lines).stdout
+
+
+def test_a_model_s_shortlist_is_pushed_and_pulled_with_it(random_model, prepared, hub, env, tmp_path):
+    """A student's lexical shortlist is its speed on a CPU: the Hub copy has it, and `-m OWNER/NAME` searches with it."""
+    import shutil
+
+    from nmtcli.data.shards import Shard
+    from nmtcli.data.vocabulary import read_vocabulary
+    from nmtcli.inference.shortlist import learn
+    from nmtcli.model.checkpoint import SHORTLIST_FILE
+
+    model = tmp_path / "student"
+    shutil.copytree(random_model, model)
+    source, target = Shard(prepared / "train.en", 1000), Shard(prepared / "train.de", 1000)
+    shortlist = learn(((source[i], target[i]) for i in range(len(source))), 1000, per_piece=6, frequent=20)
+    shortlist.info["vocabulary"] = read_vocabulary(model).files
+    shortlist.save(model)
+    nmt_forked("push", str(model), "alice/student", env=env)
+    pulled = tmp_path / "pulled"
+    nmt_forked("pull", "alice/student", "-o", str(pulled), env=env)
+    assert (pulled / SHORTLIST_FILE).read_bytes() == (model / SHORTLIST_FILE).read_bytes()
+    info = json.loads(nmt_forked("info", "alice/student", "--json", env=env).stdout)
+    assert info["shortlist"]["per_piece"] == 6

@@ -39,6 +39,7 @@ def command(
     early, and `nmt translate` holds its translations to the length its training data predicts with the
     weight found here (docs/translating.md, "Length"). It translates the validation split a few times.
     """
+    from nmtcli.cli.shortlist import written_over
     from nmtcli.errors import NmtError
     from nmtcli.training.average import AT, average_checkpoints, checkpoints_to_average, default_last
 
@@ -64,6 +65,7 @@ def command(
     say(f"averaging {len(checkpoints)} checkpoint(s){where}: {', '.join(c.name for c in checkpoints)}")
     announce("model", out)
     values = average_checkpoints(checkpoints, out)
+    written_over(out)  # before the calibration, which translates with the shortlist it keeps
     if calibrate:
         calibrate_length(out, values, on)
     say(f"done; next: nmt translate -m {out} < input.txt")

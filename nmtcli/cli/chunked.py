@@ -102,6 +102,7 @@ def translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: S
     (translate_file, nmtcli/bulk.py); this rank's share when torchrun started several."""
     from nmtcli.bulk import decoded, renumbered
     from nmtcli.cli.translate_lines import flagged, scored, sentence_warn, translations
+    from nmtcli.model.checkpoint import SHORTLIST_FILE
 
     rank, world, local_rank, local_world = ranks()
     if world > 1:
@@ -124,9 +125,13 @@ def translate_in_chunks(input: Path, output: Path, chunk_lines: int, settings: S
         return flagged(rated, min_confidence, below)
 
     model = Path(str(translator.name))
-    weights = [p.stat() for p in sorted(model.glob("*.safetensors"))] if model.is_dir() else []
+    weights = [p.stat() for p in sorted(model.glob("*.safetensors")) if p.name != SHORTLIST_FILE] if model.is_dir() else []
+    # The shortlist the search uses, if any (one added or deleted between two runs changes the lines; --no-shortlist, not)
+    searched = settings.shortlist and not forced_decoding and getattr(translator.engine, "shortlist", None) is not None
+    listed = (model / SHORTLIST_FILE).stat() if searched and (model / SHORTLIST_FILE).is_file() else None
     what = {**what, "model": str(model.resolve()) if model.exists() else str(model), "weights": [[w.st_size, w.st_mtime_ns] for w in weights],
-            "search": {k: str(v) for k, v in dataclasses.asdict(settings).items() if k not in ("glossary", "cuda_graphs")},
+            "shortlist": [listed.st_size, listed.st_mtime_ns] if listed else None,
+            "search": {k: str(v) for k, v in dataclasses.asdict(settings).items() if k not in ("glossary", "cuda_graphs", "shortlist")},
             "output_format": output_format, "forced_decoding": forced_decoding, "split_sentences": split_sentences,
             "protection": repr(protection), "min_confidence": min_confidence, "alignment": alignment}
     translate_file([input, *(path for path, _ in beside)], output, chunk_lines, what, lines_of,

@@ -34,6 +34,7 @@ def ctranslate2(
     announce("the CTranslate2 model", out_dir)
     export_ctranslate2(source, out_dir, quantization=quantization, force=force)
     _warn_brevity(source)
+    _warn_shortlist(source)
     print(out_dir)
 
 
@@ -46,3 +47,14 @@ def _warn_brevity(model_dir: Path) -> None:
     if search.get("brevity_penalty"):
         warn(f"{model_dir} translates with brevity penalty {search['brevity_penalty']:g}, which CTranslate2 does not have: "
              "the export translates as the paper's search (shorter; `nmt translate -m MODEL_DIR` keeps it)")
+
+
+def _warn_shortlist(model_dir: Path) -> None:
+    """A model with a lexical shortlist (`nmt shortlist`): the export leaves it out (CTranslate2's vocabulary map restricts
+    a whole batch to one union of lists, not each sentence to its own), so CTranslate2 searches the whole vocabulary."""
+    from nmtcli.cli.common import warn
+    from nmtcli.model.checkpoint import SHORTLIST_FILE
+
+    if (Path(model_dir) / SHORTLIST_FILE).exists():
+        warn(f"{model_dir} has a lexical shortlist, which the export leaves out: CTranslate2 searches the whole vocabulary "
+             "(slower on a CPU; `nmt translate -m MODEL_DIR` searches with the shortlist)")

@@ -31,12 +31,14 @@ def marian(
     switches. Translate with `nmt translate -m DIR`; to search as transformers does with the
     OPUS-MT settings, pass `--beam 4 --length-penalty power --alpha 1`.
     """
+    from nmtcli.cli.shortlist import written_over
     from nmtcli.interop.marian import import_marian
     from nmtcli.model.config import ModelConfig
 
     out = output or MODELS_ROOT / re.sub(r"[^\w.-]+", "-", Path(source.rstrip("/")).name)
     announce("the imported model", out)
     values = import_marian(source, out, revision=revision, source_lang=source_lang, target_lang=target_lang, say=say)
+    written_over(out)
     m = values["model"]
     say(f"imported {values['languages']['source']}->{values['languages']['target']}: {ModelConfig.from_dict(m).depth} layers, "
         f"d_model {m['d_model']}, vocabulary {m['vocab_size']:,}")
@@ -44,12 +46,14 @@ def marian(
 
 
 def _multilingual(kind: str, source: str, output: Optional[Path], revision: Optional[str]) -> None:
+    from nmtcli.cli.shortlist import written_over
     from nmtcli.interop.m2m100 import import_m2m100
     from nmtcli.model.config import ModelConfig
 
     out = output or MODELS_ROOT / re.sub(r"[^\w.-]+", "-", Path(source.rstrip("/")).name)
     announce("the imported model", out)
     values = import_m2m100(source, out, kind, revision=revision, say=say)
+    written_over(out)
     m, languages = values["model"], values["tokenizer"]["languages"]
     say(f"imported {len(languages)} languages ({', '.join(list(languages)[:4])}, ...): {ModelConfig.from_dict(m).depth} layers, "
         f"d_model {m['d_model']}, vocabulary {m['vocab_size']:,}; license {values['license']}")

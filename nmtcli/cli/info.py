@@ -209,15 +209,25 @@ def _overview(report: dict[str, Any]):
 
 
 def _shortlist_row(info: dict[str, Any]) -> str:
-    """`nmt shortlist`'s file: how it was learnt, and its check's BLEU and lines/s without and with it."""
-    if info.get("unreadable"):
-        return "[red]shortlist.safetensors is unreadable[/red]: make it again with `nmt shortlist`, or delete it"
-    text = f"{info.get('per_piece')} pieces a source piece + {info.get('frequent')} frequent, from {info.get('learnt_from', 0):,} pairs"
-    if info.get("valid_bleu"):
-        (full, short), (slow, fast) = info["valid_bleu"], info["valid_lines_per_s"]
+    """`nmt shortlist`'s file: how it was learnt, and its check's BLEU and lines/s without and with it; or why
+    `nmt translate` refuses it."""
+    from rich.markup import escape
+
+    if info.get("problem"):
+        return f"[red]{escape(info['problem'])}[/red]: make it again with `nmt shortlist`, or delete it"
+    text = f"{info.get('per_piece')} pieces a source piece + {info.get('frequent')} frequent, from {_count(info.get('learnt_from'))} pairs"
+    if isinstance(info.get("directions"), list):  # a multilingual model's: its other directions search the whole vocabulary
+        text += f" ({', '.join(map(str, info['directions']))} only)"
+    bleu, pace = info.get("valid_bleu"), info.get("valid_lines_per_s")
+    if all(isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v) for v in (bleu, pace)):
+        (full, short), (slow, fast) = bleu, pace
         text += (f"; {info.get('valid_lines')} validation lines: BLEU {full:.2f} -> {short:.2f}, {slow:.1f} -> {fast:.1f} lines/s"
                  f" on {info.get('device')}")
-    return text
+    return escape(text)
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _init_row(init: dict[str, Any], row) -> None:

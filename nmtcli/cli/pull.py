@@ -20,11 +20,14 @@ def command(
     """Download an nmt model from the Hugging Face Hub and print the model dir it is in.
 
     Only the model's files are fetched (config.json, model.safetensors, sentencepiece models, vocab.json,
-    README.md, scores.json); weights are safetensors, so nothing downloaded is executed or unpickled.
+    README.md, scores.json, a lexical shortlist); weights are safetensors, so nothing downloaded is executed or unpickled.
     With HF_HUB_OFFLINE=1 it answers from the Hub cache. `nmt translate -m OWNER/NAME` pulls on its own.
     """
+    from nmtcli.cli.shortlist import written_over
     from nmtcli.hub import pull
 
     path = pull(repo_id, revision, output)
+    if output is not None:
+        written_over(path)
     say(f"{repo_id}{'@' + revision if revision else ''} is in {path}")
     print(path)

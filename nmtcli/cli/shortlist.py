@@ -43,6 +43,9 @@ def command(
     from nmtcli.errors import NmtError
     from nmtcli.inference.shortlist import learn
 
+    if not model_dir.is_dir():
+        raise NmtError(f"{model_dir} is not a model dir", "nmt shortlist writes into a local model dir: for a Hub model "
+                       "`nmt pull OWNER/NAME -o DIR` first, then pass DIR")
     vocabulary = read_vocabulary(model_dir)
     manifest = read_manifest(data)
     if data_vocabulary(manifest) != vocabulary.files or manifest["vocab_size"] != vocabulary.size:
@@ -55,6 +58,9 @@ def command(
         raise NmtError(f"cannot read the training split of {data}: {e}", "prepare the data again") from None
     if len(source) != len(target):
         raise NmtError(f"{data}'s training split has {len(source):,} {source_lang} lines but {len(target):,} {target_lang} ones", "prepare the data again")
+    directions = _directions(manifest)
+    checked = _check_sets(data, manifest) if check else []  # a split the check lacks is said before the learning
+    _writable(model_dir)  # and a dir it cannot write
     started = time.perf_counter()
     with progress_bar("pairs") as progress:
         def pairs():
@@ -66,10 +72,12 @@ def command(
 
         shortlist = learn(pairs(), vocabulary.size, per_piece, frequent, seed)
     shortlist.info.update(data=str(data.resolve()), seconds=round(time.perf_counter() - started, 1), vocabulary=vocabulary.files)
+    if directions:
+        shortlist.info["directions"] = directions  # a multilingual model searches with it in these directions only
     say(f"learnt from {shortlist.info['learnt_from']:,} of {len(source):,} pairs in {shortlist.info['seconds']} s: "
         f"{shortlist.info['source_pieces']:,} source pieces listed, {len(shortlist.always):,} target pieces always in")
     if check:
-        shortlist.info.update(_check(model_dir, data, manifest, shortlist, device))
+        shortlist.info.update(_check(model_dir, checked, shortlist, device))
     path = shortlist.save(model_dir)
     say(f"wrote {path}; `nmt translate` uses it (--no-shortlist: the whole vocabulary)")
     if check:
@@ -82,27 +90,83 @@ def command(
                 f"part of a step: a small vocabulary or a narrow model): delete {path} to translate as before")
 
 
-def _check(model_dir: Path, data: Path, manifest: dict, shortlist, device: str) -> dict:
-    """BLEU and lines/s on the first CHECK_LINES validation lines, without and with the shortlist."""
+def _directions(manifest: dict) -> list[str]:
+    """The directions ("SRC-TGT", a multilingual model's codes) of a multilingual model's data: the pair `prepare
+    --vocab-from` tagged, or each direction of multilingual data; [] for a model of one direction."""
+    if manifest.get("directions"):
+        return [f"{d['source']}-{d['target']}" for d in manifest["directions"]]
+    tags = manifest.get("language_tags")
+    return [f"{tags['source']}-{tags['target']}"] if tags else []
+
+
+def _check_sets(data: Path, manifest: dict) -> list[tuple[tuple[str | None, str | None], list[str], list[str]]]:
+    """((source, target) languages of a multilingual model, or Nones; sources; references) of the validation lines the
+    check translates: the first CHECK_LINES of the split, or of multilingual data as many of each direction's in turn."""
+    from nmtcli.data.prepare import reference_lines
+
+    if not manifest.get("directions"):
+        tags = manifest.get("language_tags") or {}
+        split = [((tags.get("source"), tags.get("target")), "valid", manifest["source_lang"], manifest["target_lang"])]
+    else:
+        split = [((d["source"], d["target"]), f"valid.{d['source']}-{d['target']}", d["source"], d["target"]) for d in manifest["directions"]]
+    share = max(1, CHECK_LINES // len(split))
+    return [(languages, reference_lines(data, name, source)[:share], reference_lines(data, name, target)[:share])
+            for languages, name, source, target in split]
+
+
+def _writable(model_dir: Path) -> None:
+    """One line, before any work, where the shortlist could not be written into `model_dir` (read-only, no rights)."""
+    import os
+    import tempfile
+
+    from nmtcli.files import file_system_errors
+    from nmtcli.model.checkpoint import SHORTLIST_FILE
+
+    with file_system_errors(model_dir / SHORTLIST_FILE):
+        fd, tmp = tempfile.mkstemp(prefix=f".{SHORTLIST_FILE}.", suffix=".tmp", dir=model_dir)
+        os.close(fd)
+        os.unlink(tmp)
+
+
+def _check(model_dir: Path, checked: list, shortlist, device: str) -> dict:
+    """BLEU and lines/s on the validation lines `checked` (_check_sets), without and with the shortlist."""
     import sacrebleu
 
-    from nmtcli.data.prepare import reference_lines
     from nmtcli.device import resolve_device
     from nmtcli.inference.settings import SearchSettings
     from nmtcli.inference.translator import Translator
 
-    sources = reference_lines(data, "valid", manifest["source_lang"])[:CHECK_LINES]
-    references = reference_lines(data, "valid", manifest["target_lang"])[:CHECK_LINES]
-    tags = manifest.get("language_tags") or {}
-    translator = Translator(model_dir, resolve_device(device), languages=(tags.get("source"), tags.get("target")))
-    translator.shortlist = shortlist
+    # The model dir's present shortlist is not read: it may be the damaged one this command replaces.
+    translator = Translator(model_dir, resolve_device(device), SearchSettings(shortlist=False), languages=checked[0][0])
+    references = [line for _, _, refs in checked for line in refs]
     bleu, pace = [], []
-    translator.translate_lines(sources[:WARM_LINES], SearchSettings(shortlist=False))  # the first batch's allocations, not timed
+    translator.translate_lines(checked[0][1][:WARM_LINES], SearchSettings(shortlist=False))  # the first batch's allocations, not timed
     for on in (False, True):
-        started = time.perf_counter()
-        hypotheses = [hyps[0].text if hyps else "" for hyps in translator.translate_lines(sources, SearchSettings(shortlist=on))]
-        pace.append(round(len(sources) / max(1e-9, time.perf_counter() - started), 1))
+        hypotheses, seconds = [], 0.0
+        for languages, sources, _ in checked:
+            translator.set_languages(*languages)
+            translator.shortlist = shortlist
+            started = time.perf_counter()
+            hypotheses += [hyps[0].text if hyps else "" for hyps in translator.translate_lines(sources, SearchSettings(shortlist=on))]
+            seconds += time.perf_counter() - started
+        pace.append(round(len(references) / max(1e-9, seconds), 1))
         bleu.append(round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2))
-    say(f"validation ({len(sources)} lines): BLEU {bleu[0]:.2f} without, {bleu[1]:.2f} with the shortlist; "
+    say(f"validation ({len(references)} lines): BLEU {bleu[0]:.2f} without, {bleu[1]:.2f} with the shortlist; "
         f"{pace[0]:.1f} -> {pace[1]:.1f} lines/s ({pace[1] / max(pace[0], 1e-9):.2f}x) on {translator.device}")
-    return {"valid_lines": len(sources), "valid_bleu": bleu, "valid_lines_per_s": pace, "device": str(translator.device)}
+    return {"valid_lines": len(references), "valid_bleu": bleu, "valid_lines_per_s": pace, "device": str(translator.device)}
+
+
+def written_over(model_dir: Path) -> None:
+    """After a command wrote a model into `model_dir` (average, import, pull -o): a shortlist left there by the model it
+    replaced goes where it was learnt for another vocabulary, and is said to be kept where it fits this one."""
+    from nmtcli.inference.shortlist import drop_foreign
+    from nmtcli.model.checkpoint import SHORTLIST_FILE, read_model_dir_config
+
+    if not (Path(model_dir) / SHORTLIST_FILE).is_file():
+        return
+    if drop_foreign(model_dir, int(read_model_dir_config(model_dir)["model"]["vocab_size"])):
+        say(f"removed {Path(model_dir) / SHORTLIST_FILE}: it was learnt for the vocabulary of the model this one replaced "
+            f"(`nmt shortlist {model_dir} --data DIR` learns one for this one)")
+    else:
+        say(f"kept {Path(model_dir) / SHORTLIST_FILE} (the same vocabulary: its lists still hold; its check measured the model "
+            f"this one replaced, `nmt shortlist {model_dir} --data DIR` measures this one)")

@@ -129,7 +129,7 @@ def _search(model: Transformer, batch: list[tuple[int, list[int]]], s: SearchSet
     if len(batch) == 1:
         if graphed:  # a shape class pads the line's batch: once more as it is, without graphs
             warn(f"out of memory with CUDA graphs translating a single line of {len(batch[0][1])} tokens; searching it again without them")
-            return _search(model, batch, s, budget, device, autocast, None, warn, numbers, prefixes, shortlist)
+            return _search(model, batch, s, budget, device, autocast, None, warn, numbers, prefixes, None)  # as the graphed batches
         raise NmtError(f"out of memory translating a single line of {len(batch[0][1])} tokens on {device}",
                        "use a smaller --beam, or a device with more memory")
     longest = len(batch[-1][1]) + 1

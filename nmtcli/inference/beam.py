@@ -68,7 +68,8 @@ def beam_search(
     is never above 0, so it only lowers the finished ones).
     `graphs`: a `StepGraphs` (inference/graphs.py) that replays captured steps on a GPU.
     `shortlist`: the model's lexical shortlist (inference/shortlist.py): each step scores only the target pieces the
-    batch's sources can translate to (not with graphs).
+    batch's sources can translate to (not with `graphs`, enabled or not: a line's translation must not depend on whether
+    the graphs of its batch worked).
     """
     if beam < 1 or nbest < 1 or nbest > beam:
         raise ValueError(f"need 1 <= nbest ({nbest}) <= beam ({beam})")
@@ -76,6 +77,8 @@ def beam_search(
         raise ValueError(f"alpha must be >= 0, not {alpha}")
     lp(1, alpha, length_penalty)  # an unknown kind fails here, before any work
     sync_every = sync_every or default_sync_every(src.device)
+    if graphs is not None:  # a GPU's graphed search decodes over the whole vocabulary, also once the graphs turn themselves off
+        shortlist = None
     search = BeamSearch(model, src, beam, alpha, max_len_a, max_len_b, nbest, length_penalty, min_len, prefixes, graphs, brevity, shortlist)
     try:
         return search.run(sync_every, graphs, default_leave_fraction(src.device))

@@ -19,9 +19,11 @@ within the shortlist, a little higher than under the whole vocabulary. What is k
 in docs/speed.md (BLEU with and without, the same lines), and what it saves in benchmarks/shortlist_speed.py.
 
 A shortlist belongs to a model dir (`shortlist.safetensors`, written by `nmt shortlist`, or by `nmt distill` for its
-student) and is used by every beam and greedy search of that model on a CPU unless `--no-shortlist`; sampling draws
-from the whole vocabulary, forced decoding (`nmt score`, alignments, the glossary's pass) scores with it, and a search
-replayed as CUDA graphs (a GPU, where the projection is cheap) does without.
+student) and is used by every beam and greedy search of that model unless `--no-shortlist`; sampling draws from the
+whole vocabulary, forced decoding (`--forced-decoding`, alignments, the coverage penalty's and the glossary's passes)
+scores over the whole vocabulary, and a beam search given CUDA graphs (a GPU, where the projection is cheap) does
+without, also where the graphs turn themselves off. A multilingual model's shortlist lists the target pieces of the
+directions of the data it was learnt from (`info["directions"]`): its other directions search the whole vocabulary.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ class Shortlist:
     def vocab_size(self) -> int:
         return self.table.size(0)
 
+    def serves(self, source: str, target: str) -> bool:
+        """Whether a multilingual model translating source -> target (its codes) searches with this shortlist: a direction
+        of the data it was learnt from (`info["directions"]`, "SRC-TGT"); one learnt without directions serves any."""
+        directions = self.info.get("directions")
+        return not directions or f"{source}-{target}" in directions
+
     def lists(self, src: Tensor, forced: Sequence[Sequence[int]] = (), specials: Sequence[int] = (), pad: int = 0) -> list[Tensor]:
         """Each sentence's target ids (unsorted, with repeats) of a batch (B, S) of source ids right-padded with `pad`: its
         pieces' lists, the pieces every sentence has, its own pieces, `specials` (EOS, UNK) and its `forced` ones (its
@@ -92,28 +100,54 @@ class Shortlist:
         return path
 
 
+class ForeignShortlist(NmtError):
+    """A shortlist file learnt for another vocabulary than its model dir's (a model dir written over another's)."""
+
+
 def load(model_dir: Path, vocab_size: int) -> Shortlist | None:
     """The model dir's shortlist, None where it has none; one clear error where the file is not one for this model."""
     from safetensors import safe_open
 
     path = Path(model_dir) / SHORTLIST_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
     hint = f"delete {path} and make it again: `nmt shortlist {model_dir} --data DIR`"
+    if not path.is_file():  # a dir, or a link to nothing: meant as one, so not passed over in silence
+        raise NmtError(f"{path} is not a file", hint)
     try:
         with safe_open(str(path), "pt") as f:
             metadata = dict(f.metadata() or {})
-            table, always = f.get_tensor("table").long(), f.get_tensor("always").long()
+            table, always = f.get_tensor("table"), f.get_tensor("always")
         info = json.loads(metadata.get("info") or "{}")
     except Exception as e:  # safetensors raises its own errors for a file cut short or not its format
         raise NmtError(f"{path} is not a readable shortlist ({str(e).splitlines()[0] if str(e) else type(e).__name__})", hint) from None
-    if metadata.get("format") != FORMAT or not isinstance(info, dict) or table.dim() != 2 or always.dim() != 1:
+    integer = not (table.is_floating_point() or table.is_complex() or table.dtype == torch.bool
+                   or always.is_floating_point() or always.is_complex() or always.dtype == torch.bool)
+    if metadata.get("format") != FORMAT or not isinstance(info, dict) or table.dim() != 2 or always.dim() != 1 or not integer:
         raise NmtError(f"{path} is not an nmt shortlist", hint)
-    if table.size(0) != vocab_size or bool((table >= vocab_size).any()) or bool((always >= vocab_size).any()):
-        raise NmtError(f"{path} was made for a vocabulary of {table.size(0):,} pieces, but the model has {vocab_size:,}", hint)
+    table, always = table.long(), always.long()
+    if table.size(0) != vocab_size:
+        raise ForeignShortlist(f"{path} was made for a vocabulary of {table.size(0):,} pieces, but the model has {vocab_size:,}", hint)
+    if bool(((table < -1) | (table >= vocab_size)).any()) or bool(((always < 0) | (always >= vocab_size)).any()):
+        raise NmtError(f"{path} lists ids outside the model's vocabulary of {vocab_size:,} pieces", hint)
     if info.get("vocabulary") and info["vocabulary"] != read_vocabulary(model_dir).files:  # another model's pieces, as many
-        raise NmtError(f"{path} was made for another vocabulary than {model_dir}'s (its tokenizer files differ)", hint)
+        raise ForeignShortlist(f"{path} was made for another vocabulary than {model_dir}'s (its tokenizer files differ)", hint)
     return Shortlist(table, always, info)
+
+
+def drop_foreign(model_dir: Path, vocab_size: int) -> Path | None:
+    """The model dir's shortlist removed where it was learnt for another vocabulary than the model's: what `nmt average
+    -o`, `nmt import -o` and `nmt pull -o` leave of the model they write over (they replace its files, and keep others),
+    which no search of the new model could use. Returns the path removed, or None (none, this model's, or damaged)."""
+    try:
+        load(model_dir, vocab_size)
+    except ForeignShortlist:
+        path = Path(model_dir) / SHORTLIST_FILE
+        path.unlink()
+        return path
+    except NmtError:  # damaged: nmt translate and nmt info say so
+        pass
+    return None
 
 
 class Restricted:
@@ -121,22 +155,27 @@ class Restricted:
     `ids`: `project(hidden)` gives the logits (..., S) of those ids, in the model's own way (oneDNN-packed fp32 or int8
     on a CPU, half on a GPU); `mask` (B, S) is 0 where an id is in the sentence's own list and -inf elsewhere, so
     each sentence is searched over its own list whatever else shares its batch (a line translates the same alone, in
-    any batch, in `nmt serve` beside any request); `column(ids)` where each of `ids` is among the S."""
+    any batch, in `nmt serve` beside any request); `column(ids)` where each of `ids` is among the S. `whole`: the S are
+    the whole vocabulary, projected by the model's own output layer (no rows gathered), each sentence still masked."""
 
-    def __init__(self, model: Transformer, lists: list[Tensor]):
+    def __init__(self, model: Transformer, lists: list[Tensor], whole: bool = False):
         device = lists[0].device
-        self.ids = torch.unique(torch.cat(lists))
-        weight = model.embedding.tokens.weight.detach().index_select(0, self.ids)
-        bias = None if model.final_logits_bias is None else model.final_logits_bias.detach().index_select(0, self.ids)
-        kind = model.packed_output
-        if isinstance(kind, Int8Linear):
-            self.project: Callable[[Tensor], Tensor] = Int8Linear(weight, bias)
-        elif isinstance(kind, PackedLinear):
-            self.project = PackedLinear(weight, bias)
-        elif isinstance(kind, HalfOutput):
-            self.project = HalfOutput(weight, bias, kind.weight.dtype)
+        if whole:
+            self.ids = torch.arange(model.config.vocab_size, device=device)
+            self.project: Callable[[Tensor], Tensor] = model.logits
         else:
-            self.project = lambda hidden: F.linear(hidden, weight, bias)
+            self.ids = torch.unique(torch.cat(lists))
+            weight = model.embedding.tokens.weight.detach().index_select(0, self.ids)
+            bias = None if model.final_logits_bias is None else model.final_logits_bias.detach().index_select(0, self.ids)
+            kind = model.packed_output
+            if isinstance(kind, Int8Linear):
+                self.project = Int8Linear(weight, bias)
+            elif isinstance(kind, PackedLinear):
+                self.project = PackedLinear(weight, bias)
+            elif isinstance(kind, HalfOutput):
+                self.project = HalfOutput(weight, bias, kind.weight.dtype)
+            else:
+                self.project = lambda hidden: F.linear(hidden, weight, bias)
         self._column = torch.zeros(model.config.vocab_size, dtype=torch.long, device=device)
         self._column[self.ids] = torch.arange(len(self.ids), device=device)
         self.mask = torch.full((len(lists), len(self.ids)), float("-inf"), device=device)
@@ -151,19 +190,19 @@ class Restricted:
         return self._column[ids]
 
 
-WORTH = 0.8  # a batch whose union of lists holds more of the vocabulary than this decodes over the whole of it
+WORTH = 0.8  # a batch whose union of lists holds more of the vocabulary than this projects onto the whole of it
 
 
 def for_batch(model: Transformer, shortlist: Shortlist | None, src: Tensor, prefixes: Sequence[Sequence[int]] | None) -> Restricted | None:
-    """The restricted projection a search of the batch `src` runs with, or None (no shortlist, or one whose lists
-    leave out too little of the vocabulary to be worth gathering its rows)."""
+    """The restricted projection a search of the batch `src` runs with, or None (no shortlist). Where the batch's lists
+    leave out too little of the vocabulary to be worth gathering its rows, the projection is the model's own over the
+    whole vocabulary, each sentence still masked to its own list: the choice changes a batch's speed, never a line's
+    translation (which is its translation alone)."""
     if shortlist is None or src.size(0) == 0:
         return None
     cfg = model.config
     lists = shortlist.lists(src, prefixes or (), (cfg.eos_id, cfg.unk_id), cfg.pad_id)
-    if len(torch.unique(torch.cat(lists))) > WORTH * cfg.vocab_size:
-        return None
-    return Restricted(model, lists)
+    return Restricted(model, lists, whole=len(torch.unique(torch.cat(lists))) > WORTH * cfg.vocab_size)
 
 
 # --- learning one -----------------------------------------------------------------------------------------

@@ -113,7 +113,10 @@ class Translator(Engine):
                 f"{model_dir}: the tokenizer has {self.tokenizer.size} pieces but the model only {cfg.vocab_size}",
                 "the model dir mixes files of different models",
             )
-        self.shortlist = load_shortlist(Path(model_dir), cfg.vocab_size)  # the model dir's (inference/shortlist.py), or None
+        # The model dir's lexical shortlist (inference/shortlist.py), or None; not even read where the settings turn it off
+        # (a damaged file then stands in no one's way). `shortlist`: the one this direction searches with (set_languages).
+        self.model_shortlist = load_shortlist(Path(model_dir), cfg.vocab_size) if settings.shortlist else None
+        self.shortlist = self.model_shortlist
         self.max_source_tokens = cfg.max_positions - 1  # one position for EOS
         self.languages: tuple[str, str] | None = None  # a multilingual model's (source, target) codes
         self._tags: tuple[int, int] | None = None  # and their tags' ids
@@ -140,6 +143,9 @@ class Translator(Engine):
                                "with --target-lang", f"`nmt info {model}` lists its languages", exit_code=2)
             pair = (self.tokenizer.code(source or "en", "source", model), self.tokenizer.code(target, "target", model))
             self.languages, self._tags = pair, (self.tokenizer.languages[pair[0]], self.tokenizer.languages[pair[1]])
+            # a shortlist lists the target pieces of the directions it was learnt for: another decodes over the whole vocabulary
+            listed = self.model_shortlist is not None and self.model_shortlist.serves(*pair)
+            self.shortlist = self.model_shortlist if listed else None
             return
         own = self.config_values.get("languages") or {}
         for side, given in (("source", source), ("target", target)):

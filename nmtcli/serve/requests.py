@@ -227,7 +227,7 @@ def nmt_request(fields: dict[str, Any], defaults: SearchSettings, limits: Limits
         alpha=_number(fields.get("alpha", defaults.alpha), "alpha", 0.0, 10.0),
         max_len_a=_number(fields.get("max_len_a", defaults.max_len_a), "max_len_a", 0.0, 10.0),
         max_len_b=_integer(fields.get("max_len_b", defaults.max_len_b), "max_len_b", 0, 1000),
-        batch_tokens=defaults.batch_tokens, window=defaults.window, cuda_graphs=defaults.cuda_graphs,
+        batch_tokens=defaults.batch_tokens, window=defaults.window, cuda_graphs=defaults.cuda_graphs, shortlist=defaults.shortlist,
         sampling=sampling, temperature=_temperature(fields.get("temperature", 1.0)),
         seed=_integer(fields.get("seed", DEFAULT_SEED), "seed", 0, 2**63 - 1),
         alignment=_alignment(fields.get("alignment")),
