@@ -146,7 +146,7 @@ complete -c nmt -n "__nmt_using ''" -a quickstart -d 'Prepare the bundled demo c
 complete -c nmt -n "__nmt_using ''" -a prepare -d 'Download or read parallel text, clean it, train a joint BPE vocabulary and binarize it for training'
 complete -c nmt -n "__nmt_using ''" -a train -d 'Train with the paper\'s recipe: Adam (0.9, 0.98, 1e-9), warmup then 1/sqrt(step), label smoothing 0.1'
 complete -c nmt -n "__nmt_using ''" -a average -d 'Average checkpoints element-wise into a self-contained model dir'
-complete -c nmt -n "__nmt_using ''" -a shortlist -d 'Learn a lexical shortlist for a model: beam search then scores only the target pieces a batch\'s sources can translate to'
+complete -c nmt -n "__nmt_using ''" -a shortlist -d 'Learn a lexical shortlist for a model: beam search then scores only the target pieces a sentence\'s source can translate to'
 complete -c nmt -n "__nmt_using ''" -a translate -d 'Translate text with beam search: beam 4, length penalty 0.6, at most input length + 50 tokens'
 complete -c nmt -n "__nmt_using ''" -a serve -d 'Serve translation over HTTP: LibreTranslate\'s API, nmt\'s own, and a page to try it at /'
 complete -c nmt -n "__nmt_using ''" -a score -d 'Score translations with sacreBLEU (BLEU, chrF, TER), printed with their signatures'

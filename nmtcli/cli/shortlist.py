@@ -28,11 +28,11 @@ def command(
     check: Annotated[bool, typer.Option("--check/--no-check", help=f"Translate the first {CHECK_LINES} lines of the data's validation split with and without the shortlist and record BLEU and lines/s of both (as `nmt info` shows them).")] = True,
     device: Annotated[str, options.device()] = "auto",
 ) -> None:
-    """Learn a lexical shortlist for a model: beam search then scores only the target pieces a batch's sources can translate to.
+    """Learn a lexical shortlist for a model: beam search then scores only the target pieces a sentence's source can translate to.
 
     For each source piece, the target pieces that translate it under IBM Model 1 (learnt by EM from the training
-    pairs' pieces), plus the most frequent target pieces, the source's own pieces and EOS: a batch is decoded over
-    their union, and the output projection and softmax shrink with it. What it is worth depends on the model: a
+    pairs' pieces); a sentence is decoded over its pieces' lists, the most frequent target pieces, its own pieces and
+    EOS (alone or in any batch, the same translation), and the output projection and softmax shrink with it. What it is worth depends on the model: a
     student with 32,000 pieces and two decoder layers spends most of a step there (benchmarks/shortlist_speed.py),
     a model with a small vocabulary little. The check says both for this model, on its own validation lines;
     `nmt translate --no-shortlist` decodes over the whole vocabulary again.
