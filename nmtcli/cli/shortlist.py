@@ -32,8 +32,8 @@ def command(
 
     For each source piece, the target pieces that translate it under IBM Model 1 (learnt by EM from the training
     pairs' pieces); a sentence is decoded over its pieces' lists, the most frequent target pieces, its own pieces and
-    EOS (alone or in any batch, the same translation), and the output projection and softmax shrink with it. What it is worth depends on the model: a
-    student with 32,000 pieces and two decoder layers spends most of a step there (benchmarks/shortlist_speed.py),
+    EOS (alone or in any batch, the same translation), and the output projection and softmax shrink with it. What it
+    is worth depends on the model: a student with 32,000 pieces and two decoder layers spends most of a step there (benchmarks/shortlist_speed.py),
     a model with a small vocabulary little. The check says both for this model, on its own validation lines;
     `nmt translate --no-shortlist` decodes over the whole vocabulary again.
     """
@@ -141,11 +141,11 @@ def _check(model_dir: Path, checked: list, shortlist, device: str) -> dict:
     references = [line for _, _, refs in checked for line in refs]
     bleu, pace = [], []
     translator.translate_lines(checked[0][1][:WARM_LINES], SearchSettings(shortlist=False))  # the first batch's allocations, not timed
+    translator.model_shortlist = translator.shortlist = shortlist  # the one learnt (set_languages: each direction it serves)
     for on in (False, True):
         hypotheses, seconds = [], 0.0
         for languages, sources, _ in checked:
             translator.set_languages(*languages)
-            translator.shortlist = shortlist
             started = time.perf_counter()
             hypotheses += [hyps[0].text if hyps else "" for hyps in translator.translate_lines(sources, SearchSettings(shortlist=on))]
             seconds += time.perf_counter() - started

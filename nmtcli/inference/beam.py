@@ -173,7 +173,7 @@ class BeamSearch:
         self.allowed = None  # with a shortlist (n, S): 0 where a column's id is in the sentence's own list, -inf elsewhere
         if self.output is not None:
             self.allowed = self.output.mask
-            self.banned = torch.isin(self.output.ids, self.banned).nonzero().flatten()
+            self.banned = self.output.columns_among(self.banned)
             self.eos_column = int(self.output.column(torch.tensor(cfg.eos_id, device=device)))
         self.results: list[list[Hypothesis]] = [[] for _ in range(real)]
         self.generation = next(_GENERATIONS)  # new whenever the state gets new tensors (decided sentences leave)

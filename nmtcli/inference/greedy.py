@@ -42,7 +42,7 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
     banned = never_produced(model, device)
     output = for_batch(model, shortlist, src, prefixes)
     if output is not None:  # the logits' columns are the shortlist's ids; each sentence's own are 0 in its mask
-        banned = torch.isin(output.ids, banned).nonzero().flatten()
+        banned = output.columns_among(banned)
     memory, src_mask = model.encode(src)
     state = start_decoding(model, memory, src_mask, 1, capacity=steps)
     rows = TokenRows(model, state, max_len, steps, carried={**carried, **({"allowed": output.mask} if output is not None else {})})

@@ -158,13 +158,14 @@ class Restricted:
     any batch, in `nmt serve` beside any request); `column(ids)` where each of `ids` is among the S. `whole`: the S are
     the whole vocabulary, projected by the model's own output layer (no rows gathered), each sentence still masked."""
 
-    def __init__(self, model: Transformer, lists: list[Tensor], whole: bool = False):
+    def __init__(self, model: Transformer, lists: list[Tensor], ids: Tensor, whole: bool = False):
+        """`ids`: the union of `lists`, sorted (for_batch has it); with `whole`, every id of the vocabulary instead."""
         device = lists[0].device
         if whole:
             self.ids = torch.arange(model.config.vocab_size, device=device)
             self.project: Callable[[Tensor], Tensor] = model.logits
         else:
-            self.ids = torch.unique(torch.cat(lists))
+            self.ids = ids
             weight = model.embedding.tokens.weight.detach().index_select(0, self.ids)
             bias = None if model.final_logits_bias is None else model.final_logits_bias.detach().index_select(0, self.ids)
             kind = model.packed_output
@@ -189,6 +190,10 @@ class Restricted:
         """The positions of vocabulary ids among the S (ids outside them: 0, for padding that is never read)."""
         return self._column[ids]
 
+    def columns_among(self, ids: Tensor) -> Tensor:
+        """The positions of those of the vocabulary ids `ids` that are among the S (a search's banned ids, as columns)."""
+        return torch.isin(self.ids, ids).nonzero().flatten()
+
 
 WORTH = 0.8  # a batch whose union of lists holds more of the vocabulary than this projects onto the whole of it
 
@@ -202,7 +207,8 @@ def for_batch(model: Transformer, shortlist: Shortlist | None, src: Tensor, pref
         return None
     cfg = model.config
     lists = shortlist.lists(src, prefixes or (), (cfg.eos_id, cfg.unk_id), cfg.pad_id)
-    return Restricted(model, lists, whole=len(torch.unique(torch.cat(lists))) > WORTH * cfg.vocab_size)
+    union = torch.unique(torch.cat(lists))
+    return Restricted(model, lists, union, whole=len(union) > WORTH * cfg.vocab_size)
 
 
 # --- learning one -----------------------------------------------------------------------------------------
