@@ -35,7 +35,9 @@ Settings:
 --background-load N runs N CPU-bound processes beside the engines (background_load.py): a busy
 machine. The process setting then runs every command both quiet and loaded and compares the loaded
 time with the engine's fair share of the CPU; with --threads 0 each engine picks its own threads
-(and nmt its wait policy: docs/speed.md), as a user who sets nothing gets them.
+(and nmt its wait policy: docs/speed.md), as a user who sets nothing gets them. Loaded, nmt's default also
+runs against `nmt --threads 1`, and a last line says whether the default stays within issue 26's bar (1.15x
+of one thread's time beside the same load: BUSY_DEFAULT_BAR).
 
 Every engine runs in each of --dtypes it has at each of --batches, and the table marks each one's
 best batch. On a GPU the default dtypes are fp32 and bf16, and nmt replays its steps as CUDA graphs
@@ -736,6 +738,23 @@ def print_load_table(times: dict, load: int, default_threads: int) -> None:
         fair = fair_seconds(quiet, load, 1 if run.engine.endswith("--threads 1") else default_threads)
         print(f"| {run.engine} | {run.dtype} | {quiet:.1f} | {loaded:.1f} | {loaded / quiet:.1f}x | {fair:.1f} | {loaded / fair:.2f} |")
     print()
+    for run in dict.fromkeys(run for run, _ in times):
+        one = next((r for r, _ in times if r.engine == "nmt --threads 1" and r.dtype == run.dtype), None)
+        if run.engine == "nmt" and one is not None:
+            print(threads_verdict(statistics.median(times[run, load]), statistics.median(times[one, load]), run.dtype, load))
+
+
+# Issue 26's bar: on a busy machine nmt's default threads must not lose more than this to `--threads 1`.
+BUSY_DEFAULT_BAR = 1.15
+
+
+def threads_verdict(default: float, one_thread: float, dtype: str, load: int) -> str:
+    """The line that guards issue 26 (and 51's item 7): nmt's default against `--threads 1` beside `load` CPU-bound
+    processes, and whether it stays within BUSY_DEFAULT_BAR."""
+    ratio = default / one_thread
+    verdict = "within" if ratio <= BUSY_DEFAULT_BAR else "OVER"
+    return (f"nmt {dtype} beside {load} CPU-bound process(es): default threads {default:.1f} s, --threads 1 {one_thread:.1f} s:"
+            f" {ratio:.2f}x, {verdict} the {BUSY_DEFAULT_BAR}x bar (issue 26: the default must not lose to one thread on a busy machine)")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ curve nmtcli/inference/confidence.py holds), on the valid splits of all the sets
 scores span too little of the range: a weak model has few good translations, a strong one few bad), then on
 each test split the confidence bins against the mean chrF in each, and what "confidence >= 0.8" selected. `--fit` prints the Calibration line to paste into confidence.py.
 
+A model with a brevity weight (`nmt average` calibrated one) also gets the penalty's own table: its test split
+translated again with `brevity_penalty=0`, and mean_log_prob's Spearman with and without the weight, over the lines
+the penalty leaves as they are and over those it changes (their chrF, length and mean log-probability both ways): whether
+the confidence lost its ranking because the penalty's tails cost it probability, or because the penalty mends the
+short translations that it had ranked last (issue 51, item 1; studies/results/confidence-weak-rule-cpu-2026-11-29.txt).
+
 Usage:
   python studies/confidence.py --model models/tiny-demo --data data/demo [--reverse-model DIR] [--device cpu]
   python studies/confidence.py --model A --data DA --model B --data DB      # several held-out sets in one table
@@ -100,7 +106,7 @@ def features_of(translator: Translator, reverse: Translator | None, sources: lis
         back = reverse.score(texts, sources)
         f["round_trip"] = np.array([b.log_prob / (len(b.tokens) + 1) for b in back])
     print(f"  {len(sources)} sentences in {time.perf_counter() - started:.0f} s")
-    return {"features": f, "chrf": quality, "texts": texts}
+    return {"features": f, "chrf": quality, "texts": texts, "tokens": np.array([len(t.tokens) for t in results])}
 
 
 def compare(name: str, model: Path, data: Path, reverse_model: Path | None, device: str) -> tuple[list[str], Calibration, dict]:
@@ -130,7 +136,31 @@ def compare(name: str, model: Path, data: Path, reverse_model: Path | None, devi
     rows = [f"| {name} | {n} | {spearman(held['features'][n], held['chrf']):+.3f} |" for n in [*names, "mix", "mix_free"]]
     if reverse is None:
         rows.insert(len(names), f"| {name} | round_trip | skipped ({skipped}) |")
+    if translator.engine.settings.brevity_penalty:
+        print("\n".join(penalty_effect(translator, reference_lines(data, "test", src), reference_lines(data, "test", tgt), held)))
     return rows, fit, held
+
+
+def penalty_effect(translator: Translator, sources: list[str], references: list[str], held: dict) -> list[str]:
+    """What the model's brevity weight does to the confidence's ranking on the test split (`held`: its default search)."""
+    plain = translator.translate(sources, beam=NBEST, brevity_penalty=0)
+    plain_chrf = np.array([chrf(t.text, r) for t, r in zip(plain, references)])
+    plain_lp = np.array([mean_log_prob(t.log_prob, len(t.tokens)) for t in plain])
+    lp, quality = held["features"]["mean_log_prob"], held["chrf"]
+    same = np.array([t.text == d for t, d in zip(plain, held["texts"])])
+    tokens, plain_tokens = held["tokens"], np.array([len(t.tokens) for t in plain])
+    lines = [f"brevity weight {translator.engine.settings.brevity_penalty:g}: mean_log_prob's Spearman with sentence chrF "
+             f"{spearman(lp, quality):+.3f} (weight 0: {spearman(plain_lp, plain_chrf):+.3f}; corpus chrF {quality.mean():.1f}, "
+             f"weight 0 {plain_chrf.mean():.1f})",
+             "| test lines | lines | Spearman, the default | Spearman, weight 0 | chrF default / weight 0 | mean log-prob default / weight 0 | pieces default / weight 0 |",
+             "|---|---|---|---|---|---|---|"]
+    for name, chosen in (("the penalty leaves as they are", same), ("the penalty changes", ~same)):
+        if chosen.sum() > 2:
+            lines.append(f"| {name} | {chosen.sum()} | {spearman(lp[chosen], quality[chosen]):+.3f} | "
+                         f"{spearman(plain_lp[chosen], plain_chrf[chosen]):+.3f} | {quality[chosen].mean():.1f} / "
+                         f"{plain_chrf[chosen].mean():.1f} | {lp[chosen].mean():.3f} / {plain_lp[chosen].mean():.3f} | "
+                         f"{tokens[chosen].mean():.1f} / {plain_tokens[chosen].mean():.1f} |")
+    return lines
 
 
 def calibration_table(calibration: Calibration, held: dict) -> list[str]:
