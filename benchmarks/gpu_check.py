@@ -28,6 +28,17 @@ is skipped, and every step of a stage has its own timeout):
            to hold against the same command on a CPU (the same seed and batches)
   check, batch, corpus: issue 11's (the fused paths against their references; nmt at growing batches; the
            corpus made and prepared)
+  distill_corpus  (on the CPU, before the lease; not in the default --stages) a learnable corpus for issue 52's
+           measurement: --distill-pairs generated pairs of <= 40 words (prepare_speed.wmt_like_pairs, a lexicon
+           of Zipfian words), 500 valid and 500 test lines, prepared with an 8,000-piece vocabulary, in
+           --distill-dir (carry it: ~10 MB)
+  distill_teacher  `nmt train --preset small --max-time --teacher-time` on that corpus, then `nmt average`: the
+           teacher, in --distill-dir/teacher (not in the default --stages)
+  distill  `nmt distill -m TEACHER` of the corpus into student-tiny (`--max-time --student-time`, on the GPU):
+           its report's teacher and student BLEU and chrF on the test split, the gap (issue 52: within 1.5), the
+           int8 student's CPU lines/s against the teacher's, each stage's seconds (not in the default --stages).
+           Two calls fit a lease: `--stages env,distill_teacher` then `--stages distill`, the same --distill-dir
+           inside the copied tree (a warm machine keeps it between calls; $OUT does not)
 Writes OUT/summary.json and a log per stage, and prints a table last. --smoke runs the same stages on a CPU
 with the tiny preset and small sizes.
 """
@@ -603,6 +614,100 @@ def stage_loss(args) -> dict:
 
 LOSS_LINE = re.compile(r"step\s+(\d+)\s+loss\s+([\d.]+)")
 
+DISTILL_MAX_WORDS = 40  # the generated corpus's longest sentence: the teacher translates every training line at beam 8
+
+
+def stage_distill_corpus(args) -> dict:
+    """Issue 52's corpus, made and prepared on the CPU: --distill-dir/corpus/{train,valid,test}.{en,de} and
+    --distill-dir/data."""
+    sys.path.insert(0, str(HERE))
+    from prepare_speed import wmt_like_pairs
+
+    text, data = args.distill_dir / "corpus", args.distill_dir / "data"
+    if (data / "manifest.json").is_file():
+        return {"data": str(data), "reused": True}
+    text.mkdir(parents=True, exist_ok=True)
+    pairs, held, vocab = (600, 100, 1000) if args.smoke else (args.distill_pairs, 500, 8000)
+    rows: list[tuple[str, str]] = []
+    for part in wmt_like_pairs(4 * (pairs + 2 * held), 0, parts=8, learnable=True):
+        rows += [row for row in part if row[1] and len(row[0].split()) <= DISTILL_MAX_WORDS]
+        if len(rows) >= pairs + 2 * held:
+            break
+    rows = rows[: pairs + 2 * held]
+    if len(rows) < pairs + 2 * held:
+        return {"error": f"only {len(rows)} generated pairs of <= {DISTILL_MAX_WORDS} words"}
+    for split, part in (("train", rows[:pairs]), ("valid", rows[pairs:pairs + held]), ("test", rows[pairs + held:])):
+        (text / f"{split}.en").write_text("".join(a + "\n" for a, _ in part), encoding="utf-8")
+        (text / f"{split}.de").write_text("".join(b + "\n" for _, b in part), encoding="utf-8")
+    rc, _ = log_run([*NMT, "prepare", "--train", str(text / "train"), "--valid", str(text / "valid"), "--test", str(text / "test"),
+                     "-s", "en", "-t", "de", "--vocab-size", str(vocab), "-o", str(data)], args.distill_dir / "corpus.log")
+    if rc != 0:
+        return {"error": f"nmt prepare exit {rc}, see {args.distill_dir / 'corpus.log'}"}
+    return {"data": str(data), "pairs": pairs, "vocab": vocab}
+
+
+def stage_distill_teacher(args) -> dict:
+    """The teacher: `small` trained on the distill corpus for --teacher-time (smoke: tiny, 40 steps), averaged."""
+    data, run, teacher = args.distill_dir / "data", args.distill_dir / "teacher-run", args.distill_dir / "teacher"
+    if not (data / "manifest.json").is_file():
+        return {"error": f"no prepared data in {data}: run the distill_corpus stage first (on a CPU) and carry it"}
+    log = args.out / "distill-teacher.log"
+    length = ["--preset", "tiny", "--max-steps", "40"] if args.smoke else ["--preset", "small", "--max-time", args.teacher_time]
+    started = time.perf_counter()
+    rc, lines = log_run([*NMT, "train", "--data", str(data), "-o", str(run), "--restart", *length, "--device", args.device,
+                         "--seed", "1"], log, timeout=args.budget("distill_teacher"))
+    trained = time.perf_counter() - started
+    result = {"train_exit": rc, "train_s": round(trained, 1), **train_figures(lines)}
+    result.pop("log_lines", None)
+    if rc == 0:
+        rc, said = log_run([*NMT, "average", str(run), "-o", str(teacher), "--device", args.device], log, timeout=120)
+        result["average_exit"] = rc
+        result["average_said"] = [line.strip() for _, line in said if "brevity" in line][:1]
+    return result
+
+
+def stage_distill(args) -> dict:
+    """`nmt distill` of the teacher into student-tiny on the distill corpus; its report's figures."""
+    teacher, work, text = args.distill_dir / "teacher", args.distill_dir / "work", args.distill_dir / "corpus"
+    if not (teacher / "config.json").is_file():
+        return {"error": f"no teacher in {teacher}: run the distill_teacher stage first"}
+    length = ["--max-steps", "20"] if args.smoke else ["--max-time", args.student_time]
+    log = args.out / "distill.log"
+    started = time.perf_counter()
+    rc, _ = log_run([*NMT, "distill", "-m", str(teacher), "--train", str(text / "train"), "--valid", str(text / "valid"),
+                     "--test", str(text / "test"), "--device", args.device, *length, "-o", str(work)], log,
+                    timeout=args.budget("distill"))
+    result = {"exit": rc, "seconds": round(time.perf_counter() - started, 1), "log": str(log)}
+    report = work / "report.json"
+    if report.is_file():
+        result["report"] = json.loads(report.read_text())
+    return result
+
+
+def distill_rows(summary: dict) -> list[str]:
+    """The distill stages' lines of the table: teacher and student quality, the gap, CPU speed, stage seconds."""
+    rows = []
+    teacher = summary.get("distill_teacher")
+    if isinstance(teacher, dict) and "train_exit" in teacher:
+        rows.append(f"\ndistill teacher: train exit {teacher['train_exit']} in {teacher['train_s']} s, {teacher.get('steps', '-')} steps, "
+                    f"average exit {teacher.get('average_exit', '-')} {' '.join(teacher.get('average_said', []))[:120]}")
+    distill = summary.get("distill")
+    if isinstance(distill, dict) and "exit" in distill:
+        rows.append(f"nmt distill exit {distill['exit']} in {distill['seconds']} s ({distill['log']})")
+        report = distill.get("report") or {}
+        found = report.get("report", report)
+        for model in found.get("models", []):
+            rows.append(f"  {model['model']:<8} {model['precision']:<5} {'shortlist' if model.get('shortlist') else '':<9} "
+                        f"BLEU {model['bleu']:>6}  chrF {model['chrf']:>6}  CPU lines/s 1 thread {model['lines_per_s_1']:>7}  "
+                        f"all {model['lines_per_s_all']:>7}  {model['mb']} MB")
+        if "bleu_gap" in found:
+            rows.append(f"  BLEU gap teacher - student fp32: {found['bleu_gap']} (issue 52: within 1.5); int8 student vs fp32 "
+                        f"teacher, 1 CPU thread: {found.get('int8_student_vs_teacher_1_thread')}x (issue 52: >= 5x)")
+        if "stages" in found:
+            rows.append(f"  {found.get('lines_translated')} lines distilled, {found.get('lines_kept')} kept, student {found.get('student_steps')} steps; "
+                        + ", ".join(f"{name} {v['seconds']:.0f} s" for name, v in found["stages"].items()))
+    return rows
+
 
 def system_row(name: str, s: dict | str) -> str:
     """One system of a train_throughput.py result: tokens/s, MFU, peak memory (or the error instead)."""
@@ -690,6 +795,7 @@ def table(summary: dict) -> list[str]:
     if isinstance(glossary, dict) and "terms" in glossary:
         for part in ("terms", "speed"):
             rows += [f"glossary {part} (exit {glossary[part]['exit']}):", *glossary[part]["table"]]
+    rows += distill_rows(summary)
     for name, value in summary.items():
         if isinstance(value, dict) and set(value) == {"error"}:
             rows.append(f"{name}: {value['error']}")
@@ -698,15 +804,19 @@ def table(summary: dict) -> list[str]:
 
 STAGES = {"env": stage_env, "check": stage_check, "decode_attention": stage_decode_attention, "beam_attention": stage_beam_attention, "translate": stage_translate,
           "micro": stage_micro, "batch": stage_batch, "corpus": stage_corpus, "train": stage_train, "cli": stage_cli, "loss": stage_loss,
-          "glossary": stage_glossary}
+          "glossary": stage_glossary, "distill_corpus": stage_distill_corpus, "distill_teacher": stage_distill_teacher,
+          "distill": stage_distill}
+# Not run unless named in --stages: the distill corpus is made on the CPU, and the distill stages take a lease of their own.
+ON_REQUEST = ("distill_corpus", "distill_teacher", "distill")
 # Seconds each stage may take at most (its commands' timeouts); the deadline cuts them further.
-BUDGETS = {"translate": 200, "micro": 150, "train": 200, "loss": 90, "glossary": 120}
+BUDGETS = {"translate": 200, "micro": 150, "train": 200, "loss": 90, "glossary": 120, "distill_teacher": 300, "distill": 480}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("gpu_check"), help="where logs, data and summary.json go")
-    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
+    parser.add_argument("--stages", default=",".join(name for name in STAGES if name not in ON_REQUEST),
+                        help=f"comma-separated, of {', '.join(STAGES)} (the default: all but {', '.join(ON_REQUEST)})")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny preset, small sizes: check that the script works")
     parser.add_argument("--micro-preset", default="both", choices=["base", "big", "both"])
     parser.add_argument("--pairs", type=int, default=300_000, help="generated training pairs")
@@ -722,6 +832,10 @@ def main() -> None:
     parser.add_argument("--translate-batches", default="512,3003", help="the translate stage's batch sizes (sentences)")
     parser.add_argument("--no-startup", action="store_true", help="the cli stage leaves out its start-up breakdown")
     parser.add_argument("--loss-precisions", default="bf16", help="the loss stage's --precision values, comma-separated")
+    parser.add_argument("--distill-dir", type=Path, default=Path("gpu/distill"), help="the distill stages' corpus, teacher and work dir")
+    parser.add_argument("--distill-pairs", type=int, default=20_000, help="the distill corpus's training pairs")
+    parser.add_argument("--teacher-time", default="150s", help="the distill teacher's `nmt train --max-time`")
+    parser.add_argument("--student-time", default="120s", help="`nmt distill --max-time`: the student's training time")
     parser.add_argument("--deadline", type=float, default=0, help="seconds for everything (0: none): stages that cannot fit are skipped")
     args = parser.parse_args()
     began = time.perf_counter()
