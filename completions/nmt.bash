@@ -24,7 +24,7 @@ __nmt_options() {
         'shortlist') REPLY='--data --per-piece --frequent --seed --check --no-check --device --help -h' ;;
         'translate') REPLY='--model -m --revision --input -i --output -o --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --shortlist --no-shortlist --max-len-a --max-len-b --nbest --sampling --temperature --seed --output-format --batch-tokens --window --device --precision --threads --cuda-graphs --no-cuda-graphs --engine --prefix-file --alignment --forced-decoding --target-file --split-sentences --format --target-lang -t --source-lang -s --min-confidence --protect --no-protect --glossary --max-glossary --closest-to --chunk-lines --gpus --help -h' ;;
         'serve') REPLY='--model -m --host --port --api-key --api-keys-file --beam --alpha --length-penalty --coverage-penalty --brevity-penalty --shortlist --no-shortlist --max-len-a --max-len-b --batching --no-batching --max-delay --batch-lines --batch-tokens --max-chars --max-lines --queue-lines --max-beam --max-file-bytes --max-file-chars --file-keep --timeout --cors-origin --device --precision --threads --access-log --no-access-log --protect --no-protect --glossary --max-glossary --max-request-glossary --help -h' ;;
-        'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --help -h' ;;
+        'score') REPLY='--ref -r --metrics --compat --target-lang -t --json --width --model -m --split --device --shortlist --no-shortlist --help -h' ;;
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
         'pull') REPLY='--revision --output -o --help -h' ;;

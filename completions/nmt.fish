@@ -379,6 +379,8 @@ complete -c nmt -n "__nmt_using 'score'" -l width -x -d 'Decimals shown (sacreBL
 complete -c nmt -n "__nmt_using 'score'" -l model -s m -r -F -d 'Model for scoring with no HYP: a model dir or a Hub id OWNER/NAME'
 complete -c nmt -n "__nmt_using 'score'" -l split -x -a '(__nmt_values_split)' -d 'Prepared split to translate when HYP is omitted: test or valid'
 complete -c nmt -n "__nmt_using 'score'" -l device -x -a '(__nmt_values_device)' -d 'Device for translating when HYP is omitted: auto, cpu, cuda'
+complete -c nmt -n "__nmt_using 'score'" -l shortlist -d 'Where the model dir has a lexical shortlist (`nmt shortlist`; `nmt distill` writes one for its student), beam and greedy search score only the target pieces the batch\'s sources can translate to: faster on a CPU, the same translations almost everywhere (docs/speed.md). --no-shortlist: the whole vocabulary'
+complete -c nmt -n "__nmt_using 'score'" -l no-shortlist -d 'The opposite of --shortlist'
 complete -c nmt -n "__nmt_using 'score'" -l help -s h -d 'Show this message and exit'
 complete -c nmt -n "__nmt_at_argument 'score' 0" -F  # HYP
 

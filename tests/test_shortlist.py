@@ -123,6 +123,25 @@ def test_nmt_shortlist_checks_itself_and_translate_uses_it_unless_told_not_to(li
     assert on_bleu >= off_bleu - 2.0 and on_bleu > 80
 
 
+def test_nmt_score_scores_the_translations_a_user_gets_and_the_whole_vocabulary_s_apart(listed, prepared, tmp_path):
+    import json
+
+    from nmtcli.data.prepare import reference_lines
+
+    model = tmp_path / "model"
+    shutil.copytree(listed[0], model)  # its scores.json is written: the module's model stays as it was
+    sources, references = reference_lines(prepared, "test", "en"), reference_lines(prepared, "test", "de")
+    for flags in ([], ["--no-shortlist"]):
+        scored = nmt_in_process("score", "-m", str(model), "--device", "cpu", "--json", *flags)
+        assert scored.returncode == 0, scored.stderr
+        bleu = next(x["score"] for x in json.loads(scored.stdout)["scores"] if x["name"] == "BLEU")
+        translated = nmt_in_process("translate", "-m", str(model), "--device", "cpu", *flags, input="\n".join(sources) + "\n")
+        assert bleu == pytest.approx(sacrebleu.corpus_bleu(translated.stdout.splitlines(), [references]).score, abs=1e-9)
+    recorded = json.loads((model / "scores.json").read_text())
+    name = next(iter(recorded)).removesuffix(" (no shortlist)")
+    assert set(recorded) == {name, f"{name} (no shortlist)"}  # the whole vocabulary's score beside, not over, the user's
+
+
 def test_a_shortlist_for_another_model_or_damaged_is_one_line(listed, prepared, marian_dir, tmp_path):
     model, _ = listed
     other = tmp_path / "other"

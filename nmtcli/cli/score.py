@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from nmtcli.cli import options
 from nmtcli.cli.common import progress_bar, resolve_model, say
 
 NAME = "score"
@@ -28,13 +29,16 @@ def command(
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model for scoring with no HYP: a model dir or a Hub id OWNER/NAME. Default: $NMT_MODEL, else the newest under models/.")] = None,
     split: Annotated[str, typer.Option(help="Prepared split to translate when HYP is omitted: test or valid.")] = "test",
     device: Annotated[str, typer.Option(help="Device for translating when HYP is omitted: auto, cpu, cuda.")] = "auto",
+    shortlist: Annotated[bool, options.shortlist()] = True,
 ) -> None:
     """Score translations with sacreBLEU (BLEU, chrF, TER), printed with their signatures.
 
     With HYP and --ref, the BLEU line is exactly what `sacrebleu REF -i HYP -f text` prints.
     With no HYP, translates the test split of the model's prepared data dir (beam 4, alpha 0.6) and
     scores it against the reference; the scores are recorded in the model dir's scores.json. A model trained
-    on several pairs has each direction's test split translated, scored and recorded on its own.
+    on several pairs has each direction's test split translated, scored and recorded on its own. A model
+    dir with a lexical shortlist translates with it, as `nmt translate` does; --no-shortlist scores the
+    whole vocabulary's search (recorded apart: "test (no shortlist)").
     --compat paper gives the BLEU of the paper's Table 2 instead (--compat sacrebleu,paper: both).
     """
     from nmtcli.data.text import read_lines
@@ -52,7 +56,7 @@ def command(
         raise NmtError(f"the Moses tokenizer does not know the language {target_lang!r}",
                        f"pass --target-lang with one of {', '.join(sorted(moses_languages()))}", exit_code=2)
     if hypothesis is None:
-        translated = _translate_split(model, split, device)
+        translated = _translate_split(model, split, device, shortlist)
         if len(translated) > 1:  # a multilingual model: each direction it was trained on, scored and recorded on its own
             _score_directions(translated, names, conventions, target_lang, width, json_output)
             return
@@ -89,12 +93,13 @@ def command(
     sys.stdout.flush()
 
 
-def _translate_split(model: str | None, split: str, device: str):
+def _translate_split(model: str | None, split: str, device: str, shortlist: bool = True):
     from nmtcli.data.prepare import read_manifest, reference_lines
     from nmtcli.device import resolve_device
     from nmtcli.errors import NmtError
+    from nmtcli.inference.settings import SearchSettings
     from nmtcli.inference.translator import Translator
-    from nmtcli.model.checkpoint import read_model_dir_config
+    from nmtcli.model.checkpoint import SHORTLIST_FILE, read_model_dir_config
 
     model_dir = resolve_model(model)
     values = read_model_dir_config(model_dir)
@@ -109,7 +114,9 @@ def _translate_split(model: str | None, split: str, device: str):
             raise NmtError(f"{data_dir} has no {split} split of any direction", f"prepare it with --{split} SRC-TGT=PREFIX, or pass HYP and --ref")
     else:
         directions = [(manifest["source_lang"], manifest["target_lang"], split)]
-    translator = Translator(model_dir, resolve_device(device), languages=directions[0][:2] if manifest.get("directions") else (None, None))
+    translator = Translator(model_dir, resolve_device(device), SearchSettings(shortlist=shortlist),
+                            languages=directions[0][:2] if manifest.get("directions") else (None, None))
+    unlisted = not shortlist and (model_dir / SHORTLIST_FILE).is_file()  # recorded apart from what users receive
     out = []
     for src, tgt, name in directions:
         sources, refs = reference_lines(data_dir, name, src), reference_lines(data_dir, name, tgt)
@@ -121,7 +128,7 @@ def _translate_split(model: str | None, split: str, device: str):
             for line in translator.translate(sources):
                 hyps.append(line)
                 progress("translating", len(hyps), len(sources))
-        label = f"{manifest['name']}/{split}" + (f"/{src}-{tgt}" if manifest.get("directions") else "")
+        label = f"{manifest['name']}/{split}" + (f"/{src}-{tgt}" if manifest.get("directions") else "") + (" (no shortlist)" if unlisted else "")
         out.append((hyps, refs, model_dir, label, tgt))
     return out
 
