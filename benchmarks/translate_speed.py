@@ -723,12 +723,12 @@ def measure_processes(args, device: torch.device, work: Path, nmt_dir: Path, n_s
                 assert len(out.stdout.splitlines()) == n_sentences, f"{run}: {len(out.stdout.splitlines())} lines out for {n_sentences} in"
                 print(f"  process round {i} {run}, background load {load}: {times[run, load][-1]:.1f} s", file=sys.stderr, flush=True)
     if args.background_load:
-        print_load_table(times, args.background_load, args.threads or cpus())
+        print_load_table(times, args.background_load, args.threads or cpus(), args.threads)
     # Processes write text, not tokens: the table shows their seconds and sentences/s.
     return [("process", run, None, statistics.median(times[run, 0]), None, None) for run in commands]
 
 
-def print_load_table(times: dict, load: int, default_threads: int) -> None:
+def print_load_table(times: dict, load: int, default_threads: int, threads: int = 0) -> None:
     """Each process command's median time quiet and beside `load` CPU-bound processes, against its fair share."""
     print(f"\nWhole processes beside {load} CPU-bound process(es), {cpus()} CPUs (background_load.py defines the fair share):\n")
     print("| engine | dtype | quiet s | loaded s | slowdown | fair share s | loaded / fair |")
@@ -741,19 +741,21 @@ def print_load_table(times: dict, load: int, default_threads: int) -> None:
     for run in dict.fromkeys(run for run, _ in times):
         one = next((r for r, _ in times if r.engine == "nmt --threads 1" and r.dtype == run.dtype), None)
         if run.engine == "nmt" and one is not None:
-            print(threads_verdict(statistics.median(times[run, load]), statistics.median(times[one, load]), run.dtype, load))
+            print(threads_verdict(statistics.median(times[run, load]), statistics.median(times[one, load]), run.dtype, load, threads))
 
 
 # Issue 26's bar: on a busy machine nmt's default threads must not lose more than this to `--threads 1`.
 BUSY_DEFAULT_BAR = 1.15
 
 
-def threads_verdict(default: float, one_thread: float, dtype: str, load: int) -> str:
-    """The line that guards issue 26 (and 51's item 7): nmt's default against `--threads 1` beside `load` CPU-bound
-    processes, and whether it stays within BUSY_DEFAULT_BAR."""
+def threads_verdict(default: float, one_thread: float, dtype: str, load: int, threads: int = 0) -> str:
+    """The line that guards issue 26 (and 51's item 7): nmt's default threads (`threads` 0; else the --threads given,
+    which is then what the line compares) against `--threads 1` beside `load` CPU-bound processes, and whether it
+    stays within BUSY_DEFAULT_BAR."""
     ratio = default / one_thread
     verdict = "within" if ratio <= BUSY_DEFAULT_BAR else "OVER"
-    return (f"nmt {dtype} beside {load} CPU-bound process(es): default threads {default:.1f} s, --threads 1 {one_thread:.1f} s:"
+    mine = "default threads" if threads == 0 else f"--threads {threads} (not the default: --threads 0 checks that)"
+    return (f"nmt {dtype} beside {load} CPU-bound process(es): {mine} {default:.1f} s, --threads 1 {one_thread:.1f} s:"
             f" {ratio:.2f}x, {verdict} the {BUSY_DEFAULT_BAR}x bar (issue 26: the default must not lose to one thread on a busy machine)")
 
 

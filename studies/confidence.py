@@ -143,14 +143,14 @@ def compare(name: str, model: Path, data: Path, reverse_model: Path | None, devi
 
 def penalty_effect(translator: Translator, sources: list[str], references: list[str], held: dict) -> list[str]:
     """What the model's brevity weight does to the confidence's ranking on the test split (`held`: its default search)."""
-    plain = translator.translate(sources, beam=NBEST, brevity_penalty=0)
+    plain = translator.translate(sources, beam=NBEST, nbest=NBEST, brevity_penalty=0)  # the default's search but the weight
     plain_chrf = np.array([chrf(t.text, r) for t, r in zip(plain, references)])
-    plain_lp = np.array([mean_log_prob(t.log_prob, len(t.tokens)) for t in plain])
+    plain_lp = np.array([mean_log_prob(t.log_prob, len(t.tokens)) if t.log_prob is not None else 0.0 for t in plain])
     lp, quality = held["features"]["mean_log_prob"], held["chrf"]
     same = np.array([t.text == d for t, d in zip(plain, held["texts"])])
     tokens, plain_tokens = held["tokens"], np.array([len(t.tokens) for t in plain])
     lines = [f"brevity weight {translator.engine.settings.brevity_penalty:g}: mean_log_prob's Spearman with sentence chrF "
-             f"{spearman(lp, quality):+.3f} (weight 0: {spearman(plain_lp, plain_chrf):+.3f}; corpus chrF {quality.mean():.1f}, "
+             f"{spearman(lp, quality):+.3f} (weight 0: {spearman(plain_lp, plain_chrf):+.3f}; mean sentence chrF {quality.mean():.1f}, "
              f"weight 0 {plain_chrf.mean():.1f})",
              "| test lines | lines | Spearman, the default | Spearman, weight 0 | chrF default / weight 0 | mean log-prob default / weight 0 | pieces default / weight 0 |",
              "|---|---|---|---|---|---|---|"]
