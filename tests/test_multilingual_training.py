@@ -79,6 +79,25 @@ def test_prepare_tags_each_pair_and_samples_the_bpe_with_temperature(data):
         assert (data / f"valid.{d}.{d[-2:]}").is_file() and (data / f"test.{d}.{d[:2]}").is_file()
 
 
+def test_score_no_shortlist_records_apart_only_the_directions_the_shortlist_serves(multilingual, tmp_path, nmt_main):
+    # A direction its shortlist does not serve is searched over the whole vocabulary either way: one record of it.
+    import shutil
+
+    from nmtcli.inference.shortlist import load
+    from nmtcli.model.checkpoint import read_model_dir_config
+
+    model = tmp_path / "model"
+    shutil.copytree(multilingual[2], model)
+    (model / "scores.json").unlink(missing_ok=True)
+    assert nmt_main("shortlist", str(model), "--data", str(multilingual[1]), "--no-check", "--device", "cpu").returncode == 0
+    shortlist = load(model, read_model_dir_config(model)["model"]["vocab_size"])
+    shortlist.info["directions"] = ["en-de"]  # as if learnt from en-de pairs alone
+    shortlist.save(model)
+    assert nmt_main("score", "-m", str(model), "--metrics", "bleu", "--json", "--no-shortlist").returncode == 0
+    name = "en-de+de-en+en-fr/test"
+    assert set(json.loads((model / "scores.json").read_text())) == {f"{name}/en-de (no shortlist)", f"{name}/de-en", f"{name}/en-fr"}
+
+
 @pytest.mark.slow
 def test_training_validates_each_direction_and_keeps_their_mean(multilingual):
     *_, events = multilingual

@@ -99,7 +99,7 @@ def _translate_split(model: str | None, split: str, device: str, shortlist: bool
     from nmtcli.errors import NmtError
     from nmtcli.inference.settings import SearchSettings
     from nmtcli.inference.translator import Translator
-    from nmtcli.model.checkpoint import SHORTLIST_FILE, read_model_dir_config
+    from nmtcli.model.checkpoint import read_model_dir_config
 
     model_dir = resolve_model(model)
     values = read_model_dir_config(model_dir)
@@ -116,12 +116,14 @@ def _translate_split(model: str | None, split: str, device: str, shortlist: bool
         directions = [(manifest["source_lang"], manifest["target_lang"], split)]
     translator = Translator(model_dir, resolve_device(device), SearchSettings(shortlist=shortlist),
                             languages=directions[0][:2] if manifest.get("directions") else (None, None))
-    unlisted = not shortlist and (model_dir / SHORTLIST_FILE).is_file()  # recorded apart from what users receive
+    # --no-shortlist where the default search would use one: recorded apart from what users receive
+    listed = _shortlist_skipped(model_dir, translator.model.config.vocab_size) if not shortlist else None
     out = []
     for src, tgt, name in directions:
         sources, refs = reference_lines(data_dir, name, src), reference_lines(data_dir, name, tgt)
         if manifest.get("directions"):
             translator.set_languages(src, tgt, str(model_dir))
+        unlisted = listed is not None and (not manifest.get("directions") or listed.serves(*translator.languages))
         say(f"translating {len(sources):,} {name} sentences of {data_dir} with {model_dir}")
         hyps = []
         with progress_bar() as progress:
@@ -131,6 +133,17 @@ def _translate_split(model: str | None, split: str, device: str, shortlist: bool
         label = f"{manifest['name']}/{split}" + (f"/{src}-{tgt}" if manifest.get("directions") else "") + (" (no shortlist)" if unlisted else "")
         out.append((hyps, refs, model_dir, label, tgt))
     return out
+
+
+def _shortlist_skipped(model_dir: Path, vocab_size: int):
+    """The model dir's shortlist that --no-shortlist leaves out, or None (none, or one the default search would refuse)."""
+    from nmtcli.errors import NmtError
+    from nmtcli.inference.shortlist import load
+
+    try:
+        return load(model_dir, vocab_size)
+    except NmtError:
+        return None
 
 
 def _score_directions(translated, names, conventions, target_lang, width, json_output) -> None:
