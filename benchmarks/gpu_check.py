@@ -388,6 +388,13 @@ def stage_batch(args) -> dict:
     return results
 
 
+def write_splits(text: Path, splits: dict[str, list[tuple[str, str]]]) -> None:
+    """Each split's (en, de) pairs as text/SPLIT.en and text/SPLIT.de, a line a pair."""
+    for split, part in splits.items():
+        (text / f"{split}.en").write_text("".join(s + "\n" for s, _ in part), encoding="utf-8")
+        (text / f"{split}.de").write_text("".join(t + "\n" for _, t in part), encoding="utf-8")
+
+
 def stage_corpus(args) -> dict:
     data = args.out / "data"
     if (data / "manifest.json").is_file():
@@ -402,9 +409,7 @@ def stage_corpus(args) -> dict:
     # One draw, cut into the splits: a seed makes its own lexicon, and valid and test must be the language trained on.
     valid, test = min(3000, pairs // 10), 3003 if not args.smoke else 300  # test: newstest2014's 3,003 lines
     rows = [row for part in wmt_like_pairs(pairs + valid + test, 0, learnable=True) for row in part if row[1]]
-    for split, part in (("train", rows[: -valid - test]), ("valid", rows[-valid - test : -test]), ("test", rows[-test:])):
-        (text / f"{split}.en").write_text("".join(s + "\n" for s, _ in part), encoding="utf-8")
-        (text / f"{split}.de").write_text("".join(t + "\n" for _, t in part), encoding="utf-8")
+    write_splits(text, {"train": rows[: -valid - test], "valid": rows[-valid - test : -test], "test": rows[-test:]})
     made = time.perf_counter() - started
     rc, _ = log_run([*NMT, "prepare", "--train", str(text / "train"), "--valid", str(text / "valid"), "-s", "en", "-t", "de",
                      "--vocab-size", str(vocab), "-o", str(data)], args.out / "corpus.log")
@@ -642,9 +647,7 @@ def stage_distill_corpus(args) -> dict:
     rows = rows[: pairs + 2 * held]
     if len(rows) < pairs + 2 * held:
         return {"error": f"only {len(rows)} generated pairs of <= {DISTILL_MAX_WORDS} words"}
-    for split, part in (("train", rows[:pairs]), ("valid", rows[pairs:pairs + held]), ("test", rows[pairs + held:])):
-        (text / f"{split}.en").write_text("".join(a + "\n" for a, _ in part), encoding="utf-8")
-        (text / f"{split}.de").write_text("".join(b + "\n" for _, b in part), encoding="utf-8")
+    write_splits(text, {"train": rows[:pairs], "valid": rows[pairs:pairs + held], "test": rows[pairs + held:]})
     rc, _ = log_run([*NMT, "prepare", "--train", str(text / "train"), "--valid", str(text / "valid"), "--test", str(text / "test"),
                      "-s", "en", "-t", "de", "--vocab-size", str(vocab), "-o", str(data)], args.distill_dir / "corpus.log")
     if rc != 0:
@@ -701,8 +704,7 @@ def distill_rows(summary: dict) -> list[str]:
     distill = summary.get("distill")
     if isinstance(distill, dict) and "exit" in distill:
         rows.append(f"nmt distill exit {distill['exit']} in {distill['seconds']} s ({distill['log']})")
-        report = distill.get("report") or {}
-        found = report.get("report", report)
+        found = distill.get("report") or {}  # nmt distill's report.json
         for model in found.get("models", []):
             rows.append(f"  {model['model']:<8} {model['precision']:<5} {'shortlist' if model.get('shortlist') else '':<9} "
                         f"BLEU {model['bleu']:>6}  chrF {model['chrf']:>6}  CPU lines/s 1 thread {model['lines_per_s_1']:>7}  "

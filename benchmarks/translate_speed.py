@@ -723,19 +723,20 @@ def measure_processes(args, device: torch.device, work: Path, nmt_dir: Path, n_s
                 assert len(out.stdout.splitlines()) == n_sentences, f"{run}: {len(out.stdout.splitlines())} lines out for {n_sentences} in"
                 print(f"  process round {i} {run}, background load {load}: {times[run, load][-1]:.1f} s", file=sys.stderr, flush=True)
     if args.background_load:
-        print_load_table(times, args.background_load, args.threads or cpus(), args.threads)
+        print_load_table(times, args.background_load, args.threads)
     # Processes write text, not tokens: the table shows their seconds and sentences/s.
     return [("process", run, None, statistics.median(times[run, 0]), None, None) for run in commands]
 
 
-def print_load_table(times: dict, load: int, default_threads: int, threads: int = 0) -> None:
-    """Each process command's median time quiet and beside `load` CPU-bound processes, against its fair share."""
+def print_load_table(times: dict, load: int, threads: int) -> None:
+    """Each process command's median time quiet and beside `load` CPU-bound processes, against its fair share
+    (`threads`: --threads; 0, each engine's own, counted as every CPU)."""
     print(f"\nWhole processes beside {load} CPU-bound process(es), {cpus()} CPUs (background_load.py defines the fair share):\n")
     print("| engine | dtype | quiet s | loaded s | slowdown | fair share s | loaded / fair |")
     print("|---|---|---|---|---|---|---|")
     for run in dict.fromkeys(run for run, _ in times):
         quiet, loaded = statistics.median(times[run, 0]), statistics.median(times[run, load])
-        fair = fair_seconds(quiet, load, 1 if run.engine.endswith("--threads 1") else default_threads)
+        fair = fair_seconds(quiet, load, 1 if run.engine.endswith("--threads 1") else threads or cpus())
         print(f"| {run.engine} | {run.dtype} | {quiet:.1f} | {loaded:.1f} | {loaded / quiet:.1f}x | {fair:.1f} | {loaded / fair:.2f} |")
     print()
     for run in dict.fromkeys(run for run, _ in times):
