@@ -183,7 +183,11 @@ def test_distill_again_skips_what_is_done_and_redoes_what_changed(distilled, tra
     assert len(lines_of(out / "kept.en")) == 270
     assert "starts again" in changed.stderr  # the student learns from the new data from scratch
     assert "resuming from" not in changed.stderr
-    settled = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10"))
+    warmer = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10", "--warmup", "3"))
+    assert warmer.stderr.count("done already") == 5  # to the prepared data; another schedule: the student starts again
+    assert "starts again" in warmer.stderr and "--warmup 3" in warmer.stdout + warmer.stderr
+    assert json.loads((out / "run" / "config.json").read_text())["training"]["warmup"] == 3
+    settled = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10", "--warmup", "3"))
     assert settled.stderr.count("done already") == 9
 
 

@@ -20,7 +20,7 @@ from nmtcli.errors import NmtError
 from nmtcli.model.checkpoint import load_weights
 from nmtcli.training.loss import output_loss
 from nmtcli.training.rundir import checkpoint_dirs
-from nmtcli.training.schedule import inverse_sqrt_lr
+from nmtcli.training.schedule import inverse_sqrt_lr, peak_scale
 from nmtcli.training.settings import train_settings_for
 from nmtcli.training.trainer import Trainer
 
@@ -33,6 +33,19 @@ def test_schedule_is_equation_3():
     # Linear warmup, peak at step == warmup, then decay.
     assert inverse_sqrt_lr(2000, d, warmup) == pytest.approx(inverse_sqrt_lr(4000, d, warmup) / 2)
     assert inverse_sqrt_lr(16000, d, warmup) == pytest.approx(inverse_sqrt_lr(4000, d, warmup) / 2)
+
+
+def test_lr_is_the_peak_whatever_the_presets_scale():
+    # small's recipe scales eq. 3 by 0.716 (fairseq's IWSLT peak); that scale multiplied a peak given by hand too:
+    # `--preset small --lr 1e-3` peaked at 7.2e-4. An --lr-scale given beside --lr still multiplies it.
+    for preset in ("tiny", "small", "student-tiny", "base"):
+        config, settings = train_settings_for(preset, lr=1e-3, warmup=500)
+        peak = inverse_sqrt_lr(500, config.d_model, 500, settings.lr_scale * peak_scale(config.d_model, 500, settings.lr))
+        assert peak == pytest.approx(1e-3)
+    config, settings = train_settings_for("small")
+    assert inverse_sqrt_lr(4000, config.d_model, 4000, settings.lr_scale) == pytest.approx(5e-4, rel=1e-3)  # fairseq's
+    _, settings = train_settings_for("small", lr=1e-3, lr_scale=0.5)
+    assert settings.lr_scale == 0.5
 
 
 def test_label_smoothed_loss_matches_pytorch_and_ignores_padding():

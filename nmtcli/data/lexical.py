@@ -14,6 +14,18 @@ NULL_ROUNDS times), and a pair is dropped when it scores no better than the best
 sentences of its lengths (EDGES' buckets). A random pairing is what a misaligned pair is, so NULL_SHARE of them are
 caught by construction; a right pair is dropped only when its words explain each other no better than chance would.
 
+Each pair is also read word by word (_untranslated). A fragment cut from a longer pair with its target window a word
+off ("big dog" -> "Hund rot") has one word of two translated: its mean is half a translation's, well above chance, so
+the threshold keeps it, and a model that learns from such pairs learns to leave words out (301 of them kept cost a
+model of studies/cleaning.py's reversal corpus 9 BLEU). And where the vocabulary is small, a random pairing of longer
+sentences shares a few words by chance and scores above the threshold now and then. What both lack is a translation of
+words that are nearly always translated: a word is one of those where, across the pairs the threshold keeps, the other
+side's words explain it and the empty word does not (seen EVIDENCE times or more, the empty word's share of its
+probability below USUALLY_EMPTY on average); a function word, a word often left out and a rare word are no evidence.
+A pair with a side of PARTIAL_WORDS words or fewer is dropped where one such word of a side goes untranslated (the
+empty word holds more than half of its probability in this pair); a longer pair where half of a side's such words do,
+LOST_WORDS at least.
+
 Two guards keep that honest where words are rare. A model scoring the pairs it was trained on finds even a misaligned
 pair likely when its words occur nowhere else (EM fits their t to that very pair: on the demo corpus of 4,228 UI
 strings it caught none of the misaligned pairs): so the sample is cut into FOLDS folds, by a hash of the words the
@@ -71,6 +83,10 @@ NULL = 0  # the empty word's id (source side of each direction)
 # Length buckets (in words) of the thresholds: random pairings of sentences of the same buckets are compared.
 EDGES = np.array([2, 3, 4, 6, 9, 13, 20])
 MIN_BUCKET = 50  # random pairings a bucket needs for its own threshold; fewer: the threshold over all lengths
+PARTIAL_WORDS = 2  # a pair with a side of this many words or fewer is dropped for one usual word untranslated (_untranslated) ...
+LOST_WORDS = 2  # ... a longer one for half its usual words untranslated, and this many at least
+USUALLY_EMPTY = 0.2  # a word whose mean empty-word share is below this over the kept pairs is one usually translated ...
+EVIDENCE = 50  # ... where it occurs this many times in them or more
 
 NO_SPACES = "\u0E00-\u0E7F\u3040-\u30FF\u3400-\u4DBF\u4E00-\u9FFF"  # Thai, kana, CJK: a word a character
 
@@ -164,15 +180,30 @@ class Model1:
         kept = t >= PRUNE  # the long tail of chance co-occurrences: a small table is a fast one to look up
         return cls(unique[kept], t[kept].astype(np.float32), target_size)
 
+    def _t(self, keys: np.ndarray) -> np.ndarray:
+        """t(f | e) of each key e * target_size + f (0 where the table has none)."""
+        if not len(self.keys):
+            return np.zeros(len(keys))
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return np.where(self.keys[at] == keys, self.t[at], 0.0)
+
     def scores(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
         """Per pair: the mean over its target words of log P(f_j | e) under Model 1."""
         keys, groups, lengths = _links(sources, targets, self.target_size)
-        at = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
-        p = np.where(self.keys[at] == keys, self.t[at], 0.0) if len(self.keys) else np.zeros(len(keys))
+        p = self._t(keys)
         target_lengths = np.array([len(f) for f in targets])
         per_word = np.bincount(groups, weights=p, minlength=int(target_lengths.sum())) / np.repeat(lengths, target_lengths)
         owner = np.repeat(np.arange(len(targets)), target_lengths)
         return np.bincount(owner, weights=np.log(np.maximum(per_word, FLOOR)), minlength=len(targets)) / np.maximum(target_lengths, 1)
+
+    def empty_shares(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
+        """Per target word (each pair's in turn): the share of its probability under Model 1 that the empty word holds,
+        t(f_j | e_0) / sum_i t(f_j | e_i): near 0 where a word of the source translates it, near 1 where none does."""
+        keys, groups, _ = _links(sources, targets, self.target_size)
+        p = self._t(keys)
+        size = sum(len(f) for f in targets)
+        empty = np.bincount(groups, weights=np.where(keys // self.target_size == NULL, p, 0.0), minlength=size)
+        return (empty + FLOOR) / (np.bincount(groups, weights=p, minlength=size) + FLOOR)
 
 
 def fold_of(sources: list[np.ndarray], targets: list[np.ndarray], seed: int) -> np.ndarray:
@@ -194,6 +225,7 @@ class LexicalJudge:
     models: list[tuple[Model1, Model1]]
     thresholds: np.ndarray  # [source bucket, target bucket] -> the score a pair must beat
     seed: int
+    usual: tuple[np.ndarray, np.ndarray]  # per word id of each side: True where the other side nearly always translates it
 
     @classmethod
     def fit(cls, pairs: list[tuple[str, str]], seed: int) -> LexicalJudge:
@@ -223,7 +255,7 @@ class LexicalJudge:
             rest = np.flatnonzero((folds != fold) & short & once)
             e, f = [sources[i] for i in rest], [targets[i] for i in rest]
             models.append((Model1.train(e, f, *sizes), Model1.train(f, e, *sizes[::-1])))
-        judge = cls(vocabularies, models, np.full((len(EDGES) + 1,) * 2, -np.inf), seed)
+        judge = cls(vocabularies, models, np.full((len(EDGES) + 1,) * 2, -np.inf), seed, tuple(np.zeros(n, dtype=bool) for n in sizes))
         rng = np.random.default_rng(seed)
         chance, buckets = [], []
         rounds = min(NULL_ROUNDS, -(-NULL_PAIRS // max(len(sources), 1)))
@@ -250,7 +282,47 @@ class LexicalJudge:
             inside = chance[buckets == b]
             judge.thresholds.flat[b] = np.quantile(inside, NULL_SHARE) if len(inside) >= MIN_BUCKET else overall
         judge.thresholds[np.isneginf(judge.thresholds)] = overall
+        judge.usual = judge._usually_translated(sources, targets, folds)
         return judge
+
+    def _usually_translated(self, sources: list[np.ndarray], targets: list[np.ndarray], folds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per side, the words that a word of the other side translates in nearly every pair of the sample the filter
+        keeps: seen EVIDENCE times or more there, the empty word's share of them below USUALLY_EMPTY on average (each pair
+        read by its fold's models, as it is judged). A function word or a word often left out has a large share; a
+        content word of a corpus of translations a small one."""
+        sums = [np.zeros(len(v)) for v in self.vocabularies]
+        counts = [np.zeros(len(v)) for v in self.vocabularies]
+        for fold in range(FOLDS):
+            inside = np.flatnonzero(folds == fold)
+            for first in range(0, len(inside), CHUNK):  # the links of a chunk at a time
+                at = inside[first:first + CHUNK]
+                e, f = [sources[i] for i in at], [targets[i] for i in at]
+                kept = np.flatnonzero(self._scores(fold, e, f) > self.thresholds.flat[self._buckets(e, f)])
+                if not len(kept):
+                    continue
+                e, f = [e[i] for i in kept], [f[i] for i in kept]
+                forward, backward = self.models[fold]
+                for side, words_, shares in ((0, e, backward.empty_shares(f, e)), (1, f, forward.empty_shares(e, f))):
+                    ids = np.concatenate(words_)
+                    sums[side] += np.bincount(ids, weights=shares, minlength=len(sums[side]))
+                    counts[side] += np.bincount(ids, minlength=len(counts[side]))
+        return tuple((n >= EVIDENCE) & (total < USUALLY_EMPTY * n) for total, n in zip(sums, counts))
+
+    def _untranslated(self, fold: int, sources: list[np.ndarray], targets: list[np.ndarray], short: np.ndarray) -> np.ndarray:
+        """Per pair: True where the other side translates too few of a side's usual words (`usual`; a word is left
+        untranslated where the empty word holds more than half of its probability): of a `short` pair one (a fragment
+        of a translation, a word of it left out or one added), of another pair half of them and at least LOST_WORDS
+        (a pairing of sentences that share a few words by chance, as a small vocabulary's do)."""
+        forward, backward = self.models[fold]
+        drop = np.zeros(len(sources), dtype=bool)
+        for words_, shares, usual in ((sources, backward.empty_shares(targets, sources), self.usual[0]),
+                                      (targets, forward.empty_shares(sources, targets), self.usual[1])):
+            ids = np.concatenate(words_)
+            owner = np.repeat(np.arange(len(words_)), [len(w) for w in words_])
+            lost = np.bincount(owner, weights=(shares > 0.5) & usual[ids], minlength=len(words_))
+            known = np.bincount(owner, weights=usual[ids], minlength=len(words_))
+            drop |= np.where(short, lost >= 1, (lost >= LOST_WORDS) & (2 * lost >= known))
+        return drop
 
     def _scores(self, fold: int, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
         forward, backward = self.models[fold]
@@ -263,8 +335,10 @@ class LexicalJudge:
 
     def misaligned(self, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
         """Of the pairs: (True to drop a pair, its score; NaN where not judged)."""
-        encoded = [(self.vocabularies[0].encode(words(s)), self.vocabularies[1].encode(words(t))) for s, t in pairs]
+        split = [(words(s), words(t)) for s, t in pairs]
+        encoded = [(self.vocabularies[0].encode(s), self.vocabularies[1].encode(t)) for s, t in split]
         judged = np.array([e is not None and f is not None for e, f in encoded], dtype=bool)
+        short = np.array([min(len(s), len(t)) <= PARTIAL_WORDS for s, t in split], dtype=bool)
         readable = np.flatnonzero(judged)
         folds = np.full(len(pairs), -1)  # -1: not judged
         folds[readable] = fold_of([encoded[i][0] for i in readable], [encoded[i][1] for i in readable], self.seed)
@@ -278,6 +352,7 @@ class LexicalJudge:
             values = self._scores(fold, sources, targets)
             scores[at] = values
             drop[at] = values <= self.thresholds.flat[self._buckets(sources, targets)]
+            drop[at] |= self._untranslated(fold, sources, targets, short[at])
         return drop, scores
 
 
