@@ -67,9 +67,10 @@ def stage_keys(sources: dict[str, PairSource], settings: PrepareSettings, vocabu
     """The fingerprints of the text, sentencepiece and encode stages: each of everything its output depends on (the
     score filter's models and percent, where it runs between the text and the vocabulary)."""
     # The switches, not the filters they make: that would load the language detector before anything is written.
-    # "partial": the misaligned filter's short-pair rule, which joined it later (a data dir made before it is remade).
+    # "partial-2": the misaligned filter's word-by-word rules, which joined it later and were then narrowed (a data dir
+    # made before either is remade).
     filters = [settings.drop_long_words, settings.drop_non_alphabetic, settings.drop_url_mismatch, settings.drop_number_mismatch,
-               settings.drop_copies, settings.drop_wrong_language, *(["misaligned", "partial"] if settings.drop_misaligned else []),
+               settings.drop_copies, settings.drop_wrong_language, *(["misaligned", "partial-2"] if settings.drop_misaligned else []),
                *(["short_copy"] if settings.drop_copies else [])]
     text_key = fingerprint("text", {k: v.identity() for k, v in sorted(sources.items())}, settings.source_lang, settings.target_lang,
                            settings.drop_duplicates, settings.drop_markup, settings.drop_wrong_script, filters, settings.seed, SAMPLES)
