@@ -32,15 +32,17 @@ is skipped, and every step of a stage has its own timeout):
            measurement: --distill-pairs generated pairs of <= 40 words (prepare_speed.wmt_like_pairs, a lexicon
            of Zipfian words), 500 valid and 500 test lines, prepared with an 8,000-piece vocabulary, in
            --distill-dir (gpu/distill, ignored by git: carry it on the first call, ~9 MB)
-  distill_teacher  `nmt train --preset small --max-time --teacher-time` on that corpus, then `nmt average`: the
-           teacher, in --distill-dir/teacher (not in the default --stages)
-  distill  `nmt distill -m TEACHER` of the corpus into student-tiny (`--max-time --student-time`, on the GPU):
+  distill_teacher  `nmt train --preset small --max-time --teacher-time --warmup --teacher-warmup` (1,000: minutes
+           of training are a few thousand steps) on that corpus, then `nmt average`: the teacher, in
+           --distill-dir/teacher (not in the default --stages)
+  distill  `nmt distill -m TEACHER` of the corpus into student-tiny (`--max-time --student-time --warmup
+           --student-warmup`, on the GPU):
            its report's teacher and student BLEU and chrF on the test split, the gap (issue 52: within 1.5), the
            int8 student's CPU lines/s against the teacher's, each stage's seconds (not in the default --stages).
            Two calls: `--stages env,distill_teacher` (carry gpu/distill) then at once `--stages distill` (carry
            nothing: a warm machine keeps the ignored gpu/ between calls, the teacher with it; $OUT does not keep).
            Untested on a GPU; estimated ~3 + ~7 minutes beside the 15 of a lease, start-up included: judge the
-           teacher's steps and BLEU in the first table before quoting the gap (`small` warms up over 4,000 steps)
+           teacher's steps and BLEU in the first table before quoting the gap
 Writes OUT/summary.json and a log per stage, and prints a table last. --smoke runs the same stages on a CPU
 with the tiny preset and small sizes.
 """
@@ -661,7 +663,8 @@ def stage_distill_teacher(args) -> dict:
     if not (data / "manifest.json").is_file():
         return {"error": f"no prepared data in {data}: run the distill_corpus stage first (on a CPU) and carry it"}
     log = args.out / "distill-teacher.log"
-    length = ["--preset", "tiny", "--max-steps", "40"] if args.smoke else ["--preset", "small", "--max-time", args.teacher_time]
+    length = (["--preset", "tiny", "--max-steps", "40"] if args.smoke else
+              ["--preset", "small", "--max-time", args.teacher_time, "--warmup", str(args.teacher_warmup)])
     started = time.perf_counter()
     rc, lines = log_run([*NMT, "train", "--data", str(data), "-o", str(run), "--restart", *length, "--device", args.device,
                          "--seed", "1"], log, timeout=args.budget("distill_teacher"))
@@ -681,7 +684,7 @@ def stage_distill(args) -> dict:
     teacher, work, text = args.distill_dir / "teacher", args.distill_dir / "work", args.distill_dir / "corpus"
     if not (teacher / "config.json").is_file():
         return {"error": f"no teacher in {teacher}: run the distill_teacher stage first"}
-    length = ["--max-steps", "20"] if args.smoke else ["--max-time", args.student_time]
+    length = ["--max-steps", "20"] if args.smoke else ["--max-time", args.student_time, "--warmup", str(args.student_warmup)]
     log = args.out / "distill.log"
     started = time.perf_counter()
     rc, _ = log_run([*NMT, "distill", "-m", str(teacher), "--train", str(text / "train"), "--valid", str(text / "valid"),
@@ -845,6 +848,10 @@ def main() -> None:
     parser.add_argument("--distill-pairs", type=int, default=20_000, help="the distill corpus's training pairs")
     parser.add_argument("--teacher-time", default="150s", help="the distill teacher's `nmt train --max-time`")
     parser.add_argument("--student-time", default="120s", help="`nmt distill --max-time`: the student's training time")
+    # Minutes of training are a few thousand steps: with the presets' 4,000-step warmup the learning rate would peak
+    # at the end, if at all.
+    parser.add_argument("--teacher-warmup", type=int, default=1000, help="the distill teacher's `nmt train --warmup`")
+    parser.add_argument("--student-warmup", type=int, default=1000, help="`nmt distill --warmup`: the student's")
     parser.add_argument("--deadline", type=float, default=0, help="seconds for everything (0: none): stages that cannot fit are skipped")
     args = parser.parse_args()
     began = time.perf_counter()

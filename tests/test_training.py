@@ -239,8 +239,9 @@ def test_resuming_with_another_model_shape_is_refused(prepared, tmp_path):
     with pytest.raises(NmtError, match="different model shape .*d_model"):
         Trainer(tmp_path / "run", prepared, big_config, settings)
     _, other_batch = small_settings(max_steps=3, batch_tokens=500)
-    with pytest.raises(NmtError, match="batch_tokens=300, not 500"):
+    with pytest.raises(NmtError, match="batch_tokens=300, not 500") as refused:
         Trainer(tmp_path / "run", prepared, config, other_batch)
+    assert "resume it with --batch-tokens 300" in str(refused.value.hint)  # the flag that resumes it as it was
     # A decoder of another depth is another shape, though config.json wrote no decoder_layers for the run's own.
     with pytest.raises(NmtError, match="different model shape \\(decoder_layers 2 there; decoder_layers 1 now\\)"):
         Trainer(tmp_path / "run", prepared, config.replace(decoder_layers=1), settings)

@@ -229,7 +229,7 @@ def _fresh_student(work: Path, run: Path, data: Path, preset: str, seed: int, wa
     marker = work / STUDENT_DATA
     learnt = marker.read_text(encoding="utf-8").strip() if marker.is_file() else None
     if run.exists() and (learnt != fingerprint or _other_student(run, preset, seed, warmup)):
-        say(f"{run} holds a student of other data, preset or seed: it starts again")
+        say(f"{run} holds a student of other data, preset, seed or warmup: it starts again")
         shutil.rmtree(run)
     with atomic_path(marker) as tmp:
         tmp.write_text(fingerprint + "\n", encoding="utf-8")

@@ -144,11 +144,11 @@ def check_resumable(run_dir: Path, previous: dict[str, Any], now: dict[str, Any]
     if previous["data"].get("train_pairs") != now["data"]["train_pairs"]:
         raise NmtError(f"{run_dir} was trained on other data ({previous['data']['dir']})", hint)
     for key in FIXED_ON_RESUME:
-        if previous["training"].get(key, getattr(TrainSettings(), key)) != getattr(settings, key):
-            raise NmtError(
-                f"{run_dir} was trained with {key}={previous['training'].get(key)}, not {getattr(settings, key)}",
-                hint,
-            )
+        if (then := previous["training"].get(key, getattr(TrainSettings(), key))) != getattr(settings, key):
+            # The flag that resumes it as it was (an --lr run of small from before --lr stopped taking the preset's
+            # lr_scale resumes with --lr-scale 0.7155417527999327, a number nobody retypes from memory).
+            again = f"resume it with --{key.replace('_', '-')} {then}, or " if then is not None else ""
+            raise NmtError(f"{run_dir} was trained with {key}={then}, not {getattr(settings, key)}", again + hint)
 
 
 def read_trainer_state(path: Path) -> dict[str, Any]:
