@@ -186,6 +186,8 @@ def test_distill_again_skips_what_is_done_and_redoes_what_changed(distilled, tra
     warmer = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10", "--warmup", "3"))
     assert warmer.stderr.count("done already") == 5  # to the prepared data; another schedule: the student starts again
     assert "starts again" in warmer.stderr and "--warmup 3" in warmer.stdout + warmer.stderr
+    # tiny's 200-step warmup is longer than --max-steps 6: `nmt train` says so, and not of a warmup of 3
+    assert "--max-steps 6 ends inside the 200-step warmup" in changed.stderr and "ends inside" not in warmer.stderr
     assert json.loads((out / "run" / "config.json").read_text())["training"]["warmup"] == 3
     settled = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10", "--warmup", "3"))
     assert settled.stderr.count("done already") == 9

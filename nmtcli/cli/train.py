@@ -104,6 +104,9 @@ def command(**given: Any) -> None:
         _launch(gpus, values, restart)
         return
     run_dir, data_dir, model_config, settings, init_model = _resolve(values, restart)
+    if ranks.is_main and 0 < settings.max_steps < settings.warmup:
+        warn(f"--max-steps {settings.max_steps:,} ends inside the {settings.warmup:,}-step warmup: the learning rate never "
+             f"reaches its peak (pass --warmup {max(1, settings.max_steps // 2):,} or fewer, or more steps)")
     _train(run_dir, data_dir, model_config, settings, restart, ranks, init_model)
 
 
