@@ -183,30 +183,20 @@ class Model1:
         kept = t >= PRUNE  # the long tail of chance co-occurrences: a small table is a fast one to look up
         return cls(unique[kept], t[kept].astype(np.float32), target_size)
 
-    def _t(self, keys: np.ndarray) -> np.ndarray:
-        """t(f | e) of each key e * target_size + f (0 where the table has none)."""
-        if not len(self.keys):
-            return np.zeros(len(keys))
-        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-        return np.where(self.keys[at] == keys, self.t[at], 0.0)
-
-    def scores(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
-        """Per pair: the mean over its target words of log P(f_j | e) under Model 1."""
+    def read(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(per pair: the mean over its target words of log P(f_j | e) under Model 1; per target word, each pair's in
+        turn: the share of its probability the empty word holds, t(f_j | e_0) / sum_i t(f_j | e_i), near 0 where a word of
+        the source translates it, near 1 where none does), from one pass over the pairs' links."""
         keys, groups, lengths = _links(sources, targets, self.target_size)
-        p = self._t(keys)
+        at = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
+        p = np.where(self.keys[at] == keys, self.t[at], 0.0) if len(self.keys) else np.zeros(len(keys))
         target_lengths = np.array([len(f) for f in targets])
-        per_word = np.bincount(groups, weights=p, minlength=int(target_lengths.sum())) / np.repeat(lengths, target_lengths)
+        explained = np.bincount(groups, weights=p, minlength=int(target_lengths.sum()))
+        per_word = explained / np.repeat(lengths, target_lengths)
         owner = np.repeat(np.arange(len(targets)), target_lengths)
-        return np.bincount(owner, weights=np.log(np.maximum(per_word, FLOOR)), minlength=len(targets)) / np.maximum(target_lengths, 1)
-
-    def empty_shares(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
-        """Per target word (each pair's in turn): the share of its probability under Model 1 that the empty word holds,
-        t(f_j | e_0) / sum_i t(f_j | e_i): near 0 where a word of the source translates it, near 1 where none does."""
-        keys, groups, _ = _links(sources, targets, self.target_size)
-        p = self._t(keys)
-        size = sum(len(f) for f in targets)
-        empty = np.bincount(groups, weights=np.where(keys // self.target_size == NULL, p, 0.0), minlength=size)
-        return (empty + FLOOR) / (np.bincount(groups, weights=p, minlength=size) + FLOOR)
+        scores = np.bincount(owner, weights=np.log(np.maximum(per_word, FLOOR)), minlength=len(targets)) / np.maximum(target_lengths, 1)
+        empty = np.bincount(groups, weights=np.where(keys // self.target_size == NULL, p, 0.0), minlength=len(explained))
+        return scores, (empty + FLOOR) / (explained + FLOOR)
 
 
 def fold_of(sources: list[np.ndarray], targets: list[np.ndarray], seed: int) -> np.ndarray:
@@ -275,7 +265,7 @@ class LexicalJudge:
                 if not apart.any():
                     continue
                 e, f = [sources[i] for i in order[apart]], [targets[i] for i in other[apart]]
-                chance.append(judge._scores(fold, e, f))
+                chance.append(judge._read(fold, e, f)[0])
                 buckets.append(judge._buckets(e, f))
         if not chance:
             return judge
@@ -300,29 +290,25 @@ class LexicalJudge:
             for first in range(0, len(inside), CHUNK):  # the links of a chunk at a time
                 at = inside[first:first + CHUNK]
                 e, f = [sources[i] for i in at], [targets[i] for i in at]
-                kept = np.flatnonzero(self._scores(fold, e, f) > self.thresholds.flat[self._buckets(e, f)])
-                if not len(kept):
-                    continue
-                e, f = [e[i] for i in kept], [f[i] for i in kept]
-                forward, backward = self.models[fold]
-                for side, words_, shares in ((0, e, backward.empty_shares(f, e)), (1, f, forward.empty_shares(e, f))):
-                    ids = np.concatenate(words_)
-                    sums[side] += np.bincount(ids, weights=shares, minlength=len(sums[side]))
+                values, shares = self._read(fold, e, f)
+                kept = values > self.thresholds.flat[self._buckets(e, f)]
+                for side, words_ in enumerate((e, f)):
+                    of_kept = np.repeat(kept, [len(w) for w in words_])
+                    ids = np.concatenate(words_)[of_kept]
+                    sums[side] += np.bincount(ids, weights=shares[side][of_kept], minlength=len(sums[side]))
                     counts[side] += np.bincount(ids, minlength=len(counts[side]))
         return tuple((n >= EVIDENCE) & (total < USUALLY_EMPTY * n) for total, n in zip(sums, counts))
 
-    def _untranslated(self, fold: int, sources: list[np.ndarray], targets: list[np.ndarray], short: np.ndarray,
-                      unknown: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    def _untranslated(self, sides: tuple[list[np.ndarray], list[np.ndarray]], shares: tuple[np.ndarray, np.ndarray],
+                      short: np.ndarray, unknown: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         """Per pair: True where the other side translates too few of a side's usual words (`usual`; a word is left
-        untranslated where the empty word holds more than half of its probability): of a `short` pair one (a fragment
-        of a translation, a word of it left out or one added), of another pair half of them and at least LOST_WORDS
-        (a pairing of sentences that share a few words by chance, as a small vocabulary's do)."""
-        forward, backward = self.models[fold]
-        drop = np.zeros(len(sources), dtype=bool)
-        if unknown is None:
-            unknown = (np.zeros(len(sources)), np.zeros(len(sources)))
-        for words_, shares, usual, excused in ((sources, backward.empty_shares(targets, sources), self.usual[0], unknown[1]),
-                                               (targets, forward.empty_shares(sources, targets), self.usual[1], unknown[0])):
+        untranslated where the empty word holds more than half of its probability, `shares` as _read gives them): of a
+        `short` pair one (a fragment of a translation, a word of it left out or one added), of another pair half of
+        them and at least LOST_WORDS (a pairing of sentences that share a few words by chance, as a small vocabulary's
+        do). `unknown`: per pair, each side's words the model cannot read."""
+        drop = np.zeros(len(sides[0]), dtype=bool)
+        for words_, shares, usual, excused in ((sides[0], shares[0], self.usual[0], unknown[1]),
+                                               (sides[1], shares[1], self.usual[1], unknown[0])):
             ids = np.concatenate(words_)
             owner = np.repeat(np.arange(len(words_)), [len(w) for w in words_])
             # A word the other side's unknown words may translate (a rare compound, an inflected form, a name) is not
@@ -332,9 +318,12 @@ class LexicalJudge:
             drop |= np.where(short, lost >= 1, (lost >= LOST_WORDS) & (2 * lost >= known))
         return drop
 
-    def _scores(self, fold: int, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
+    def _read(self, fold: int, sources: list[np.ndarray], targets: list[np.ndarray]) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """(each pair's score: the lower of its two directions'; the empty word's share of each source word and of each
+        target word, Model1.read's) under the fold's models."""
         forward, backward = self.models[fold]
-        return np.minimum(forward.scores(sources, targets), backward.scores(targets, sources))
+        (there, target_shares), (back, source_shares) = forward.read(sources, targets), backward.read(targets, sources)
+        return np.minimum(there, back), (source_shares, target_shares)
 
     def _buckets(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
         rows = np.searchsorted(EDGES, [len(s) for s in sources], side="right")
@@ -358,10 +347,10 @@ class LexicalJudge:
             if not len(at):
                 continue
             sources, targets = [encoded[i][0] for i in at], [encoded[i][1] for i in at]
-            values = self._scores(fold, sources, targets)
+            values, shares = self._read(fold, sources, targets)
             scores[at] = values
             drop[at] = values <= self.thresholds.flat[self._buckets(sources, targets)]
-            drop[at] |= self._untranslated(fold, sources, targets, short[at], (unknown[0][at], unknown[1][at]))
+            drop[at] |= self._untranslated((sources, targets), shares, short[at], (unknown[0][at], unknown[1][at]))
         return drop, scores
 
 
