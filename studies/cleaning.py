@@ -192,7 +192,7 @@ def filters(workdir: Path) -> None:
         started = time.perf_counter()
         judge = lexical.LexicalJudge.fit(lexical.sample((pairs[i] for i in kept), len(kept), 1), 1)
         drops = np.zeros(len(pairs), dtype=bool)
-        drops[kept] = np.concatenate([d for _, d, _ in lexical.judge_chunks(judge, (pairs[i] for i in kept))])
+        drops[kept] = np.concatenate([d for _, d, _, _ in lexical.judge_chunks(judge, (pairs[i] for i in kept))])
         rate = len(kept) / (time.perf_counter() - started)
         cells = [f"{drops[[k == kind for k in kinds]].sum():,} of {sum(1 for i in kept if kinds[i] == kind):,} kept"
                  for kind in totals]

@@ -22,11 +22,16 @@ from nmtcli.data import lexical
 from nmtcli.data.sources import BundledTsv
 
 
-def judge(pairs: list[tuple[str, str]], seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(drop, score) of every pair, as `nmt prepare` judges a corpus of these pairs."""
+def judged(pairs: list[tuple[str, str]], seed: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(drop, score, why) of every pair, as `nmt prepare` judges a corpus of these pairs."""
     fitted = lexical.LexicalJudge.fit(lexical.sample(iter(pairs), len(pairs), seed), seed)
     chunks = list(lexical.judge_chunks(fitted, iter(pairs)))
-    return np.concatenate([d for _, d, _ in chunks]), np.concatenate([s for _, _, s in chunks])
+    return tuple(np.concatenate([chunk[k] for chunk in chunks]) for k in (1, 2, 3))
+
+
+def judge(pairs: list[tuple[str, str]], seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(drop, score) of every pair, as `nmt prepare` judges a corpus of these pairs."""
+    return judged(pairs, seed)[:2]
 
 
 def with_misaligned(clean: list[tuple[str, str]], share: float, seed: int) -> tuple[list[tuple[str, str]], np.ndarray]:
@@ -76,10 +81,17 @@ def test_a_short_pair_with_a_word_of_its_translation_left_out_or_added_is_droppe
     # rule for longer pairs (half their usual words untranslated, two at least) does not.
     chance = [(clean[i][0], clean[j][1]) for i, j in (rng.sample(range(len(clean)), 2) for _ in range(600))]
     pairs = clean + exact + with_the + off_by_one + left_out + chance
-    drop, _ = judge(pairs)
+    drop, _, why = judged(pairs)
     kept, gone = drop[:len(clean) + len(exact) + len(with_the)], drop[len(clean) + len(exact) + len(with_the):-len(chance)]
     assert kept.mean() <= 0.002 and not drop[len(clean):len(clean) + 300].any()
     assert gone.mean() >= 0.95 and drop[-len(chance):].mean() >= 0.985  # the threshold alone: 96.3%
+    # The rule that dropped each is named (cleaning.jsonl's "why"): the score where it is no better than chance's,
+    # else the words a side leaves out.
+    assert ((why > 0) == drop).all()
+    off, left, chance_why = why[len(clean) + 300:-len(chance) - len(left_out)], why[-len(chance) - len(left_out):-len(chance)], why[-len(chance):]
+    # (measured: off by one 39% score, 61% words; a word left out 69%, 29%; chance pairings 96%, 3%)
+    assert (off == lexical.WHY.index("untranslated words")).mean() >= 0.5
+    assert (left == lexical.WHY.index("score")).mean() >= 0.5 and (chance_why == lexical.WHY.index("score")).mean() >= 0.9
 
 
 def test_on_the_real_demo_corpus_each_pair_is_judged_by_models_that_never_saw_it():
@@ -143,6 +155,7 @@ def test_prepare_drops_counts_and_samples_them_and_keep_misaligned_switches_it_o
     noise = {p for p, b in zip(pairs, bad) if b}
     assert len(misaligned) == 20 and all((r["source"], r["target"]) in noise for r in misaligned)
     assert [r["score"] for r in misaligned] == sorted(r["score"] for r in misaligned)
+    assert {r["why"] for r in misaligned} <= {"score", "untranslated words"} and sum(r["why"] == "score" for r in misaligned) >= 15
 
     nmt_in_process(*args, "-o", str(tmp_path / "k"), "--keep-misaligned")
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
@@ -158,8 +171,8 @@ def test_judging_in_worker_processes_gives_the_same_drops_in_the_same_order(monk
     one = list(lexical.judge_chunks(fitted, iter(pairs)))
     done = []
     two = list(lexical.judge_chunks(fitted, iter(pairs), done.append, workers=2))
-    assert [c for c, _, _ in two] == [c for c, _, _ in one]
-    assert all((a[1] == b[1]).all() and np.allclose(a[2], b[2], equal_nan=True) for a, b in zip(one, two))
+    assert [c for c, _, _, _ in two] == [c for c, _, _, _ in one]
+    assert all((a[1] == b[1]).all() and np.allclose(a[2], b[2], equal_nan=True) and (a[3] == b[3]).all() for a, b in zip(one, two))
     assert done[-1] == len(pairs) and done == sorted(done)
 
 

@@ -68,6 +68,9 @@ from nmtcli.data.text import read_lines
 from nmtcli.files import atomic_path
 from nmtcli.threads import exit_with_parent
 
+# Why a pair is dropped, as cleaning.jsonl records it: its score is no better than chance's for its lengths, or the
+# other side leaves words out that the corpus usually translates (_untranslated).
+WHY = ("", "score", "untranslated words")
 NULL_SHARE = 0.95  # of random pairings of the corpus's sentences, the share a pair must score above to be kept
 NULL_ROUNDS = 4  # random pairings of the sample drawn to learn what chance scores
 SAMPLE_PAIRS = 100_000
@@ -330,8 +333,9 @@ class LexicalJudge:
         cols = np.searchsorted(EDGES, [len(t) for t in targets], side="right")
         return rows * (len(EDGES) + 1) + cols
 
-    def misaligned(self, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
-        """Of the pairs: (True to drop a pair, its score; NaN where not judged)."""
+    def misaligned(self, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of the pairs: (True to drop a pair, its score (NaN where not judged), the rule that drops it: an index into
+        WHY, 0 for a pair kept)."""
         split = [(words(s), words(t)) for s, t in pairs]
         encoded = [(self.vocabularies[0].encode(s), self.vocabularies[1].encode(t)) for s, t in split]
         judged = np.array([e is not None and f is not None for e, f in encoded], dtype=bool)
@@ -341,7 +345,7 @@ class LexicalJudge:
         folds = np.full(len(pairs), -1)  # -1: not judged
         folds[readable] = fold_of([encoded[i][0] for i in readable], [encoded[i][1] for i in readable], self.seed)
         scores = np.full(len(pairs), np.nan)
-        drop = np.zeros(len(pairs), dtype=bool)
+        why = np.zeros(len(pairs), dtype=np.int8)
         for fold in range(FOLDS):
             at = np.flatnonzero(folds == fold)
             if not len(at):
@@ -349,9 +353,10 @@ class LexicalJudge:
             sources, targets = [encoded[i][0] for i in at], [encoded[i][1] for i in at]
             values, shares = self._read(fold, sources, targets)
             scores[at] = values
-            drop[at] = values <= self.thresholds.flat[self._buckets(sources, targets)]
-            drop[at] |= self._untranslated((sources, targets), shares, short[at], (unknown[0][at], unknown[1][at]))
-        return drop, scores
+            low = values <= self.thresholds.flat[self._buckets(sources, targets)]
+            untranslated = self._untranslated((sources, targets), shares, short[at], (unknown[0][at], unknown[1][at]))
+            why[at] = np.where(low, WHY.index("score"), np.where(untranslated, WHY.index("untranslated words"), 0))
+        return why > 0, scores, why
 
 
 def _numbered(sides: list[np.ndarray]) -> np.ndarray:
@@ -384,7 +389,7 @@ def _start_worker(judge: LexicalJudge) -> None:
     exit_with_parent()
 
 
-def _judge_chunk(chunk: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+def _judge_chunk(chunk: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _judge.misaligned(chunk)
 
 
@@ -402,8 +407,8 @@ def _chunks(pairs: Iterable[tuple[str, str]]) -> Iterator[tuple[int, list[tuple[
 
 
 def judge_chunks(judge: LexicalJudge, pairs: Iterable[tuple[str, str]], progress: Callable[[int], None] = lambda n: None,
-                 workers: int = 1) -> Iterator[tuple[list[tuple[str, str]], np.ndarray, np.ndarray]]:
-    """The pairs in chunks of CHUNK, in order: (chunk, which to drop, their scores). With `workers` > 1 the chunks are
+                 workers: int = 1) -> Iterator[tuple[list[tuple[str, str]], np.ndarray, np.ndarray, np.ndarray]]:
+    """The pairs in chunks of CHUNK, in order: (chunk, which to drop, their scores, why: LexicalJudge.misaligned's). With `workers` > 1 the chunks are
     judged in that many processes (spawned: a clean interpreter each, the judge sent once), 2 a worker in flight, so
     memory holds a few chunks whatever the corpus; the result does not depend on them."""
     if workers <= 1:
@@ -442,16 +447,17 @@ def misaligned_stage(work: Path, languages: tuple[str, str], seed: int, train: d
     rng, dropped, kept_sample = random.Random(seed), 0, []
     with ExitStack() as stack:
         outs = [stack.enter_context(open(stack.enter_context(atomic_path(p)), "w", encoding="utf-8", newline="\n")) for p in paths]
-        for chunk, drop, scores in judge_chunks(judge, read(), lambda n: progress("judging alignment", n, pairs),
-                                                   workers if pairs > 4 * CHUNK else 1):
-            for (s, t), gone, score in zip(chunk, drop.tolist(), scores.tolist()):
+        for chunk, drop, scores, why in judge_chunks(judge, read(), lambda n: progress("judging alignment", n, pairs),
+                                                        workers if pairs > 4 * CHUNK else 1):
+            for (s, t), gone, score, rule in zip(chunk, drop.tolist(), scores.tolist(), why.tolist()):
                 if not gone:
                     outs[0].write(s + "\n")
                     outs[1].write(t + "\n")
                     continue
                 dropped += 1
-                reservoir_add(kept_sample, (score, s, t), dropped, sample_size, rng)  # as the text filters sample theirs
+                reservoir_add(kept_sample, (score, WHY[rule], s, t), dropped, sample_size, rng)  # as the text filters sample theirs
         for f in outs:
             f.close()  # flushed before the atomic renames
-    records = [{"filter": "misaligned", "score": round(score, 3), "source": s, "target": t} for score, s, t in sorted(kept_sample)]
+    records = [{"filter": "misaligned", "score": round(score, 3), "why": why, "source": s, "target": t}
+               for score, why, s, t in sorted(kept_sample)]
     return with_filter(train, "misaligned", dropped), records
