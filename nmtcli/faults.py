@@ -10,6 +10,8 @@ NMT_TEST_FAULT (read here only, so it also reaches the `nmt` processes the tests
   oom-above:LINES            the same for every translation batch of more than LINES lines
   kill-after-rename:N        SIGKILL right after the N-th file this process renames into place
                              (every model dir write: import, average, pull -o)
+  kill-in-stage:STAGE:N      SIGKILL right after the N-th file renamed into place once `nmt distill`'s STAGE has
+                             started (and before the next stage starts: a stage of fewer renames is not cut short)
   kill-after-chunk:N         SIGKILL right after the N-th chunk this process writes whole into an OUT.parts/
                              (bulk.py: chunked translation, back-translation, the score filter's scores)
   serve-slow-lines           `nmt serve` holds a batch for S seconds on a line "<slow S>"
@@ -32,6 +34,7 @@ from typing import Any
 
 _renamed = 0
 _chunks = 0
+_stage: dict[str, Any] = {"name": None, "renamed": 0}  # the distill stage running while a kill-in-stage fault is set
 _reached: dict[str, int] = {}  # CUDA graph phase -> times reached while a graph-* fault was set
 
 
@@ -50,6 +53,18 @@ def _count_rename(value: str) -> None:
     _renamed += 1
     if int(value) == _renamed:
         _kill()
+
+
+def _enter_stage(value: str, stage: str) -> None:
+    _stage.update(name=stage, renamed=0)
+
+
+def _count_rename_in_stage(value: str) -> None:
+    stage, _, count = value.rpartition(":")
+    if _stage["name"] == stage:
+        _stage["renamed"] += 1
+        if _stage["renamed"] == int(count):
+            _kill()
 
 
 def _count_chunk(value: str, chunk: int) -> None:
@@ -117,6 +132,8 @@ def _kill() -> None:
 _FAULTS: dict[tuple[str, str], Callable[..., None]] = {
     ("renamed", "kill-after-rename"): _count_rename,
     ("chunk-written", "kill-after-chunk"): _count_chunk,
+    ("distill-stage", "kill-in-stage"): _enter_stage,
+    ("renamed", "kill-in-stage"): _count_rename_in_stage,
     ("checkpoint-half-written", "kill-in-checkpoint"): _kill_at_step,
     ("train-step", "fail"): _fail_at_step,
     ("train-step", "oom"): _oom_at_step,

@@ -193,6 +193,41 @@ def test_distill_again_skips_what_is_done_and_redoes_what_changed(distilled, tra
     assert settled.stderr.count("done already") == 9
 
 
+# (stage, the rename after which it is killed): each mid-stage (the last rename of a stage records it in stages.json).
+KILLS = [("translate", 4), ("join", 1), ("score", 4), ("filter", 2), ("prepare", 8), ("train", 4), ("average", 5),
+         ("shortlist", 1), ("report", 1)]
+
+
+@pytest.mark.slow
+def test_distill_killed_in_every_stage_finishes_with_the_student_of_an_uninterrupted_run(distilled, trained_model, small_corpus, tmp_path):
+    out, _ = distilled
+    work = tmp_path / "work"
+    args = distill_args(trained_model, small_corpus, work)
+    said = {}
+    for stage, renamed in KILLS:
+        killed = run_nmt(*args, env={"NMT_TEST_FAULT": f"kill-in-stage:{stage}:{renamed}"}, check=False)
+        assert killed.returncode == -9, f"{stage}: {killed.stderr[-2000:]}"
+        done = json.loads((work / "stages.json").read_text()) if (work / "stages.json").exists() else {}
+        assert stage not in done and all(name in done for name, _ in KILLS[:KILLS.index((stage, renamed))])
+        said[stage] = killed.stderr
+    assert "128 of 300 lines already translated" in said["join"]  # the translation resumed from the chunk it had done
+    finished = run_nmt(*args)
+    assert finished.stderr.count("done already") == len(KILLS) - 1  # each stage was done once, the report again
+    for name in ("teacher/train.de", "distilled.en", "distilled.de", "teacher/scores.txt", "kept.en", "kept.de", "dropped.jsonl",
+                 "data/train.de.bin", "model/model.safetensors"):
+        assert (work / name).read_bytes() == (out / name).read_bytes(), name
+    from safetensors.numpy import load_file
+
+    lists = [load_file(w / "model" / "shortlist.safetensors") for w in (out, work)]  # (its metadata holds the check's lines/s)
+    assert lists[0].keys() == lists[1].keys() and all((lists[0][k] == lists[1][k]).all() for k in lists[0])
+    configs = [json.loads((w / "model" / "config.json").read_text()) for w in (out, work)]
+    assert configs[1]["training"].pop("data_dir") == str(work / "data") and configs[0]["training"].pop("data_dir") == str(out / "data")
+    assert configs[0] == configs[1]
+    reports = [json.loads((w / "report.json").read_text()) for w in (out, work)]
+    assert [[(m["bleu"], m["chrf"]) for m in r["models"]] for r in reports][0] == [[(m["bleu"], m["chrf"]) for m in r["models"]] for r in reports][1]
+    assert reports[1]["lines_kept"] == 285 and reports[1]["student_steps"] == 6
+
+
 @pytest.mark.slow
 def test_distill_with_a_reverse_model_drops_by_dual_conditional_cross_entropy(trained_model, reverse_model, small_corpus, tmp_path):
     import shutil

@@ -19,6 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from nmtcli import faults
 from nmtcli.bulk import drop_other_attempt, parts_dir
 from nmtcli.cli.common import console, say, warn
 from nmtcli.errors import NmtError
@@ -207,6 +208,7 @@ class Stages:
         if name in names:  # run again with other flags: what came after it was made from its old output
             self.done = {k: self.done[k] for k in names[:names.index(name)]}
         started = time.perf_counter()
+        faults.point("distill-stage", stage=name)
         do()
         self.done[name] = {"seconds": round(time.perf_counter() - started, 1), "args": args}
         with atomic_path(self.path) as tmp:
