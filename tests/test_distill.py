@@ -139,8 +139,15 @@ def distill_args(teacher: Path, corpus: Path, out: Path, *more: str) -> list[str
 
 @pytest.fixture(scope="module")
 def distilled(trained_model, small_corpus, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A distillation of the defaults into OUT, and a copy of it (its run dir left out) in OUT/../uninterrupted: the
+    tests after test_distill_again_skips_what_is_done_and_redoes_what_changed find OUT changed (--drop-worst 10,
+    --warmup 3), the copy as the defaults left it."""
+    import shutil
+
     out = tmp_path_factory.mktemp("distill") / "work"
-    return out, nmt_in_process(*distill_args(trained_model, small_corpus, out))
+    result = nmt_in_process(*distill_args(trained_model, small_corpus, out))
+    shutil.copytree(out, out.parent / "uninterrupted", ignore=shutil.ignore_patterns("run"))
+    return out, result
 
 
 def test_distill_runs_every_stage_and_reports(distilled, trained_model):
@@ -193,14 +200,17 @@ def test_distill_again_skips_what_is_done_and_redoes_what_changed(distilled, tra
     assert settled.stderr.count("done already") == 9
 
 
-# (stage, the rename after which it is killed): each mid-stage (the last rename of a stage records it in stages.json).
+# (stage, the rename after which it is killed), before the stage's record in stages.json (its last rename): translate
+# and score after their first chunk, join and filter between their files, prepare after its text stage, average among
+# the renames of the model dir; train after best/ and before its one checkpoint (tiny saves every 50 steps, the student
+# trains 6: it starts again, nothing to resume), shortlist and report after their one file (done but not recorded).
 KILLS = [("translate", 4), ("join", 1), ("score", 4), ("filter", 2), ("prepare", 8), ("train", 4), ("average", 5),
          ("shortlist", 1), ("report", 1)]
 
 
 @pytest.mark.slow
 def test_distill_killed_in_every_stage_finishes_with_the_student_of_an_uninterrupted_run(distilled, trained_model, small_corpus, tmp_path):
-    out, _ = distilled
+    out = distilled[0].parent / "uninterrupted"  # (distilled[0] itself an earlier test has distilled again with other flags)
     work = tmp_path / "work"
     args = distill_args(trained_model, small_corpus, work)
     said = {}
@@ -211,17 +221,19 @@ def test_distill_killed_in_every_stage_finishes_with_the_student_of_an_uninterru
         assert stage not in done and all(name in done for name, _ in KILLS[:KILLS.index((stage, renamed))])
         said[stage] = killed.stderr
     assert "128 of 300 lines already translated" in said["join"]  # the translation resumed from the chunk it had done
+    assert "128 of 300 lines already scored" in said["filter"]  # and the scores
     finished = run_nmt(*args)
     assert finished.stderr.count("done already") == len(KILLS) - 1  # each stage was done once, the report again
     for name in ("teacher/train.de", "distilled.en", "distilled.de", "teacher/scores.txt", "kept.en", "kept.de", "dropped.jsonl",
-                 "data/train.de.bin", "model/model.safetensors"):
+                 "data/train.en.bin", "data/train.de.bin", "model/model.safetensors"):
         assert (work / name).read_bytes() == (out / name).read_bytes(), name
+    assert json.loads((work / "data" / "manifest.json").read_text())["stages"]["text"] == "reused"  # prepare resumed
     from safetensors.numpy import load_file
 
     lists = [load_file(w / "model" / "shortlist.safetensors") for w in (out, work)]  # (its metadata holds the check's lines/s)
     assert lists[0].keys() == lists[1].keys() and all((lists[0][k] == lists[1][k]).all() for k in lists[0])
     configs = [json.loads((w / "model" / "config.json").read_text()) for w in (out, work)]
-    assert configs[1]["training"].pop("data_dir") == str(work / "data") and configs[0]["training"].pop("data_dir") == str(out / "data")
+    assert configs[1]["training"].pop("data_dir") == str(work / "data") and configs[0]["training"].pop("data_dir") == str(distilled[0] / "data")
     assert configs[0] == configs[1]
     reports = [json.loads((w / "report.json").read_text()) for w in (out, work)]
     assert [[(m["bleu"], m["chrf"]) for m in r["models"]] for r in reports][0] == [[(m["bleu"], m["chrf"]) for m in r["models"]] for r in reports][1]

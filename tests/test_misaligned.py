@@ -176,6 +176,26 @@ def test_judging_in_worker_processes_gives_the_same_drops_in_the_same_order(monk
     assert done[-1] == len(pairs) and done == sorted(done)
 
 
+def test_why_names_the_score_exactly_where_the_score_is_at_or_below_its_threshold():
+    # cleaning.jsonl's "why": "score" for a pair at or below its lengths' threshold (whatever the word-by-word rules
+    # say of it), "untranslated words" for a pair above it that those rules drop, nothing for a pair kept.
+    rng = random.Random(5)
+    clean = [sentence_pair(rng) for _ in range(2_000)]
+    pairs, _ = with_misaligned(clean, 0.1, 6)
+    for _ in range(200):  # two words cut from a pair, the target window a word off: the score passes some of them
+        s, t = rng.choice(clean)
+        pairs.append((" ".join(s.split()[1:3]), " ".join(t.split()[2:4])))
+    fitted = lexical.LexicalJudge.fit(lexical.sample(iter(pairs), len(pairs), 1), 1)
+    chunks = list(lexical.judge_chunks(fitted, iter(pairs)))
+    drop, scores, why = (np.concatenate([chunk[k] for chunk in chunks]) for k in (1, 2, 3))
+    encoded = [(fitted.vocabularies[0].encode(lexical.words(s)), fitted.vocabularies[1].encode(lexical.words(t))) for s, t in pairs]
+    at = np.flatnonzero(~np.isnan(scores))
+    threshold = fitted.thresholds.flat[fitted._buckets([encoded[i][0] for i in at], [encoded[i][1] for i in at])]
+    assert (why[at] == lexical.WHY.index("score")).tolist() == (scores[at] <= threshold).tolist()
+    words = at[why[at] == lexical.WHY.index("untranslated words")]
+    assert len(words) >= 10 and drop[words].all() and (scores[words] > threshold[why[at] == lexical.WHY.index("untranslated words")]).all()
+    assert not why[np.isnan(scores)].any() and ((why > 0) == drop).all()
+
 def test_files_out_of_step_are_named_in_one_line(tmp_path, corpus):
     # A line missing on one side: every pair after it is another sentence's target.
     sources = (corpus["train"].parent / "train.en").read_text().splitlines()[:1_000]
