@@ -196,6 +196,7 @@ def test_why_names_the_score_exactly_where_the_score_is_at_or_below_its_threshol
     assert len(words) >= 10 and drop[words].all() and (scores[words] > threshold[why[at] == lexical.WHY.index("untranslated words")]).all()
     assert not why[np.isnan(scores)].any() and ((why > 0) == drop).all()
 
+
 def test_files_out_of_step_are_named_in_one_line(tmp_path, corpus):
     # A line missing on one side: every pair after it is another sentence's target.
     sources = (corpus["train"].parent / "train.en").read_text().splitlines()[:1_000]
