@@ -310,13 +310,13 @@ class LexicalJudge:
         them and at least LOST_WORDS (a pairing of sentences that share a few words by chance, as a small vocabulary's
         do). `unknown`: per pair, each side's words the model cannot read."""
         drop = np.zeros(len(sides[0]), dtype=bool)
-        for words_, shares, usual, excused in ((sides[0], shares[0], self.usual[0], unknown[1]),
-                                               (sides[1], shares[1], self.usual[1], unknown[0])):
+        for words_, empty_shares, usual, excused in ((sides[0], shares[0], self.usual[0], unknown[1]),
+                                                     (sides[1], shares[1], self.usual[1], unknown[0])):
             ids = np.concatenate(words_)
             owner = np.repeat(np.arange(len(words_)), [len(w) for w in words_])
             # A word the other side's unknown words may translate (a rare compound, an inflected form, a name) is not
             # counted as left out: the model cannot read them, so it cannot tell (as a side it cannot read is not judged).
-            lost = np.maximum(np.bincount(owner, weights=(shares > 0.5) & usual[ids], minlength=len(words_)) - excused, 0)
+            lost = np.maximum(np.bincount(owner, weights=(empty_shares > 0.5) & usual[ids], minlength=len(words_)) - excused, 0)
             known = np.bincount(owner, weights=usual[ids], minlength=len(words_))
             drop |= np.where(short, lost >= 1, (lost >= LOST_WORDS) & (2 * lost >= known))
         return drop
