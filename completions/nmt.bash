@@ -28,7 +28,7 @@ __nmt_options() {
         'info') REPLY='--revision --preset --vocab-size --json --help -h' ;;
         'push') REPLY='--private --revision --message -M --license --help -h' ;;
         'pull') REPLY='--revision --output -o --help -h' ;;
-        'distill') REPLY='--model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --reverse-model --max-steps --max-time --warmup --seed --shortlist --no-shortlist --export-ctranslate2 --chunk-lines --precision --gpus --device --output -o --help -h' ;;
+        'distill') REPLY='--model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --reverse-model --max-steps --max-time --warmup --norm --seed --shortlist --no-shortlist --export-ctranslate2 --chunk-lines --precision --gpus --device --output -o --help -h' ;;
         'import') REPLY='--help -h' ;;
         'import marian') REPLY='--output -o --revision --source-lang -s --target-lang -t --help -h' ;;
         'import m2m100') REPLY='--output -o --revision --help -h' ;;
@@ -213,6 +213,7 @@ __nmt_option_value() {
         'distill --max-steps') REPLY='text' ;;
         'distill --max-time') REPLY='text' ;;
         'distill --warmup') REPLY='text' ;;
+        'distill --norm') REPLY='text' ;;
         'distill --seed') REPLY='text' ;;
         'distill --chunk-lines') REPLY='text' ;;
         'distill --precision') REPLY='choices fp32 bf16 fp16 int8' ;;

@@ -40,7 +40,7 @@ function __nmt_value_options
         case 'pull'
             printf '%s\n' --revision --output -o
         case 'distill'
-            printf '%s\n' --model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --reverse-model --max-steps --max-time --warmup --seed --chunk-lines --precision --gpus --device --output -o
+            printf '%s\n' --model -m --train --valid --test --mono --source-lang -s --target-lang -t --preset --beam --nbest --drop-worst --reverse-model --max-steps --max-time --warmup --norm --seed --chunk-lines --precision --gpus --device --output -o
         case 'import marian'
             printf '%s\n' --output -o --revision --source-lang -s --target-lang -t
         case 'import m2m100'
@@ -420,6 +420,7 @@ complete -c nmt -n "__nmt_using 'distill'" -l reverse-model -x -d 'A TGT->SRC mo
 complete -c nmt -n "__nmt_using 'distill'" -l max-steps -x -d 'The student\'s training steps at most (default: the preset\'s epochs, stopping early on validation BLEU)'
 complete -c nmt -n "__nmt_using 'distill'" -l max-time -x -d 'The student\'s training time at most, e.g. 30m or 2h'
 complete -c nmt -n "__nmt_using 'distill'" -l warmup -x -d 'The student\'s warmup steps (default: the preset\'s, 4,000): fewer where a small corpus or --max-steps makes a short training, so that its learning rate peaks'
+complete -c nmt -n "__nmt_using 'distill'" -l norm -x -d 'The student\'s LayerNorm: post (the presets\', the paper\'s) or pre, which leaves the early plateau sooner in a short training on a small corpus; a new value starts the student again'
 complete -c nmt -n "__nmt_using 'distill'" -l seed -x -d 'The student\'s seed (weights, data order, dropout): the same seed, the same student'
 complete -c nmt -n "__nmt_using 'distill'" -l shortlist -d 'Learn the student\'s lexical shortlist from the kept pairs (`nmt shortlist`): its search then scores only the target pieces a sentence\'s source can translate to, the main speed-up of a student with a large vocabulary on a CPU'
 complete -c nmt -n "__nmt_using 'distill'" -l no-shortlist -d 'The opposite of --shortlist'

@@ -198,6 +198,11 @@ def test_distill_again_skips_what_is_done_and_redoes_what_changed(distilled, tra
     assert json.loads((out / "run" / "config.json").read_text())["training"]["warmup"] == 3
     settled = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10", "--warmup", "3"))
     assert settled.stderr.count("done already") == 9
+    # tiny is pre-norm: a post-norm student is another student, trained from the start
+    post = nmt_in_process(*distill_args(trained_model, small_corpus, out, "--drop-worst", "10", "--warmup", "3", "--norm", "post"))
+    assert post.stderr.count("done already") == 5 and "starts again" in post.stderr and "--norm post" in post.stdout + post.stderr
+    assert json.loads((out / "run" / "config.json").read_text())["model"]["norm"] == "post"
+    assert json.loads((out / "model" / "config.json").read_text())["model"]["norm"] == "post"
 
 
 # (stage, the rename after which it is killed), before the stage's record in stages.json (its last rename): translate
@@ -290,6 +295,8 @@ def test_distill_refuses_bad_input_in_one_line(trained_model, small_corpus, tmp_
     short = distill_args(trained_model, small_corpus, tmp_path / "d")
     short[short.index("--valid") + 1] = str(tmp_path / "short")
     assert "has 2 lines but" in refused(*short)
+    assert "--norm mid is not a LayerNorm placement" in refused(*distill_args(trained_model, small_corpus, tmp_path / "e"), "--norm", "mid")
+    assert not (tmp_path / "e").exists()
 
 
 @pytest.mark.slow

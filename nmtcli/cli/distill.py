@@ -50,6 +50,7 @@ def command(
     max_steps: Annotated[Optional[int], typer.Option(help="The student's training steps at most (default: the preset's epochs, stopping early on validation BLEU).", min=1)] = None,
     max_time: Annotated[Optional[str], typer.Option(help="The student's training time at most, e.g. 30m or 2h.")] = None,
     warmup: Annotated[Optional[int], typer.Option(help="The student's warmup steps (default: the preset's, 4,000): fewer where a small corpus or --max-steps makes a short training, so that its learning rate peaks.", min=1, show_default=False)] = None,
+    norm: Annotated[Optional[str], typer.Option(help="The student's LayerNorm: post (the presets', the paper's) or pre, which leaves the early plateau sooner in a short training on a small corpus; a new value starts the student again.", show_default=False)] = None,
     seed: Annotated[int, typer.Option(help="The student's seed (weights, data order, dropout): the same seed, the same student.")] = 1,
     shortlist: Annotated[bool, typer.Option("--shortlist/--no-shortlist", help="Learn the student's lexical shortlist from the kept pairs (`nmt shortlist`): its search then scores only the target pieces a sentence's source can translate to, the main speed-up of a student with a large vocabulary on a CPU.")] = True,
     export_ctranslate2: Annotated[bool, typer.Option("--export-ctranslate2", help="Also write OUT/ctranslate2, the student for CTranslate2 in int8 (needs the ctranslate2 extra).")] = False,
@@ -68,6 +69,10 @@ def command(
     report compares teacher and student on the test split: BLEU, chrF, lines/s on one CPU thread and on all
     (fp32 and int8, and int8 with the student's lexical shortlist), size on disk. Running the command again skips the stages done and resumes the one cut short.
     """
+    from nmtcli.model.config import NORMS
+
+    if norm is not None and norm not in NORMS:
+        raise NmtError(f"--norm {norm} is not a LayerNorm placement", f"give one of {', '.join(NORMS)}", exit_code=2)
     teacher, languages, reverse, work = _inputs(model, train, valid, test, mono, source_lang, target_lang, reverse_model, preset, output)
     src, tgt = languages
     stages = Stages(work)
@@ -113,10 +118,10 @@ def command(
                ["prepare", "--train", str(kept), "--valid", valid, "--test", test, "-s", src, "-t", tgt, "--vocab-from", str(teacher),
                 "--keep-misaligned", "-o", str(data)], [teacher, *(Path(f"{p}.{lang}") for p in (valid, test) for lang in languages)])
     limits = ((["--max-steps", str(max_steps)] if max_steps else []) + (["--max-time", max_time] if max_time else [])
-              + (["--warmup", str(warmup)] if warmup else []))
+              + (["--warmup", str(warmup)] if warmup else []) + (["--norm", norm] if norm else []))
     training = ["train", "--data", str(data), "--preset", preset, "-o", str(run), "--seed", str(seed), *limits, "--device", device]
     if not stages.is_done("train", training):
-        _fresh_student(work, run, data, preset, seed, warmup)
+        _fresh_student(work, run, data, preset, seed, warmup, norm)
     length = f"for {max_steps:,} steps at most" if max_steps else "stopping early on validation BLEU"
     stages.run("train", f"the student ({preset}) learns from the kept pairs, {length}", training)
     stages.run("average", "the student's checkpoints averaged into a model dir (sec. 6.1)",
@@ -224,30 +229,34 @@ def _teacher_precision(precision: str, device: str) -> str:
     return "bf16" if device != "cpu" and torch.cuda.is_available() else "int8"
 
 
-def _fresh_student(work: Path, run: Path, data: Path, preset: str, seed: int, warmup: int | None) -> None:
-    """Before the student's training: a run dir of other data (the prepared data's fingerprint), another preset, seed
-    or warmup is removed, so the training starts again; of the same, it resumes (a longer --max-steps continues it)."""
+def _fresh_student(work: Path, run: Path, data: Path, preset: str, seed: int, warmup: int | None, norm: str | None) -> None:
+    """Before the student's training: a run dir of other data (the prepared data's fingerprint), another preset, seed,
+    warmup or norm is removed, so the training starts again; of the same, it resumes (a longer --max-steps continues it)."""
     fingerprint = json.loads((data / "manifest.json").read_text(encoding="utf-8")).get("fingerprint", "")
     marker = work / STUDENT_DATA
     learnt = marker.read_text(encoding="utf-8").strip() if marker.is_file() else None
-    if run.exists() and (learnt != fingerprint or _other_student(run, preset, seed, warmup)):
-        say(f"{run} holds a student of other data, preset, seed or warmup: it starts again")
+    if run.exists() and (learnt != fingerprint or _other_student(run, preset, seed, warmup, norm)):
+        say(f"{run} holds a student of other data, preset, seed, warmup or norm: it starts again")
         shutil.rmtree(run)
     with atomic_path(marker) as tmp:
         tmp.write_text(fingerprint + "\n", encoding="utf-8")
 
 
-def _other_student(run: Path, preset: str, seed: int, warmup: int | None) -> bool:
-    """Whether the run dir holds a run of another preset, seed or warmup (done, or cut short): resuming it would mix two
-    students, so the training starts again. Its length (--max-steps, --max-time) may change: the run resumes."""
+def _other_student(run: Path, preset: str, seed: int, warmup: int | None, norm: str | None) -> bool:
+    """Whether the run dir holds a run of another preset, seed, warmup or norm (done, or cut short): resuming it would
+    mix two students, so the training starts again. Its length (--max-steps, --max-time) may change: the run resumes."""
+    from nmtcli.model.config import PRESETS
     from nmtcli.training.settings import TRAIN_PRESETS
 
     try:
-        settings = json.loads((run / "config.json").read_text(encoding="utf-8"))["training"]
+        values = json.loads((run / "config.json").read_text(encoding="utf-8"))
+        settings, model = values["training"], values["model"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
     schedule = warmup if warmup else getattr(TRAIN_PRESETS.get(preset), "warmup", None)
-    return settings.get("preset") != preset or settings.get("seed") != seed or settings.get("warmup") != schedule
+    layer_norm = norm if norm else getattr(PRESETS.get(preset), "norm", None)
+    return (settings.get("preset") != preset or settings.get("seed") != seed or settings.get("warmup") != schedule
+            or model.get("norm") != layer_norm)
 
 
 def stamps(paths) -> list[str]:
