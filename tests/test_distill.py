@@ -295,7 +295,10 @@ def test_distill_refuses_bad_input_in_one_line(trained_model, small_corpus, tmp_
     short = distill_args(trained_model, small_corpus, tmp_path / "d")
     short[short.index("--valid") + 1] = str(tmp_path / "short")
     assert "has 2 lines but" in refused(*short)
-    assert "--norm mid is not a LayerNorm placement" in refused(*distill_args(trained_model, small_corpus, tmp_path / "e"), "--norm", "mid")
+    # the student's flags, refused as `nmt train` refuses them, before the teacher translates anything
+    assert "--norm must be 'post' or 'pre', not 'mid'" in refused(*distill_args(trained_model, small_corpus, tmp_path / "e"), "--norm", "mid")
+    assert "unknown preset 'tiny11'" in refused(*distill_args(trained_model, small_corpus, tmp_path / "e"), "--preset", "tiny11")
+    assert "--max-time 'soon' is not a duration" in refused(*distill_args(trained_model, small_corpus, tmp_path / "e"), "--max-time", "soon")
     assert not (tmp_path / "e").exists()
 
 

@@ -69,10 +69,10 @@ def command(
     report compares teacher and student on the test split: BLEU, chrF, lines/s on one CPU thread and on all
     (fp32 and int8, and int8 with the student's lexical shortlist), size on disk. Running the command again skips the stages done and resumes the one cut short.
     """
-    from nmtcli.model.config import NORMS
+    from nmtcli.cli.train import parsed_flags, settings_from_flags
 
-    if norm is not None and norm not in NORMS:
-        raise NmtError(f"--norm {norm} is not a LayerNorm placement", f"give one of {', '.join(NORMS)}", exit_code=2)
+    # The student's flags checked as `nmt train` checks them, before the teacher translates for hours.
+    settings_from_flags(preset, parsed_flags({"max_steps": max_steps, "max_time": max_time, "warmup": warmup, "seed": seed}), norm)
     teacher, languages, reverse, work = _inputs(model, train, valid, test, mono, source_lang, target_lang, reverse_model, preset, output)
     src, tgt = languages
     stages = Stages(work)

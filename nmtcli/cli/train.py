@@ -64,17 +64,20 @@ def read_config_file(path: Path) -> dict[str, Any]:
             values.pop("max_steps", None)
     values = {k.replace("-", "_"): v for k, v in values.items()}
     values = current_names(values, None if run_dir else lambda old, new: notice(f"--config {path}: {old} is now {new}"))
-    settings = {f.name: f for f in flag_settings()}
-    unknown = sorted(set(values) - set(settings) - set(RUN_KEYS))
+    unknown = sorted(set(values) - {f.name for f in flag_settings()} - set(RUN_KEYS))
     if unknown:
         raise NmtError(f"--config {path} has unknown settings: {', '.join(unknown)}", "use the names of `nmt train` flags", exit_code=2)
-    return {k: _parsed(settings[k], v) if k in settings else v for k, v in values.items()}
+    return parsed_flags(values)
 
 
-def _parsed(setting: Any, value: Any) -> Any:
-    """A flag's or config file's value of `setting` as the setting holds it (e.g. --max-time 90s -> 1.5 minutes)."""
-    parse = setting.metadata.get("parse")
-    return parse(value) if parse is not None and value is not None else value
+def parsed_flags(values: dict[str, Any]) -> dict[str, Any]:
+    """Flags' or a config file's values as the settings hold them (e.g. --max-time 90s -> 1.5 minutes); other keys as
+    they are."""
+    from nmtcli.training.settings import flag_settings
+
+    settings = {f.name: f for f in flag_settings()}
+    parse = {k: settings[k].metadata.get("parse") for k in values if k in settings}
+    return {k: parse[k](v) if parse.get(k) is not None and v is not None else v for k, v in values.items()}
 
 
 def command(**given: Any) -> None:
@@ -85,12 +88,10 @@ def command(**given: Any) -> None:
     Runs unchanged under torchrun (`torchrun --nproc-per-node N -m nmtcli train ...`); --gpus N starts it for you.
     """
     from nmtcli.training import distributed
-    from nmtcli.training.settings import flag_settings
 
     given = {name: p.default for name, p in command.__signature__.parameters.items()} | given  # called as a function too (quickstart)
     config, gpus, restart = given.pop("config"), given.pop("gpus"), given.pop("restart")
-    settings = {f.name: f for f in flag_settings()}
-    flags = {k: _parsed(settings[k], v) if k in settings else v for k, v in given.items()}
+    flags = parsed_flags(given)
     if flags["max_steps"] is not None and flags["epochs"] is not None:
         raise NmtError("--max-steps and --epochs both say how long to train", "pass one of them", exit_code=2)
     values = read_config_file(config) if config else {}
